@@ -1,0 +1,174 @@
+# Makefile — the one entry point.
+#   make                 build every program into build/bin/ (CUDA parts when nvcc is found)
+#   make step01          build one step's programs (step01 .. step08, final)
+#   make test            install missing deps, build, run the Criterion tests and the notebooks
+#   make test SANITIZE=1 the CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make demo            install missing deps, build, run every step with its defaults
+#   make bench-h200      the GPU benchmarks whose tables are committed under stepNN/results/
+#   make clean
+# Knobs: CUDA_ARCHS="75 80 86 89 90" (or native), NO_CUDA=1, NOTEBOOKS=0, COMMIT=<hash>.
+SHELL := /bin/bash
+comma := ,
+.DEFAULT_GOAL := all
+
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+SANITIZE   ?= 0
+NOTEBOOKS  ?= 1
+CUDA_ARCHS ?= 75 80 86 89 90
+BUILD      ?= build
+NPROC      := $(shell nproc 2>/dev/null || echo 2)
+
+# ---- CUDA: found with command -v, or at the usual place; skipped (and said so) otherwise
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CUDA_SKIP_REASON :=
+ifeq ($(NVCC),)
+CUDA_SKIP_REASON := nvcc not found (install the CUDA Toolkit or put nvcc on PATH)
+endif
+ifeq ($(NO_CUDA),1)
+NVCC :=
+CUDA_SKIP_REASON := NO_CUDA=1
+endif
+ifeq ($(SANITIZE),1)
+NVCC :=
+CUDA_SKIP_REASON := SANITIZE=1 builds the CPU code only
+BUILD := build/asan
+endif
+HAVE_CUDA := $(if $(NVCC),1,0)
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+
+OBJ := $(BUILD)/obj
+LIB := $(BUILD)/lib
+BIN := $(BUILD)/bin
+GEN := $(BUILD)/gen
+
+# ---- libraries (pkg-config names; tools/install-deps.sh installs the Debian packages)
+PKGS := jansson openblas oniguruma libutf8proc
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+OPENBLAS_LIBDIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null)
+ifeq ($(PKG_LIBS),)
+PKG_LIBS := -ljansson -lopenblas -lonig -lutf8proc
+endif
+
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+
+OPT := -O3 -march=native
+SANFLAGS :=
+ifeq ($(SANITIZE),1)
+OPT := -O1 -g -march=native
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+CFLAGS := $(OPT) -std=gnu11 -Wall -Wextra -Werror -fopenmp -MMD -MP $(SANFLAGS) \
+          -Icommon -I. -I$(GEN) $(PKG_CFLAGS) -DHAVE_CUDA=$(HAVE_CUDA)
+LDFLAGS := -fopenmp $(SANFLAGS) $(if $(OPENBLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(OPENBLAS_LIBDIR))
+LDLIBS := $(PKG_LIBS) -lm -lpthread -ldl
+
+
+ifeq ($(HAVE_CUDA),1)
+ifeq ($(CUDA_ARCHS),native)
+GENCODE := -arch=native
+else
+# arch 90 is built as sm_90a so Hopper-only instructions (wgmma, setmaxnreg) are available;
+# PTX of the newest arch rides along so newer GPUs can JIT it.
+cuda_sm = $(if $(filter 90,$(1)),90a,$(1))
+GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(call cuda_sm,$(a)),code=sm_$(call cuda_sm,$(a))) \
+           -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
+endif
+NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -lineinfo -MMD -MP -Icommon -I. -I$(GEN) -DHAVE_CUDA=1 \
+             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter --expt-relaxed-constexpr
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+endif
+
+# ---- sources: common/ and each step dir may have a step.mk naming its programs
+# (PROGS_<dir> := a b  ->  <dir>/a.c is the main of build/bin/a); every other .c/.cu of the
+# dir goes into build/lib/lib<dir>.a (libcommon.a for common/). Programs and tests link all
+# libraries. A step may use earlier steps' code; nothing may use a later step's.
+STEP_DIRS := $(patsubst %/step.mk,%,$(sort $(wildcard step*/step.mk final/step.mk)))
+DIRS := common $(STEP_DIRS)
+include $(wildcard common/step.mk step*/step.mk final/step.mk)
+
+ALL_LIBS := $(foreach d,$(STEP_DIRS),$(LIB)/lib$(d).a) $(LIB)/libcommon.a
+ALL_PROGS :=
+
+define DIR_template
+$(1)_MAINS := $$(addprefix $(1)/,$$(addsuffix .c,$$(PROGS_$(1))))
+$(1)_SRC := $$(filter-out $$($(1)_MAINS),$$(wildcard $(1)/*.c)) $$(if $$(filter 1,$$(HAVE_CUDA)),$$(wildcard $(1)/*.cu))
+$(LIB)/lib$(1).a: $$($(1)_SRC:%=$(OBJ)/%.o)
+ALL_PROGS += $$(addprefix $(BIN)/,$$(PROGS_$(1)))
+$(firstword $(subst _, ,$(1))) $(1): $$(addprefix $(BIN)/,$$(PROGS_$(1)))
+	@echo "built $(1): $$(PROGS_$(1)) $$(if $$(filter 1,$$(HAVE_CUDA)),(CPU + CUDA),(CPU only: CUDA skipped, $$(CUDA_SKIP_REASON)))"
+.PHONY: $(firstword $(subst _, ,$(1))) $(1)
+$$(foreach p,$$(PROGS_$(1)),$$(eval $(BIN)/$$(p): $(OBJ)/$(1)/$$(p).c.o $$(ALL_LIBS)))
+endef
+$(foreach d,$(DIRS),$(eval $(call DIR_template,$(d))))
+
+$(LIB)/%.a:
+	@mkdir -p $(@D)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN)/%:
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -Wl,--start-group $(ALL_LIBS) -Wl,--end-group $(LDLIBS)
+
+$(OBJ)/%.c.o: %.c | $(GEN)/build_info.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(OBJ)/%.cu.o: %.cu | $(GEN)/build_info.h
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -MF $(@:.o=.d) -c $< -o $@
+
+# Rewritten only when the commit changes, so nothing rebuilds needlessly.
+$(GEN)/build_info.h: FORCE
+	@mkdir -p $(@D)
+	@echo '#define BUILD_COMMIT "$(COMMIT)"' > $@.tmp
+	@cmp -s $@.tmp $@ || mv $@.tmp $@
+	@rm -f $@.tmp
+
+# ---- tests: every tests/test_*.c in one Criterion binary
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(BUILD)/tests/run_tests
+$(TEST_BIN): $(TEST_SRC:%=$(OBJ)/%.o) $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -Wl,--start-group $(ALL_LIBS) -Wl,--end-group -lcriterion $(LDLIBS)
+
+all: $(ALL_PROGS) $(TEST_BIN)
+	@echo "== built into $(BIN): $(notdir $(ALL_PROGS))"
+	@if [ "$(HAVE_CUDA)" = 1 ]; then echo "== CUDA: built with $(NVCC) for $(CUDA_ARCHS)"; \
+	 else echo "== CUDA: skipped ($(CUDA_SKIP_REASON)); the programs run their CPU versions only"; fi
+
+deps:
+	@bash tools/install-deps.sh $(if $(filter 0,$(NOTEBOOKS)),--no-python)
+
+SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+test: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all
+	$(SAN_ENV) $(TEST_BIN) --jobs 2 --verbose=0
+ifeq ($(NOTEBOOKS),1)
+ifneq ($(SANITIZE),1)
+	python3 tools/run_notebooks.py notebooks
+endif
+else
+	@echo "== notebooks: skipped (NOTEBOOKS=0)"
+endif
+
+demo: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all
+	@$(MAKE) --no-print-directory $(addprefix demo-,$(STEP_DIRS))
+
+bench-h200: all $(addprefix bench-,$(STEP_DIRS))
+
+clean:
+	rm -rf build
+
+fuzz:
+	@echo "no fuzz targets yet"
+
+FORCE:
+.PHONY: all test demo deps clean fuzz bench-h200 FORCE
+.SECONDARY:
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

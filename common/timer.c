@@ -1,0 +1,36 @@
+// timer.c — see timer.h.
+#define _POSIX_C_SOURCE 200809L
+#include "timer.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double median_d(double *v, int n) {
+    if (n <= 0) return 0.0;
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    return (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double bench_cpu(void (*fn)(void *ctx), void *ctx, int warmup, int reps) {
+    if (reps < 1) reps = 1;
+    if (reps > 1000) reps = 1000;
+    for (int i = 0; i < warmup; i++) fn(ctx);
+    double t[1000];
+    for (int i = 0; i < reps; i++) {
+        double t0 = now_sec();
+        fn(ctx);
+        t[i] = now_sec() - t0;
+    }
+    return median_d(t, reps);
+}
