@@ -144,9 +144,13 @@ deps:
 	@bash tools/install-deps.sh $(if $(filter 0,$(NOTEBOOKS)),--no-python)
 
 SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
-test: deps
+# check: build and run the Criterion tests only (no dependency install, no notebooks).
+check:
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	$(SAN_ENV) $(TEST_BIN) --jobs 2 --verbose=0
+
+test: deps
+	@$(MAKE) --no-print-directory check
 ifeq ($(NOTEBOOKS),1)
 ifneq ($(SANITIZE),1)
 	python3 tools/run_notebooks.py notebooks
@@ -168,7 +172,7 @@ fuzz:
 	@echo "no fuzz targets yet"
 
 FORCE:
-.PHONY: all test demo deps clean fuzz bench-h200 FORCE
+.PHONY: all check test demo deps clean fuzz bench-h200 FORCE
 .SECONDARY:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
