@@ -61,7 +61,7 @@ OPT := -O1 -g -march=native
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 CFLAGS := $(OPT) -std=gnu11 -Wall -Wextra -Werror -fopenmp -MMD -MP $(SANFLAGS) \
-          -Icommon -I. -I$(GEN) $(PKG_CFLAGS) -DHAVE_CUDA=$(HAVE_CUDA)
+          -Icommon -I. -I$(GEN) $(PKG_CFLAGS) -DHAVE_CUDA=$(HAVE_CUDA) -DBUILD_BIN_DIR=\"$(BIN)\"
 LDFLAGS := -fopenmp $(SANFLAGS) $(if $(OPENBLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(OPENBLAS_LIBDIR))
 LDLIBS := $(PKG_LIBS) -lm -lpthread -ldl
 
