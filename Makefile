@@ -145,9 +145,14 @@ deps:
 
 SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 # check: build and run the Criterion tests only (no dependency install, no notebooks).
+# With SANITIZE=1 any sanitizer report (a leak too, which Criterion alone would not count) fails.
 check:
 	@$(MAKE) --no-print-directory -j$(NPROC) all
-	$(SAN_ENV) $(TEST_BIN) --jobs 2 --verbose=0
+	@set -o pipefail; $(SAN_ENV) $(TEST_BIN) --jobs 2 --verbose=0 2>&1 | tee $(BUILD)/tests/last.log
+ifeq ($(SANITIZE),1)
+	@if grep -E "Sanitizer|runtime error:" $(BUILD)/tests/last.log; then echo "== sanitizers reported problems (above)"; exit 1; \
+	 else echo "== sanitizers: clean"; fi
+endif
 
 test: deps
 	@$(MAKE) --no-print-directory check
