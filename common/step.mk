@@ -1,0 +1,1 @@
+PROGS_common := tokenize

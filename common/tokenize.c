@@ -1,0 +1,187 @@
+// tokenize.c — the tokenizer from the command line: text -> ids and pieces, ids -> text, MB/s.
+//   build/bin/tokenize --tokenizer tests/data/tokenizers/qwen3-tokenizer.json --text "你好, world"
+//   build/bin/tokenize --tokenizer T.json --file notes.txt --add-special --json   # {"ids": [...], ...}
+//   build/bin/tokenize --tokenizer T.json --decode 9707,11,1879 [--skip-special]
+//   build/bin/tokenize --tokenizer T.json --file corpus.txt --bench [--seconds 3]
+// --file takes the file's bytes exactly as they are (no newline is stripped). Text that is
+// not valid UTF-8 is refused with the offset of the first bad byte.
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "table.h"
+#include "timer.h"
+#include "tokenizer.h"
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: tokenize --tokenizer FILE (--text S | --file F) [--add-special] [--json] [--bench [--seconds S]]\n"
+            "       tokenize --tokenizer FILE --decode 1,2,3 [--skip-special] [--json]\n");
+    exit(2);
+}
+
+static char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen_check(path, "rb");
+    size_t cap = 1 << 16, len = 0;
+    char *p = xmalloc(cap);
+    size_t r;
+    while ((r = fread(p + len, 1, cap - len, f)) > 0) {
+        len += r;
+        if (len == cap) {
+            cap *= 2;
+            char *q = realloc(p, cap);
+            if (!q) die("out of memory reading %s", path);
+            p = q;
+        }
+    }
+    if (ferror(f)) die("reading %s: %s", path, strerror(errno));
+    fclose(f);
+    *n = len;
+    return p;
+}
+
+// A piece or decoded text made printable for a terminal table: control bytes as \n, \t, \xNN.
+static void printable(char *dst, size_t cap, const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') k += (size_t)snprintf(dst + k, cap - k, "\\n");
+        else if (c == '\t') k += (size_t)snprintf(dst + k, cap - k, "\\t");
+        else if (c == '\r') k += (size_t)snprintf(dst + k, cap - k, "\\r");
+        else if (c < 0x20 || c == 0x7F) k += (size_t)snprintf(dst + k, cap - k, "\\x%02X", c);
+        else dst[k++] = (char)c;
+    }
+    dst[k] = 0;
+}
+
+int main(int argc, char **argv) {
+    const char *tok_path = NULL, *text = NULL, *file = NULL, *decode = NULL;
+    int add_special = 0, json = 0, bench = 0, skip_special = 0;
+    double seconds = 2.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
+        else if (!strcmp(a, "--text") && i + 1 < argc) text = argv[++i];
+        else if (!strcmp(a, "--file") && i + 1 < argc) file = argv[++i];
+        else if (!strcmp(a, "--decode") && i + 1 < argc) decode = argv[++i];
+        else if (!strcmp(a, "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
+        else if (!strcmp(a, "--add-special")) add_special = 1;
+        else if (!strcmp(a, "--skip-special")) skip_special = 1;
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--bench")) bench = 1;
+        else usage();
+    }
+    if (!tok_path || (!!text + !!file + !!decode) != 1) usage();
+
+    char err[512];
+    double t0 = now_sec();
+    Tokenizer *t = tokenizer_load(tok_path, err, sizeof err);
+    if (!t) die("%s", err);
+    double load_s = now_sec() - t0;
+
+    if (decode) {
+        TokIds ids = {0};
+        for (const char *p = decode; *p;) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p) die("--decode wants comma-separated ids, got \"%s\"", decode);
+            ids.n++;
+            ids.ids = realloc(ids.ids, ids.n * sizeof(int32_t));
+            if (!ids.ids) die("out of memory");
+            ids.ids[ids.n - 1] = (int32_t)v;
+            p = *end == ',' ? end + 1 : end;
+            if (*end && *end != ',') die("--decode: unexpected \"%s\"", end);
+        }
+        size_t n;
+        char *s = tokenizer_decode(t, ids.ids, ids.n, skip_special, &n);
+        if (json) {
+            json_t *o = json_pack("{s:s%}", "text", s, n);
+            char *d = json_dumps(o, JSON_ENSURE_ASCII);
+            printf("%s\n", d);
+            free(d);
+            json_decref(o);
+        } else {
+            fwrite(s, 1, n, stdout);
+            printf("\n");
+        }
+        free(s);
+        tokids_free(&ids);
+        tokenizer_free(t);
+        return 0;
+    }
+
+    size_t len;
+    char *buf = NULL;
+    if (file) {
+        buf = read_file(file, &len);
+        text = buf;
+    } else {
+        len = strlen(text);
+    }
+    TokIds ids = {0};
+    if (tokenizer_encode(t, text, len, add_special, &ids) != 0) die("%s: %s", file ? file : "--text", tokenizer_error(t));
+
+    if (bench) {
+        // Single thread; the first encode above warmed the word cache, as a long-running
+        // server's would be. Repeat until `seconds` have passed; report the median.
+        double times[1000];
+        int reps = 0;
+        double start = now_sec();
+        while (reps < 1000 && (reps < 3 || now_sec() - start < seconds)) {
+            TokIds r = {0};
+            double a = now_sec();
+            tokenizer_encode(t, text, len, add_special, &r);
+            times[reps++] = now_sec() - a;
+            tokids_free(&r);
+        }
+        double med = median_d(times, reps);
+        Table *tb = table_new("tokenizer encode throughput (single thread)");
+        table_std_meta(tb);
+        table_meta(tb, "tokenizer", "%s", tok_path);
+        table_meta(tb, "input", "%s", file ? file : "--text");
+        table_col(tb, "bytes", "%.0f");
+        table_col(tb, "tokens", "%.0f");
+        table_col(tb, "reps", "%.0f");
+        table_col(tb, "median_ms", "%.3f");
+        table_col(tb, "MB_per_s", "%.2f");
+        table_col(tb, "load_ms", "%.1f");
+        table_row(tb);
+        table_num(tb, "bytes", (double)len);
+        table_num(tb, "tokens", (double)ids.n);
+        table_num(tb, "reps", reps);
+        table_num(tb, "median_ms", med * 1e3);
+        table_num(tb, "MB_per_s", (double)len / med / 1e6);
+        table_num(tb, "load_ms", load_s * 1e3);
+        table_print(tb, outfmt_from_args(argc, argv), stdout);
+        table_free(tb);
+    } else if (json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < ids.n; i++) json_array_append_new(arr, json_integer(ids.ids[i]));
+        json_t *o = json_pack("{s:o,s:i,s:i}", "ids", arr, "n_tokens", (json_int_t)ids.n, "n_bytes", (json_int_t)len);
+        char *d = json_dumps(o, JSON_COMPACT);
+        printf("%s\n", d);
+        free(d);
+        json_decref(o);
+    } else {
+        printf("# tokenizer: %s (%d ids, loaded in %.0f ms); %zu bytes -> %zu tokens%s\n", tok_path,
+               tokenizer_vocab_size(t), load_s * 1e3, len, ids.n, add_special ? " (with special tokens)" : "");
+        printf("%6s %8s  %-24s %s\n", "i", "id", "piece", "text");
+        for (size_t i = 0; i < ids.n; i++) {
+            const char *piece = tokenizer_piece(t, ids.ids[i]);
+            size_t dn;
+            char *d = tokenizer_decode(t, &ids.ids[i], 1, 0, &dn);
+            char p1[256], p2[256];
+            printable(p1, sizeof p1, piece ? piece : "?", piece ? strlen(piece) : 1);
+            printable(p2, sizeof p2, d, dn);
+            printf("%6zu %8d  %-24s %s\n", i, ids.ids[i], p1, p2);
+            free(d);
+        }
+    }
+    tokids_free(&ids);
+    free(buf);
+    tokenizer_free(t);
+    return 0;
+}

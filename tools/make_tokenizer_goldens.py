@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Expected tokenizer outputs from Hugging Face `tokenizers`, for tests/test_tokenizer.c.
+
+Run once (needs `pip install tokenizers`; the C code and its tests never need Python):
+    python3 tools/make_tokenizer_goldens.py
+Writes tests/data/tokenizers/goldens-<name>.json for each tokenizer in that directory:
+    {"tokenizers_version": ..., "cases": [{"text", "ids", "ids_special", "decoded",
+     "decoded_skip"}], "decode_cases": [{"ids", "text", "text_skip"}]}
+"ids" is encode(text, add_special_tokens=False), "ids_special" the same with True;
+"decoded" / "decoded_skip" are decode(ids_special, skip_special_tokens=False / True).
+"decode_cases" decode random and hand-picked id lists (invalid UTF-8, unknown ids).
+"""
+import json
+import os
+import random
+import sys
+
+import tokenizers
+from tokenizers import Tokenizer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "tests", "data", "tokenizers")
+
+CORPUS = [
+    # empty and one-character strings
+    "", " ", "a", "A", "\n", "\t", "0", ".", "中", "é", "😀", "\u00a0", "'", "▁", "\x00",
+    # English
+    "Hello world",
+    "Hello, world! How are you doing today?",
+    "The quick brown fox jumps over the lazy dog.",
+    "  leading spaces and trailing spaces  ",
+    "It's, I'm, you're, they've, we'll, she'd, don't, can't, won't",
+    "IT'S I'M YOU'RE THEY'VE WE'LL SHE'D DON'T",
+    "'s 't 're 've 'm 'll 'd 'S 'T",
+    "rock'n'roll o'clock y'all",
+    "Mr. Smith paid $1,234.56 on 2024-03-15 at 10:30am (UTC+8).",
+    "Numbers: 0 1 12 123 1234 12345 123456 3.14159 -42 1e-10 0x1F 1,000,000",
+    "Unicode digits: ١٢٣ ४५६ 七八九 ⅣⅤ ²³",
+    "Email: someone@example.com, URL: https://example.com/path?q=1&r=two#frag",
+    "ALL CAPS SENTENCE WITH SHOUTING!!!",
+    "Tabs\tand\ttabs\t\tand newlines\n\nand\r\nwindows\rline endings",
+    "Supercalifragilisticexpialidocious antidisestablishmentarianism",
+    # whitespace runs
+    "a  b   c    d     e",
+    "    ",
+    "\n\n\n",
+    "\t\t\t",
+    " \t \n \r\n ",
+    "word\n\n\n\nword",
+    "trailing newline\n",
+    "x" + " " * 40 + "y",
+    "\u3000full-width\u3000space",
+    "nbsp\u00a0here\u2009thin\u202fnarrow",
+    "line\u2028separator\u2029paragraph",
+    # Chinese
+    "你好，世界！",
+    "大语言模型的推理引擎需要分词器把文本变成词元。",
+    "我们今天学习KV缓存和连续批处理，明天学习分页注意力。",
+    "中文标点：，。、；：？！“”‘’（）《》【】……——",
+    "混合English和中文mixed在一起123个数字",
+    "繁體中文：這是一個測試。",
+    "𠀀𠀁𪚥 rare CJK extension characters",
+    # Japanese
+    "こんにちは、世界！",
+    "日本語のテキストをトークン化します。カタカナ、ひらがな、漢字。",
+    "ｶﾀｶﾅ half-width katakana ｱｲｳｴｵ",
+    # Korean, other scripts
+    "안녕하세요 세계",
+    "Привет, мир! Как дела?",
+    "مرحبا بالعالم",
+    "שלום עולם",
+    "नमस्ते दुनिया",
+    "สวัสดีชาวโลก",
+    "Γειά σου Κόσμε",
+    # emoji: ZWJ sequences, skin tones, flags, keycaps
+    "😀😃😄😁",
+    "👨‍👩‍👧‍👦 family",
+    "👩🏽‍💻 coder 👍🏿 thumbs",
+    "🏳️‍🌈 rainbow flag 🏴‍☠️ pirate",
+    "🇨🇳🇺🇸🇯🇵🇩🇪 flags",
+    "1️⃣ #️⃣ keycaps",
+    "❤️ ♥ ☺️ text vs emoji presentation",
+    "emoji🙂inside🙃words",
+    # accents and combining marks (NFC vs NFD)
+    "café naïve résumé",
+    "cafe\u0301 nai\u0308ve re\u0301sume\u0301",
+    "A\u030a \u212b \u00c5",
+    "e\u0301\u0302\u0303 stacked marks",
+    "Z\u0351\u0352\u0353a\u0354\u0355l\u0356g\u0357o",
+    "\u1100\u1161\u11a8 jamo \uac01",
+    "\u0b47\u0b3e oriya",
+    "\uf900 compatibility ideograph",
+    "Tiếng Việt có dấu",
+    "Ǆ ǅ ǆ ﬁ ﬂ ligatures",
+    # code
+    "def main():\n    print(\"hello\")\n    return 0\n",
+    "int main(int argc, char **argv) {\n\tfor (int i = 0; i < argc; i++) printf(\"%s\\n\", argv[i]);\n}\n",
+    "if (x != y && y >= 0) { z = x << 2 | y >> 1; }",
+    "const f = async (a, b) => { await g(a ?? b); };",
+    "SELECT id, name FROM users WHERE age > 30 ORDER BY name;",
+    "<html><body><div class=\"x\">text</div></body></html>",
+    "{\"key\": [1, 2, 3], \"nested\": {\"a\": null, \"b\": true}}",
+    "#include <stdio.h>\n#define MAX(a, b) ((a) > (b) ? (a) : (b))",
+    "x=1;y=2;z=x+y*3/4-5%6",
+    "    indented\n        more\n\tand tab\n",
+    "__init__ __name__ self._private snake_case camelCase PascalCase",
+    "$ make test SANITIZE=1 && ./build/bin/tokenize --json",
+    # special tokens and chat templates
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n你好<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>assistant\n<think>\n\n</think>\n\nHello!<|im_end|>",
+    "<|endoftext|>",
+    "<|endoftext|><|endoftext|>",
+    "text<|endoftext|>text",
+    "  <|im_start|>  spaces around  <|im_end|>  ",
+    "<|im_start", "<|im_start|", "<|<|im_start|>|>", "|>",
+    "<tool_call>\n{\"name\": \"f\"}\n</tool_call>",
+    "<s>[INST] What is 2+2? [/INST] 4</s>",
+    "<s><s></s>",
+    "<s> hello</s> world",
+    "a<s>b",
+    "<unk> token",
+    "<0x41> literal byte token text",
+    # odd characters
+    "\ufeffBOM at start",
+    "replacement \ufffd char",
+    "control \x01\x02\x1f\x7f chars",
+    "zero\u200bwidth\u200cjoiner\u200d",
+    "𝕳𝖊𝖑𝖑𝖔 math letters",
+    "\U0010fffd private use plane 16",
+    "~!@#$%^&*()_+`-=[]\\{}|;':\",./<>?",
+    "...---...",
+    "a" * 300,
+    "ab" * 200,
+    " " * 100,
+    "\n" * 50,
+]
+
+LONG = [
+    "Large language models generate text one token at a time. " * 8,
+    "分词器把文本切成词元，模型再把词元变成向量。" * 10,
+    "for (int i = 0; i < n; i++) {\n    sum += a[i] * b[i];\n}\n" * 6,
+]
+
+
+def encode_cases(tok, corpus):
+    cases = []
+    for text in corpus:
+        e0 = tok.encode(text, add_special_tokens=False)
+        e1 = tok.encode(text, add_special_tokens=True)
+        cases.append({
+            "text": text,
+            "ids": e0.ids,
+            "ids_special": e1.ids,
+            "decoded": tok.decode(e1.ids, skip_special_tokens=False),
+            "decoded_skip": tok.decode(e1.ids, skip_special_tokens=True),
+        })
+    return cases
+
+
+def decode_cases(tok):
+    rng = random.Random(1234)
+    vs = tok.get_vocab_size(with_added_tokens=True)
+    lists = []
+    for _ in range(60):
+        lists.append([rng.randrange(vs) for _ in range(rng.randrange(1, 12))])
+    # byte-level pieces of multi-byte characters, cut and shuffled: invalid UTF-8
+    for s in ["中文", "😀", "é", "👨‍👩‍👧"]:
+        ids = tok.encode(s, add_special_tokens=False).ids
+        lists += [ids[:1], ids[1:], ids[::-1], ids + ids[:1]]
+    byte_ids = [tok.token_to_id(t) for t in ["<0xE4>", "<0xB8>", "<0xAD>", "<0x80>", "<0xFF>", "<0x41>"]]
+    if all(i is not None for i in byte_ids):
+        e4, b8, ad, x80, xff, a41 = byte_ids
+        lists += [[e4, b8, ad], [e4, b8], [e4, b8, a41], [x80], [xff, a41], [e4, x80, ad], [a41, e4]]
+    lists += [[], [vs + 5], [0, vs + 100, 1]]
+    return [{"ids": ids, "text": tok.decode(ids, skip_special_tokens=False),
+             "text_skip": tok.decode(ids, skip_special_tokens=True)} for ids in lists]
+
+
+def main():
+    names = sorted(f[: -len("-tokenizer.json")] for f in os.listdir(DATA) if f.endswith("-tokenizer.json"))
+    if not names:
+        sys.exit(f"no *-tokenizer.json in {DATA}")
+    for name in names:
+        tok = Tokenizer.from_file(os.path.join(DATA, f"{name}-tokenizer.json"))
+        out = {
+            "tokenizers_version": tokenizers.__version__,
+            "cases": encode_cases(tok, CORPUS + LONG),
+            "decode_cases": decode_cases(tok),
+        }
+        path = os.path.join(DATA, f"goldens-{name}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(out, f, ensure_ascii=True, indent=None, separators=(",", ":"))
+            f.write("\n")
+        print(f"{path}: {len(out['cases'])} texts, {len(out['decode_cases'])} decode cases")
+
+
+if __name__ == "__main__":
+    main()
