@@ -1,0 +1,261 @@
+// matmul_gpu_wgmma.cu — step01's Hopper GEMM (v9_wgmma_f16): what it takes to get near the
+// library on an H100/H200, where mma.sync (v8) cannot feed the tensor cores fast enough.
+//   * TMA (cp.async.bulk.tensor): one thread asks the copy engine for a whole 2D tile; it lands
+//     in shared memory already in the 128-byte swizzled layout the tensor cores read without
+//     bank conflicts, and out-of-range rows/columns arrive as zeros (no edge code in the loop).
+//   * mbarrier pipeline, 4 stages: "full[s]" completes when the copy engine has written stage s
+//     (transaction bytes), "empty[s]" when both consumer warpgroups have finished reading it.
+//   * warp specialization: warpgroup 0 is the producer (one thread issues TMA, the rest idle and
+//     give their registers away with setmaxnreg); warpgroups 1 and 2 are consumers that issue
+//     wgmma.mma_async m64n256k16 reading A and B straight from shared memory, accumulating a
+//     64x256 fp32 tile each in registers (128 per thread).
+// Block tile 128 (M) x 256 (N), k-tile 64. A (M,K) row-major is "K-major"; B (K,N) row-major is
+// "N-major" for wgmma (imm-trans-b = 1), stored as four 64-column swizzled slabs per stage.
+// Built only into the sm_90a code (arch 90 is compiled as sm_90a by the Makefile); everywhere
+// else the kernel body is empty and mm_wgmma_available() says 0. K and N must be multiples of
+// 8 (TMA row strides are multiples of 16 bytes): matmul_gpu.cu pads other shapes.
+#include <cuda.h>  // CUtensorMap and its enums only: the driver function is fetched at run time
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_check.h"
+#include "matmul_gpu_kernels.cuh"
+
+#define BM9 128
+#define BN9 256
+#define BK9 64
+#define ST9 4
+#define A_BYTES9 (BM9 * BK9 * 2)               // 16 KB: 128 rows of 128 bytes
+#define B_SLAB9 (BK9 * 64 * 2)                 // 8 KB: 64 k-rows of 64 columns (128 bytes)
+#define B_BYTES9 (4 * B_SLAB9)                 // 32 KB
+#define STAGE9 (A_BYTES9 + B_BYTES9)
+#define SMEM9 (ST9 * STAGE9 + 1024 + 2 * ST9 * 8)  // stages, alignment slack, barriers
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WGMMA_OK 1
+#else
+#define WGMMA_OK 0
+#endif
+
+__global__ void k_wgmma_probe(int *out) {
+#if WGMMA_OK
+    *out = 1;
+#endif
+}
+
+#if WGMMA_OK
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Wait until the phase with this parity has completed (a fresh barrier counts parity 1 as done).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+// One 2D tile (c0 = innermost coordinate) from global into shared memory, completing on bar.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+// Shared-memory matrix descriptor: start address, leading/stride byte offsets (all >> 4),
+// 128-byte swizzle (mode 1 in bits 62-63).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+// d (64x256 fp32 per warpgroup) += A (64x16, K-major) . B (16x256, N-major)
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, 1, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db));
+}
+#endif
+
+__global__ void __launch_bounds__(384, 1)
+    k_v9_wgmma(int M, int N, int K, const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+               __half *C) {
+#if WGMMA_OK
+    extern __shared__ unsigned char smem9_raw[];
+    // the 128-byte swizzle pattern repeats every 1024 bytes: stage buffers start 1024-aligned
+    uint32_t base = (uint32_t)__cvta_generic_to_shared(smem9_raw);
+    uint32_t tiles = (base + 1023) & ~1023u;
+    uint32_t bars = tiles + ST9 * STAGE9;  // full[ST9], then empty[ST9], 8 bytes each
+    int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    int bm = blockIdx.y * BM9, bn = blockIdx.x * BN9;
+    int nk = (K + BK9 - 1) / BK9;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST9; s++) {
+            mbar_init(bars + 8 * s, 1);               // full: the producer's expect_tx arrival
+            mbar_init(bars + 8 * (ST9 + s), 8);       // empty: one arrival per consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // ---- producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid == 0) {
+            for (int kt = 0; kt < nk; kt++) {
+                int s = kt % ST9;
+                uint32_t ph = (kt / ST9) & 1;
+                mbar_wait(bars + 8 * (ST9 + s), ph ^ 1);  // stage free (first round passes at once)
+                uint32_t full = bars + 8 * s, a = tiles + s * STAGE9, b = a + A_BYTES9;
+                mbar_expect_tx(full, STAGE9);  // the whole boxes count, zero-filled parts included
+                tma_load_2d(a, &tmA, kt * BK9, bm, full);
+#pragma unroll
+                for (int c = 0; c < 4; c++) tma_load_2d(b + c * B_SLAB9, &tmB, bn + c * 64, kt * BK9, full);
+            }
+        }
+    } else {  // ---- consumers: warpgroup 1 -> rows 0..63 of the tile, 2 -> rows 64..127
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        int cw = wg - 1, warp = tid / 32, lane = tid % 32;
+        float d[128];
+#pragma unroll
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        for (int kt = 0; kt < nk; kt++) {
+            int s = kt % ST9;
+            mbar_wait(bars + 8 * s, (kt / ST9) & 1);
+            uint32_t a = tiles + s * STAGE9 + cw * (64 * 128), b = tiles + s * STAGE9 + A_BYTES9;
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int kk = 0; kk < BK9 / 16; kk++) {
+                // A: 16 more k = 32 bytes further along each swizzled 128-byte row; 8-row groups 1024 B apart.
+                // B: 16 more k = 16 rows of 128 bytes; 64-column slabs B_SLAB9 apart (LBO), 8-row groups 1024 B (SBO).
+                uint64_t da = smem_desc(a + kk * 32, 16, 1024);
+                uint64_t db = smem_desc(b + kk * 16 * 128, B_SLAB9, 1024);
+                wgmma_m64n256k16(d, da, db);
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            // keep this k-tile's group in flight; the previous one is done -> release its stage
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (ST9 + (kt - 1) % ST9));
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        // d[4j + {0,1}]: row 16*warp + lane/4, cols 8j + 2*(lane%4) + {0,1}; d[4j + {2,3}]: row + 8
+        int r0 = bm + cw * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            int c = bn + 8 * j + 2 * (lane % 4);
+            if (c < N) {  // N is a multiple of 8 here, so c + 1 < N as well
+                if (r0 < M) *reinterpret_cast<__half2 *>(C + (size_t)r0 * N + c) = __floats2half2_rn(d[4 * j], d[4 * j + 1]);
+                if (r0 + 8 < M)
+                    *reinterpret_cast<__half2 *>(C + (size_t)(r0 + 8) * N + c) = __floats2half2_rn(d[4 * j + 2], d[4 * j + 3]);
+            }
+        }
+    }
+#endif
+}
+
+// ------------------------------------------------------------------ host side
+typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled lives in the driver (libcuda); asking the runtime for its address
+// avoids linking -lcuda.
+static EncodeTiledFn encode_fn(void) {
+    static EncodeTiledFn fn = NULL;
+    if (!fn) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+#if CUDART_VERSION >= 12050
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+#else
+        CUDA_CHECK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &q));
+#endif
+        if (!p || q != cudaDriverEntryPointSuccess) {
+            fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
+            exit(1);
+        }
+        fn = (EncodeTiledFn)p;
+    }
+    return fn;
+}
+
+// A 2D row-major fp16 matrix (rows, cols) read in boxes of box_rows x 64 columns (128 bytes,
+// the 128-byte swizzle span); out-of-range elements read as zero.
+static void make_map(CUtensorMap *m, const void *ptr, int rows, int cols, int box_rows) {
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)cols * 2};  // bytes between rows; must be a multiple of 16
+    cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+    cuuint32_t estr[2] = {1, 1};
+    CUresult r = encode_fn()(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)ptr, dims, strides, box, estr,
+                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "cuTensorMapEncodeTiled failed (%d) for a %dx%d matrix\n", (int)r, rows, cols);
+        exit(1);
+    }
+}
+
+int mm_wgmma_available(void) {
+    static int avail = -1;
+    if (avail < 0) {
+        int *d, h = 0;
+        CUDA_CHECK(cudaMalloc(&d, sizeof(int)));
+        CUDA_CHECK(cudaMemset(d, 0, sizeof(int)));
+        k_wgmma_probe<<<1, 1>>>(d);
+        CUDA_CHECK_LAST();
+        CUDA_CHECK(cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaFree(d));
+        avail = h;
+    }
+    return avail;
+}
+
+void mm_v9_wgmma_f16(const MmArgs *a) {
+    // Tensor maps are encoded on the host; keep the last pair so timed repeats do not redo it.
+    static CUtensorMap mA, mB;
+    static MmArgs last = {0, 0, 0, NULL, NULL, NULL};
+    static bool attr = false;
+    if (a->K % 8 || a->N % 8) {
+        fprintf(stderr, "v9_wgmma_f16: K and N must be multiples of 8 (got K=%d N=%d)\n", a->K, a->N);
+        exit(1);
+    }
+    if (!attr) {
+        CUDA_CHECK(cudaFuncSetAttribute(k_v9_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM9));
+        attr = true;
+    }
+    if (a->A != last.A || a->B != last.B || a->M != last.M || a->N != last.N || a->K != last.K) {
+        make_map(&mA, a->A, a->M, a->K, BM9);  // A (M, K): boxes of 128 rows x 64 k
+        make_map(&mB, a->B, a->K, a->N, BK9);  // B (K, N): boxes of 64 k-rows x 64 columns
+        last = *a;
+    }
+    dim3 grid((a->N + BN9 - 1) / BN9, (a->M + BM9 - 1) / BM9);
+    k_v9_wgmma<<<grid, 384, SMEM9>>>(a->M, a->N, a->K, mA, mB, (__half *)a->C);
+    CUDA_CHECK_LAST();
+}
