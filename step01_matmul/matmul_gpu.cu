@@ -14,7 +14,7 @@
 //   v6_warptiled     + warp tiling (conflict-free fragment loads), double-buffered shared memory
 //                    with register prefetch of the next tile: one barrier per k-tile
 // Tensor cores (matmul_gpu_tc.cu, matmul_gpu_wgmma.cu): cublas_hgemm, v7_wmma_f16, v8_mma_f16,
-// v9_wgmma_f16, cublas_bf16, v8_mma_bf16.
+// v9_wgmma_f16, cublas_bf16, v8_mma_bf16, v9_wgmma_bf16.
 // Shapes: every kernel is correct for any M, N, K >= 1. Edge tiles are guarded; the float4
 // paths run only when the shape is a multiple of the tile (else the guarded scalar path runs).
 // The mma/wgmma versions need K and N multiples of 8 (16-byte rows); for other shapes the
@@ -401,6 +401,7 @@ static const VersionImpl versions[] = {
     {{10, "v9_wgmma_f16", MM_F16, 0, 90, 90, "Hopper: TMA + mbarrier pipeline, producer/consumer warpgroups, wgmma"}, mm_v9_wgmma_f16, 1},
     {{11, "cublas_bf16", MM_BF16, 1, 80, 0, "cuBLAS GemmEx bf16 in/out, fp32 compute: the bf16 baseline"}, mm_cublas_bf16, 0},
     {{12, "v8_mma_bf16", MM_BF16, 0, 80, 0, "v8 with bf16 inputs (same kernel template)"}, mm_v8_mma_bf16, 1},
+    {{13, "v9_wgmma_bf16", MM_BF16, 0, 90, 90, "v9 with bf16 inputs (same kernel template)"}, mm_v9_wgmma_bf16, 1},
 };
 static const int nversions = (int)(sizeof versions / sizeof versions[0]);
 

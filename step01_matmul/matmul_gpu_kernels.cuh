@@ -24,5 +24,6 @@ int mm_tc_compiled_arch(void);
 
 // matmul_gpu_wgmma.cu: Hopper wgmma + TMA; K % 8 == 0 and N % 8 == 0 (TMA strides), padded by caller.
 void mm_v9_wgmma_f16(const MmArgs *a);
+void mm_v9_wgmma_bf16(const MmArgs *a);
 // 1 if this binary carries sm_90a code for the wgmma kernel and it runs on this device.
 int mm_wgmma_available(void);

@@ -15,6 +15,7 @@
 // else the kernel body is empty and mm_wgmma_available() says 0. K and N must be multiples of
 // 8 (TMA row strides are multiples of 16 bytes): matmul_gpu.cu pads other shapes.
 #include <cuda.h>  // CUtensorMap and its enums only: the driver function is fetched at run time
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -78,7 +79,7 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
            ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 // d (64x256 fp32 per warpgroup) += A (64x16, K-major) . B (16x256, N-major)
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, uint64_t db) {
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, uint64_t db, const __half *) {
     asm volatile(
         "{\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
@@ -103,11 +104,40 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, u
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(da), "l"(db));
 }
+// the same with bf16 inputs
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, uint64_t db, const __nv_bfloat16 *) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, 1, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db));
+}
+__device__ __forceinline__ __half2 pack2(float x, float y, const __half *) { return __floats2half2_rn(x, y); }
+__device__ __forceinline__ __nv_bfloat162 pack2(float x, float y, const __nv_bfloat16 *) { return __floats2bfloat162_rn(x, y); }
 #endif
 
+template <typename T>
 __global__ void __launch_bounds__(384, 1)
     k_v9_wgmma(int M, int N, int K, const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-               __half *C) {
+               T *C) {
 #if WGMMA_OK
     extern __shared__ unsigned char smem9_raw[];
     // the 128-byte swizzle pattern repeats every 1024 bytes: stage buffers start 1024-aligned
@@ -157,7 +187,7 @@ __global__ void __launch_bounds__(384, 1)
                 // B: 16 more k = 16 rows of 128 bytes; 64-column slabs B_SLAB9 apart (LBO), 8-row groups 1024 B (SBO).
                 uint64_t da = smem_desc(a + kk * 32, 16, 1024);
                 uint64_t db = smem_desc(b + kk * 16 * 128, B_SLAB9, 1024);
-                wgmma_m64n256k16(d, da, db);
+                wgmma_m64n256k16(d, da, db, (const T *)0);
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             // keep this k-tile's group in flight; the previous one is done -> release its stage
@@ -171,9 +201,9 @@ __global__ void __launch_bounds__(384, 1)
         for (int j = 0; j < 32; j++) {
             int c = bn + 8 * j + 2 * (lane % 4);
             if (c < N) {  // N is a multiple of 8 here, so c + 1 < N as well
-                if (r0 < M) *reinterpret_cast<__half2 *>(C + (size_t)r0 * N + c) = __floats2half2_rn(d[4 * j], d[4 * j + 1]);
+                if (r0 < M) *reinterpret_cast<decltype(pack2(0, 0, C)) *>(C + (size_t)r0 * N + c) = pack2(d[4 * j], d[4 * j + 1], C);
                 if (r0 + 8 < M)
-                    *reinterpret_cast<__half2 *>(C + (size_t)(r0 + 8) * N + c) = __floats2half2_rn(d[4 * j + 2], d[4 * j + 3]);
+                    *reinterpret_cast<decltype(pack2(0, 0, C)) *>(C + (size_t)(r0 + 8) * N + c) = pack2(d[4 * j + 2], d[4 * j + 3], C);
             }
         }
     }
@@ -206,14 +236,14 @@ static EncodeTiledFn encode_fn(void) {
     return fn;
 }
 
-// A 2D row-major fp16 matrix (rows, cols) read in boxes of box_rows x 64 columns (128 bytes,
+// A 2D row-major 16-bit matrix (rows, cols) read in boxes of box_rows x 64 columns (128 bytes,
 // the 128-byte swizzle span); out-of-range elements read as zero.
-static void make_map(CUtensorMap *m, const void *ptr, int rows, int cols, int box_rows) {
+static void make_map(CUtensorMap *m, CUtensorMapDataType dt, const void *ptr, int rows, int cols, int box_rows) {
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)cols * 2};  // bytes between rows; must be a multiple of 16
     cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
     cuuint32_t estr[2] = {1, 1};
-    CUresult r = encode_fn()(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)ptr, dims, strides, box, estr,
+    CUresult r = encode_fn()(m, dt, 2, (void *)ptr, dims, strides, box, estr,
                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
@@ -237,25 +267,28 @@ int mm_wgmma_available(void) {
     return avail;
 }
 
-void mm_v9_wgmma_f16(const MmArgs *a) {
+template <typename T>
+static void launch_v9(const MmArgs *a, CUtensorMapDataType dt, const char *name) {
     // Tensor maps are encoded on the host; keep the last pair so timed repeats do not redo it.
     static CUtensorMap mA, mB;
     static MmArgs last = {0, 0, 0, NULL, NULL, NULL};
     static bool attr = false;
     if (a->K % 8 || a->N % 8) {
-        fprintf(stderr, "v9_wgmma_f16: K and N must be multiples of 8 (got K=%d N=%d)\n", a->K, a->N);
+        fprintf(stderr, "%s: K and N must be multiples of 8 (got K=%d N=%d)\n", name, a->K, a->N);
         exit(1);
     }
     if (!attr) {
-        CUDA_CHECK(cudaFuncSetAttribute(k_v9_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM9));
+        CUDA_CHECK(cudaFuncSetAttribute(k_v9_wgmma<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM9));
         attr = true;
     }
     if (a->A != last.A || a->B != last.B || a->M != last.M || a->N != last.N || a->K != last.K) {
-        make_map(&mA, a->A, a->M, a->K, BM9);  // A (M, K): boxes of 128 rows x 64 k
-        make_map(&mB, a->B, a->K, a->N, BK9);  // B (K, N): boxes of 64 k-rows x 64 columns
+        make_map(&mA, dt, a->A, a->M, a->K, BM9);  // A (M, K): boxes of 128 rows x 64 k
+        make_map(&mB, dt, a->B, a->K, a->N, BK9);  // B (K, N): boxes of 64 k-rows x 64 columns
         last = *a;
     }
     dim3 grid((a->N + BN9 - 1) / BN9, (a->M + BM9 - 1) / BM9);
-    k_v9_wgmma<<<grid, 384, SMEM9>>>(a->M, a->N, a->K, mA, mB, (__half *)a->C);
+    k_v9_wgmma<T><<<grid, 384, SMEM9>>>(a->M, a->N, a->K, mA, mB, (T *)a->C);
     CUDA_CHECK_LAST();
 }
+void mm_v9_wgmma_f16(const MmArgs *a) { launch_v9<__half>(a, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, "v9_wgmma_f16"); }
+void mm_v9_wgmma_bf16(const MmArgs *a) { launch_v9<__nv_bfloat16>(a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, "v9_wgmma_bf16"); }
