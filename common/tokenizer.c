@@ -676,9 +676,11 @@ static void model_word(Tokenizer *t, const char *s, size_t n, TokIds *out) {
         CacheEnt *e = &t->cache[i];
         if (e->klen == 0) break;
         if (e->h == h && e->klen == n && memcmp(t->ckeys.p + e->koff, s, n) == 0) {
-            ids_reserve(out, e->nids);
-            memcpy(out->ids + out->n, t->cids.ids + e->ioff, e->nids * sizeof(int32_t));
-            out->n += e->nids;
+            if (e->nids) {
+                ids_reserve(out, e->nids);
+                memcpy(out->ids + out->n, t->cids.ids + e->ioff, e->nids * sizeof(int32_t));
+                out->n += e->nids;
+            }
             return;
         }
     }
@@ -697,9 +699,11 @@ static void model_word(Tokenizer *t, const char *s, size_t n, TokIds *out) {
     e->ioff = (uint32_t)t->cids.n;
     e->nids = (uint16_t)m;
     buf_put(&t->ckeys, s, n);
-    ids_reserve(&t->cids, m);
-    memcpy(t->cids.ids + t->cids.n, out->ids + base, m * sizeof(int32_t));
-    t->cids.n += m;
+    if (m) {
+        ids_reserve(&t->cids, m);
+        memcpy(t->cids.ids + t->cids.n, out->ids + base, m * sizeof(int32_t));
+        t->cids.n += m;
+    }
     t->cache_n++;
 }
 
@@ -1070,7 +1074,7 @@ static const char *stream_emit(TokStream *s, size_t *len, int force) {
     int held = s->text_n >= 3 && memcmp(s->text + s->text_n - 3, REPLACEMENT, 3) == 0;
     if (held && !force) return "";
     size_t from = s->prefix_n;
-    if (s->text_n < from || memcmp(s->text, s->prefix, from) != 0) {
+    if (s->text_n < from || (from && memcmp(s->text, s->prefix, from) != 0)) {
         // An invalid byte run turned text already emitted into U+FFFD; it cannot be taken
         // back, so continue after the common part (at a character boundary).
         from = 0;
