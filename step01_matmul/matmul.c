@@ -434,6 +434,14 @@ int main(int argc, char **argv) {
     if (o.do_cpu) failures += run_cpu(t, &o, &ce, &rng);
     if (do_gpu) failures += run_gpu(t, &o, &ce, &rng);
 
+    for (int r = 0; r < table_nrows(t); r++)
+        if (table_get_num(t, r, "pct_of_peak") > 100.0) {
+            table_meta(t, "peak_warning",
+                       "a version ran faster than the 'peak' in %s, so that file's number is not this device's "
+                       "ceiling (roofline --quick measures the library GEMM at a smaller size): rerun "
+                       "build/bin/roofline without --quick", ceilings_path());
+            break;
+        }
     table_print(t, fmt, stdout);
     table_free(t);
     if (failures) fprintf(stderr, "matmul: %d version(s) FAILED validation\n", failures);
