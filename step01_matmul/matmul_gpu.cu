@@ -32,7 +32,7 @@
 //   v5_vectorized     3.801   36.162   71.3   float4 loads, fewer instructions per FMA
 //   v6_warptiled      3.109   44.209   87.1   no bank conflicts, loads overlapped with math
 //   cublas_hgemm      0.190  723.363  100.0
-//   v7_wmma_f16       1.160  118.434   16.4   tensor cores, but loads and math never overlap
+//   v7_wmma_f16       1.160  118.434   16.4   tensor cores; in a block, loads and math alternate
 //   v8_mma_f16        0.445  309.068   42.7   pipelined, yet mma.sync is not Hopper's fast path
 //   v9_wgmma_f16      0.207  664.907   91.9   TMA + wgmma: the Hopper way
 //   cublas_bf16       0.186  740.065  100.0
