@@ -6,7 +6,9 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "step01_matmul/accounting.h"
 #include "hf_config.h"
@@ -181,4 +183,42 @@ Test(step01, account_cli_json) {
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s/account --preset no-such-model >/dev/null 2>&1", BUILD_BIN_DIR);
     cr_expect_neq(system(cmd), 0, "an unknown preset must fail");
+}
+
+// roofline: the CPU half runs, every ceiling it reports is positive and finite, and the saved
+// ceilings file round-trips (a temporary path, so the real build/ceilings.json is untouched).
+Test(step01, roofline_cpu_measures_and_saves_ceilings, .timeout = 120) {
+    char dir[] = "/tmp/roofline_test_XXXXXX", path[256], cmd[1024];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ceilings.json", dir);
+    snprintf(cmd, sizeof cmd, "LLM_CEILINGS=%s %s/roofline --device cpu --quick --reps 2 --json 2>/dev/null", path,
+             BUILD_BIN_DIR);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = 0;
+    cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+    json_error_t e;
+    json_t *j = json_loads(buf, 0, &e);
+    cr_assert_not_null(j, "not JSON: %s", e.text);
+    json_t *rows = json_object_get(j, "rows"), *r;
+    size_t i;
+    int scans = 0;
+    json_array_foreach(rows, i, r) {
+        const char *test = json_string_value(json_object_get(r, "test"));
+        double ms = json_number_value(json_object_get(r, "ms"));
+        cr_expect(ms > 0 && isfinite(ms), "%s: ms = %g", test, ms);
+        if (strstr(test, "batch scan")) scans++;
+    }
+    cr_expect_geq(scans, 4, "the batch scan must have rows");
+    json_decref(j);
+    j = json_load_file(path, 0, &e);
+    cr_assert_not_null(j, "%s was not written", path);
+    cr_expect_gt(json_number_value(json_object_get(j, "cpu_copy_gbps")), 0.1);
+    cr_expect_gt(json_number_value(json_object_get(j, "cpu_sgemm_gflops")), 0.1);
+    cr_expect_gt(json_number_value(json_object_get(j, "cpu_fp32_gflops")), 0.1);
+    json_decref(j);
+    unlink(path);
+    rmdir(dir);
 }
