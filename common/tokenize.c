@@ -2,7 +2,9 @@
 //   build/bin/tokenize --tokenizer tests/data/tokenizers/qwen3-tokenizer.json --text "你好, world"
 //   build/bin/tokenize --tokenizer T.json --file notes.txt --add-special --json   # {"ids": [...], ...}
 //   build/bin/tokenize --tokenizer T.json --decode 9707,11,1879 [--skip-special]
-//   build/bin/tokenize --tokenizer T.json --file corpus.txt --bench [--seconds 3]
+//   build/bin/tokenize --tokenizer T.json --file corpus.txt --bench [--seconds 3] [--docs 4096]
+// --bench --docs N encodes the file as documents: cut after the first '\n' at or past every
+// N bytes (tools/bench_tokenizer.py cuts the same way for HF).
 // --file takes the file's bytes exactly as they are (no newline is stripped). Text that is
 // not valid UTF-8 is refused with the offset of the first bad byte.
 #include <errno.h>
@@ -18,7 +20,7 @@
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: tokenize --tokenizer FILE (--text S | --file F) [--add-special] [--json] [--bench [--seconds S]]\n"
+            "usage: tokenize --tokenizer FILE (--text S | --file F) [--add-special] [--json] [--bench [--seconds S] [--docs N]]\n"
             "       tokenize --tokenizer FILE --decode 1,2,3 [--skip-special] [--json]\n");
     exit(2);
 }
@@ -61,6 +63,7 @@ int main(int argc, char **argv) {
     const char *tok_path = NULL, *text = NULL, *file = NULL, *decode = NULL;
     int add_special = 0, json = 0, bench = 0, skip_special = 0;
     double seconds = 2.0;
+    long docs = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
@@ -68,6 +71,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--file") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(a, "--decode") && i + 1 < argc) decode = argv[++i];
         else if (!strcmp(a, "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
+        else if (!strcmp(a, "--docs") && i + 1 < argc) docs = atol(argv[++i]);
         else if (!strcmp(a, "--add-special")) add_special = 1;
         else if (!strcmp(a, "--skip-special")) skip_special = 1;
         else if (!strcmp(a, "--json")) json = 1;
@@ -130,10 +134,25 @@ int main(int argc, char **argv) {
         double times[1000];
         int reps = 0;
         double start = now_sec();
+        size_t ndocs = 0;
         while (reps < 1000 && (reps < 3 || now_sec() - start < seconds)) {
             TokIds r = {0};
             double a = now_sec();
-            tokenizer_encode(t, text, len, add_special, &r);
+            if (docs <= 0) {
+                tokenizer_encode(t, text, len, add_special, &r);
+                ndocs = 1;
+            } else {
+                ndocs = 0;
+                for (size_t d = 0; d < len;) {
+                    size_t e = d + (size_t)docs < len ? d + (size_t)docs : len;
+                    const char *nl = memchr(text + e, '\n', len - e);
+                    e = nl ? (size_t)(nl - text) + 1 : len;
+                    r.n = 0;  // one document's ids at a time, as a server would
+                    if (tokenizer_encode(t, text + d, e - d, add_special, &r) != 0) die("%s", tokenizer_error(t));
+                    ndocs++;
+                    d = e;
+                }
+            }
             times[reps++] = now_sec() - a;
             tokids_free(&r);
         }
@@ -143,6 +162,7 @@ int main(int argc, char **argv) {
         table_meta(tb, "tokenizer", "%s", tok_path);
         table_meta(tb, "input", "%s", file ? file : "--text");
         table_col(tb, "bytes", "%.0f");
+        table_col(tb, "docs", "%.0f");
         table_col(tb, "tokens", "%.0f");
         table_col(tb, "reps", "%.0f");
         table_col(tb, "median_ms", "%.3f");
@@ -150,6 +170,7 @@ int main(int argc, char **argv) {
         table_col(tb, "load_ms", "%.1f");
         table_row(tb);
         table_num(tb, "bytes", (double)len);
+        table_num(tb, "docs", (double)ndocs);
         table_num(tb, "tokens", (double)ids.n);
         table_num(tb, "reps", reps);
         table_num(tb, "median_ms", med * 1e3);

@@ -307,6 +307,9 @@ struct Tokenizer {
     DecStep dec[MAX_STEPS];
     int n_dec, has_decoder;
     int byte_level, byte_fallback, fuse_unk, ignore_merges;
+    // No token has "▁" after another character, so no merge can join "x" and a following
+    // "▁": cutting the text before such a "▁" changes no id. Checked on the vocabulary.
+    int meta_split;
     int32_t unk_id;
     int32_t byte_id[256];      // byte-level: id of each single byte
     int32_t fallback_id[256];  // id of "<0xNN>", -1 if absent
@@ -709,6 +712,8 @@ static void model_word(Tokenizer *t, const char *s, size_t n, TokIds *out) {
 
 // ================================================================ (3) pre-tokenizer
 
+#define META "\xE2\x96\x81"  // U+2581 "▁", SentencePiece's space
+
 static void pretok(Tokenizer *t, int k, const char *s, size_t n, TokIds *out);
 
 // Split (and ByteLevel's use_regex): HF's Pattern::find_matches over onig's find_iter, then
@@ -753,7 +758,20 @@ static void pre_split(Tokenizer *t, int k, const char *s, size_t n, TokIds *out)
 static void pretok(Tokenizer *t, int k, const char *s, size_t n, TokIds *out) {
     if (n == 0) return;  // HF drops empty pieces
     if (k == t->n_pre) {
-        model_word(t, s, n, out);
+        if (!t->meta_split) {
+            model_word(t, s, n, out);
+            return;
+        }
+        // SentencePiece-style text is one long word; cut it before each "▁" that follows
+        // another character (see meta_split) so that words hit the cache.
+        size_t a = 0;
+        for (size_t i = 1; i + 3 <= n; i++) {
+            if (memcmp(s + i, META, 3) == 0 && !(i >= 3 && memcmp(s + i - 3, META, 3) == 0)) {
+                model_word(t, s + a, i - a, out);
+                a = i;
+            }
+        }
+        model_word(t, s + a, n - a, out);
         return;
     }
     PreStep *p = &t->pre[k];
@@ -1674,6 +1692,16 @@ Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
             if (t->str[id].len == NO_SPAN) continue;
             Buf b = {(char *)A(t, t->str[id]), t->str[id].len, 0};
             if (byte_token(&b) >= 0) t->flags[id] |= TF_BYTE;
+        }
+    }
+    if (!rc && !t->byte_level && !t->ignore_merges) {
+        t->meta_split = vmap_get(t, META, 3) >= 0;
+        for (int32_t id = 0; id < t->n_ids && t->meta_split; id++) {
+            if (t->key[id].len == NO_SPAN) continue;
+            const char *k = A(t, t->key[id]);
+            size_t n = t->key[id].len, i = 0;
+            while (i + 3 <= n && memcmp(k + i, META, 3) == 0) i += 3;
+            if (i < n && memmem(k + i, n - i, META, 3)) t->meta_split = 0;
         }
     }
     if (!rc) rc = load_config(&L);

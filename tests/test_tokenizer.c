@@ -77,6 +77,10 @@ static void check_ids(const char *name) {
 
 Test(tokenizer, qwen3_ids_identical_to_hf) { check_ids("qwen3"); }
 Test(tokenizer, sp32k_ids_identical_to_hf) { check_ids("sp32k"); }
+// tiny: a byte-level tokenizer made by tools/make_tokenizer_goldens.py with what the real two
+// do not use: lstrip/rstrip/single_word/normalized added tokens, Replace, Split with a String
+// pattern and with Removed, ByteLevel add_prefix_space + GPT-2 regex, ignore_merges, BOS+EOS.
+Test(tokenizer, tiny_ids_identical_to_hf) { check_ids("tiny"); }
 
 // The heap merge (long words) and the O(n^2) merge (short words) must agree, with and
 // without the word cache: force every word through the heap, cache off.
@@ -92,7 +96,7 @@ Test(tokenizer, sp32k_small_merge_identical) {
 
 // Decode: the corpus ids and random / invalid-UTF-8 id lists decode to HF's exact text,
 // with and without skip_special_tokens; decode(encode(s)) == s wherever HF gives that.
-static void check_decode(const char *name) {
+static void check_decode(const char *name, size_t min_roundtrip) {
     Tokenizer *t = load(name);
     json_t *g = goldens(name), *c;
     size_t i, bad = 0, n = 0, roundtrip = 0;
@@ -143,13 +147,14 @@ static void check_decode(const char *name) {
     }
     cr_log_info("%s: %zu/%zu decodes identical to HF; %zu texts round-trip", name, n - bad, n, roundtrip);
     cr_assert_eq(bad, 0, "%s: %zu of %zu decodes differ from HF", name, bad, n);
-    cr_assert_gt(roundtrip, 50, "most of the corpus must round-trip");
+    cr_assert_geq(roundtrip, min_roundtrip, "%s: only %zu texts round-trip", name, roundtrip);
     json_decref(g);
     tokenizer_free(t);
 }
 
-Test(tokenizer, qwen3_decode_identical_to_hf) { check_decode("qwen3"); }
-Test(tokenizer, sp32k_decode_identical_to_hf) { check_decode("sp32k"); }
+Test(tokenizer, qwen3_decode_identical_to_hf) { check_decode("qwen3", 100); }
+Test(tokenizer, sp32k_decode_identical_to_hf) { check_decode("sp32k", 100); }
+Test(tokenizer, tiny_decode_identical_to_hf) { check_decode("tiny", 0); }  // add_prefix_space: " " comes back
 
 static int valid_utf8(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
@@ -208,6 +213,7 @@ static void check_stream(const char *name) {
 
 Test(tokenizer, qwen3_stream_decode_equals_decode) { check_stream("qwen3"); }
 Test(tokenizer, sp32k_stream_decode_equals_decode) { check_stream("sp32k"); }
+Test(tokenizer, tiny_stream_decode_equals_decode) { check_stream("tiny"); }
 
 // Streaming a Chinese character whose 3 bytes arrive as 3 tokens emits nothing until the
 // character is complete.

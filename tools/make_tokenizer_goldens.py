@@ -3,6 +3,8 @@
 
 Run once (needs `pip install tokenizers`; the C code and its tests never need Python):
     python3 tools/make_tokenizer_goldens.py
+Also writes tests/data/tokenizers/tiny-tokenizer.json, a small byte-level tokenizer trained here
+that uses the features the two real tokenizers do not (see build_tiny).
 Writes tests/data/tokenizers/goldens-<name>.json for each tokenizer in that directory:
     {"tokenizers_version": ..., "cases": [{"text", "ids", "ids_special", "decoded",
      "decoded_skip"}], "decode_cases": [{"ids", "text", "text_skip"}]}
@@ -176,7 +178,39 @@ def decode_cases(tok):
              "text_skip": tok.decode(ids, skip_special_tokens=True)} for ids in lists]
 
 
+TINY_EXTRA = [
+    " <|user|>  hi there <|user|>x", "a[MASK]b [MASK] c [MASK]", "say Hello world and hello world!",
+    "x  <sep>y<sep>", "Ünï and U\u0308n\u0131\u0308 forms", "``quoted`` text", "a||b||||c", "en--dash--es",
+    "12 345 6789", "<s> literal </s>", "hello   world", "hellohello world",
+]
+
+
+def build_tiny(path):
+    """A small byte-level tokenizer with the features the two real ones do not use:
+    lstrip/rstrip/single_word/normalized added tokens, Replace normalizer, Split with a String
+    pattern and with Removed, ByteLevel add_prefix_space + use_regex, ignore_merges, BOS+EOS."""
+    from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace("``", '"')])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\|\|"), behavior="removed"),
+        pre_tokenizers.Split("--", behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator([t for t in CORPUS + LONG + TINY_EXTRA if t] * 3, trainer)
+    tok.add_special_tokens([AddedToken("<|user|>", lstrip=True, rstrip=True), AddedToken("[MASK]", single_word=True),
+                            AddedToken("<sep>", lstrip=True)])
+    tok.add_tokens([AddedToken("hello world", normalized=True), AddedToken("Ünï", normalized=True)])
+    s, e = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", s), ("</s>", e)])
+    tok.save(path)
+
+
 def main():
+    build_tiny(os.path.join(DATA, "tiny-tokenizer.json"))
     names = sorted(f[: -len("-tokenizer.json")] for f in os.listdir(DATA) if f.endswith("-tokenizer.json"))
     if not names:
         sys.exit(f"no *-tokenizer.json in {DATA}")
@@ -184,7 +218,7 @@ def main():
         tok = Tokenizer.from_file(os.path.join(DATA, f"{name}-tokenizer.json"))
         out = {
             "tokenizers_version": tokenizers.__version__,
-            "cases": encode_cases(tok, CORPUS + LONG),
+            "cases": encode_cases(tok, CORPUS + LONG + TINY_EXTRA),
             "decode_cases": decode_cases(tok),
         }
         path = os.path.join(DATA, f"goldens-{name}.json")
