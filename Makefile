@@ -97,9 +97,9 @@ $(1)_MAINS := $$(addprefix $(1)/,$$(addsuffix .c,$$(PROGS_$(1))))
 $(1)_SRC := $$(filter-out $$($(1)_MAINS),$$(wildcard $(1)/*.c)) $$(if $$(filter 1,$$(HAVE_CUDA)),$$(wildcard $(1)/*.cu))
 $(LIB)/lib$(1).a: $$($(1)_SRC:%=$(OBJ)/%.o)
 ALL_PROGS += $$(addprefix $(BIN)/,$$(PROGS_$(1)))
-$(firstword $(subst _, ,$(1))) $(1): $$(addprefix $(BIN)/,$$(PROGS_$(1)))
+$(sort $(firstword $(subst _, ,$(1))) $(1)): $$(addprefix $(BIN)/,$$(PROGS_$(1)))
 	@echo "built $(1): $$(PROGS_$(1)) $$(if $$(filter 1,$$(HAVE_CUDA)),(CPU + CUDA),(CPU only: CUDA skipped, $$(CUDA_SKIP_REASON)))"
-.PHONY: $(firstword $(subst _, ,$(1))) $(1)
+.PHONY: $(sort $(firstword $(subst _, ,$(1))) $(1))
 $$(foreach p,$$(PROGS_$(1)),$$(eval $(BIN)/$$(p): $(OBJ)/$(1)/$$(p).c.o $$(ALL_LIBS)))
 endef
 $(foreach d,$(DIRS),$(eval $(call DIR_template,$(d))))
