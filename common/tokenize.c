@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "table.h"
@@ -135,6 +136,8 @@ int main(int argc, char **argv) {
         int reps = 0;
         double start = now_sec();
         size_t ndocs = 0;
+        struct timespec c0, c1;  // CPU time of this process: cpu/wall = 1.0 means one busy thread
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
         while (reps < 1000 && (reps < 3 || now_sec() - start < seconds)) {
             TokIds r = {0};
             double a = now_sec();
@@ -156,6 +159,9 @@ int main(int argc, char **argv) {
             times[reps++] = now_sec() - a;
             tokids_free(&r);
         }
+        double wall = now_sec() - start;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
         double med = median_d(times, reps);
         Table *tb = table_new("tokenizer encode throughput (single thread)");
         table_std_meta(tb);
@@ -167,6 +173,7 @@ int main(int argc, char **argv) {
         table_col(tb, "reps", "%.0f");
         table_col(tb, "median_ms", "%.3f");
         table_col(tb, "MB_per_s", "%.2f");
+        table_col(tb, "cpu_per_wall", "%.2f");
         table_col(tb, "load_ms", "%.1f");
         table_row(tb);
         table_num(tb, "bytes", (double)len);
@@ -175,6 +182,7 @@ int main(int argc, char **argv) {
         table_num(tb, "reps", reps);
         table_num(tb, "median_ms", med * 1e3);
         table_num(tb, "MB_per_s", (double)len / med / 1e6);
+        table_num(tb, "cpu_per_wall", cpu / wall);
         table_num(tb, "load_ms", load_s * 1e3);
         table_print(tb, outfmt_from_args(argc, argv), stdout);
         table_free(tb);

@@ -109,17 +109,20 @@ def main():
             hf_s, hf_cpu = bench_hf(tok, docs, args.seconds)
             out = subprocess.check_output([exe, "--tokenizer", tj, "--file", corpus_path, "--bench", "--docs", str(n),
                                            "--seconds", str(args.seconds), "--json"])
-            c_mbs = json.loads(out)["rows"][0]["MB_per_s"]
+            row = json.loads(out)["rows"][0]
+            c_mbs, c_cpu = row["MB_per_s"], row["cpu_per_wall"]
             hf_mbs = nbytes / hf_s / 1e6
-            rows.append((name, mode, len(docs), len(hf_ids), hf_mbs, hf_cpu, c_mbs, c_mbs / hf_mbs, hf_ids == c_ids))
+            rows.append((name, mode, len(docs), len(hf_ids), hf_mbs, hf_cpu, c_mbs, c_cpu, c_mbs / hf_mbs,
+                         hf_ids == c_ids))
     import tokenizers
     print(f"# corpus: {os.path.relpath(corpus_path, ROOT)} ({nbytes} bytes); HF tokenizers {tokenizers.__version__} "
           f"with RAYON_NUM_THREADS=1 vs build/bin/tokenize --bench; median of repeats over {args.seconds:.0f} s "
           f"after one warm-up; host {os.uname().nodename}, {os.cpu_count()} CPUs")
     print(f"{'tokenizer':<10} {'input':<11} {'docs':>5} {'tokens':>8} {'HF MB/s':>8} {'HF cpu/wall':>11} "
-          f"{'C MB/s':>8} {'C/HF':>6}  same ids")
-    for name, mode, nd, n, h, hc, c, r, same in rows:
-        print(f"{name:<10} {mode:<11} {nd:>5} {n:>8} {h:>8.2f} {hc:>11.2f} {c:>8.2f} {r:>6.2f}  {'yes' if same else 'NO'}")
+          f"{'C MB/s':>8} {'C cpu/wall':>10} {'C/HF':>6}  same ids")
+    for name, mode, nd, n, h, hc, c, cc, r, same in rows:
+        print(f"{name:<10} {mode:<11} {nd:>5} {n:>8} {h:>8.2f} {hc:>11.2f} {c:>8.2f} {cc:>10.2f} {r:>6.2f}  "
+              f"{'yes' if same else 'NO'}")
     if not all(r[-1] for r in rows):
         sys.exit("ids differ between C and HF on the bench corpus")
 
