@@ -325,6 +325,7 @@ struct Tokenizer {
     size_t cache_n;
     Buf ckeys;
     TokIds cids;
+    int search_err;  // an Oniguruma error during this encode
     char err[512];
 };
 
@@ -397,19 +398,23 @@ const char *tokenizer_piece(const Tokenizer *t, int32_t id) {
     return A(t, t->str[id]);
 }
 
-// Model lookup of a token string as written in tokenizer.json.
-static int32_t vocab_lookup(Tokenizer *t, const char *s, size_t n) {
+// Model lookup of a token string as written in tokenizer.json (scratch: a work buffer).
+static int32_t vocab_lookup_buf(const Tokenizer *t, const char *s, size_t n, Buf *scratch) {
     if (!t->byte_level) return vmap_get(t, s, n);
-    t->tmp.n = 0;
-    if (!bytelevel_to_raw(&t->tmp, s, n)) return vmap_get(t, s, n);
-    return vmap_get(t, t->tmp.p, t->tmp.n);
+    scratch->n = 0;
+    if (!bytelevel_to_raw(scratch, s, n)) return vmap_get(t, s, n);
+    return vmap_get(t, scratch->p, scratch->n);
 }
+static int32_t vocab_lookup(Tokenizer *t, const char *s, size_t n) { return vocab_lookup_buf(t, s, n, &t->tmp); }
 
 int32_t tokenizer_token_id(const Tokenizer *t, const char *piece) {
     size_t n = strlen(piece);
     for (int i = 0; i < t->n_added; i++)
         if (t->added[i].content.len == n && memcmp(A(t, t->added[i].content), piece, n) == 0) return t->added[i].id;
-    return vocab_lookup((Tokenizer *)t, piece, n);
+    Buf scratch = {0};
+    int32_t id = vocab_lookup_buf(t, piece, n, &scratch);
+    buf_free(&scratch);
+    return id;
 }
 
 // ================================================================ (2) normalizer
@@ -727,7 +732,11 @@ static void pre_split(Tokenizer *t, int k, const char *s, size_t n, TokIds *out)
         size_t ms, me;
         if (p->re) {
             int r = onig_search(p->re, us, end, us + last_end, end, p->region, ONIG_OPTION_NONE);
-            if (r < 0) break;  // ONIG_MISMATCH
+            if (r == ONIG_MISMATCH) break;
+            if (r < 0) {  // e.g. a backtracking limit: HF would panic; we report it
+                if (!t->search_err) t->search_err = r;
+                break;
+            }
             ms = (size_t)p->region->beg[0];
             me = (size_t)p->region->end[0];
         } else {
@@ -885,11 +894,20 @@ int tokenizer_encode(Tokenizer *t, const char *text, size_t len, int add_special
         }
         i += (size_t)l;
     }
+    size_t start = out->n;
+    t->search_err = 0;
     if (add_special) {
         ids_reserve(out, t->tmpl_pre.n);
         for (size_t i = 0; i < t->tmpl_pre.n; i++) out->ids[out->n++] = t->tmpl_pre.ids[i];
     }
     if (len) split_added(t, text, len, 0, out);
+    if (t->search_err) {
+        UChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+        onig_error_code_to_str(msg, t->search_err);
+        snprintf(t->err, sizeof t->err, "pre-tokenizer regex search failed: %s", (const char *)msg);
+        out->n = start;
+        return -1;
+    }
     if (add_special) {
         ids_reserve(out, t->tmpl_post.n);
         for (size_t i = 0; i < t->tmpl_post.n; i++) out->ids[out->n++] = t->tmpl_post.ids[i];
