@@ -181,12 +181,23 @@ FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=a
 build/fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c common/tokenizer.c common/check.c common/tokenizer.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ $(PKG_LIBS) -lpthread -lm
-fuzz: build/fuzz/fuzz_tokenizer
+build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c common/safetensors.c common/safetensors.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ $(PKG_LIBS) -lpthread -lm
+# FUZZ_TARGETS picks which to run: make fuzz FUZZ_TARGETS=safetensors (default: all of them).
+FUZZ_TARGETS ?= tokenizer safetensors
+fuzz: $(addprefix fuzz-,$(FUZZ_TARGETS))
+fuzz-tokenizer: build/fuzz/fuzz_tokenizer
 	@mkdir -p build/fuzz/corpus
 	build/fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/seeds
+# The safetensors seeds (small valid files) and dictionary are written by the fuzzer binary.
+fuzz-safetensors: build/fuzz/fuzz_safetensors
+	@mkdir -p build/fuzz/corpus_safetensors build/fuzz/seeds_safetensors
+	FUZZ_WRITE_SEEDS=build/fuzz/seeds_safetensors build/fuzz/fuzz_safetensors
+	build/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 -artifact_prefix=build/fuzz/safetensors- -dict=build/fuzz/seeds_safetensors.dict build/fuzz/corpus_safetensors build/fuzz/seeds_safetensors
 
 FORCE:
-.PHONY: all check test demo deps clean fuzz bench-h200 FORCE
+.PHONY: all check test demo deps clean fuzz fuzz-tokenizer fuzz-safetensors bench-h200 FORCE
 .SECONDARY:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
