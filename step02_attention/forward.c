@@ -1,0 +1,237 @@
+// forward.c — run the forward pass of a Hugging Face checkpoint on a prompt: logits of every
+// position, the top-5 next tokens, and (with --reps) the prefill time against step01's FLOPs.
+//
+//   build/bin/forward --model tests/data/models/llama_gqa_f32 --ids 1,2,3
+//   build/bin/forward --model DIR --ids-npy prompt.npy --device cuda --logits-out logits.npy --json
+//   build/bin/forward --model /tmp/llama8b --device cuda --random-ids 2048 --reps 10 --ceiling-tflops 753
+//
+// What it teaches: prefill is T tokens through every layer at once, so its work is
+// (2 x matmul params) x T FLOPs for the weights plus a T^2 attention term (step01's
+// account_flops); --reps times it (validate first: a forward that does not match the goldens
+// is not worth timing, see tests/test_step02_attention.c).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "step01_matmul/ceilings.h"
+#include "check.h"
+#include "forward.h"
+#include "gpu.h"
+#include "model.h"
+#include "npy.h"
+#include "rng.h"
+#include "step01_matmul/accounting.h"
+#include "table.h"
+#include "timer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: forward --model DIR (--ids 1,2,3 | --ids-npy FILE | --random-ids T) [--device cpu|cuda]\n"
+            "               [--logits-out FILE.npy] [--reps N] [--ceiling-tflops X] [--seed S] [--json | --csv]\n"
+            "  --model       a Hugging Face directory: config.json + model.safetensors (or a sharded index)\n"
+            "  --ids         the prompt as token ids; --ids-npy reads them from an int .npy; --random-ids T\n"
+            "                draws T random ids (seed --seed) for timing\n"
+            "  --device      cpu (fp32 reference) or cuda (default: cuda when a GPU is usable, else cpu)\n"
+            "  --logits-out  write the logits of every position, float32 (T, vocab)\n"
+            "  --reps N      after the checked run, time N more forwards (median) and report TFLOP/s\n"
+            "  --ceiling-tflops  the peak to compare with (default: build/ceilings.json from build/bin/roofline)\n"
+            "  --json/--csv  the top-5 of every position; text prints the last position only\n");
+}
+
+static int *parse_ids(const char *s, int *T) {
+    int cap = 16, n = 0;
+    int *ids = xmalloc((size_t)cap * sizeof(int));
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 0x7fffffff) die("--ids: cannot read a token id at \"%s\"", p);
+        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int));
+        if (!ids) die("out of memory");
+        ids[n++] = (int)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) die("--ids: expected a comma at \"%s\"", p);
+    }
+    if (n == 0) die("--ids: empty");
+    *T = n;
+    return ids;
+}
+
+static int *load_ids_npy(const char *path, int *T) {
+    NpyArray a;
+    if (npy_load(path, &a) != 0) die("--ids-npy: cannot read %s", path);
+    if (a.count < 1) die("--ids-npy: %s is empty", path);
+    int *ids = xmalloc(a.count * sizeof(int));
+    for (size_t i = 0; i < a.count; i++) {
+        if (!strcmp(a.dtype, "<i4")) ids[i] = ((const int32_t *)a.data)[i];
+        else if (!strcmp(a.dtype, "<i8")) ids[i] = (int)((const int64_t *)a.data)[i];
+        else die("--ids-npy: %s has dtype %s, expected an int32/int64 array", path, a.dtype);
+    }
+    *T = (int)a.count;
+    npy_free(&a);
+    return ids;
+}
+
+int main(int argc, char **argv) {
+    const char *model_dir = NULL, *ids_arg = NULL, *ids_npy = NULL, *device = NULL, *logits_out = NULL;
+    int random_T = 0, reps = 0;
+    double ceiling = 0;
+    unsigned long long seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const int more = i + 1 < argc;
+        if (!strcmp(a, "--model") && more) model_dir = argv[++i];
+        else if (!strcmp(a, "--ids") && more) ids_arg = argv[++i];
+        else if (!strcmp(a, "--ids-npy") && more) ids_npy = argv[++i];
+        else if (!strcmp(a, "--random-ids") && more) random_T = atoi(argv[++i]);
+        else if (!strcmp(a, "--device") && more) device = argv[++i];
+        else if (!strcmp(a, "--logits-out") && more) logits_out = argv[++i];
+        else if (!strcmp(a, "--reps") && more) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--ceiling-tflops") && more) ceiling = atof(argv[++i]);
+        else if (!strcmp(a, "--seed") && more) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--json") || !strcmp(a, "--csv")) continue;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            die("unknown or incomplete argument: %s", a);
+        }
+    }
+    if (!model_dir || (!ids_arg && !ids_npy && random_T < 1)) {
+        usage(stderr);
+        die("need --model and one of --ids / --ids-npy / --random-ids");
+    }
+    GpuInfo gi;
+    const int have_gpu = gpu_info(&gi) == 0;
+    if (!device) device = have_gpu ? "cuda" : "cpu";
+    const int use_cuda = !strcmp(device, "cuda");
+    if (!use_cuda && strcmp(device, "cpu")) die("--device must be cpu or cuda, not %s", device);
+    if (use_cuda && !have_gpu) die("--device cuda: %s", gi.reason);
+
+    char err[512];
+    ModelWeights w;
+    double t0 = now_sec();
+    if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
+    const ModelConfig *c = &w.cfg;
+    int T = 0;
+    int *ids;
+    if (ids_arg) ids = parse_ids(ids_arg, &T);
+    else if (ids_npy) ids = load_ids_npy(ids_npy, &T);
+    else {
+        T = random_T;
+        ids = xmalloc((size_t)T * sizeof(int));
+        Rng r;
+        rng_seed(&r, seed);
+        for (int t = 0; t < T; t++) ids[t] = (int)(rng_u32(&r) % (uint32_t)c->vocab);
+    }
+
+    CpuModel cm;
+    GpuModel *gm = NULL;
+    const char *how;
+    if (use_cuda) {
+        gm = gpu_model_load(&w, err, sizeof err);
+        if (!gm) die("%s: %s", model_dir, err);
+        how = gpu_model_describe(gm);
+    } else {
+        if (cpu_model_load(&w, &cm, err, sizeof err) != 0) die("%s: %s", model_dir, err);
+        how = "fp32 CPU reference (weights upcast to fp32, OpenBLAS projections, OpenMP attention)";
+    }
+    const double load_s = now_sec() - t0;
+
+    float *logits = xmalloc((size_t)T * c->vocab * sizeof(float));  // (T, vocab)
+    ForwardTimes ft;
+    int rc = use_cuda ? forward_cuda(gm, ids, T, logits, &ft) : forward_cpu(&cm, ids, T, logits, &ft);
+    if (rc) die("forward failed");
+    size_t nbad = 0;
+    for (size_t i = 0; i < (size_t)T * c->vocab; i++) nbad += !isfinite(logits[i]);
+    if (nbad) die("%zu logits are not finite", nbad);
+    if (logits_out) {
+        size_t shape[2] = {(size_t)T, (size_t)c->vocab};
+        if (npy_save_f32(logits_out, logits, 2, shape) != 0) die("cannot write %s", logits_out);
+    }
+
+    // Timing: median of reps forwards without the logits copy (it is not part of the prefill).
+    double med_ms = NAN, attn_ms = NAN;
+    Flops fl = account_flops(c, T);
+    if (reps > 0) {
+        double *tt = xmalloc((size_t)reps * sizeof(double)), *ta = xmalloc((size_t)reps * sizeof(double));
+        for (int r = 0; r < reps; r++) {
+            rc = use_cuda ? forward_cuda(gm, ids, T, NULL, &ft) : forward_cpu(&cm, ids, T, logits, &ft);
+            if (rc) die("forward failed");
+            tt[r] = ft.total_ms;
+            ta[r] = ft.attn_ms;
+        }
+        med_ms = median_d(tt, reps);
+        attn_ms = median_d(ta, reps);
+        free(tt);
+        free(ta);
+        if (ceiling <= 0) {
+            Ceilings ce;
+            if (ceilings_load(&ce) == 0) {
+                if (!use_cuda) ceiling = ce.cpu_sgemm_gflops / 1e3;
+                else if (!strcmp(c->torch_dtype, "float32") || w.layers[0].wq->dtype == ST_F32) ceiling = ce.gpu_sgemm_tflops;
+                else ceiling = w.layers[0].wq->dtype == ST_F16 ? ce.gpu_fp16_tflops : ce.gpu_bf16_tflops;
+            }
+        }
+    }
+
+    const OutFmt fmt = outfmt_from_args(argc, argv);
+    Table *tb = table_new("forward: top-5 next tokens");
+    table_std_meta(tb);
+    table_meta(tb, "model", "%s (%s, %d layers, d=%d, H=%d, KV=%d, hd=%d, ff=%d, vocab=%d, %s)", model_dir,
+               model_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim,
+               c->intermediate, c->vocab, st_dtype_name(w.layers[0].wq->dtype));
+    table_meta(tb, "device", "%s", use_cuda ? gi.name : "cpu");
+    if (use_cuda) table_meta(tb, "compute_capability", "%d.%d", gi.cc_major, gi.cc_minor);
+    table_meta(tb, "precision", "%s", how);
+    table_meta(tb, "tokens", "%d", T);
+    table_meta(tb, "load_s", "%.2f", load_s);
+    if (logits_out) table_meta(tb, "logits_out", "%s (float32, %d x %d)", logits_out, T, c->vocab);
+    if (reps > 0) {
+        double tflops = fl.prefill_total / (med_ms * 1e-3) / 1e12;
+        table_meta(tb, "prefill_ms", "%.3f (median of %d, %s)", med_ms, reps,
+                   use_cuda ? "CUDA events" : "wall clock");
+        table_meta(tb, "attention_ms", "%.3f (QK^T + causal softmax + PV, all layers)", attn_ms);
+        table_meta(tb, "prefill_flops", "%.4e (step01 account_flops: weights x T + causal attention)", fl.prefill_total);
+        table_meta(tb, "achieved_tflops", "%.2f", tflops);
+        if (ceiling > 0) table_meta(tb, "pct_of_ceiling", "%.1f%% of %.1f TFLOP/s", 100.0 * tflops / ceiling, ceiling);
+        else table_meta(tb, "pct_of_ceiling", "unknown (run build/bin/roofline or pass --ceiling-tflops)");
+        table_meta(tb, "tokens_per_s", "%.0f", T / (med_ms * 1e-3));
+        table_meta(tb, "scores_bytes_per_layer", "%.0f", ft.scores_bytes);
+    }
+    table_col(tb, "pos", "%.0f");
+    table_col(tb, "rank", "%.0f");
+    table_col(tb, "id", "%.0f");
+    table_col(tb, "logit", "%.5f");
+    table_col(tb, "logprob", "%.5f");
+    const int first = fmt == FMT_TEXT ? T - 1 : 0;
+    for (int t = first; t < T; t++) {
+        const float *row = logits + (size_t)t * c->vocab;
+        int top[5];
+        const int k = c->vocab < 5 ? c->vocab : 5;
+        forward_topk(row, c->vocab, k, top);
+        double lse = 0;  // log-sum-exp around the max, in double
+        for (int i = 0; i < c->vocab; i++) lse += exp((double)row[i] - row[top[0]]);
+        lse = log(lse) + row[top[0]];
+        for (int r = 0; r < k; r++) {
+            table_row(tb);
+            table_num(tb, "pos", t);
+            table_num(tb, "rank", r + 1);
+            table_num(tb, "id", top[r]);
+            table_num(tb, "logit", row[top[r]]);
+            table_num(tb, "logprob", row[top[r]] - lse);
+        }
+    }
+    table_print(tb, fmt, stdout);
+    table_free(tb);
+
+    free(logits);
+    free(ids);
+    if (gm) gpu_model_free(gm);
+    else cpu_model_free(&cm);
+    model_free(&w);
+    return 0;
+}
