@@ -87,6 +87,7 @@ static void matmul_v2_reordered(int M, int N, int K, const float *A, const float
 enum { V3_BM = 64, V3_BK = 128, V3_BN = 256 };
 
 static int imin(int a, int b) { return a < b ? a : b; }
+static int imax(int a, int b) { return a > b ? a : b; }
 
 static void matmul_v3_blocked(int M, int N, int K, const float *A, const float *B, float *C) {
     for (size_t i = 0; i < (size_t)M * N; i++) C[i] = 0.0f;
@@ -122,19 +123,24 @@ static void matmul_v3_blocked(int M, int N, int K, const float *A, const float *
 // 24 vfmadd231ps on zmm registers, with no stack traffic.
 //
 // Packing makes the micro-kernel's operands contiguous and in the exact order it reads them:
-//   Bp: a KC x NC block of B, stored as NR-wide column panels, each panel row-by-row
-//       (panel jp holds B[pc+p][jc+jp*NR+j] at Bp[jp*KC*NR + p*NR + j]); sized for the L2
-//       cache, shared by all threads, read once per MR rows of A.
+//   Bp: B cut into NR-wide column panels, each stored row by row, (K, NR) per panel:
+//       B[p][jp*NR + j] is at Bp[jp*K*NR + p*NR + j]. Packed once per call by all threads
+//       (for a huge B, one chunk of columns at a time), then only read.
 //   Ap: MR rows of A for the current kc, stored column by column (Ap[p*MR + i]); 18 KB,
-//       stays in L1 while the micro-kernel sweeps it across all NR panels of Bp.
+//       stays in L1 while the micro-kernel sweeps it across the NR panels of a tile.
 // Panels are zero-padded to full MR / NR, so the micro-kernel never needs a bounds check;
 // only the write-back of an edge tile stores the valid mr x nr part. This is what makes any
 // M, N, K work.
 //
-// Loops (outer to inner):  jc (NC cols of B/C) > pc (KC of K: pack Bp, all threads)
-//                          > ir (MR rows of A/C: pack Ap, split across threads) > jr (NR cols)
-// Threads split the rows of C (MR-row panels), so no two threads ever write the same element,
-// and each element is computed by the same operations whatever the number of threads.
+// Loops (outer to inner), for one MC x NC tile of C (a task):
+//   pc (KC rows of B: the KC x NC block of Bp in use, 768 KB, stays in the 1 MB L2)
+//   > ir (MR rows: pack Ap, L1) > jr (NR columns: the micro-kernel, C tile in registers)
+// Threads: tiles of C are handed out one at a time (OpenMP dynamic schedule). No two threads
+// write the same element of C, each element is computed by the same operations whatever the
+// number of threads, and the only waits are one after packing B and one at the end. Fewer
+// waits matter on a small shared machine: when another process takes a core for a time
+// slice, a thread waiting at a barrier is stuck; with per-block barriers (pack a KC x NC
+// block, barrier, compute, barrier) we measured v4 falling to a third of OpenBLAS under load.
 // ---------------------------------------------------------------------------------------
 
 // Register tile: NR = two SIMD vectors wide, MR rows, chosen so that the MR*NR/VL accumulators
@@ -147,10 +153,13 @@ enum { MR = 6, NR = 16 };  // 12 ymm accumulators + 2 B + 1 broadcast of 16 ymm 
 enum { MR = 4, NR = 8 };  // SSE2 and anything else: 8 accumulators of 16 128-bit registers
 #endif
 // Cache blocks (for a 32 KB L1 and a 1 MB L2 per core; KC = 256 or NC = 1024 measure within
-// a few percent): the packed A micro-panel, MR*KC floats (18 KB), stays in L1; the packed
-// B block, KC*NC floats (768 KB), stays in L2 and is streamed through L1 one NR-wide panel
-// (48 KB) per micro-kernel call.
-enum { KC = 384, NC = 512 };
+// a few percent): the packed A micro-panel, MR*KC floats (18 KB), stays in L1; the KC x NC
+// block of packed B in use (768 KB) stays in L2 and is streamed through L1 one NR-wide panel
+// (48 KB) per micro-kernel call. MC x NC is one task: 96 x 512 (about 1 ms on one core at
+// 1024^3) is small enough to balance two threads and big enough to reuse the B block 8 times.
+enum { KC = 384, NC = 512, MC = 96 };
+// The most of B packed at once (8 MB): all of it up to 1024 x 2048, else chunks of columns.
+#define BP_MAX_FLOATS ((size_t)2 << 20)
 
 // acc = Ap·Bp over kc steps, then C_tile = acc (first k block) or C_tile += acc.
 // mr x nr (<= MR x NR) is the part of the tile that lies inside C.
@@ -177,20 +186,13 @@ static void micro_kernel(int kc, const float *restrict a, const float *restrict 
     }
 }
 
-// Pack B[pc : pc+kc, jc : jc+nc] (row stride N) into NR-wide panels, zero-padded to NR.
-// Called inside the parallel region: the panels are shared out among the threads.
-static void pack_b(int kc, int nc, const float *B, int N, float *restrict Bp) {
-    const int npanels = (nc + NR - 1) / NR;
-#pragma omp for schedule(static)
-    for (int jp = 0; jp < npanels; jp++) {
-        const int j0 = jp * NR, nj = imin(NR, nc - j0);
-        float *restrict dst = Bp + (size_t)jp * kc * NR;
-        for (int p = 0; p < kc; p++) {
-            const float *src = B + (size_t)p * N + j0;
-            for (int j = 0; j < nj; j++) dst[p * NR + j] = src[j];
-            for (int j = nj; j < NR; j++) dst[p * NR + j] = 0.0f;
-        }
-    }  // implicit barrier: Bp is complete before anyone uses it
+// Pack columns [0, nr) of B (K rows, row stride N) into one panel (K, NR), zero-padded to NR.
+static void pack_b_panel(int K, int nr, const float *B, int N, float *restrict dst) {
+    for (int p = 0; p < K; p++) {
+        const float *src = B + (size_t)p * N;
+        for (int j = 0; j < nr; j++) dst[(size_t)p * NR + j] = src[j];
+        for (int j = nr; j < NR; j++) dst[(size_t)p * NR + j] = 0.0f;
+    }
 }
 
 // Pack A[i0 : i0+mr, pc : pc+kc] (row stride K) column by column, zero-padded to MR rows.
@@ -205,35 +207,49 @@ static void pack_a(int kc, int mr, const float *A, int K, float *restrict Ap) {
 
 static void matmul_v4_blocked_omp(int M, int N, int K, const float *A, const float *B,
                                   float *C) {
-    const int ncmax = imin(NC, N);
-    const size_t bp_floats = (size_t)KC * ((ncmax + NR - 1) / NR) * NR;
+    // Columns of B packed at once: all N if K x N fits in BP_MAX_FLOATS, else a multiple of NC.
+    int ncols = N;
+    if ((size_t)K * N > BP_MAX_FLOATS)
+        ncols = imax(1, (int)(BP_MAX_FLOATS / (size_t)K / NC)) * NC;
+    const size_t bp_floats = (size_t)K * ((imin(ncols, N) + NR - 1) / NR) * NR;
     // 64-byte aligned so that every NR-float row of a panel starts on a cache line
     float *Bp = aligned_alloc(64, bp_floats * sizeof(float));
-    if (!Bp) die("v4_blocked_omp: cannot allocate %zu bytes for the packed B block",
+    if (!Bp) die("v4_blocked_omp: cannot allocate %zu bytes for packed B",
                  bp_floats * sizeof(float));
-    const int mpanels = (M + MR - 1) / MR;
 
 #pragma omp parallel
     {
         _Alignas(64) float Ap[MR * KC];  // this thread's packed A micro-panel, (KC, MR)
-        for (int jc = 0; jc < N; jc += NC) {
-            const int nc = imin(NC, N - jc);
-            for (int pc = 0; pc < K; pc += KC) {
-                const int kc = imin(KC, K - pc);
-                pack_b(kc, nc, B + (size_t)pc * N + jc, N, Bp);
-                // dynamic: panels are handed out one at a time, so if a core is busy with
-                // something else the other thread takes over its share (on a shared 2-core
-                // machine this measured up to 1.2x faster than a static split under load).
+        for (int j0 = 0; j0 < N; j0 += ncols) {  // one chunk of columns (all, unless huge)
+            const int nch = imin(ncols, N - j0);
+            const int npanels = (nch + NR - 1) / NR;
 #pragma omp for schedule(dynamic, 1)
-                for (int ip = 0; ip < mpanels; ip++) {
-                    const int i0 = ip * MR, mr = imin(MR, M - i0);
-                    pack_a(kc, mr, A + (size_t)i0 * K + pc, K, Ap);
-                    for (int j0 = 0; j0 < nc; j0 += NR)
-                        micro_kernel(kc, Ap, Bp + (size_t)(j0 / NR) * kc * NR,
-                                     C + (size_t)i0 * N + jc + j0, N, mr, imin(NR, nc - j0),
-                                     pc == 0);
-                }  // implicit barrier: nobody repacks Bp while another thread still reads it
-            }
+            for (int jp = 0; jp < npanels; jp++)
+                pack_b_panel(K, imin(NR, nch - jp * NR), B + j0 + (size_t)jp * NR, N,
+                             Bp + (size_t)jp * K * NR);
+            // (implicit barrier: all of Bp is packed before anyone reads it)
+
+            // Tasks: MC x NC tiles of C, column-block-major so both threads share one B block.
+            const int mtiles = (M + MC - 1) / MC, ntiles = (nch + NC - 1) / NC;
+#pragma omp for schedule(dynamic, 1)
+            for (int t = 0; t < mtiles * ntiles; t++) {
+                const int ic = (t % mtiles) * MC, mc = imin(MC, M - ic);
+                const int jc = (t / mtiles) * NC, nc = imin(NC, nch - jc);
+                for (int pc = 0; pc < K; pc += KC) {
+                    const int kc = imin(KC, K - pc);
+                    for (int ir = 0; ir < mc; ir += MR) {
+                        const int mr = imin(MR, mc - ir);
+                        pack_a(kc, mr, A + (size_t)(ic + ir) * K + pc, K, Ap);
+                        for (int jr = 0; jr < nc; jr += NR) {
+                            // panel (jc + jr) / NR of Bp, rows pc .. pc + kc
+                            const float *bp =
+                                Bp + (size_t)((jc + jr) / NR) * K * NR + (size_t)pc * NR;
+                            float *c = C + (size_t)(ic + ir) * N + j0 + jc + jr;
+                            micro_kernel(kc, Ap, bp, c, N, mr, imin(NR, nc - jr), pc == 0);
+                        }
+                    }
+                }
+            }  // (implicit barrier: Bp is not repacked while a thread still reads it)
         }
     }
     free(Bp);

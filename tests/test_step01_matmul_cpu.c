@@ -45,12 +45,13 @@ typedef struct {
     int M, N, K;
 } Shape;
 
-// Odd shapes: degenerate (1x1x1, a single row / column), primes around the tile sizes of v3
-// (64/128/256) and v4 (MR 12, NR 32, KC 384, NC 512), K spanning several KC blocks, N spanning
-// several NC blocks, M spanning many MR panels split between threads.
+// Odd shapes: degenerate (1x1x1, a single row / column), sizes just off the tiles of v3
+// (64/128/256) and v4 (MR 12, NR 32, MC 96, KC 384, NC 512), K spanning several KC blocks,
+// N spanning several NC blocks, M spanning several MC tiles shared by the threads, and
+// K x N over v4's 2M-float packing limit (3x1100x2000: B packed in chunks of columns).
 static const Shape odd_shapes[] = {
-    {1, 1, 1},    {33, 1, 17},  {1, 33, 17},  {127, 129, 65}, {13, 37, 400},
-    {7, 1100, 45}, {130, 70, 800}, {29, 515, 3}, {65, 257, 129},
+    {1, 1, 1},      {33, 1, 17},   {1, 33, 17},  {127, 129, 65},  {13, 37, 400},
+    {7, 1100, 45},  {130, 70, 800}, {29, 515, 3}, {65, 257, 129}, {3, 1100, 2000},
 };
 
 // Inputs for one shape, filled fresh from a seed; C (and C_ref) to be filled by the caller.
@@ -127,7 +128,8 @@ Test(step01, reference_f64_is_exact_on_a_hand_computed_product) {
     const double want[2 * 2] = {58, 64, 139, 154};      // (2, 2)
     double C[4] = {NAN, NAN, NAN, NAN};
     matmul_ref_f64(2, 2, 3, A, B, C);
-    for (int i = 0; i < 4; i++) cr_expect_eq(C[i], want[i], "C[%d] = %g, want %g", i, C[i], want[i]);
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(C[i], want[i], "C[%d] = %g, want %g", i, C[i], want[i]);
 }
 
 Test(step01, cpu_versions_match_reference_on_odd_shapes) {
