@@ -98,7 +98,9 @@ void attention_cpu(const float *q, const float *k, const float *v, int T, int H,
     const int g = H / KV;  // query heads per kv head
     const size_t ldq = (size_t)H * hd, ldk = (size_t)KV * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel
+    // Threads only when there is enough work: a parallel region right after an OpenBLAS call
+    // can wait for OpenBLAS's own (spinning) threads, which costs more than a tiny attention.
+#pragma omp parallel if ((double)T * T * H * hd >= 1e6)
     {
         float *s = xmalloc((size_t)T * sizeof(float));  // one row of scores (fp32)
 #pragma omp for collapse(2) schedule(dynamic, 4)
