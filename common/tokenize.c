@@ -2,6 +2,8 @@
 //   build/bin/tokenize --tokenizer tests/data/tokenizers/qwen3-tokenizer.json --text "你好, world"
 //   build/bin/tokenize --tokenizer T.json --file notes.txt --add-special --json   # {"ids": [...], ...}
 //   build/bin/tokenize --tokenizer T.json --decode 9707,11,1879 [--skip-special]
+//   build/bin/tokenize --tokenizer T.json --check hf.jsonl   # lines {"text", "ids", "add_special"}:
+//                                         # compare with HF (make_tokenizer_goldens.py --random-diff)
 //   build/bin/tokenize --tokenizer T.json --file corpus.txt --bench [--seconds 3] [--docs 4096]
 // --bench --docs N encodes the file as documents: cut after the first '\n' at or past every
 // N bytes (tools/bench_tokenizer.py cuts the same way for HF).
@@ -22,7 +24,8 @@
 static void usage(void) {
     fprintf(stderr,
             "usage: tokenize --tokenizer FILE (--text S | --file F) [--add-special] [--json] [--bench [--seconds S] [--docs N]]\n"
-            "       tokenize --tokenizer FILE --decode 1,2,3 [--skip-special] [--json]\n");
+            "       tokenize --tokenizer FILE --decode 1,2,3 [--skip-special] [--json]\n"
+            "       tokenize --tokenizer FILE --check F.jsonl\n");
     exit(2);
 }
 
@@ -61,7 +64,7 @@ static void printable(char *dst, size_t cap, const char *s, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    const char *tok_path = NULL, *text = NULL, *file = NULL, *decode = NULL;
+    const char *tok_path = NULL, *text = NULL, *file = NULL, *decode = NULL, *check = NULL;
     int add_special = 0, json = 0, bench = 0, skip_special = 0;
     double seconds = 2.0;
     long docs = 0;
@@ -71,6 +74,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--text") && i + 1 < argc) text = argv[++i];
         else if (!strcmp(a, "--file") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(a, "--decode") && i + 1 < argc) decode = argv[++i];
+        else if (!strcmp(a, "--check") && i + 1 < argc) check = argv[++i];
         else if (!strcmp(a, "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
         else if (!strcmp(a, "--docs") && i + 1 < argc) docs = atol(argv[++i]);
         else if (!strcmp(a, "--add-special")) add_special = 1;
@@ -79,7 +83,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--bench")) bench = 1;
         else usage();
     }
-    if (!tok_path || (!!text + !!file + !!decode) != 1) usage();
+    if (!tok_path || (!!text + !!file + !!decode + !!check) != 1) usage();
 
     char err[512];
     double t0 = now_sec();
@@ -87,6 +91,31 @@ int main(int argc, char **argv) {
     if (!t) die("%s", err);
     double load_s = now_sec() - t0;
 
+    if (check) {  // one JSON object per line: {"text": s, "ids": [...], "add_special": 0|1}
+        FILE *f = fopen_check(check, "r");
+        char *line = NULL;
+        size_t cap = 0, n = 0, bad = 0;
+        while (getline(&line, &cap, f) > 0) {
+            json_error_t e;
+            json_t *o = json_loads(line, JSON_ALLOW_NUL, &e);
+            if (!o) die("%s line %zu: %s", check, n + 1, e.text);
+            json_t *txt = json_object_get(o, "text"), *want = json_object_get(o, "ids");
+            TokIds r = {0};
+            int rc = tokenizer_encode(t, json_string_value(txt), json_string_length(txt),
+                                      json_is_true(json_object_get(o, "add_special")), &r);
+            int ok = rc == 0 && r.n == json_array_size(want);
+            for (size_t i = 0; ok && i < r.n; i++) ok = r.ids[i] == json_integer_value(json_array_get(want, i));
+            if (!ok && bad++ < 5) fprintf(stderr, "differs from HF: %s", line);
+            n++;
+            tokids_free(&r);
+            json_decref(o);
+        }
+        free(line);
+        fclose(f);
+        printf("%s: %zu/%zu texts give HF's ids\n", check, n - bad, n);
+        tokenizer_free(t);
+        return bad ? 1 : 0;
+    }
     if (decode) {
         TokIds ids = {0};
         for (const char *p = decode; *p;) {

@@ -11,17 +11,27 @@ Writes tests/data/tokenizers/goldens-<name>.json for each tokenizer in that dire
 "ids" is encode(text, add_special_tokens=False), "ids_special" the same with True;
 "decoded" / "decoded_skip" are decode(ids_special, skip_special_tokens=False / True).
 "decode_cases" decode random and hand-picked id lists (invalid UTF-8, unknown ids).
+
+    python3 tools/make_tokenizer_goldens.py --random-diff 20000 [--seed 1]
+instead writes nothing under tests/: a differential test beyond the committed corpus. Random
+strings (ASCII, CJK, Korean, Cyrillic, Arabic, Devanagari, Thai, combining marks and what NFC
+composes, emoji parts, special-token texts, whitespace, NUL, BOM; 1..200 characters; half
+with add_special_tokens) go to build/diff/<name>.jsonl with HF's ids, and
+`build/bin/tokenize --check` compares (needs `make build/bin/tokenize`).
 """
+import argparse
 import json
 import os
 import random
+import subprocess
 import sys
 
 import tokenizers
 from tokenizers import Tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "..", "tests", "data", "tokenizers")
+ROOT = os.path.dirname(HERE)
+DATA = os.path.join(ROOT, "tests", "data", "tokenizers")
 
 CORPUS = [
     # empty and one-character strings
@@ -209,7 +219,44 @@ def build_tiny(path):
     tok.save(path)
 
 
+POOL = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \t\n\r.,;:'\"!?-_()[]{}<>|/\\@#$%^&*+=~`")
+        + list("你好世界中文分词器模型推理的一是了我不人在他有这个上们来到时大地为子说生国年着就那和要她出也得里后自以会家可下而过天去能对小多然于心学")
+        + list("こんにちはカタカナ한국어안녕Привет مرحبا שלום नमस्ते สวัสดี")
+        + ["\u0301", "\u0308", "\u0327", "\u200d", "\ufe0f", "\u3000", "\u00a0", "\u2028", "\u0b3e", "\u0b47", "\u1100",
+           "\u1161", "\u11a8", "😀", "👍", "🏽", "👨", "👩", "🇨", "🇳", "❤", "\U0001F9D1", "\U0001FAE0", "\U00020000",
+           "\U0002A6A5", "\uf900", "\u212b", "\u00c5", "é", "ñ", "ǅ", "ﬁ", "'s", "'LL", "<|im_start|>", "<|im_end|>",
+           "<|endoftext|>", "<s>", "</s>", "<unk>", "<think>", "▁", "  ", "\n\n", "\x00", "\x7f", "\ufeff", "\ufffd",
+           "\U000E0067", "\U0001D400", "\u0e33", "\u0f73", "\u1b3b", "\u09be", "\u09c7", "\u0cd5", "\u0cbf", "\u3099",
+           "\u304b", "\uff76", "\uff9e"])
+
+
+def random_diff(n, seed):
+    out_dir = os.path.join(ROOT, "build", "diff")
+    os.makedirs(out_dir, exist_ok=True)
+    failed = False
+    for tj in sorted(f for f in os.listdir(DATA) if f.endswith("-tokenizer.json")):
+        name = tj[: -len("-tokenizer.json")]
+        tok = Tokenizer.from_file(os.path.join(DATA, tj))
+        rng = random.Random(seed)
+        path = os.path.join(out_dir, f"{name}.jsonl")
+        with open(path, "w") as f:
+            for i in range(n):
+                s = "".join(rng.choice(POOL) for _ in range(rng.choice([1, 2, 3, 5, 8, 20, 60, 200])))
+                sp = bool(i & 1)
+                f.write(json.dumps({"text": s, "ids": tok.encode(s, add_special_tokens=sp).ids, "add_special": sp}) + "\n")
+        r = subprocess.run([os.path.join(ROOT, "build", "bin", "tokenize"), "--tokenizer", os.path.join(DATA, tj),
+                            "--check", path])
+        failed |= r.returncode != 0
+    sys.exit(1 if failed else 0)
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--random-diff", type=int, default=0, metavar="N")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    if args.random_diff:
+        random_diff(args.random_diff, args.seed)
     build_tiny(os.path.join(DATA, "tiny-tokenizer.json"))
     names = sorted(f[: -len("-tokenizer.json")] for f in os.listdir(DATA) if f.endswith("-tokenizer.json"))
     if not names:
