@@ -144,8 +144,8 @@ int main(int argc, char **argv) {
     table_col(tb, "weights_gflop", "%.1f");
     table_col(tb, "attn_gflop", "%.2f");
     table_col(tb, "attn_computed_gflop", "%.2f");
-    table_col(tb, "attn_tflops", "%.2f");
-    table_col(tb, "prefill_tflops", "%.2f");
+    table_col(tb, "attn_tflops", "%.3g");
+    table_col(tb, "prefill_tflops", "%.3g");
     table_col(tb, "pct_of_ceiling", "%.1f");
     table_col(tb, "scores_mib", "%.1f");
     table_col(tb, "workspace_mib", "%.1f");

@@ -24,14 +24,17 @@
 #include "step01_matmul/accounting.h"
 #include "table.h"
 #include "timer.h"
+#include "tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: forward --model DIR (--ids 1,2,3 | --ids-npy FILE | --random-ids T) [--device cpu|cuda]\n"
+            "usage: forward --model DIR (--ids 1,2,3 | --ids-npy FILE | --prompt TEXT | --random-ids T)\n"
+            "               [--device cpu|cuda]\n"
             "               [--logits-out FILE.npy] [--reps N] [--ceiling-tflops X] [--seed S] [--json | --csv]\n"
             "  --model       a Hugging Face directory: config.json + model.safetensors (or a sharded index)\n"
             "  --ids         the prompt as token ids; --ids-npy reads them from an int .npy; --random-ids T\n"
-            "                draws T random ids (seed --seed) for timing\n"
+            "                draws T random ids (seed --seed) for timing; --prompt encodes TEXT with DIR/tokenizer.json\n"
+            "                (the token column shows each id's text when DIR has a tokenizer.json)\n"
             "  --device      cpu (fp32 reference) or cuda (default: cuda when a GPU is usable, else cpu)\n"
             "  --logits-out  write the logits of every position, float32 (T, vocab)\n"
             "  --reps N      after the checked run, time N more forwards (median) and report TFLOP/s\n"
@@ -75,7 +78,7 @@ static int *load_ids_npy(const char *path, int *T) {
 }
 
 int main(int argc, char **argv) {
-    const char *model_dir = NULL, *ids_arg = NULL, *ids_npy = NULL, *device = NULL, *logits_out = NULL;
+    const char *model_dir = NULL, *ids_arg = NULL, *ids_npy = NULL, *prompt = NULL, *device = NULL, *logits_out = NULL;
     int random_T = 0, reps = 0;
     double ceiling = 0;
     unsigned long long seed = 1;
@@ -85,6 +88,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--model") && more) model_dir = argv[++i];
         else if (!strcmp(a, "--ids") && more) ids_arg = argv[++i];
         else if (!strcmp(a, "--ids-npy") && more) ids_npy = argv[++i];
+        else if (!strcmp(a, "--prompt") && more) prompt = argv[++i];
         else if (!strcmp(a, "--random-ids") && more) random_T = atoi(argv[++i]);
         else if (!strcmp(a, "--device") && more) device = argv[++i];
         else if (!strcmp(a, "--logits-out") && more) logits_out = argv[++i];
@@ -100,9 +104,9 @@ int main(int argc, char **argv) {
             die("unknown or incomplete argument: %s", a);
         }
     }
-    if (!model_dir || (!ids_arg && !ids_npy && random_T < 1)) {
+    if (!model_dir || (!ids_arg && !ids_npy && !prompt && random_T < 1)) {
         usage(stderr);
-        die("need --model and one of --ids / --ids-npy / --random-ids");
+        die("need --model and one of --ids / --ids-npy / --prompt / --random-ids");
     }
     GpuInfo gi;
     const int have_gpu = gpu_info(&gi) == 0;
@@ -116,9 +120,28 @@ int main(int argc, char **argv) {
     double t0 = now_sec();
     if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
     const ModelConfig *c = &w.cfg;
+    // The tokenizer is optional: it only turns ids into text for the table (and --prompt).
+    char tok_path[1024];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", model_dir);
+    Tokenizer *tok = NULL;
+    FILE *tf = fopen(tok_path, "rb");
+    if (tf) {
+        fclose(tf);
+        tok = tokenizer_load(tok_path, err, sizeof err);
+        if (!tok) fprintf(stderr, "warning: %s: %s (token text not shown)\n", tok_path, err);
+    }
     int T = 0;
     int *ids;
-    if (ids_arg) ids = parse_ids(ids_arg, &T);
+    if (prompt) {
+        if (!tok) die("--prompt needs %s", tok_path);
+        TokIds v = {0};
+        if (tokenizer_encode(tok, prompt, strlen(prompt), 1, &v) != 0) die("--prompt: %s", tokenizer_error(tok));
+        if (v.n == 0) die("--prompt: no tokens");
+        T = (int)v.n;
+        ids = xmalloc((size_t)T * sizeof(int));
+        for (int t = 0; t < T; t++) ids[t] = v.ids[t];
+        tokids_free(&v);
+    } else if (ids_arg) ids = parse_ids(ids_arg, &T);
     else if (ids_npy) ids = load_ids_npy(ids_npy, &T);
     else {
         T = random_T;
@@ -207,6 +230,7 @@ int main(int argc, char **argv) {
     table_col(tb, "id", "%.0f");
     table_col(tb, "logit", "%.5f");
     table_col(tb, "logprob", "%.5f");
+    if (tok) table_col(tb, "token", NULL);
     const int first = fmt == FMT_TEXT ? T - 1 : 0;
     for (int t = first; t < T; t++) {
         const float *row = logits + (size_t)t * c->vocab;
@@ -223,6 +247,19 @@ int main(int argc, char **argv) {
             table_num(tb, "id", top[r]);
             table_num(tb, "logit", row[top[r]]);
             table_num(tb, "logprob", row[top[r]] - lse);
+            if (tok) {
+                int32_t one = top[r];
+                char *txt = tokenizer_decode(tok, &one, 1, 0, NULL);
+                char shown[64];
+                size_t o = 0;  // escape newlines and tabs so the table stays one line per row
+                for (const char *p = txt ? txt : ""; *p && o + 3 < sizeof shown; p++) {
+                    if (*p == '\n' || *p == '\t') shown[o++] = '\\', shown[o++] = *p == '\n' ? 'n' : 't';
+                    else shown[o++] = *p;
+                }
+                shown[o] = 0;
+                table_str(tb, "token", shown);
+                free(txt);
+            }
         }
     }
     table_print(tb, fmt, stdout);
@@ -232,6 +269,7 @@ int main(int argc, char **argv) {
     free(ids);
     if (gm) gpu_model_free(gm);
     else cpu_model_free(&cm);
+    if (tok) tokenizer_free(tok);
     model_free(&w);
     return 0;
 }

@@ -18,6 +18,7 @@
 // GPU tests skip (and say why) without a CUDA device.
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,7 +368,106 @@ static double rel_to_max(const float *out, const float *ref, size_t n) {
 
 static const int golden_T[] = {1, 7, 33};
 
-// Run every checkpoint's golden prompts on `device` ("cpu"/"cuda") and check them.
+typedef struct {
+    const char *name;
+    int is_bf16, use_cuda, vocab;
+    const CpuModel *cm;
+    GpuModel *gm;
+} Run;
+
+// One prompt: our logits vs gold (transformers in the checkpoint's dtype) and, for bf16, vs
+// ref32 (transformers in f32 on the same bf16 weights; NULL if absent). Returns our logits
+// (CPU, or GPU when use_cuda) for further checks; the caller frees them.
+static float *check_prompt(const Run *r, const int *ids, int T, const NpyArray *gold, const NpyArray *ref32,
+                           const char *label) {
+    cr_assert(gold->ndim == 2 && (int)gold->shape[0] == T && (int)gold->shape[1] == r->vocab, "%s %s: golden shape",
+              r->name, label);
+    const size_t nl = (size_t)T * r->vocab;
+    float *cpu = malloc(nl * 4), *gpu = malloc(nl * 4);
+    for (size_t j = 0; j < nl; j++) cpu[j] = gpu[j] = NAN;  // poison: an unwritten logit fails
+    cr_assert_eq(forward_cpu(r->cm, ids, T, cpu, NULL), 0);
+    if (!r->use_cuda) {
+        double e = rel_to_max(cpu, gold->data, nl);
+        double tol = r->is_bf16 ? TOL_BF16 : TOL_F32;
+        cr_expect(e <= tol, "%s %s cpu vs transformers %s: %.3e > %.0e", r->name, label, r->is_bf16 ? "bf16" : "f32",
+                  e, tol);
+        double e32 = ref32 ? rel_to_max(cpu, ref32->data, nl) : NAN;
+        if (ref32)
+            cr_expect(e32 <= TOL_F32, "%s %s cpu vs transformers f32 on the bf16 weights: %.3e > %.0e", r->name, label,
+                      e32, TOL_F32);
+        fprintf(stderr, "[golden] %s %s cpu: vs transformers %.2e%s", r->name, label, e, ref32 ? "" : "\n");
+        if (ref32) fprintf(stderr, ", vs f32ref %.2e\n", e32);
+        free(gpu);
+        return cpu;
+    }
+    cr_assert_eq(forward_cuda(r->gm, ids, T, gpu, NULL), 0);
+    double tol = r->is_bf16 ? TOL_BF16 : TOL_F32;
+    double e = rel_to_max(gpu, gold->data, nl), ec = rel_to_max(gpu, cpu, nl);
+    cr_expect(e <= tol, "%s %s gpu vs transformers: %.3e > %.0e", r->name, label, e, tol);
+    cr_expect(ec <= tol, "%s %s gpu vs cpu: %.3e > %.0e", r->name, label, ec, tol);
+    fprintf(stderr, "[golden] %s %s gpu: vs transformers %.2e, vs cpu %.2e\n", r->name, label, e, ec);
+    free(cpu);
+    return gpu;
+}
+
+static int in_top5(const json_t *top5, int id) {
+    for (size_t k = 0; k < json_array_size(top5); k++)
+        if ((int)json_integer_value(json_array_get(top5, k)) == id) return 1;
+    return 0;
+}
+
+// The 39-token sequence prompt_T7 + the 32 tokens transformers generated greedily: one
+// uncached forward over it must give logits_full.npy, and its argmax at each generated position
+// must follow the vLLM rule against greedy.json: identical until the first difference, where
+// each side's token is in the other's top-5 (then stop: the sequences have diverged).
+static void check_full(const Run *r, const char *dir) {
+    char p[700];
+    snprintf(p, sizeof p, "%.300s/goldens/greedy.json", dir);
+    json_error_t je;
+    json_t *g = json_load_file(p, 0, &je);
+    if (!g) return;  // older goldens without greedy.json
+    const json_t *pid = json_object_get(g, "prompt_ids"), *gen = json_object_get(g, "generated_ids");
+    const json_t *top5 = json_object_get(g, "top5_ids");
+    cr_assert(json_is_array(pid) && json_is_array(gen) && json_is_array(top5), "%s: malformed", p);
+    const int np = (int)json_array_size(pid), ng = (int)json_array_size(gen), T = np + ng;
+    int *ids = malloc((size_t)T * sizeof(int));
+    for (int i = 0; i < np; i++) ids[i] = (int)json_integer_value(json_array_get(pid, i));
+    for (int i = 0; i < ng; i++) ids[np + i] = (int)json_integer_value(json_array_get(gen, i));
+    NpyArray gold, ref32;
+    snprintf(p, sizeof p, "%.300s/goldens/logits_full.npy", dir);
+    cr_assert_eq(npy_load(p, &gold), 0, "%s", p);
+    snprintf(p, sizeof p, "%.300s/goldens/logits_full_f32ref.npy", dir);
+    const int have32 = r->is_bf16 && npy_load(p, &ref32) == 0;
+    char label[32];
+    snprintf(label, sizeof label, "full T=%d", T);
+    float *ours = check_prompt(r, ids, T, &gold, have32 ? &ref32 : NULL, label);
+    int agreed = 0;
+    for (int i = 0; i < ng; i++) {  // position np-1+i predicts generated token i
+        int best;
+        forward_topk(ours + (size_t)(np - 1 + i) * r->vocab, r->vocab, 1, &best);
+        if (best == ids[np + i]) {
+            agreed++;
+            continue;
+        }
+        int ours5[5];
+        forward_topk(ours + (size_t)(np - 1 + i) * r->vocab, r->vocab, 5, ours5);
+        int theirs_in_ours = 0;
+        for (int k = 0; k < 5; k++) theirs_in_ours |= ours5[k] == ids[np + i];
+        cr_expect(theirs_in_ours && in_top5(json_array_get(top5, i), best),
+                  "%s %s: greedy step %d: ours %d, transformers %d, not in each other's top-5", r->name,
+                  r->use_cuda ? "gpu" : "cpu", i, best, ids[np + i]);
+        break;
+    }
+    fprintf(stderr, "[greedy] %s %s: %d of %d greedy tokens identical before the first difference\n", r->name,
+            r->use_cuda ? "gpu" : "cpu", agreed, ng);
+    free(ours);
+    free(ids);
+    npy_free(&gold);
+    if (have32) npy_free(&ref32);
+    json_decref(g);
+}
+
+// Run every checkpoint's golden prompts on the CPU (use_cuda 0) or the GPU and check them.
 static void check_goldens(int use_cuda) {
     Ckpt ck[64];
     int n = list_checkpoints(ck, 64);
@@ -377,60 +477,34 @@ static void check_goldens(int use_cuda) {
         char err[512];
         ModelWeights w;
         cr_assert_eq(model_load(ck[i].dir, &w, err, sizeof err), 0, "%s: %s", ck[i].dir, err);
-        const int is_bf16 = w.layers[0].wq->dtype == ST_BF16;
         CpuModel cm;
-        GpuModel *gm = NULL;
-        if (use_cuda) {
-            gm = gpu_model_load(&w, err, sizeof err);
-            cr_assert(gm, "%s: %s", ck[i].dir, err);
-        }
         cr_assert_eq(cpu_model_load(&w, &cm, err, sizeof err), 0, "%s: %s", ck[i].dir, err);
+        Run r = {ck[i].name, w.layers[0].wq->dtype == ST_BF16, use_cuda, w.cfg.vocab, &cm, NULL};
+        if (use_cuda) {
+            r.gm = gpu_model_load(&w, err, sizeof err);
+            cr_assert(r.gm, "%s: %s", ck[i].dir, err);
+        }
         for (size_t ti = 0; ti < sizeof golden_T / sizeof golden_T[0]; ti++) {
-            char p[700];
+            char p[700], label[32];
             int *ids = NULL;
-            snprintf(p, sizeof p, "%s/goldens/prompt_T%d.npy", ck[i].dir, golden_T[ti]);
+            snprintf(p, sizeof p, "%.300s/goldens/prompt_T%d.npy", ck[i].dir, golden_T[ti]);
             int T = load_npy_ids(p, &ids);
             if (T < 0) continue;
             NpyArray gold, ref32;
-            snprintf(p, sizeof p, "%s/goldens/logits_T%d.npy", ck[i].dir, golden_T[ti]);
+            snprintf(p, sizeof p, "%.300s/goldens/logits_T%d.npy", ck[i].dir, golden_T[ti]);
             cr_assert_eq(npy_load(p, &gold), 0, "%s", p);
-            cr_assert(gold.ndim == 2 && (int)gold.shape[0] == T && (int)gold.shape[1] == w.cfg.vocab, "%s: shape", p);
-            snprintf(p, sizeof p, "%s/goldens/logits_T%d_f32ref.npy", ck[i].dir, golden_T[ti]);
-            int have32 = is_bf16 && npy_load(p, &ref32) == 0;
-            const size_t nl = (size_t)T * w.cfg.vocab;
-            float *cpu = malloc(nl * 4), *gpu = malloc(nl * 4);
-            for (size_t j = 0; j < nl; j++) cpu[j] = gpu[j] = NAN;
-            cr_assert_eq(forward_cpu(&cm, ids, T, cpu, NULL), 0);
-            if (!use_cuda) {
-                if (!is_bf16) {
-                    double e = rel_to_max(cpu, gold.data, nl);
-                    cr_expect(e <= TOL_F32, "%s T=%d cpu vs transformers f32: %.3e > %.0e", ck[i].name, T, e, TOL_F32);
-                    fprintf(stderr, "[golden] %s T=%d cpu f32: max|diff|/max|logit| = %.2e\n", ck[i].name, T, e);
-                } else {
-                    double e = rel_to_max(cpu, gold.data, nl);
-                    cr_expect(e <= TOL_BF16, "%s T=%d cpu vs transformers bf16: %.3e > %.0e", ck[i].name, T, e,
-                              TOL_BF16);
-                    double e32 = have32 ? rel_to_max(cpu, ref32.data, nl) : NAN;
-                    if (have32)
-                        cr_expect(e32 <= TOL_F32, "%s T=%d cpu vs transformers f32 on bf16 weights: %.3e > %.0e",
-                                  ck[i].name, T, e32, TOL_F32);
-                    fprintf(stderr, "[golden] %s T=%d cpu: vs bf16 run %.2e, vs f32ref %.2e\n", ck[i].name, T, e, e32);
-                }
-            } else {
-                cr_assert_eq(forward_cuda(gm, ids, T, gpu, NULL), 0);
-                double tol = is_bf16 ? TOL_BF16 : TOL_F32;
-                double e = rel_to_max(gpu, gold.data, nl), ec = rel_to_max(gpu, cpu, nl);
-                cr_expect(e <= tol, "%s T=%d gpu vs transformers: %.3e > %.0e", ck[i].name, T, e, tol);
-                cr_expect(ec <= tol, "%s T=%d gpu vs cpu: %.3e > %.0e", ck[i].name, T, ec, tol);
-                fprintf(stderr, "[golden] %s T=%d gpu: vs transformers %.2e, vs cpu %.2e\n", ck[i].name, T, e, ec);
-            }
+            snprintf(p, sizeof p, "%.300s/goldens/logits_T%d_f32ref.npy", ck[i].dir, golden_T[ti]);
+            const int have32 = r.is_bf16 && npy_load(p, &ref32) == 0;
+            snprintf(label, sizeof label, "T=%d", T);
+            free(check_prompt(&r, ids, T, &gold, have32 ? &ref32 : NULL, label));
             checked++;
             if (have32) npy_free(&ref32);
             npy_free(&gold);
-            free(ids), free(cpu), free(gpu);
+            free(ids);
         }
+        check_full(&r, ck[i].dir);
         cpu_model_free(&cm);
-        if (gm) gpu_model_free(gm);
+        if (r.gm) gpu_model_free(r.gm);
         model_free(&w);
     }
     cr_expect(checked > 0, "no golden prompts found");
