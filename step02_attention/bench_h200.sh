@@ -17,7 +17,7 @@ build/tests/run_tests --filter 'step02/*' --verbose 2>&1 | tee "$OUT/tests_step0
 echo "== random-weight Llama-3.1-8B-shaped bf16 checkpoint -> $CKPT"
 t0=$(date +%s)
 if [ -f tools/make_random_checkpoint.py ]; then
-    python3 tools/make_random_checkpoint.py --preset llama-3.1-8b --out "$CKPT" 2>&1 | tail -3
+    python3 tools/make_random_checkpoint.py llama-3.1-8b "$CKPT" --force 2>&1 | tail -3
 else  # fallback: the same thing inline (transformers, random init on the GPU, save_pretrained)
     python3 - "$CKPT" <<'EOF'
 import sys, torch
@@ -35,7 +35,7 @@ EOF
 fi
 echo "checkpoint: $(( $(date +%s) - t0 )) s, $(du -sh "$CKPT" | cut -f1)"
 
-echo "== transformers on the same checkpoint: logits of 64 tokens, and its 2048-token prefill time"
+echo "== transformers on the same checkpoint: its 2048-token prefill time; logits of 64 tokens in bf16 and in f32"
 python3 - "$CKPT" <<'EOF' 2>&1 | tee "$OUT/hf_ref_h200.txt"
 import sys, numpy as np, torch
 from transformers import AutoModelForCausalLM
@@ -54,18 +54,27 @@ with torch.no_grad():
         a.record(); m(x); b.record(); torch.cuda.synchronize()
         if i: ts.append(a.elapsed_time(b))
 print(f"transformers {m.config._attn_implementation} bf16 prefill T=2048: median {np.median(ts):.2f} ms of {len(ts)}")
+# The truth both bf16 runs are judged against: the same bf16 weights upcast, run in f32 (no TF32).
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+m = m.float()
+with torch.no_grad():
+    l32 = m(torch.tensor(ids[None].astype(np.int64), device="cuda")).logits[0].float().cpu().numpy()
+np.save("/tmp/ref32_logits.npy", l32)
 EOF
 
 echo "== our CUDA forward on the same 64 tokens vs transformers"
 $B/forward --model "$CKPT" --device cuda --ids-npy /tmp/ref_ids.npy --logits-out /tmp/our_logits.npy | tail -8
 python3 - <<'EOF' 2>&1 | tee -a "$OUT/hf_ref_h200.txt"
 import numpy as np
-a, b = np.load("/tmp/our_logits.npy"), np.load("/tmp/ref_logits.npy")
-d = np.abs(a - b).max() / np.abs(b).max()
+a, b, r = np.load("/tmp/our_logits.npy"), np.load("/tmp/ref_logits.npy"), np.load("/tmp/ref32_logits.npy")
+def rel(x, y): return np.abs(x - y).max() / np.abs(y).max()
 top1 = (a.argmax(1) == b.argmax(1)).mean()
 in5 = np.mean([b[i].argmax() in np.argsort(-a[i])[:5] for i in range(len(a))])
-print(f"8B bf16 T=64 ours vs transformers: max|diff|/max|logit| = {d:.3e}, top-1 agreement {top1:.3f}, "
-      f"transformers top-1 in our top-5 {in5:.3f}")
+print(f"8B bf16 T=64 max|diff|/max|logit|: ours vs transformers bf16 {rel(a, b):.3e}; "
+      f"ours vs transformers f32 {rel(a, r):.3e}; transformers bf16 vs transformers f32 {rel(b, r):.3e}")
+print(f"top-1 agreement with transformers bf16 {top1:.3f}, with f32 {(a.argmax(1) == r.argmax(1)).mean():.3f} "
+      f"(transformers bf16 vs f32: {(b.argmax(1) == r.argmax(1)).mean():.3f}); transformers bf16 top-1 in our top-5 {in5:.3f}")
 EOF
 
 echo "== 8B-shape bf16 prefill, T = 2048"
