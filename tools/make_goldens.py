@@ -204,7 +204,8 @@ def versions(device):
     return {"transformers_version": transformers.__version__, "torch_version": torch.__version__,
             "safetensors_version": safetensors.__version__, "numpy_version": np.__version__,
             "python_version": platform.python_version(), "device": device,
-            "device_name": torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor() or platform.machine()}
+            "device_name": (torch.cuda.get_device_name() if device.startswith("cuda")
+                            else platform.processor() or platform.machine())}
 
 
 def write_json(path, obj):
@@ -239,7 +240,8 @@ def write_goldens(model, name, dtag, gdir, device, ref_model=None):
             np.save(os.path.join(gdir, f"logits_T{n}_f32ref.npy"), lr.astype(np.float32))
             stats["bf16_vs_f32ref_max_abs_diff"][f"T{n}"] = float(np.abs(lg - lr).max())
             stats["bf16_vs_f32ref_median_abs_diff"][f"T{n}"] = float(np.median(np.abs(lg - lr)))
-            stats["bf16_vs_f32ref_argmax_agree"][f"T{n}"] = f"{int((lg.argmax(-1) == lr.argmax(-1)).sum())}/{n}"
+            agree = int((lg.argmax(-1) == lr.argmax(-1)).sum())
+            stats["bf16_vs_f32ref_argmax_agree"][f"T{n}"] = f"{agree}/{n}"
     ids = prompt_ids(name, GREEDY_PROMPT_LEN, vocab)
     gen, top_ids, top_lp, step_logits = greedy(model, ids, device)
     seq = np.concatenate([ids.astype(np.int64), gen])
@@ -268,10 +270,10 @@ def write_goldens(model, name, dtag, gdir, device, ref_model=None):
         "cached_generate_vs_uncached_forward_max_abs_diff": cached_vs_uncached,
         "uncached_argmax_equals_generated": f"{uncached_argmax_agrees}/{NEW_TOKENS}",
     })
-    return stats, gen
+    return stats
 
 
-def save_checkpoint(model, path, dtag):
+def save_checkpoint(model, path):
     model.save_pretrained(path, safe_serialization=True)
     # save_pretrained may add files we do not want to commit (none expected for these models)
     allowed = {"config.json", "generation_config.json", "model.safetensors", "goldens"}
@@ -327,6 +329,9 @@ def main():
     if args.device.startswith("cuda"):
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
+    if int(transformers.__version__.split(".")[0]) < 5:
+        sys.exit("error: needs transformers >= 5 (its config.json spelling, rope_parameters, is part "
+                 f"of what the goldens test); this is {transformers.__version__}")
     names = args.only or list(VARIANTS)
     failures = []
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, device {args.device}")
@@ -340,13 +345,13 @@ def main():
             path = os.path.join(args.out, f"{name}_{dtag}")
             fresh_dir(path)
             # f32 weights as drawn; bf16 = the same weights rounded by .to(torch.bfloat16)
-            save_checkpoint(build_model(name).to(dt), path, dtag)
+            save_checkpoint(build_model(name).to(dt), path)
             # goldens come from the saved directory, loaded the way a user loads a checkpoint:
             # this checks the files, and keeps buffers (rope inv_freq) in f32 as from_pretrained
             # does for a bf16 checkpoint (model.to(bfloat16) would round inv_freq to bf16 too)
             model = load(path, dt, args.device)
             ref = load(path, torch.float32, args.device) if dt != torch.float32 else None
-            stats, gen = write_goldens(model, name, dtag, os.path.join(path, "goldens"), args.device, ref)
+            stats = write_goldens(model, name, dtag, os.path.join(path, "goldens"), args.device, ref)
             meta = {"variant": name, "dtype": dtag, "what": VARIANTS[name]["what"],
                     "weight_seed": seed_of(name), "prompt_lens": list(PROMPT_LENS),
                     "greedy_prompt_len": GREEDY_PROMPT_LEN, "logit_std_target": LOGIT_STD,
@@ -361,14 +366,16 @@ def main():
                 # the same weights under a transformers-4.x config.json; reload it and recompute
                 opath = os.path.join(args.out, f"{name}_v4cfg_{dtag}")
                 fresh_dir(opath)
-                shutil.copyfile(os.path.join(path, "model.safetensors"), os.path.join(opath, "model.safetensors"))
+                shutil.copyfile(os.path.join(path, "model.safetensors"),
+                                os.path.join(opath, "model.safetensors"))
                 if os.path.exists(os.path.join(path, "generation_config.json")):
                     shutil.copyfile(os.path.join(path, "generation_config.json"),
                                     os.path.join(opath, "generation_config.json"))
                 old_style_config(os.path.join(path, "config.json"), os.path.join(opath, "config.json"))
                 om = load(opath, torch.bfloat16, args.device)
                 oref = load(opath, torch.float32, args.device)
-                ostats, ogen = write_goldens(om, name, dtag, os.path.join(opath, "goldens"), args.device, oref)
+                ostats = write_goldens(om, name, dtag, os.path.join(opath, "goldens"),
+                                          args.device, oref)
                 for f in sorted(os.listdir(os.path.join(path, "goldens"))):
                     if f.endswith(".npy"):
                         a = np.load(os.path.join(path, "goldens", f))
