@@ -22,6 +22,8 @@ llama3_tied_rope_bf16.
 The llama_mha_* directories also get tests/data/tokenizers/tiny-tokenizer.json as tokenizer.json
 (vocab 608 covers its 605 ids): that pair is the small model `make demo` runs by default.
 
+Every f32 golden (for bf16, the f32ref one) is also checked against numpy_reference_logits, an
+independent float64 NumPy forward pass written from the architecture description.
 Deterministic and idempotent: weights come from a seeded CPU generator whatever the device, every
 output directory is cleared and rewritten, JSON is written with sorted keys. The script exits non-zero
 if a continuation is degenerate (too few distinct tokens) or the logits are flat (small top1-top2 gap).
@@ -37,6 +39,7 @@ import zlib
 
 import numpy as np
 import safetensors
+import safetensors.torch
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen2Config, Qwen3Config
@@ -195,6 +198,68 @@ def greedy(model, ids, device):
     return gen, top.indices.numpy(), top.values.numpy(), logits.numpy()
 
 
+def numpy_reference_logits(path, ids):
+    """An independent float64 NumPy forward pass over the saved files (config.json in either
+    spelling, model.safetensors), written from the architecture description, not from
+    transformers: the goldens are only trusted when the two agree."""
+    with open(os.path.join(path, "config.json")) as f:
+        c = json.load(f)
+    tensors = safetensors.torch.load_file(os.path.join(path, "model.safetensors"))  # F32 or BF16
+    W = {k: v.float().numpy().astype(np.float64) for k, v in tensors.items()}
+    H, nh, nkv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    hd, eps, T = c.get("head_dim") or H // nh, c["rms_norm_eps"], len(ids)
+
+    def rmsnorm(x, w):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+    # rope: inv_freq, with llama3 scaling (keep high frequencies, divide low ones by factor,
+    # interpolate between) when the config asks for it
+    rp = c.get("rope_parameters") or dict(c.get("rope_scaling") or {}, rope_theta=c["rope_theta"])
+    inv = 1.0 / rp["rope_theta"] ** (np.arange(0, hd, 2) / hd)
+    if rp.get("rope_type", rp.get("type")) == "llama3":
+        f, lo, hi = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]
+        om = rp["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = np.clip((om / wavelen - lo) / (hi - lo), 0.0, 1.0)
+        inv = np.where(wavelen < om / hi, inv, np.where(wavelen > om / lo, inv / f,
+                                                         (1 - smooth) * inv / f + smooth * inv))
+    ang = np.arange(T)[:, None] * inv[None, :]
+    ang = np.concatenate([ang, ang], -1)[:, None, :]  # (T, 1, hd): same angle for both halves
+    cos, sin = np.cos(ang), np.sin(ang)
+
+    def rope(x):  # (T, heads, hd), rotate-half convention
+        return x * cos + np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], -1) * sin
+
+    x = W["model.embed_tokens.weight"][np.asarray(ids)]
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    for layer in range(c["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+
+        def linear(name, v):
+            y = v @ W[p + name + ".weight"].T
+            return y + W[p + name + ".bias"] if p + name + ".bias" in W else y
+        h = rmsnorm(x, W[p + "input_layernorm.weight"])
+        q = linear("self_attn.q_proj", h).reshape(T, nh, hd)
+        k = linear("self_attn.k_proj", h).reshape(T, nkv, hd)
+        v = linear("self_attn.v_proj", h).reshape(T, nkv, hd)
+        if p + "self_attn.q_norm.weight" in W:
+            q = rmsnorm(q, W[p + "self_attn.q_norm.weight"])
+            k = rmsnorm(k, W[p + "self_attn.k_norm.weight"])
+        q, k = rope(q), rope(k)
+        o = np.empty((T, nh, hd))
+        for i in range(nh):
+            j = i // (nh // nkv)  # the kv head this query head reads
+            s = q[:, i] @ k[:, j].T / math.sqrt(hd) + mask
+            s = np.exp(s - s.max(-1, keepdims=True))
+            o[:, i] = (s / s.sum(-1, keepdims=True)) @ v[:, j]
+        x = x + linear("self_attn.o_proj", o.reshape(T, nh * hd))
+        h = rmsnorm(x, W[p + "post_attention_layernorm.weight"])
+        g = linear("mlp.gate_proj", h)
+        x = x + linear("mlp.down_proj", g / (1 + np.exp(-g)) * linear("mlp.up_proj", h))
+    x = rmsnorm(x, W["model.norm.weight"])
+    return x @ W.get("lm_head.weight", W["model.embed_tokens.weight"]).T
+
+
 def gap_stats(logits):
     s = np.sort(logits, axis=-1)
     return s[:, -1] - s[:, -2]
@@ -253,6 +318,13 @@ def write_goldens(model, name, dtag, gdir, device, ref_model=None):
     if ref_model is not None:
         np.save(os.path.join(gdir, "logits_full_f32ref.npy"),
                 forward_logits(ref_model, seq, device).astype(np.float32))
+    # the f32 goldens (for bf16: the f32ref ones) against the independent NumPy forward pass
+    ckpt = os.path.dirname(gdir)
+    f32_full = full if ref_model is None else np.load(os.path.join(gdir, "logits_full_f32ref.npy"))
+    f32_t33 = np.load(os.path.join(gdir, "logits_T33" + ("" if ref_model is None else "_f32ref") + ".npy"))
+    stats["numpy_f64_reference_max_abs_diff"] = max(
+        float(np.abs(numpy_reference_logits(ckpt, seq) - f32_full).max()),
+        float(np.abs(numpy_reference_logits(ckpt, prompt_ids(name, 33, vocab)) - f32_t33).max()))
     step_gaps = gap_stats(step_logits)
     all_gaps.append(step_gaps)
     g = {"prompt_ids": [int(t) for t in ids], "generated_ids": [int(t) for t in gen],
@@ -309,6 +381,10 @@ def check(stats, label, failures):
              f", bf16 vs f32ref |diff| max {max(stats['bf16_vs_f32ref_max_abs_diff'].values()):.3f} "
              f"median {stats['bf16_vs_f32ref_median_abs_diff']['T33']:.3f}, argmax agree "
              f"{' '.join(stats['bf16_vs_f32ref_argmax_agree'].values())}"))
+    r = stats["numpy_f64_reference_max_abs_diff"]
+    print(f"  {'':28s} f32 goldens vs the float64 NumPy forward pass: max |diff| {r:.1e}")
+    if r > 1e-3:
+        failures.append(f"{label}: f32 goldens differ from the NumPy reference by {r:.2e}")
     if d < MIN_DISTINCT:
         failures.append(f"{label}: only {d} distinct tokens in the greedy continuation")
     if m < MIN_MEDIAN_GAP:
