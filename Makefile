@@ -150,7 +150,7 @@ check:
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@set -o pipefail; $(SAN_ENV) $(TEST_BIN) --jobs 2 --verbose=0 2>&1 | tee $(BUILD)/tests/last.log
 ifeq ($(SANITIZE),1)
-	@if grep -E "Sanitizer|runtime error:" $(BUILD)/tests/last.log; then echo "== sanitizers reported problems (above)"; exit 1; \
+	@if grep -E "ERROR: (Address|Leak)Sanitizer|SUMMARY: [A-Za-z]+Sanitizer|runtime error:" $(BUILD)/tests/last.log; then echo "== sanitizers reported problems (above)"; exit 1; \
 	 else echo "== sanitizers: clean"; fi
 endif
 
@@ -181,7 +181,7 @@ FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=a
 build/fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c common/tokenizer.c common/check.c common/tokenizer.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ $(PKG_LIBS) -lpthread -lm
-build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c common/safetensors.c common/safetensors.h
+build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c common/safetensors.c common/check.c common/safetensors.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ $(PKG_LIBS) -lpthread -lm
 # FUZZ_TARGETS picks which to run: make fuzz FUZZ_TARGETS=safetensors (default: all of them).

@@ -14,6 +14,16 @@ void die(const char *fmt, ...) {
     exit(1);
 }
 
+int errf(char *err, int errlen, const char *fmt, ...) {
+    if (err && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, (size_t)errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 void *xmalloc_impl(size_t bytes, const char *file, int line) {
     void *p = malloc(bytes ? bytes : 1);
     if (!p) die("out of memory allocating %zu bytes (%s:%d)", bytes, file, line);

@@ -1,5 +1,5 @@
 // check.h — fail loudly and early: error exits, checked allocation and file opening.
-// defines: die, xmalloc, xcalloc, fopen_check, CHECK_ALLOC
+// defines: die, errf, xmalloc, xcalloc, fopen_check
 // Every C program in this repository reports a problem with one line on stderr that
 // names what went wrong, then exits with a non-zero code. Nothing fails silently.
 #pragma once
@@ -14,6 +14,10 @@ extern "C" {
 
 // Print "error: <message>" to stderr and exit(1).
 __attribute__((noreturn, format(printf, 1, 2))) void die(const char *fmt, ...);
+
+// For functions that report errors to their caller: format a one-line message into err
+// (if err is not NULL) and return -1, so `return errf(err, errlen, "...", ...);` reads naturally.
+__attribute__((format(printf, 3, 4))) int errf(char *err, int errlen, const char *fmt, ...);
 
 // malloc/calloc that exit with a message naming the size instead of returning NULL.
 void *xmalloc_impl(size_t bytes, const char *file, int line);

@@ -3,47 +3,33 @@
 #define _GNU_SOURCE
 #include "model.h"
 
+#include "check.h"
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, int errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, int errlen, const char *fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, (size_t)errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
-static const char *shape_str(const int64_t *shape, int ndim, char *buf, size_t n) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-    return buf;
-}
 
 // Look up `name` and check it has exactly the shape (d0) or (d0, d1).
 static int want(const ModelWeights *m, const char *dir, const char *name, int ndim, int64_t d0, int64_t d1,
                 const StTensor **out, char *err, int errlen) {
     const StTensor *t = st_get(&m->st, name);
     if (!t)
-        return fail(err, errlen, "%s: tensor is missing from the checkpoint in %s (%s needs it)", name, dir,
+        return errf(err, errlen, "%s: tensor is missing from the checkpoint in %s (%s needs it)", name, dir,
                     model_arch_name(m->cfg.arch));
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
-        return fail(err, errlen, "%s: dtype %s is not supported (in %s)", name, st_dtype_name(t->dtype),
+        return errf(err, errlen, "%s: dtype %s is not supported (in %s)", name, st_dtype_name(t->dtype),
                     m->st.files[t->shard]);
     int64_t exp[2] = {d0, d1};
     int ok = t->ndim == ndim;
     for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == exp[i];
     if (!ok) {
         char a[96], b[96];
-        return fail(err, errlen, "%s: expected shape %s, got %s (in %s)", name, shape_str(exp, ndim, a, sizeof a),
-                    shape_str(t->shape, t->ndim, b, sizeof b), m->st.files[t->shard]);
+        return errf(err, errlen, "%s: expected shape %s, got %s (in %s)", name, st_shape_str(exp, ndim, a, sizeof a),
+                    st_shape_str(t->shape, t->ndim, b, sizeof b), m->st.files[t->shard]);
     }
     *out = t;
     return 0;
@@ -54,12 +40,12 @@ int model_load(const char *dir, ModelWeights *m, char *err, int errlen) {
     if (hf_config_load(dir, &m->cfg, err, errlen)) return -1;
     const ModelConfig *c = &m->cfg;
     if (c->mlp_bias)
-        return fail(err, errlen, "%s/config.json: mlp_bias is not implemented (gate/up/down projections with biases)",
+        return errf(err, errlen, "%s/config.json: mlp_bias is not implemented (gate/up/down projections with biases)",
                     dir);
     if (st_open(dir, &m->st, err, errlen)) return -1;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) {
-        fail(err, errlen, "%s: out of memory for %d layers", dir, c->n_layers);
+        errf(err, errlen, "%s: out of memory for %d layers", dir, c->n_layers);
         goto bad;
     }
 

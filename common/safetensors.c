@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "safetensors.h"
 
+#include "check.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -93,24 +95,14 @@ void st_to_f32(const StTensor *t, float *out) {
 
 // ------------------------------------------------------------------------------------ errors
 
-static int fail(char *err, int errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, int errlen, const char *fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, (size_t)errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-// "[4096, 11008]" into buf.
-static const char *shape_str(const int64_t *shape, int ndim, char *buf, size_t n) {
+const char *st_shape_str(const int64_t *shape, int ndim, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
     return buf;
 }
+
+
 
 static void free_tensors(StTensor *t, int n) {
     if (!t) return;
@@ -143,22 +135,22 @@ static int json_nonneg_int(json_t *v, int64_t *out) {
 static int parse_entry(const char *src, const char *name, json_t *e, const uint8_t *data, size_t data_len,
                        StTensor *t, char *err, int errlen) {
     char sbuf[160];
-    if (!json_is_object(e)) return fail(err, errlen, "%s: tensor '%s': entry is not a JSON object", src, name);
+    if (!json_is_object(e)) return errf(err, errlen, "%s: tensor '%s': entry is not a JSON object", src, name);
 
     json_t *jd = json_object_get(e, "dtype");
     const char *dt = json_string_value(jd);
-    if (!dt) return fail(err, errlen, "%s: tensor '%s': missing or non-string \"dtype\"", src, name);
+    if (!dt) return errf(err, errlen, "%s: tensor '%s': missing or non-string \"dtype\"", src, name);
     if (!strcmp(dt, "F32")) t->dtype = ST_F32;
     else if (!strcmp(dt, "F16")) t->dtype = ST_F16;
     else if (!strcmp(dt, "BF16")) t->dtype = ST_BF16;
     else
-        return fail(err, errlen, "%s: tensor '%s': dtype %.32s is not supported (only F32, F16, BF16)", src, name, dt);
+        return errf(err, errlen, "%s: tensor '%s': dtype %.32s is not supported (only F32, F16, BF16)", src, name, dt);
 
     json_t *js = json_object_get(e, "shape");
-    if (!json_is_array(js)) return fail(err, errlen, "%s: tensor '%s': missing or non-array \"shape\"", src, name);
+    if (!json_is_array(js)) return errf(err, errlen, "%s: tensor '%s': missing or non-array \"shape\"", src, name);
     size_t nd = json_array_size(js);
     if (nd > ST_MAX_DIMS)
-        return fail(err, errlen, "%s: tensor '%s': shape has %zu dimensions (at most %d supported)", src, name, nd,
+        return errf(err, errlen, "%s: tensor '%s': shape has %zu dimensions (at most %d supported)", src, name, nd,
                     ST_MAX_DIMS);
     t->ndim = (int)nd;
     int64_t numel = 1;
@@ -166,7 +158,7 @@ static int parse_entry(const char *src, const char *name, json_t *e, const uint8
     for (size_t i = 0; i < nd; i++) {
         int64_t d;
         if (!json_nonneg_int(json_array_get(js, i), &d))
-            return fail(err, errlen, "%s: tensor '%s': shape entry %zu is not a non-negative integer", src, name, i);
+            return errf(err, errlen, "%s: tensor '%s': shape entry %zu is not a non-negative integer", src, name, i);
         t->shape[i] = d;
         if (d != 0 && numel > INT64_MAX / d) overflow = 1;  // keep going: a later 0 makes it fit
         else numel *= d;
@@ -175,8 +167,8 @@ static int parse_entry(const char *src, const char *name, json_t *e, const uint8
         int has_zero = 0;
         for (int i = 0; i < t->ndim; i++) has_zero |= t->shape[i] == 0;
         if (!has_zero)
-            return fail(err, errlen, "%s: tensor '%s': shape %s has more elements than fit in 64 bits", src, name,
-                        shape_str(t->shape, t->ndim, sbuf, sizeof sbuf));
+            return errf(err, errlen, "%s: tensor '%s': shape %s has more elements than fit in 64 bits", src, name,
+                        st_shape_str(t->shape, t->ndim, sbuf, sizeof sbuf));
         numel = 0;
     }
     t->numel = numel;
@@ -185,20 +177,20 @@ static int parse_entry(const char *src, const char *name, json_t *e, const uint8
     int64_t begin, end;
     if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_nonneg_int(json_array_get(jo, 0), &begin) ||
         !json_nonneg_int(json_array_get(jo, 1), &end))
-        return fail(err, errlen, "%s: tensor '%s': \"data_offsets\" must be [begin, end], two non-negative integers",
+        return errf(err, errlen, "%s: tensor '%s': \"data_offsets\" must be [begin, end], two non-negative integers",
                     src, name);
     if (begin > end)
-        return fail(err, errlen, "%s: tensor '%s': data_offsets [%lld, %lld) end before they begin", src, name,
+        return errf(err, errlen, "%s: tensor '%s': data_offsets [%lld, %lld) end before they begin", src, name,
                     (long long)begin, (long long)end);
     int64_t esize = (int64_t)st_dtype_size(t->dtype);
     if (numel > INT64_MAX / esize || numel * esize != end - begin) {
         char nb[32] = "too many";
         if (numel <= INT64_MAX / esize) snprintf(nb, sizeof nb, "%lld", (long long)(numel * esize));
-        return fail(err, errlen, "%s: tensor '%s': data_offsets [%lld, %lld) do not match shape %s x %s = %s bytes", src,
-                    name, (long long)begin, (long long)end, shape_str(t->shape, t->ndim, sbuf, sizeof sbuf), dt, nb);
+        return errf(err, errlen, "%s: tensor '%s': data_offsets [%lld, %lld) do not match shape %s x %s = %s bytes", src,
+                    name, (long long)begin, (long long)end, st_shape_str(t->shape, t->ndim, sbuf, sizeof sbuf), dt, nb);
     }
     if ((uint64_t)end > (uint64_t)data_len)
-        return fail(err, errlen,
+        return errf(err, errlen,
                     "%s: tensor '%s': data_offsets [%lld, %lld) run past the end of the data area (%zu bytes): "
                     "the file is truncated or the header is wrong",
                     src, name, (long long)begin, (long long)end, data_len);
@@ -213,16 +205,16 @@ int st_parse_header(const uint8_t *buf, size_t len, const char *src, int shard, 
     *n_out = 0;
     if (!src) src = "safetensors";
     if (len < 8)
-        return fail(err, errlen, "%s: file is %zu bytes, too short for the 8-byte header length (truncated?)", src, len);
+        return errf(err, errlen, "%s: file is %zu bytes, too short for the 8-byte header length (truncated?)", src, len);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i];
     if (hlen > ST_HEADER_MAX)
-        return fail(err, errlen, "%s: header length %llu bytes is larger than the %u-byte limit (not a safetensors file?)",
+        return errf(err, errlen, "%s: header length %llu bytes is larger than the %u-byte limit (not a safetensors file?)",
                     src, (unsigned long long)hlen, (unsigned)ST_HEADER_MAX);
     if (hlen > len - 8)
-        return fail(err, errlen, "%s: header length %llu bytes is beyond the end of the file (%zu bytes): the file is "
+        return errf(err, errlen, "%s: header length %llu bytes is beyond the end of the file (%zu bytes): the file is "
                     "truncated or not a safetensors file", src, (unsigned long long)hlen, len);
-    if (hlen < 2) return fail(err, errlen, "%s: header length %llu bytes is too short for a JSON object", src,
+    if (hlen < 2) return errf(err, errlen, "%s: header length %llu bytes is too short for a JSON object", src,
                               (unsigned long long)hlen);
     const uint8_t *data = buf + 8 + hlen;
     size_t data_len = len - 8 - (size_t)hlen;
@@ -230,17 +222,17 @@ int st_parse_header(const uint8_t *buf, size_t len, const char *src, int shard, 
     json_error_t je;
     json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return fail(err, errlen, "%s: header is not valid JSON (at byte %d of the header: %s)", src, je.position, je.text);
+        return errf(err, errlen, "%s: header is not valid JSON (at byte %d of the header: %s)", src, je.position, je.text);
     StTensor *t = NULL, **by_off = NULL;
     int n = 0;
     if (!json_is_object(root)) {
-        fail(err, errlen, "%s: header is not a JSON object", src);
+        errf(err, errlen, "%s: header is not a JSON object", src);
         goto bad;
     }
     size_t cap = json_object_size(root);
     t = calloc(cap ? cap : 1, sizeof *t);
     if (!t) {
-        fail(err, errlen, "%s: out of memory for %zu tensor entries", src, cap);
+        errf(err, errlen, "%s: out of memory for %zu tensor entries", src, cap);
         goto bad;
     }
     const char *key;
@@ -252,7 +244,7 @@ int st_parse_header(const uint8_t *buf, size_t len, const char *src, int shard, 
         ti->shard = shard;
         ti->name = strdup(key);
         if (!ti->name) {
-            fail(err, errlen, "%s: out of memory", src);
+            errf(err, errlen, "%s: out of memory", src);
             goto bad;
         }
         n++;
@@ -262,7 +254,7 @@ int st_parse_header(const uint8_t *buf, size_t len, const char *src, int shard, 
     // after the furthest end seen so far. (Empty tensors own no bytes.)
     by_off = malloc((size_t)(n ? n : 1) * sizeof *by_off);
     if (!by_off) {
-        fail(err, errlen, "%s: out of memory", src);
+        errf(err, errlen, "%s: out of memory", src);
         goto bad;
     }
     for (int i = 0; i < n; i++) by_off[i] = &t[i];
@@ -273,7 +265,7 @@ int st_parse_header(const uint8_t *buf, size_t len, const char *src, int shard, 
         if (!c->nbytes) continue;
         if (last && (const uint8_t *)c->data < (const uint8_t *)last->data + last->nbytes) {
             long long cb = (const uint8_t *)c->data - data, lb = (const uint8_t *)last->data - data;
-            fail(err, errlen, "%s: tensors '%s' [%lld, %lld) and '%s' [%lld, %lld) overlap", src, last->name ? last->name : "?",
+            errf(err, errlen, "%s: tensors '%s' [%lld, %lld) and '%s' [%lld, %lld) overlap", src, last->name ? last->name : "?",
                  lb, lb + (long long)last->nbytes, c->name ? c->name : "?", cb, cb + (long long)c->nbytes);
             goto bad;
         }
@@ -299,19 +291,19 @@ bad:
 static char *read_text(const char *path, size_t cap, char *err, int errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat sb;
     if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > cap) {
-        fail(err, errlen, "%s: not a regular file of at most %zu bytes", path, cap);
+        errf(err, errlen, "%s: not a regular file of at most %zu bytes", path, cap);
         fclose(f);
         return NULL;
     }
     size_t n = (size_t)sb.st_size;
     char *buf = malloc(n + 1);
     if (!buf || fread(buf, 1, n, f) != n) {
-        fail(err, errlen, "%s: read failed", path);
+        errf(err, errlen, "%s: read failed", path);
         free(buf);
         fclose(f);
         return NULL;
@@ -330,19 +322,19 @@ static int add_shard(StSet *s, const char *path, char *err, int errlen) {
     if (maps) s->maps = maps;
     size_t *sizes = realloc(s->map_sizes, (size_t)(k + 1) * sizeof *sizes);
     if (sizes) s->map_sizes = sizes;
-    if (!files || !maps || !sizes) return fail(err, errlen, "%s: out of memory", path);
+    if (!files || !maps || !sizes) return errf(err, errlen, "%s: out of memory", path);
     s->files[k] = strdup(path);
     s->maps[k] = NULL;
     s->map_sizes[k] = 0;
     s->n_files = k + 1;
-    if (!s->files[k]) return fail(err, errlen, "%s: out of memory", path);
+    if (!s->files[k]) return errf(err, errlen, "%s: out of memory", path);
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return errf(err, errlen, "%s: not a regular file", path);
     }
     size_t size = (size_t)sb.st_size;
     const uint8_t *base = (const uint8_t *)"";
@@ -351,7 +343,7 @@ static int add_shard(StSet *s, const char *path, char *err, int errlen) {
         if (m == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return fail(err, errlen, "%s: mmap of %zu bytes failed: %s", path, size, strerror(e));
+            return errf(err, errlen, "%s: mmap of %zu bytes failed: %s", path, size, strerror(e));
         }
         s->maps[k] = m;
         s->map_sizes[k] = size;
@@ -365,7 +357,7 @@ static int add_shard(StSet *s, const char *path, char *err, int errlen) {
     StTensor *all = realloc(s->tensors, (size_t)(s->n_tensors + n + 1) * sizeof *all);
     if (!all) {
         free_tensors(t, n);
-        return fail(err, errlen, "%s: out of memory", path);
+        return errf(err, errlen, "%s: out of memory", path);
     }
     s->tensors = all;
     memcpy(all + s->n_tensors, t, (size_t)n * sizeof *t);
@@ -382,11 +374,11 @@ static int open_index(StSet *s, const char *index_path, char *err, int errlen) {
     json_error_t je;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
     free(text);
-    if (!root) return fail(err, errlen, "%s: invalid JSON at line %d: %s", index_path, je.line, je.text);
+    if (!root) return errf(err, errlen, "%s: invalid JSON at line %d: %s", index_path, je.line, je.text);
     int rc = -1;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm)) {
-        fail(err, errlen, "%s: missing \"weight_map\" object", index_path);
+        errf(err, errlen, "%s: missing \"weight_map\" object", index_path);
         goto done;
     }
     // The directory of the index, for the shard paths.
@@ -397,12 +389,12 @@ static int open_index(StSet *s, const char *index_path, char *err, int errlen) {
     json_object_foreach(wm, key, val) {
         const char *shard = json_string_value(val);
         if (!shard || !*shard || strchr(shard, '/')) {
-            fail(err, errlen, "%s: weight_map[\"%s\"] must be a plain file name in the model directory", index_path, key);
+            errf(err, errlen, "%s: weight_map[\"%s\"] must be a plain file name in the model directory", index_path, key);
             goto done;
         }
         char path[4096];
         if (snprintf(path, sizeof path, "%.*s%s", dirlen, index_path, shard) >= (int)sizeof path) {
-            fail(err, errlen, "%s: shard path too long", index_path);
+            errf(err, errlen, "%s: shard path too long", index_path);
             goto done;
         }
         int seen = 0;
@@ -420,7 +412,7 @@ static int open_index(StSet *s, const char *index_path, char *err, int errlen) {
     qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, cmp_name);
     for (int i = 1; i < s->n_tensors; i++) {
         if (!strcmp(s->tensors[i - 1].name, s->tensors[i].name)) {
-            fail(err, errlen, "tensor '%s' appears twice: in %s and in %s", s->tensors[i].name,
+            errf(err, errlen, "tensor '%s' appears twice: in %s and in %s", s->tensors[i].name,
                  s->files[s->tensors[i - 1].shard], s->files[s->tensors[i].shard]);
             goto done;
         }
@@ -431,7 +423,7 @@ static int open_index(StSet *s, const char *index_path, char *err, int errlen) {
         const char *tf = t ? s->files[t->shard] : NULL;
         const char *base = tf ? (strrchr(tf, '/') ? strrchr(tf, '/') + 1 : tf) : NULL;
         if (!t || strcmp(base, shard)) {
-            fail(err, errlen, "%s: weight_map puts tensor '%s' in %s, but %s", index_path, key, shard,
+            errf(err, errlen, "%s: weight_map puts tensor '%s' in %s, but %s", index_path, key, shard,
                  t ? "it is in another shard" : "that shard does not have it");
             goto done;
         }
@@ -450,18 +442,18 @@ static int is_file(const char *path) {
 int st_open(const char *path, StSet *s, char *err, int errlen) {
     memset(s, 0, sizeof *s);
     struct stat sb;
-    if (stat(path, &sb)) return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (stat(path, &sb)) return errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     int rc;
     if (S_ISDIR(sb.st_mode)) {
         // As transformers does: a single model.safetensors first, else the sharded index.
         char single[4096], index[4096];
         int n1 = snprintf(single, sizeof single, "%s/model.safetensors", path);
         int n2 = snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
-        if (n1 >= (int)sizeof single || n2 >= (int)sizeof index) return fail(err, errlen, "%s: path too long", path);
+        if (n1 >= (int)sizeof single || n2 >= (int)sizeof index) return errf(err, errlen, "%s: path too long", path);
         if (is_file(single)) rc = add_shard(s, single, err, errlen);
         else if (is_file(index)) rc = open_index(s, index, err, errlen);
         else
-            return fail(err, errlen, "%s: no model.safetensors or model.safetensors.index.json in this directory", path);
+            return errf(err, errlen, "%s: no model.safetensors or model.safetensors.index.json in this directory", path);
     } else {
         size_t n = strlen(path);
         if (n >= 5 && !strcmp(path + n - 5, ".json")) rc = open_index(s, path, err, errlen);

@@ -55,6 +55,8 @@ int st_parse_header(const uint8_t *buf, size_t len, const char *src, int shard, 
 
 const char *st_dtype_name(StDtype d);  // "F32", "F16", "BF16"
 size_t st_dtype_size(StDtype d);
+// "[4096, 11008]" into buf (for messages); returns buf.
+const char *st_shape_str(const int64_t *shape, int ndim, char *buf, size_t n);
 // Convert a whole tensor to fp32 (out has t->numel floats).
 void st_to_f32(const StTensor *t, float *out);
 
