@@ -80,7 +80,7 @@ static void matmul_v2_reordered(int M, int N, int K, const float *A, const float
 // loop is v2's unit-stride, vectorized i-k-j.
 // When it pays: once B no longer fits in the last-level cache. On a 2-core AMD EPYC (32 MB
 // L3) we measured v2 = v3 = ~27 GFLOP/s at 1024^3 (B is 4 MB: v2's streams come from L3 fast
-// enough), but at 2048^3 v2 fell to 9.5 GFLOP/s while v3 held 26. Try --size 2048.
+// enough), but at 2048^3 v2 fell to about 10 GFLOP/s while v3 held 26. Try --size 2048.
 // What still limits it: the inner loop loads and stores C for every FMA (three memory
 // operations per SIMD FMA), so it runs at load/store speed, not at FMA speed. v4 fixes that.
 // ---------------------------------------------------------------------------------------
@@ -141,6 +141,8 @@ static void matmul_v3_blocked(int M, int N, int K, const float *A, const float *
 // waits matter on a small shared machine: when another process takes a core for a time
 // slice, a thread waiting at a barrier is stuck; with per-block barriers (pack a KC x NC
 // block, barrier, compute, barrier) we measured v4 falling to a third of OpenBLAS under load.
+// A waiting OpenMP thread spins for a while before it sleeps; OMP_WAIT_POLICY=passive makes it
+// sleep at once, which on a loaded 2-core machine brought v4 level with OpenBLAS again.
 // ---------------------------------------------------------------------------------------
 
 // Register tile: NR = two SIMD vectors wide, MR rows, chosen so that the MR*NR/VL accumulators
