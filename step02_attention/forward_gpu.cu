@@ -25,74 +25,10 @@
 #include "check.h"
 #include "cuda_check.h"
 #include "forward.h"
+#include "forward_gpu.cuh"
 #include "gpu.h"
 
-// ---------------------------------------------------------------- element conversions
-__host__ __device__ inline float tof(float x) { return x; }
-__host__ __device__ inline float tof(__half x) { return __half2float(x); }
-__host__ __device__ inline float tof(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T> __host__ __device__ inline T fromf(float x);
-template <> __host__ __device__ inline float fromf<float>(float x) { return x; }
-template <> __host__ __device__ inline __half fromf<__half>(float x) { return __float2half_rn(x); }
-template <> __host__ __device__ inline __nv_bfloat16 fromf<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// Runs the statement with `A` typedef'd to the element type of dtype dt.
-#define DISPATCH(dt, A, ...)                                  \
-    switch (dt) {                                             \
-    case ST_F32: { typedef float A; __VA_ARGS__; } break;     \
-    case ST_F16: { typedef __half A; __VA_ARGS__; } break;    \
-    case ST_BF16: { typedef __nv_bfloat16 A; __VA_ARGS__; } break; \
-    }
-
-static cudaDataType_t cuda_type(StDtype d) {
-    return d == ST_F32 ? CUDA_R_32F : d == ST_F16 ? CUDA_R_16F : CUDA_R_16BF;
-}
-static const char *dt_name(StDtype d) { return d == ST_F32 ? "fp32" : d == ST_F16 ? "fp16" : "bf16"; }
-
 // ---------------------------------------------------------------- kernels (one op each)
-
-// Sum over the block; every thread gets the result. blockDim.x a multiple of 32, <= 1024.
-__device__ float block_sum(float v) {
-    __shared__ float part[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    __syncthreads();  // part[] may still be read by a previous call
-    if (lane == 0) part[w] = v;
-    __syncthreads();
-    float s = 0;
-    for (int i = 0; i < (int)(blockDim.x / 32); i++) s += part[i];
-    return s;
-}
-__device__ float block_max(float v) {
-    __shared__ float part[32];
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    __syncthreads();
-    if (lane == 0) part[w] = v;
-    __syncthreads();
-    float m = -INFINITY;
-    for (int i = 0; i < (int)(blockDim.x / 32); i++) m = fmaxf(m, part[i]);
-    return m;
-}
-
-// x (T, d) fp32 = table[ids[t]]; table (vocab, d) in the weight dtype. Grid (T).
-template <class W> __global__ void k_embed(const W *table, const int *ids, int d, float *x) {
-    const size_t t = blockIdx.x;
-    const W *row = table + (size_t)ids[t] * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) x[t * d + i] = tof(row[i]);
-}
-
-// RMSNorm over rows of length n. Row r starts at (r / per) * ld + (r % per) * n, in x and y:
-// per = 1, ld = n for the hidden norm (T, d); per = heads, ld = row width for the per-head
-// q/k norm (Qwen3) inside the (T, (H+2KV)*hd) qkv buffer. y may alias x. Grid (rows).
-template <class O>
-__global__ void k_rmsnorm(const float *x, const float *w, int n, int per, size_t ld, float eps, O *y) {
-    const size_t off = (size_t)(blockIdx.x / per) * ld + (size_t)(blockIdx.x % per) * n;
-    float ss = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[off + i] * x[off + i];
-    const float inv = rsqrtf(block_sum(ss) / n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) y[off + i] = fromf<O>(x[off + i] * inv * w[i]);
-}
 
 // y (T, n) with row stride ld: y[t, j] += b[j]
 __global__ void k_add_bias(float *y, const float *b, int T, int n, size_t ld) {
@@ -141,15 +77,6 @@ template <class O> __global__ void k_causal_softmax(const float *S, O *P, int T)
     for (int j = threadIdx.x; j < T; j += blockDim.x) p[j] = fromf<O>(j <= i ? expf(s[j] - mx) * inv : 0.0f);
 }
 
-// h (T, ff) = silu(gate) * up, gate and up side by side in gu (T, 2*ff).
-template <class O> __global__ void k_swiglu(const float *gu, O *h, int T, int ff) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)T * ff; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t t = i / ff, j = i % ff;
-        const float g = gu[t * 2 * ff + j], u = gu[t * 2 * ff + ff + j];
-        h[i] = fromf<O>(g / (1.0f + expf(-g)) * u);
-    }
-}
-
 // Random N(mean, std) fill from a counter-based hash (no state): the same seed, the same weights.
 __device__ inline float u01(unsigned long long z) {
     z += 0x9E3779B97F4A7C15ull;
@@ -171,46 +98,6 @@ static int grid_for(size_t n, int block) {
 }
 
 // ---------------------------------------------------------------- the model on the device
-
-struct GpuLayer {
-    float *attn_norm, *mlp_norm;  // (d)
-    float *q_norm, *k_norm;       // (hd) or NULL
-    float *bqkv;                  // (H*hd + 2*KV*hd) or NULL
-    float *bo;                    // (d) or NULL
-    void *wqkv;                   // (H*hd + 2*KV*hd, d): q, k, v rows stacked
-    void *wo;                     // (d, H*hd)
-    void *wgu;                    // (2*ff, d): gate rows then up rows
-    void *wdown;                  // (d, ff)
-};
-
-struct GpuModel {
-    ModelConfig cfg;
-    StDtype wdt;  // dtype of the GEMM weights and of every GEMM input on the device
-    char desc[320];
-    double weight_bytes;
-    void *embed, *lm_head;  // (vocab, d); lm_head == embed when tied
-    float *final_norm;
-    GpuLayer *layers;
-    cublasHandle_t blas;
-    cudaEvent_t ev0, ev1, *ea, *eb;  // whole forward; attention of each layer
-    // workspace for ws_T tokens (reallocated when T changes)
-    int ws_T;
-    double ws_bytes;
-    int *ids;        // (T)
-    float *x;        // (T, d) residual stream
-    void *xn;        // (T, d) normed, GEMM dtype
-    float *qkv;      // (T, H*hd + 2*KV*hd) fp32 GEMM output
-    void *qkv16;     // same, GEMM dtype (== qkv for fp32)
-    float *S;        // (H, T, T) scores, fp32
-    void *P;         // (H, T, T) probabilities, GEMM dtype (== S for fp32)
-    void *att;       // (T, H*hd) attention output, GEMM dtype
-    float *gu;       // (T, 2*ff)
-    void *h;         // (T, ff) swiglu output, GEMM dtype
-    float *logits;   // (T, vocab)
-    float *cos_t, *sin_t;  // (T, hd/2)
-};
-
-static size_t esize(StDtype d) { return d == ST_F32 ? 4 : 2; }
 
 static void *dalloc(size_t bytes, double *count) {
     void *p = NULL;

@@ -1,0 +1,583 @@
+// decode_gpu.cu — one decode step on CUDA: bf16 GEMVs, a decode-attention kernel over the KV
+// cache, the whole step captured in a CUDA graph (see kvcache.h).
+//
+// Why these kernels: at batch 1 every projection is a matrix-VECTOR product. Each weight is
+// read once and used for one multiply-add, so the step is bound by how fast the weights stream
+// from HBM (2 bytes per 2 FLOPs in bf16), not by the tensor cores. cuBLAS at M = 1 moved
+// ~1.3 TB/s on the H200 (step01's batch scan); k_gemv below is written for the stream:
+//   - one warp per R = 2 rows; each lane loads 16 bytes (8 bf16) of each row per iteration,
+//     so a warp reads 512 contiguous bytes per row per load instruction (coalesced);
+//   - U = 4 iterations' loads are issued before any is used (8 independent 16-byte loads in
+//     flight per lane) to cover HBM latency; x (fp32) comes through the read-only L1 path;
+//   - fp32 accumulation, a warp-shuffle reduction at the end, lane 0 writes (+ bias, + y for
+//     the residual add), so o_proj and down_proj add into the residual stream directly;
+//   - 8 warps per block, rows/16 blocks: 256 blocks for a 4096-row matrix, all resident.
+// q/k/v and gate/up are concatenated at load (step02), so a layer has 4 GEMVs.
+//
+// Decode attention (one query per head over len cached positions), split over the keys so that
+// enough blocks run (flash-decoding's idea, done simply; step07 refines it):
+//   k_attn_split   grid (KV, ceil(max_seq/128)); block b handles keys [128b, 128b+128) for the
+//                  g = H/KV query heads that share kv head blockIdx.x (each K/V row read once):
+//                  scores -> local max m and sum l -> unnormalized o = sum_j exp(s_j - m) v_j
+//   k_attn_combine grid (H): out = sum_b exp(m_b - M) o_b / sum_b exp(m_b - M) l_b
+// Blocks past the current length exit at once, so the grid is fixed and the graph replayable.
+//
+// The step's kernels read the token id and its position from device memory (d_tok, d_pos) and
+// the last kernel advances them (argmax -> d_tok, pos + 1), so the same graph is replayed for
+// every token; the host only overrides d_tok when it samples.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cuda_check.h"
+#include "gpu.h"
+#include "kvcache.h"
+#include "step02_attention/forward_gpu.cuh"
+
+// ---------------------------------------------------------------- GEMV
+#define GEMV_WARPS 8
+#define GEMV_R 2  // rows per warp
+#define GEMV_U 4  // 16-byte chunks per lane issued before use
+
+// 8 (bf16/fp16) or 4 (fp32) elements of a 16-byte vector, widened to fp32
+template <class W> struct Vec16;
+template <> struct Vec16<float> {
+    static constexpr int N = 4;
+    static __device__ inline void unpack(const uint4 &u, float *f) {
+        f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
+    }
+};
+template <> struct Vec16<__nv_bfloat16> {
+    static constexpr int N = 8;
+    static __device__ inline void unpack(const uint4 &u, float *f) {
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+};
+template <> struct Vec16<__half> {
+    static constexpr int N = 8;
+    static __device__ inline void unpack(const uint4 &u, float *f) {
+        const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 t = __half22float2(h[i]);
+            f[2 * i] = t.x, f[2 * i + 1] = t.y;
+        }
+    }
+};
+
+// y (rows) [+]= W (rows, n_in) x (n_in) + b. accumulate: y += (the residual add).
+// Vector path when n_in % N == 0 (every row then starts 16-byte aligned); else a scalar loop.
+template <class W>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv(const W *__restrict__ Wm, const float *__restrict__ x, const float *__restrict__ b, float *y, int rows,
+           int n_in, int accumulate) {
+    constexpr int N = Vec16<W>::N;
+    const int lane = threadIdx.x & 31;
+    const int row0 = (blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * GEMV_R;
+    if (row0 >= rows) return;
+    const W *wr[GEMV_R];
+#pragma unroll
+    for (int r = 0; r < GEMV_R; r++) wr[r] = Wm + (size_t)min(row0 + r, rows - 1) * n_in;  // clamp: read, not written
+    float acc[GEMV_R] = {};
+    if (n_in % N == 0) {
+        const int nv = n_in / N;  // 16-byte chunks per row
+        int c = lane;
+        for (; c + 32 * (GEMV_U - 1) < nv; c += 32 * GEMV_U) {
+            uint4 w[GEMV_U][GEMV_R];
+#pragma unroll
+            for (int u = 0; u < GEMV_U; u++)
+#pragma unroll
+                for (int r = 0; r < GEMV_R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c + 32 * u);  // streamed once
+#pragma unroll
+            for (int u = 0; u < GEMV_U; u++) {
+                float xf[N];
+#pragma unroll
+                for (int i = 0; i < N; i += 4) {
+                    const float4 t = __ldg((const float4 *)(x + (size_t)(c + 32 * u) * N + i));
+                    xf[i] = t.x, xf[i + 1] = t.y, xf[i + 2] = t.z, xf[i + 3] = t.w;
+                }
+#pragma unroll
+                for (int r = 0; r < GEMV_R; r++) {
+                    float wf[N];
+                    Vec16<W>::unpack(w[u][r], wf);
+#pragma unroll
+                    for (int i = 0; i < N; i++) acc[r] = fmaf(wf[i], xf[i], acc[r]);
+                }
+            }
+        }
+        for (; c < nv; c += 32) {  // the tail: fewer than U chunks per lane left
+            float xf[N];
+#pragma unroll
+            for (int i = 0; i < N; i += 4) {
+                const float4 t = __ldg((const float4 *)(x + (size_t)c * N + i));
+                xf[i] = t.x, xf[i + 1] = t.y, xf[i + 2] = t.z, xf[i + 3] = t.w;
+            }
+#pragma unroll
+            for (int r = 0; r < GEMV_R; r++) {
+                float wf[N];
+                Vec16<W>::unpack(__ldcs((const uint4 *)wr[r] + c), wf);
+#pragma unroll
+                for (int i = 0; i < N; i++) acc[r] = fmaf(wf[i], xf[i], acc[r]);
+            }
+        }
+    } else {
+        for (int i = lane; i < n_in; i += 32) {
+            const float xi = x[i];
+#pragma unroll
+            for (int r = 0; r < GEMV_R; r++) acc[r] = fmaf(tof(wr[r][i]), xi, acc[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < GEMV_R; r++) {
+        float v = acc[r];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        const int row = row0 + r;
+        if (lane == 0 && row < rows) y[row] = v + (b ? b[row] : 0.0f) + (accumulate ? y[row] : 0.0f);
+    }
+}
+
+static void gemv(StDtype dt, const void *W, const float *x, const float *b, float *y, int rows, int n_in, int acc,
+                 cudaStream_t s) {
+    const int per_block = GEMV_WARPS * GEMV_R;
+    const int grid = (rows + per_block - 1) / per_block;
+    DISPATCH(dt, A, k_gemv<A><<<grid, GEMV_WARPS * 32, 0, s>>>((const A *)W, x, b, y, rows, n_in, acc));
+    CUDA_CHECK_LAST();
+}
+
+// ---------------------------------------------------------------- rope + cache append
+// One block (32 threads) per head of the new token's qkv row (fp32, (H + 2KV) * hd):
+// q heads: (q_norm) + rope, written back in place; k heads: (k_norm) + rope, written to the
+// cache row *pos in the cache dtype; v heads: copied to the cache. inv_freq (hd/2) is the CPU
+// reference's table; the angle is the same fp32 product pos * inv_freq, cos/sin in double.
+template <class C>
+__global__ void k_rope_append(float *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
+                              const int *d_pos, int H, int KV, int hd, float eps, C *kc, C *vc) {
+    const int h = blockIdx.x, lane = threadIdx.x, half = hd / 2;
+    const int pos = *d_pos;
+    float *x = qkv + (size_t)h * hd;
+    const int is_q = h < H, is_k = !is_q && h < H + KV;
+    const float *nw = is_q ? q_norm : is_k ? k_norm : NULL;
+    float inv = 1.0f;
+    if (nw) {
+        float ss = 0;
+        for (int e = lane; e < hd; e += 32) ss += x[e] * x[e];
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        inv = rsqrtf(ss / hd + eps);
+    }
+    if (is_q || is_k) {
+        C *dst = is_k ? kc + (size_t)pos * KV * hd + (size_t)(h - H) * hd : NULL;
+        for (int i = lane; i < half; i += 32) {
+            float x1 = x[i] * inv, x2 = x[i + half] * inv;
+            if (nw) x1 *= nw[i], x2 *= nw[i + half];
+            const float ang = (float)pos * inv_freq[i];
+            const float c = (float)cos((double)ang), s = (float)sin((double)ang);
+            const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+            if (is_q) x[i] = y1, x[i + half] = y2;
+            else dst[i] = fromf<C>(y1), dst[i + half] = fromf<C>(y2);
+        }
+    } else {
+        C *dst = vc + (size_t)pos * KV * hd + (size_t)(h - H - KV) * hd;
+        for (int e = lane; e < hd; e += 32) dst[e] = fromf<C>(x[e]);
+    }
+}
+
+// ---------------------------------------------------------------- decode attention
+#define ATTN_CHUNK 128  // keys per block = threads per block
+#define ATTN_MAXO 8     // g*hd / 128 outputs per thread at most (g*hd <= 1024)
+
+// q (H*hd) fp32; kc, vc (>= len, KV*hd) one layer's cache; len = *d_pos + 1 (+ len_add).
+// part_o (H, nsplit, hd), part_ml (H, nsplit, 2). Dynamic shared: (g*hd + g*ATTN_CHUNK) floats.
+template <class C>
+__global__ void __launch_bounds__(ATTN_CHUNK)
+    k_attn_split(const float *q, const C *kc, const C *vc, const int *d_pos, int len_add, int H, int KV, int hd,
+                 float scale, float *part_o, float *part_ml) {
+    extern __shared__ float sm[];
+    const int g = H / KV, kvh = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y, t = threadIdx.x;
+    const int len = *d_pos + len_add, j0 = split * ATTN_CHUNK;
+    if (j0 >= len) return;
+    const int jn = min(ATTN_CHUNK, len - j0);
+    float *qs = sm, *ps = sm + g * hd;  // q of the g heads (g, hd); scores (g, ATTN_CHUNK)
+    for (int i = t; i < g * hd; i += ATTN_CHUNK) qs[i] = q[(size_t)kvh * g * hd + i];
+    __syncthreads();
+    const size_t ld = (size_t)KV * hd;
+    if (t < jn) {  // thread t scores key j0 + t against the g query heads
+        const C *kr = kc + (size_t)(j0 + t) * ld + (size_t)kvh * hd;
+        for (int hh = 0; hh < g; hh++) {
+            const float *qh = qs + hh * hd;
+            float dot = 0;
+            for (int e = 0; e < hd; e++) dot = fmaf(qh[e], tof(kr[e]), dot);
+            ps[hh * ATTN_CHUNK + t] = dot * scale;
+        }
+    }
+    __syncthreads();
+    // per head: local max and sum over this block's keys (one warp per head, heads strided)
+    __shared__ float m_s[64], l_s[64];
+    const int warp = t / 32, lane = t % 32;
+    for (int hh = warp; hh < g; hh += ATTN_CHUNK / 32) {
+        float m = -INFINITY;
+        for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0;
+        for (int j = lane; j < jn; j += 32) {
+            const float p = expf(ps[hh * ATTN_CHUNK + j] - m);
+            ps[hh * ATTN_CHUNK + j] = p;
+            l += p;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) m_s[hh] = m, l_s[hh] = l;
+    }
+    __syncthreads();
+    // o (g, hd) = P V: thread t owns outputs t, t+128, ... (consecutive e: coalesced V reads)
+    float acc[ATTN_MAXO] = {};
+    const C *vb = vc + (size_t)j0 * ld + (size_t)kvh * hd;
+    for (int j = 0; j < jn; j++) {
+#pragma unroll
+        for (int i = 0; i < ATTN_MAXO; i++) {
+            const int o = t + i * ATTN_CHUNK;
+            if (o < g * hd) acc[i] = fmaf(ps[(o / hd) * ATTN_CHUNK + j], tof(vb[(size_t)j * ld + o % hd]), acc[i]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < ATTN_MAXO; i++) {
+        const int o = t + i * ATTN_CHUNK;
+        if (o < g * hd) {
+            const int h = kvh * g + o / hd;
+            part_o[((size_t)h * nsplit + split) * hd + o % hd] = acc[i];
+        }
+    }
+    if (t < g) {
+        const int h = kvh * g + t;
+        part_ml[((size_t)h * nsplit + split) * 2] = m_s[t];
+        part_ml[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
+    }
+}
+
+// out (H*hd) fp32 from the splits that hold keys (ceil(len / ATTN_CHUNK) of them). Grid (H).
+__global__ void k_attn_combine(const float *part_o, const float *part_ml, const int *d_pos, int len_add, int nsplit,
+                               int hd, float *out) {
+    const int h = blockIdx.x;
+    const int len = *d_pos + len_add, ns = (len + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    const float *ml = part_ml + (size_t)h * nsplit * 2;
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++) M = fmaxf(M, ml[2 * s]);
+    float L = 0;
+    for (int s = 0; s < ns; s++) L += expf(ml[2 * s] - M) * ml[2 * s + 1];
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        float o = 0;
+        for (int s = 0; s < ns; s++) o += expf(ml[2 * s] - M) * part_o[((size_t)h * nsplit + s) * hd + e];
+        out[(size_t)h * hd + e] = o / L;
+    }
+}
+
+// ---------------------------------------------------------------- small kernels
+// silu(gate) * up, fp32 in and out: gu (2*ff) = gate | up
+__global__ void k_swiglu_f32(const float *gu, float *h, int ff) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ff; i += gridDim.x * blockDim.x) {
+        const float gt = gu[i];
+        h[i] = gt / (1.0f + expf(-gt)) * gu[ff + i];
+    }
+}
+
+// argmax of logits (vocab) -> *d_tok (the next token), out_ids[*d_pos] = it, then pos += 1.
+// One block of 1024 threads; ties: the lower id (as argmax_f32).
+__global__ void k_argmax_advance(const float *logits, int vocab, int *d_tok, int *d_pos, int *out_ids) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    float best = -INFINITY;
+    int bidx = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+        if (logits[i] > best) best = logits[i], bidx = i;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bidx, o);
+        if (ov > best || (ov == best && oi < bidx)) best = ov, bidx = oi;
+    }
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) bv[w] = best, bi[w] = bidx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)(blockDim.x / 32); i++)
+            if (bv[i] > bv[0] || (bv[i] == bv[0] && bi[i] < bi[0])) bv[0] = bv[i], bi[0] = bi[i];
+        const int p = *d_pos;
+        out_ids[p] = bi[0];
+        *d_tok = bi[0];
+        *d_pos = p + 1;
+    }
+}
+
+// ---------------------------------------------------------------- the decoder
+struct GpuDecoder {
+    GpuModel *g;
+    int max_seq, len, nsplit;
+    StDtype cdt;              // cache dtype = weight dtype
+    void *kc, *vc;            // (n_layers, max_seq, KV*hd) each
+    double kv_bytes;          // measured: device memory the two allocations took
+    float *x, *qkv, *att, *gu, *h, *xn, *logits;  // (d) (H*hd+2KV*hd) (H*hd) (2ff) (ff) (d) (vocab)
+    float *part_o, *part_ml;  // (H, nsplit, hd) (H, nsplit, 2)
+    float *inv_freq;          // (hd/2)
+    int *d_tok, *d_pos, *d_out;  // token id, position, argmax per position (max_seq)
+    cudaStream_t stream;
+    cudaGraphExec_t graph;
+};
+
+// Enqueue one decode step on d->stream (what the graph holds).
+static void decode_enqueue(GpuDecoder *d) {
+    GpuModel *g = d->g;
+    const ModelConfig *c = &g->cfg;
+    const int dm = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, ff = c->intermediate;
+    const int qd = H * hd, kd = KV * hd, nqkv = qd + 2 * kd, gq = H / KV;
+    const StDtype dt = g->wdt;
+    const float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    const size_t es = esize(d->cdt), lstride = (size_t)d->max_seq * kd * es;
+    const size_t attn_smem = (size_t)(gq * hd + gq * ATTN_CHUNK) * sizeof(float);
+    cudaStream_t s = d->stream;
+    DISPATCH(dt, A, k_embed<A><<<1, 256, 0, s>>>((const A *)g->embed, d->d_tok, dm, d->x));
+    CUDA_CHECK_LAST();
+    for (int l = 0; l < c->n_layers; l++) {
+        const GpuLayer *L = &g->layers[l];
+        void *kc = (char *)d->kc + l * lstride, *vc = (char *)d->vc + l * lstride;
+        k_rmsnorm<float><<<1, 256, 0, s>>>(d->x, L->attn_norm, dm, 1, dm, eps, d->xn);
+        CUDA_CHECK_LAST();
+        gemv(dt, L->wqkv, d->xn, L->bqkv, d->qkv, nqkv, dm, 0, s);
+        DISPATCH(d->cdt, C, k_rope_append<C><<<H + 2 * KV, 32, 0, s>>>(d->qkv, L->q_norm, L->k_norm, d->inv_freq,
+                                                                        d->d_pos, H, KV, hd, eps, (C *)kc, (C *)vc));
+        CUDA_CHECK_LAST();
+        DISPATCH(d->cdt, C,
+                 k_attn_split<C><<<dim3(KV, d->nsplit), ATTN_CHUNK, attn_smem, s>>>(
+                     d->qkv, (const C *)kc, (const C *)vc, d->d_pos, 1, H, KV, hd, scale, d->part_o, d->part_ml));
+        CUDA_CHECK_LAST();
+        k_attn_combine<<<H, hd < 32 ? 32 : (hd > 256 ? 256 : hd), 0, s>>>(d->part_o, d->part_ml, d->d_pos, 1,
+                                                                          d->nsplit, hd, d->att);
+        CUDA_CHECK_LAST();
+        gemv(dt, L->wo, d->att, L->bo, d->x, dm, qd, 1, s);  // x += att Wo^T
+        k_rmsnorm<float><<<1, 256, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);
+        CUDA_CHECK_LAST();
+        gemv(dt, L->wgu, d->xn, NULL, d->gu, 2 * ff, dm, 0, s);
+        k_swiglu_f32<<<(ff + 255) / 256, 256, 0, s>>>(d->gu, d->h, ff);
+        CUDA_CHECK_LAST();
+        gemv(dt, L->wdown, d->h, NULL, d->x, dm, ff, 1, s);  // x += h Wdown^T
+    }
+    k_rmsnorm<float><<<1, 256, 0, s>>>(d->x, g->final_norm, dm, 1, dm, eps, d->xn);
+    CUDA_CHECK_LAST();
+    gemv(dt, g->lm_head, d->xn, NULL, d->logits, c->vocab, dm, 0, s);
+    k_argmax_advance<<<1, 1024, 0, s>>>(d->logits, c->vocab, d->d_tok, d->d_pos, d->d_out);
+    CUDA_CHECK_LAST();
+}
+
+static void *dmalloc(size_t n) {
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, n));
+    return p;
+}
+
+extern "C" GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int errlen) {
+    const ModelConfig *c = &g->cfg;
+    const int H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, gq = H / KV;
+    if (gq * hd > ATTN_MAXO * ATTN_CHUNK || gq > 64) {
+        snprintf(err, (size_t)errlen, "decode attention supports (H/KV) * head_dim <= %d, this model has %d",
+                 ATTN_MAXO * ATTN_CHUNK, gq * hd);
+        return NULL;
+    }
+    if (max_seq < 1) {
+        snprintf(err, (size_t)errlen, "max_seq = %d", max_seq);
+        return NULL;
+    }
+    GpuDecoder *d = (GpuDecoder *)xcalloc(1, sizeof(GpuDecoder));
+    d->g = g;
+    d->max_seq = max_seq;
+    d->cdt = g->wdt;
+    d->nsplit = (max_seq + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    const size_t kvn = (size_t)c->n_layers * max_seq * KV * hd * esize(d->cdt);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    size_t f0, f1, tot;
+    CUDA_CHECK(cudaMemGetInfo(&f0, &tot));
+    d->kc = dmalloc(kvn);
+    d->vc = dmalloc(kvn);
+    CUDA_CHECK(cudaMemGetInfo(&f1, &tot));
+    d->kv_bytes = (double)f0 - (double)f1;
+    const size_t dm = c->hidden, nqkv = (size_t)(H + 2 * KV) * hd, ff = c->intermediate;
+    d->x = (float *)dmalloc(dm * 4);
+    d->xn = (float *)dmalloc(dm * 4);
+    d->qkv = (float *)dmalloc(nqkv * 4);
+    d->att = (float *)dmalloc((size_t)H * hd * 4);
+    d->gu = (float *)dmalloc(2 * ff * 4);
+    d->h = (float *)dmalloc(ff * 4);
+    d->logits = (float *)dmalloc((size_t)c->vocab * 4);
+    d->part_o = (float *)dmalloc((size_t)H * d->nsplit * hd * 4);
+    d->part_ml = (float *)dmalloc((size_t)H * d->nsplit * 2 * 4);
+    d->inv_freq = (float *)dmalloc((size_t)(hd / 2) * 4);
+    d->d_tok = (int *)dmalloc(4);
+    d->d_pos = (int *)dmalloc(4);
+    d->d_out = (int *)dmalloc((size_t)(max_seq + 1) * 4);
+    float *inv = (float *)xmalloc((size_t)(hd / 2) * 4);
+    rope_inv_freq(c, inv);
+    CUDA_CHECK(cudaMemcpy(d->inv_freq, inv, (size_t)(hd / 2) * 4, cudaMemcpyHostToDevice));
+    free(inv);
+    CUDA_CHECK(cudaStreamCreate(&d->stream));
+    gpu_decoder_reset(d);
+    // capture the step once; every token replays it
+    cudaGraph_t gr;
+    CUDA_CHECK(cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal));
+    decode_enqueue(d);
+    CUDA_CHECK(cudaStreamEndCapture(d->stream, &gr));
+    CUDA_CHECK(cudaGraphInstantiate(&d->graph, gr, 0));
+    CUDA_CHECK(cudaGraphDestroy(gr));
+    return d;
+}
+
+extern "C" void gpu_decoder_free(GpuDecoder *d) {
+    if (!d) return;
+    CUDA_CHECK(cudaStreamSynchronize(d->stream));
+    CUDA_CHECK(cudaGraphExecDestroy(d->graph));
+    void *ps[] = {d->kc, d->vc, d->x, d->xn, d->qkv, d->att, d->gu, d->h, d->logits, d->part_o, d->part_ml,
+                  d->inv_freq, d->d_tok, d->d_pos, d->d_out};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
+    CUDA_CHECK(cudaStreamDestroy(d->stream));
+    free(d);
+}
+
+extern "C" void gpu_decoder_reset(GpuDecoder *d) {
+    d->len = 0;
+    CUDA_CHECK(cudaMemsetAsync(d->d_pos, 0, 4, d->stream));
+    CUDA_CHECK(cudaStreamSynchronize(d->stream));
+}
+
+extern "C" int gpu_decoder_len(const GpuDecoder *d) { return d->len; }
+extern "C" double gpu_decoder_kv_bytes(const GpuDecoder *d) { return d->kv_bytes; }
+extern "C" double gpu_decoder_kv_elem_bytes(const GpuDecoder *d) { return (double)esize(d->cdt); }
+
+extern "C" int gpu_decoder_step(GpuDecoder *d, int id, float *logits) {
+    if (id < 0 || id >= d->g->cfg.vocab) {
+        fprintf(stderr, "gpu_decoder_step: token id %d is outside the vocabulary [0, %d)\n", id, d->g->cfg.vocab);
+        return -1;
+    }
+    if (d->len >= d->max_seq) {
+        fprintf(stderr, "gpu_decoder_step: the cache is full (%d positions)\n", d->max_seq);
+        return -1;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(d->d_tok, &id, 4, cudaMemcpyHostToDevice, d->stream));
+    CUDA_CHECK(cudaGraphLaunch(d->graph, d->stream));
+    d->len++;
+    if (logits)
+        CUDA_CHECK(cudaMemcpyAsync(logits, d->logits, (size_t)d->g->cfg.vocab * 4, cudaMemcpyDeviceToHost, d->stream));
+    CUDA_CHECK(cudaStreamSynchronize(d->stream));
+    return 0;
+}
+
+extern "C" int gpu_decoder_greedy(GpuDecoder *d, int first_id, int n, int *out_ids, float *step_ms) {
+    if (first_id < 0 || first_id >= d->g->cfg.vocab || d->len + n > d->max_seq || n < 1) {
+        fprintf(stderr, "gpu_decoder_greedy: bad id %d or %d + %d steps exceed the cache (%d)\n", first_id, d->len, n,
+                d->max_seq);
+        return -1;
+    }
+    cudaEvent_t *ev = NULL;
+    if (step_ms) {
+        ev = (cudaEvent_t *)xmalloc((size_t)(n + 1) * sizeof(cudaEvent_t));
+        for (int i = 0; i <= n; i++) CUDA_CHECK(cudaEventCreate(&ev[i]));
+    }
+    const int p0 = d->len;
+    CUDA_CHECK(cudaMemcpyAsync(d->d_tok, &first_id, 4, cudaMemcpyHostToDevice, d->stream));
+    if (ev) CUDA_CHECK(cudaEventRecord(ev[0], d->stream));
+    for (int i = 0; i < n; i++) {  // no host synchronization: the argmax feeds the next replay
+        CUDA_CHECK(cudaGraphLaunch(d->graph, d->stream));
+        if (ev) CUDA_CHECK(cudaEventRecord(ev[i + 1], d->stream));
+    }
+    CUDA_CHECK(cudaMemcpyAsync(out_ids, d->d_out + p0, (size_t)n * 4, cudaMemcpyDeviceToHost, d->stream));
+    CUDA_CHECK(cudaStreamSynchronize(d->stream));
+    d->len += n;
+    if (ev) {
+        for (int i = 0; i < n; i++) CUDA_CHECK(cudaEventElapsedTime(&step_ms[i], ev[i], ev[i + 1]));
+        for (int i = 0; i <= n; i++) CUDA_CHECK(cudaEventDestroy(ev[i]));
+        free(ev);
+    }
+    return 0;
+}
+
+extern "C" int forward_last_cuda(GpuModel *g, const int *ids, int T, float *logits, double *ms) {
+    ForwardTimes ft;
+    if (forward_cuda(g, ids, T, NULL, ms ? &ft : NULL) != 0) return -1;
+    if (logits)
+        CUDA_CHECK(cudaMemcpy(logits, g->logits + (size_t)(T - 1) * g->cfg.vocab, (size_t)g->cfg.vocab * 4,
+                              cudaMemcpyDeviceToHost));
+    else CUDA_CHECK(cudaDeviceSynchronize());
+    if (ms) *ms = ft.total_ms;
+    return 0;
+}
+
+// ---------------------------------------------------------------- test entry points
+template <class A> __global__ void k_round(const float *in, A *out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = fromf<A>(in[i]);
+}
+
+static StDtype usable_dtype(StDtype dt) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) return dt;
+    return (dt == ST_BF16 && gi.cc_major < 8) ? ST_F32 : dt;  // as gpu_model_load does on sm_75
+}
+
+static void *upload_as(const float *h, size_t n, StDtype dt) {
+    float *tmp = (float *)dmalloc(n * 4);
+    CUDA_CHECK(cudaMemcpy(tmp, h, n * 4, cudaMemcpyHostToDevice));
+    void *out = dmalloc(n * esize(dt));
+    DISPATCH(dt, A, k_round<A><<<256, 256>>>(tmp, (A *)out, n));
+    CUDA_CHECK_LAST();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaFree(tmp));
+    return out;
+}
+
+extern "C" int gemv_gpu_check(const float *W, const float *x, const float *b, int rows, int n_in, StDtype dt,
+                              float *y) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) return -1;
+    dt = usable_dtype(dt);
+    void *dW = upload_as(W, (size_t)rows * n_in, dt);
+    float *dx = (float *)dmalloc((size_t)n_in * 4), *dy = (float *)dmalloc((size_t)rows * 4), *db = NULL;
+    CUDA_CHECK(cudaMemcpy(dx, x, (size_t)n_in * 4, cudaMemcpyHostToDevice));
+    if (b) {
+        db = (float *)dmalloc((size_t)rows * 4);
+        CUDA_CHECK(cudaMemcpy(db, b, (size_t)rows * 4, cudaMemcpyHostToDevice));
+    }
+    CUDA_CHECK(cudaMemset(dy, 0xff, (size_t)rows * 4));  // poison (NaN): every row must be written
+    gemv(dt, dW, dx, db, dy, rows, n_in, 0, 0);
+    CUDA_CHECK(cudaMemcpy(y, dy, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+    void *ps[] = {dW, dx, dy, db};
+    for (int i = 0; i < 4; i++) CUDA_CHECK(cudaFree(ps[i]));
+    return 0;
+}
+
+extern "C" int decode_attention_gpu_check(const float *q, const float *kc, const float *vc, int len, int H, int KV,
+                                          int hd, StDtype dt, float *out) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) return -1;
+    const int gq = H / KV;
+    if (gq * hd > ATTN_MAXO * ATTN_CHUNK) return -1;
+    dt = usable_dtype(dt);
+    const size_t nk = (size_t)len * KV * hd, nq = (size_t)H * hd;
+    const int nsplit = (len + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    void *dk = upload_as(kc, nk, dt), *dv = upload_as(vc, nk, dt);
+    float *dq = (float *)dmalloc(nq * 4), *dout = (float *)dmalloc(nq * 4);
+    float *po = (float *)dmalloc((size_t)H * nsplit * hd * 4), *pml = (float *)dmalloc((size_t)H * nsplit * 2 * 4);
+    int *dpos = (int *)dmalloc(4);
+    const int pos = len - 1;
+    CUDA_CHECK(cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dq, q, nq * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(dout, 0xff, nq * 4));
+    const size_t smem = (size_t)(gq * hd + gq * ATTN_CHUNK) * sizeof(float);
+    DISPATCH(dt, C,
+             k_attn_split<C><<<dim3(KV, nsplit), ATTN_CHUNK, smem>>>(dq, (const C *)dk, (const C *)dv, dpos, 1, H, KV,
+                                                                     hd, 1.0f / sqrtf((float)hd), po, pml));
+    CUDA_CHECK_LAST();
+    k_attn_combine<<<H, 64>>>(po, pml, dpos, 1, nsplit, hd, dout);
+    CUDA_CHECK_LAST();
+    CUDA_CHECK(cudaMemcpy(out, dout, nq * 4, cudaMemcpyDeviceToHost));
+    void *ps[] = {dk, dv, dq, dout, po, pml, dpos};
+    for (int i = 0; i < 7; i++) CUDA_CHECK(cudaFree(ps[i]));
+    return 0;
+}

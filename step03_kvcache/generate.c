@@ -1,0 +1,324 @@
+// generate.c — autoregressive generation with (default) or without (--no-cache) a KV cache, on
+// the CPU reference or CUDA, greedy or sampled; prints the tokens and TTFT, TPOT, tok/s, KV bytes.
+//
+//   build/bin/generate --model tests/data/models/llama_mha_bf16 --ids 1,2,3 --max-new-tokens 16
+//   build/bin/generate --model DIR --prompt "The quick brown fox" --max-new-tokens 32 --temperature 0.8 --top-p 0.9 --seed 7
+//   build/bin/generate --model DIR --ids 1,2,3 --max-new-tokens 32 --no-cache --json --logprobs 5
+//
+// What it teaches: TTFT (time to first token) is the prefill, one pass over the prompt; TPOT
+// (time per output token) is one decode step. With the cache a decode step costs the same at
+// every position (plus a small attention term); with --no-cache step t recomputes all t tokens.
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gpu.h"
+#include "kvcache.h"
+#include "model.h"
+#include "table.h"
+#include "timer.h"
+#include "tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: generate --model DIR (--ids 1,2,3 | --prompt TEXT) --max-new-tokens N [--device cpu|cuda]\n"
+            "                [--no-cache] [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
+            "                [--ignore-eos] [--logprobs K] [--max-seq N] [--json]\n"
+            "  --model        a Hugging Face directory (config.json, model.safetensors, optional tokenizer.json)\n"
+            "  --ids          the prompt as token ids; --prompt encodes TEXT with DIR/tokenizer.json\n"
+            "  --device       cpu (fp32 reference) or cuda (default: cuda when a GPU is usable)\n"
+            "  --no-cache     recompute the whole prefix at every step (step02's forward) instead of the KV cache\n"
+            "  --greedy       argmax (the default when no sampling option is given)\n"
+            "  --temperature T, --top-k K (0 off), --top-p P (1 off), --min-p M (0 off), --seed S: seeded sampling\n"
+            "  --ignore-eos   do not stop at the EOS ids of generation_config.json / config.json\n"
+            "  --logprobs K   the top-K log-probabilities of every step (in --json)\n"
+            "  --json         one object: ids (generated), prompt_ids, logprobs, times, KV bytes\n");
+}
+
+static int *parse_ids(const char *s, int *n_out) {
+    int cap = 16, n = 0;
+    int *ids = xmalloc((size_t)cap * sizeof(int));
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 0x7fffffff) die("--ids: cannot read a token id at \"%s\"", p);
+        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int));
+        if (!ids) die("out of memory");
+        ids[n++] = (int)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) die("--ids: expected a comma at \"%s\"", p);
+    }
+    if (n == 0) die("--ids: empty");
+    *n_out = n;
+    return ids;
+}
+
+// EOS ids: generation_config.json's eos_token_id (int or list) when present, else config.json's.
+static int load_eos(const char *dir, const ModelConfig *c, int *eos, int max) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/generation_config.json", dir);
+    json_error_t je;
+    json_t *g = json_load_file(p, 0, &je);
+    int n = 0;
+    if (g) {
+        json_t *e = json_object_get(g, "eos_token_id");
+        if (json_is_integer(e)) eos[n++] = (int)json_integer_value(e);
+        else if (json_is_array(e)) {
+            size_t i;
+            json_t *v;
+            json_array_foreach(e, i, v) if (json_is_integer(v) && n < max) eos[n++] = (int)json_integer_value(v);
+        }
+        json_decref(g);
+    }
+    if (n == 0)
+        for (int i = 0; i < c->n_eos && n < max; i++) eos[n++] = c->eos_token_ids[i];
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *model_dir = NULL, *ids_arg = NULL, *prompt = NULL, *device = NULL;
+    int max_new = 16, no_cache = 0, ignore_eos = 0, n_logprobs = 0, json = 0, max_seq = 0, sampling = 0;
+    SamplerParams sp = {.greedy = 1, .temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const int more = i + 1 < argc;
+        if (!strcmp(a, "--model") && more) model_dir = argv[++i];
+        else if (!strcmp(a, "--ids") && more) ids_arg = argv[++i];
+        else if (!strcmp(a, "--prompt") && more) prompt = argv[++i];
+        else if (!strcmp(a, "--device") && more) device = argv[++i];
+        else if (!strcmp(a, "--max-new-tokens") && more) max_new = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-seq") && more) max_seq = atoi(argv[++i]);
+        else if (!strcmp(a, "--no-cache")) no_cache = 1;
+        else if (!strcmp(a, "--greedy")) sp.greedy = 1;
+        else if (!strcmp(a, "--temperature") && more) sp.temperature = (float)atof(argv[++i]), sampling = 1;
+        else if (!strcmp(a, "--top-k") && more) sp.top_k = atoi(argv[++i]), sampling = 1;
+        else if (!strcmp(a, "--top-p") && more) sp.top_p = (float)atof(argv[++i]), sampling = 1;
+        else if (!strcmp(a, "--min-p") && more) sp.min_p = (float)atof(argv[++i]), sampling = 1;
+        else if (!strcmp(a, "--seed") && more) sp.seed = strtoull(argv[++i], NULL, 10), sampling = 1;
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
+        else if (!strcmp(a, "--logprobs") && more) n_logprobs = atoi(argv[++i]);
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            die("unknown or incomplete argument: %s", a);
+        }
+    }
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--greedy") && sampling) die("--greedy and sampling options exclude each other");
+    if (sampling) sp.greedy = 0;
+    if (!model_dir || (!ids_arg && !prompt)) {
+        usage(stderr);
+        die("need --model and --ids or --prompt");
+    }
+    if (max_new < 1) die("--max-new-tokens must be >= 1");
+    if (sp.top_p <= 0 || sp.top_p > 1) die("--top-p must be in (0, 1]");
+    if (sp.min_p < 0 || sp.min_p >= 1) die("--min-p must be in [0, 1)");
+    if (sp.top_k < 0) die("--top-k must be >= 0");
+    if (n_logprobs < 0 || n_logprobs > 20) die("--logprobs must be in 0..20");
+    GpuInfo gi;
+    const int have_gpu = gpu_info(&gi) == 0;
+    if (!device) device = have_gpu ? "cuda" : "cpu";
+    const int use_cuda = !strcmp(device, "cuda");
+    if (!use_cuda && strcmp(device, "cpu")) die("--device must be cpu or cuda, not %s", device);
+    if (use_cuda && !have_gpu) die("--device cuda: %s", gi.reason);
+
+    char err[512];
+    ModelWeights w;
+    if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
+    const ModelConfig *c = &w.cfg;
+    char tok_path[1100];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", model_dir);
+    Tokenizer *tok = NULL;
+    FILE *tf = fopen(tok_path, "rb");
+    if (tf) {
+        fclose(tf);
+        tok = tokenizer_load(tok_path, err, sizeof err);
+        if (!tok) fprintf(stderr, "warning: %s: %s (token text not shown)\n", tok_path, err);
+    }
+    int np = 0;
+    int *prompt_ids;
+    if (prompt) {
+        if (!tok) die("--prompt needs %s", tok_path);
+        TokIds v = {0};
+        if (tokenizer_encode(tok, prompt, strlen(prompt), 1, &v) != 0) die("--prompt: %s", tokenizer_error(tok));
+        if (v.n == 0) die("--prompt: no tokens");
+        np = (int)v.n;
+        prompt_ids = xmalloc((size_t)np * sizeof(int));
+        for (int i = 0; i < np; i++) prompt_ids[i] = v.ids[i];
+        tokids_free(&v);
+    } else {
+        prompt_ids = parse_ids(ids_arg, &np);
+    }
+    for (int i = 0; i < np; i++)
+        if (prompt_ids[i] >= c->vocab) die("--ids: token id %d is outside the vocabulary [0, %d)", prompt_ids[i], c->vocab);
+    if (max_seq < np + max_new) max_seq = np + max_new;
+    int eos[16];
+    const int n_eos = load_eos(model_dir, c, eos, 16);
+
+    // ---- model + cache on the chosen device
+    CpuModel cm = {0};
+    CpuKvCache kv = {0};
+    GpuModel *gm = NULL;
+    GpuDecoder *dec = NULL;
+    double kv_elem = 4;
+    if (use_cuda) {
+        gm = gpu_model_load(&w, err, sizeof err);
+        if (!gm) die("%s: %s", model_dir, err);
+        if (!no_cache) {
+            dec = gpu_decoder_new(gm, max_seq, err, sizeof err);
+            if (!dec) die("%s", err);
+            kv_elem = gpu_decoder_kv_elem_bytes(dec);
+        }
+    } else {
+        if (cpu_model_load(&w, &cm, err, sizeof err) != 0) die("%s: %s", model_dir, err);
+        if (!no_cache && cpu_kv_init(&kv, c, max_seq) != 0) die("cannot make the cache");
+    }
+
+    // ---- generate
+    const int V = c->vocab, total = np + max_new;
+    int *seq = xmalloc((size_t)total * sizeof(int));
+    memcpy(seq, prompt_ids, (size_t)np * sizeof(int));
+    float *logits = xmalloc((size_t)V * sizeof(float));
+    int *lp_ids = xcalloc((size_t)max_new * (n_logprobs ? n_logprobs : 1), sizeof(int));
+    float *lp = xcalloc((size_t)max_new * (n_logprobs ? n_logprobs : 1), sizeof(float));
+    double *step_s = xcalloc((size_t)max_new, sizeof(double));
+    Sampler smp;
+    sampler_init(&smp, &sp, V);
+    TokStream *ts = (tok && !json) ? tokstream_new(tok, 0) : NULL;
+    if (!json && tok) {
+        char *txt = tokenizer_decode(tok, prompt_ids, (size_t)np, 0, NULL);
+        if (txt) printf("%s", txt);
+        free(txt);
+    }
+
+    int n = np, ngen = 0, rc = 0;
+    const char *finish = "length";
+    double t0 = now_sec();
+    if (no_cache) rc = use_cuda ? forward_last_cuda(gm, seq, n, logits, NULL) : forward_last_cpu(&cm, seq, n, logits);
+    else if (use_cuda)
+        for (int i = 0; i < np && rc == 0; i++) rc = gpu_decoder_step(dec, seq[i], i == np - 1 ? logits : NULL);
+    else rc = forward_cached_cpu(&cm, &kv, seq, np, logits);
+    if (rc != 0) die("prefill failed");
+    const double ttft = now_sec() - t0;
+    for (;;) {
+        const int next = sampler_sample(&smp, logits);
+        if (n_logprobs) logprobs_topk(logits, V, n_logprobs, lp_ids + (size_t)ngen * n_logprobs, lp + (size_t)ngen * n_logprobs);
+        seq[n++] = next;
+        ngen++;
+        if (ts) {
+            size_t len;
+            const char *piece = tokstream_step(ts, next, &len);
+            if (piece) fwrite(piece, 1, len, stdout);
+            fflush(stdout);
+        }
+        int is_eos = 0;
+        for (int e = 0; e < n_eos; e++) is_eos |= next == eos[e];
+        if (is_eos && !ignore_eos) {
+            finish = "eos";
+            break;
+        }
+        if (ngen == max_new) break;
+        const double ts0 = now_sec();
+        if (no_cache) rc = use_cuda ? forward_last_cuda(gm, seq, n, logits, NULL) : forward_last_cpu(&cm, seq, n, logits);
+        else if (use_cuda) rc = gpu_decoder_step(dec, next, logits);
+        else rc = forward_cached_cpu(&cm, &kv, &next, 1, logits);
+        if (rc != 0) die("decode step %d failed", ngen);
+        step_s[ngen - 1] = now_sec() - ts0;
+    }
+    const double total_s = now_sec() - t0;
+    if (ts) {
+        size_t len;
+        const char *piece = tokstream_flush(ts, &len);
+        if (piece) fwrite(piece, 1, len, stdout);
+        printf("\n");
+        tokstream_free(ts);
+    }
+    double dec_sum = 0;
+    for (int i = 0; i < ngen - 1; i++) dec_sum += step_s[i];
+    const double tpot = ngen > 1 ? dec_sum / (ngen - 1) : 0;
+    const double kv_tok = kv_bytes_per_token(c, kv_elem);
+    const double kv_alloc = no_cache ? 0 : use_cuda ? gpu_decoder_kv_bytes(dec) : cpu_kv_bytes(&kv);
+
+    if (json) {
+        json_t *o = json_object(), *a = json_array(), *pa = json_array();
+        for (int i = 0; i < np; i++) json_array_append_new(pa, json_integer(seq[i]));
+        for (int i = np; i < n; i++) json_array_append_new(a, json_integer(seq[i]));
+        json_object_set_new(o, "prompt_ids", pa);
+        json_object_set_new(o, "ids", a);
+        if (n_logprobs) {
+            json_t *L = json_array();
+            for (int s = 0; s < ngen; s++) {
+                json_t *st = json_object(), *ia = json_array(), *la = json_array();
+                for (int k = 0; k < n_logprobs; k++) {
+                    json_array_append_new(ia, json_integer(lp_ids[(size_t)s * n_logprobs + k]));
+                    json_array_append_new(la, json_real(lp[(size_t)s * n_logprobs + k]));
+                }
+                json_object_set_new(st, "ids", ia);
+                json_object_set_new(st, "logprobs", la);
+                json_array_append_new(L, st);
+            }
+            json_object_set_new(o, "logprobs", L);
+        }
+        if (tok) {
+            char *txt = tokenizer_decode(tok, seq + np, (size_t)ngen, 0, NULL);
+            if (txt) json_object_set_new(o, "text", json_string(txt));
+            free(txt);
+        }
+        json_object_set_new(o, "finish_reason", json_string(finish));
+        json_object_set_new(o, "device", json_string(use_cuda ? gi.name : "cpu"));
+        json_object_set_new(o, "cache", json_boolean(!no_cache));
+        json_object_set_new(o, "ttft_ms", json_real(ttft * 1e3));
+        json_object_set_new(o, "tpot_ms", json_real(tpot * 1e3));
+        json_object_set_new(o, "tok_per_s", json_real(tpot > 0 ? 1.0 / tpot : 0));
+        json_object_set_new(o, "kv_bytes_per_token", json_real(kv_tok));
+        json_object_set_new(o, "kv_bytes", json_real(no_cache ? 0 : kv_tok * (n - 1)));
+        json_object_set_new(o, "kv_bytes_allocated", json_real(kv_alloc));
+        json_dumpf(o, stdout, JSON_COMPACT);
+        printf("\n");
+        json_decref(o);
+    } else {
+        Table *t = table_new("generate");
+        table_std_meta(t);
+        table_meta(t, "model", "%s (%s, %d layers, d=%d, H=%d, KV=%d, hd=%d)", model_dir, model_arch_name(c->arch),
+                   c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim);
+        table_meta(t, "device", "%s", use_cuda ? gi.name : "cpu (fp32 reference)");
+        table_meta(t, "mode", "%s, %s", no_cache ? "no cache (recompute the prefix every step)" : "KV cache",
+                   sp.greedy ? "greedy" : "sampled");
+        table_meta(t, "ids", "%d prompt + %d generated (%s)", np, ngen, finish);
+        table_col(t, "quantity", NULL);
+        table_col(t, "value", "%.4g");
+        table_col(t, "unit", NULL);
+        const char *names[] = {"TTFT (prefill)", "TPOT (mean decode step)", "decode tok/s", "total", "KV bytes per token",
+                               "KV bytes held", "KV bytes allocated"};
+        const double vals[] = {ttft * 1e3, tpot * 1e3, tpot > 0 ? 1.0 / tpot : 0, total_s * 1e3, kv_tok,
+                               no_cache ? 0 : kv_tok * (n - 1), kv_alloc};
+        const char *units[] = {"ms", "ms", "tok/s", "ms", "B = 2*layers*kv_heads*head_dim*bytes", "B", "B"};
+        for (int i = 0; i < 7; i++) {
+            table_row(t);
+            table_str(t, "quantity", names[i]);
+            table_num(t, "value", vals[i]);
+            table_str(t, "unit", units[i]);
+        }
+        printf("generated ids:");
+        for (int i = np; i < n; i++) printf("%s%d", i == np ? " " : ",", seq[i]);
+        printf("\n");
+        table_print(t, FMT_TEXT, stdout);
+        table_free(t);
+    }
+    sampler_free(&smp);
+    free(seq), free(logits), free(lp_ids), free(lp), free(step_s), free(prompt_ids);
+    if (dec) gpu_decoder_free(dec);
+    if (gm) gpu_model_free(gm);
+    if (cm.layers) cpu_model_free(&cm);
+    if (kv.k) cpu_kv_free(&kv);
+    if (tok) tokenizer_free(tok);
+    model_free(&w);
+    return 0;
+}

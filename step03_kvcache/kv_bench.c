@@ -1,0 +1,289 @@
+// kv_bench.c — the step's table: per-token decode latency vs position with and without the KV
+// cache, KV memory measured vs the formula (and what GQA saves vs MHA), and on the GPU the batch-1
+// decode bandwidth = (weights + KV bytes read per token) / time per token vs the measured copy
+// bandwidth.
+//
+//   build/bin/kv_bench --device cpu --preset tiny                       (CI-sized, seconds)
+//   build/bin/kv_bench --device cuda --model /tmp/llama8b --positions 1,128,256,512,1024 --csv
+//   build/bin/kv_bench --device cuda --preset llama-3.1-8b               (random bf16 weights on the device)
+//
+// How it measures: one greedy run from position 0 to the largest position, every step timed
+// (CUDA events between graph replays on the GPU, wall clock on the CPU); the latency at position
+// p is the median of the steps p-w .. p+w (--window). Without the cache, the step at position p
+// is step02's forward over p+1 tokens (median of --reps after one warm-up). The `agree` column
+// checks, before believing any time, that the uncached forward's argmax at p is the token the
+// cached run produced there.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gpu.h"
+#include "kvcache.h"
+#include "model.h"
+#include "step01_matmul/accounting.h"
+#include "step01_matmul/ceilings.h"
+#include "step01_matmul/roofline_gpu.h"
+#include "table.h"
+#include "timer.h"
+
+// A small model for the CPU table and CI: big enough that the weights dominate a step.
+static const char *TINY_JSON =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":256,\"intermediate_size\":688,"
+    "\"num_hidden_layers\":4,\"num_attention_heads\":8,\"num_key_value_heads\":2,\"vocab_size\":4096,"
+    "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false}";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
+            "                [--window W] [--reps N] [--copy-gbps X] [--csv | --json]\n"
+            "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
+            "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
+            "  --window     latency at p = median of the cached steps p-W .. p+W (default 8)\n"
+            "  --reps       uncached forwards timed per position (median; default 3)\n"
+            "  --copy-gbps  the bandwidth ceiling (default: measured now on the GPU, build/ceilings.json on the CPU)\n");
+}
+
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0) die("--positions: cannot read \"%s\"", s);
+        out[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+static double rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, res = 0;
+    if (!f) return -1;
+    if (fscanf(f, "%ld %ld", &size, &res) != 2) res = -1;
+    fclose(f);
+    return (double)res * (double)sysconf(_SC_PAGESIZE);
+}
+
+static double median_window(const double *v, int n, int p, int w) {
+    int a = p - w < 0 ? 0 : p - w, b = p + w >= n ? n - 1 : p + w;
+    double *t = xmalloc((size_t)(b - a + 1) * sizeof(double));
+    for (int i = a; i <= b; i++) t[i - a] = v[i];
+    double m = median_d(t, b - a + 1);
+    free(t);
+    return m;
+}
+
+int main(int argc, char **argv) {
+    const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
+    int window = 8, reps = 3;
+    double copy_gbps = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const int more = i + 1 < argc;
+        if (!strcmp(a, "--model") && more) model_dir = argv[++i];
+        else if (!strcmp(a, "--preset") && more) preset = argv[++i];
+        else if (!strcmp(a, "--device") && more) device = argv[++i];
+        else if (!strcmp(a, "--positions") && more) pos_arg = argv[++i];
+        else if (!strcmp(a, "--window") && more) window = atoi(argv[++i]);
+        else if (!strcmp(a, "--reps") && more) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = atof(argv[++i]);
+        else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            die("unknown or incomplete argument: %s", a);
+        }
+    }
+    if (!model_dir == !preset) {
+        usage(stderr);
+        die("need exactly one of --model and --preset");
+    }
+    if (reps < 1 || window < 0) die("--reps >= 1, --window >= 0");
+    GpuInfo gi;
+    const int have_gpu = gpu_info(&gi) == 0;
+    if (!device) device = have_gpu ? "cuda" : "cpu";
+    const int use_cuda = !strcmp(device, "cuda");
+    if (!use_cuda && strcmp(device, "cpu")) die("--device must be cpu or cuda, not %s", device);
+    if (use_cuda && !have_gpu) die("--device cuda: %s", gi.reason);
+
+    int pos[64], npos;
+    if (pos_arg) npos = parse_list(pos_arg, pos, 64);
+    else {
+        const int def[] = {1, 64, 128, 256, 512, 1024};
+        npos = (!use_cuda && preset && !strcmp(preset, "tiny")) ? 5 : 6;
+        memcpy(pos, def, sizeof def);
+    }
+    int maxp = 0;
+    for (int i = 0; i < npos; i++) maxp = pos[i] > maxp ? pos[i] : maxp;
+    const int nsteps = maxp + window + 1;  // steps at positions 0 .. nsteps-1
+
+    // ---- the model
+    char err[512];
+    ModelWeights w;
+    ModelConfig cfg;
+    const char *dtype = "fp32";
+    if (model_dir) {
+        if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
+        cfg = w.cfg;
+    } else {
+        const char *js = !strcmp(preset, "tiny") ? TINY_JSON : preset_config_json(preset);
+        if (!js) die("--preset: unknown name %s", preset);
+        if (hf_config_parse(js, preset, &cfg, err, sizeof err) != 0) die("%s", err);
+    }
+    CpuModel cm = {0};
+    GpuModel *gm = NULL;
+    if (use_cuda) {
+        gm = model_dir ? gpu_model_load(&w, err, sizeof err) : gpu_model_random(&cfg, ST_BF16, 1, err, sizeof err);
+        if (!gm) die("%s", err);
+        dtype = gpu_model_describe(gm);
+    } else if (model_dir) {
+        if (cpu_model_load(&w, &cm, err, sizeof err) != 0) die("%s", err);
+    } else {
+        cpu_model_random(&cfg, 1, &cm);
+    }
+    const ModelConfig *c = &cfg;
+
+    // ---- KV memory: measured vs the formula
+    double kv_meas_tok = 0, kv_elem = 4;
+    CpuKvCache kv = {0};
+    GpuDecoder *dec = NULL;
+    if (use_cuda) {
+        dec = gpu_decoder_new(gm, nsteps, err, sizeof err);
+        if (!dec) die("%s", err);
+        kv_elem = gpu_decoder_kv_elem_bytes(dec);
+        kv_meas_tok = gpu_decoder_kv_bytes(dec) / nsteps;
+    } else {
+        const double r0 = rss_bytes();
+        if (cpu_kv_init(&kv, c, nsteps) != 0) die("cache");
+        const size_t n = (size_t)c->n_layers * nsteps * kv.kv_dim * sizeof(float);
+        memset(kv.k, 0, n);  // touch every page so the resident set grows by what the cache holds
+        memset(kv.v, 0, n);
+        kv_meas_tok = (rss_bytes() - r0) / nsteps;
+    }
+    const double kv_tok = kv_bytes_per_token(c, kv_elem);
+    ModelConfig mha = *c;
+    mha.n_kv_heads = c->n_heads;
+    const double kv_mha = kv_bytes_per_token(&mha, kv_elem);
+
+    // ---- bytes a decode step must read: every weight once (the embedding table: one row)
+    const double es = use_cuda ? kv_elem : 4.0;
+    const ParamCount pc = account_params(c);
+    const double emb = (double)c->vocab * c->hidden * es;
+    const double weights_read = (double)pc.total * es - (c->tie_embeddings ? 0 : emb) + c->hidden * es;
+    if (copy_gbps <= 0) {
+        if (use_cuda) {
+            double rd, wr;
+            if (roofline_gpu_bandwidth((size_t)1 << 30, 20, &copy_gbps, &rd, &wr) != 0) copy_gbps = 0;
+        } else {
+            Ceilings ce;
+            if (ceilings_load(&ce) == 0) copy_gbps = ce.cpu_copy_gbps;
+        }
+    }
+
+    // ---- cached: one greedy run, every step timed (after a warm-up run)
+    double *step_ms = xcalloc((size_t)nsteps, sizeof(double));
+    int *toks = xcalloc((size_t)nsteps + 1, sizeof(int));  // toks[p] = the token fed at position p
+    toks[0] = 1 % c->vocab;
+    float *logits = xmalloc((size_t)c->vocab * sizeof(float));
+    if (use_cuda) {
+        float *ms = xmalloc((size_t)nsteps * sizeof(float));
+        const int warm = nsteps < 32 ? nsteps : 32;
+        if (gpu_decoder_greedy(dec, toks[0], warm, toks + 1, NULL) != 0) die("decode failed");
+        gpu_decoder_reset(dec);
+        if (gpu_decoder_greedy(dec, toks[0], nsteps, toks + 1, ms) != 0) die("decode failed");
+        for (int i = 0; i < nsteps; i++) step_ms[i] = ms[i];
+        free(ms);
+    } else {
+        for (int p = 0; p < nsteps; p++) {
+            const double t0 = now_sec();
+            if (forward_cached_cpu(&cm, &kv, &toks[p], 1, logits) != 0) die("decode failed");
+            step_ms[p] = (now_sec() - t0) * 1e3;
+            toks[p + 1] = argmax_f32(logits, c->vocab);
+        }
+    }
+
+    Table *t = table_new("step03 decode: per-token latency vs position, with and without the KV cache");
+    table_std_meta(t);
+    table_meta(t, "device", "%s", use_cuda ? gi.name : "cpu (fp32 reference, OpenBLAS projections)");
+    if (use_cuda) table_meta(t, "compute_capability", "%d.%d", gi.cc_major, gi.cc_minor);
+    table_meta(t, "model", "%s (%s, %d layers, d=%d, H=%d, KV=%d, hd=%d, ff=%d, vocab=%d)", model_dir ? model_dir : preset,
+               model_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->intermediate,
+               c->vocab);
+    table_meta(t, "precision", "%s", dtype);
+    table_meta(t, "kv_bytes_per_token_formula", "%.0f (2 * %d layers * %d kv_heads * %d head_dim * %.0f bytes)", kv_tok,
+               c->n_layers, c->n_kv_heads, c->head_dim, kv_elem);
+    table_meta(t, "kv_bytes_per_token_measured", "%.0f (%s over %d positions)", kv_meas_tok,
+               use_cuda ? "cudaMemGetInfo before/after allocating the cache" : "resident-set growth after touching the cache",
+               nsteps);
+    table_meta(t, "kv_bytes_per_token_if_mha", "%.0f (kv_heads = %d): GQA stores %.1fx less", kv_mha, c->n_heads,
+               kv_mha / kv_tok);
+    table_meta(t, "weights_read_per_token", "%.4g bytes (all weights once; the embedding table one row)", weights_read);
+    table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps,
+               copy_gbps > 0 ? (use_cuda ? "measured now: device copy, read+write counted" : "build/ceilings.json")
+                             : "unknown: pct columns empty");
+    table_col(t, "position", "%.0f");
+    table_col(t, "cached_ms", "%.4f");
+    table_col(t, "nocache_ms", "%.4f");
+    table_col(t, "nocache_over_cached", "%.2f");
+    table_col(t, "kv_bytes_read", "%.4g");
+    table_col(t, "bytes_per_token", "%.4g");
+    table_col(t, "cached_gbps", "%.1f");
+    table_col(t, "pct_of_copy", "%.1f");
+    table_col(t, "agree", "%.0f");
+    for (int i = 0; i < npos; i++) {
+        const int p = pos[i];
+        const double cms = median_window(step_ms, nsteps, p, window);
+        double *nt = xmalloc((size_t)reps * sizeof(double));
+        int agree = 1;
+        for (int r = 0; r <= reps; r++) {  // r = 0: warm-up and the argmax check
+            double ms = 0;
+            if (use_cuda) {
+                if (forward_last_cuda(gm, toks, p + 1, r == 0 ? logits : NULL, &ms) != 0) die("forward failed");
+            } else {
+                const double t0 = now_sec();
+                if (forward_last_cpu(&cm, toks, p + 1, logits) != 0) die("forward failed");
+                ms = (now_sec() - t0) * 1e3;
+            }
+            if (r == 0) agree = argmax_f32(logits, c->vocab) == toks[p + 1];
+            else nt[r - 1] = ms;
+        }
+        const double nms = median_d(nt, reps);
+        free(nt);
+        const double kvb = kv_tok * (p + 1), bytes = weights_read + kvb;
+        table_row(t);
+        table_num(t, "position", p);
+        table_num(t, "cached_ms", cms);
+        table_num(t, "nocache_ms", nms);
+        table_num(t, "nocache_over_cached", nms / cms);
+        table_num(t, "kv_bytes_read", kvb);
+        table_num(t, "bytes_per_token", bytes);
+        table_num(t, "cached_gbps", bytes / cms * 1e-6);
+        table_num(t, "pct_of_copy", copy_gbps > 0 ? 100.0 * bytes / cms * 1e-6 / copy_gbps : 0.0 / 0.0);
+        table_num(t, "agree", agree);
+    }
+    // headline: the median decode step over positions 1 .. min(128, nsteps-1)
+    const int hn = nsteps - 1 < 128 ? nsteps - 1 : 128;
+    if (hn >= 1) {
+        double *h = xmalloc((size_t)hn * sizeof(double));
+        for (int i = 0; i < hn; i++) h[i] = step_ms[1 + i];
+        const double hm = median_d(h, hn);
+        free(h);
+        const double hb = weights_read + kv_tok * (1 + hn / 2.0);
+        table_meta(t, "decode_batch1", "median step %.4f ms over positions 1..%d = %.1f tok/s; %.4g bytes/token -> %.1f GB/s = %.1f%% of copy",
+                   hm, hn, 1e3 / hm, hb, hb / hm * 1e-6, copy_gbps > 0 ? 100.0 * hb / hm * 1e-6 / copy_gbps : 0.0);
+        if (copy_gbps > 0) table_meta(t, "roofline_tok_s", "%.1f (copy bandwidth / bytes per token)", copy_gbps * 1e9 / hb);
+    }
+    table_print(t, outfmt_from_args(argc, argv), stdout);
+    table_free(t);
+    free(step_ms), free(toks), free(logits);
+    if (dec) gpu_decoder_free(dec);
+    if (gm) gpu_model_free(gm);
+    if (cm.layers) cpu_model_free(&cm);
+    if (kv.k) cpu_kv_free(&kv);
+    if (model_dir) model_free(&w);
+    return 0;
+}

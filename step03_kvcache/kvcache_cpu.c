@@ -1,0 +1,153 @@
+// kvcache_cpu.c — the fp32 CPU reference of decode with a KV cache (see kvcache.h).
+//
+// forward_cached_cpu is step02's layer loop with two changes: the k, v rows of the new tokens
+// are written into the cache at their positions, and attention reads keys and values from the
+// cache (positions 0 .. pos) instead of from this call's tokens only. Every op is step02's.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kvcache.h"
+
+double kv_bytes_per_token(const ModelConfig *c, double elem_bytes) {
+    return 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * elem_bytes;
+}
+
+int cpu_kv_init(CpuKvCache *kv, const ModelConfig *c, int max_seq) {
+    memset(kv, 0, sizeof *kv);
+    if (max_seq < 1) {
+        fprintf(stderr, "cpu_kv_init: max_seq = %d\n", max_seq);
+        return -1;
+    }
+    kv->n_layers = c->n_layers;
+    kv->kv_dim = c->n_kv_heads * c->head_dim;
+    kv->max_seq = max_seq;
+    const size_t n = (size_t)c->n_layers * max_seq * kv->kv_dim;
+    kv->k = xmalloc(n * sizeof(float));
+    kv->v = xmalloc(n * sizeof(float));
+    return 0;
+}
+
+void cpu_kv_free(CpuKvCache *kv) {
+    free(kv->k);
+    free(kv->v);
+    memset(kv, 0, sizeof *kv);
+}
+
+double cpu_kv_bytes(const CpuKvCache *kv) {
+    return 2.0 * (double)kv->n_layers * kv->max_seq * kv->kv_dim * sizeof(float);
+}
+
+void attention_cached_cpu(const float *q, const float *kc, const float *vc, int pos0, int T, int H, int KV, int hd,
+                          float *out) {
+    const int g = H / KV;
+    const size_t ldq = (size_t)H * hd, ldk = (size_t)KV * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int len = pos0 + T;
+#pragma omp parallel if ((double)T * len * H * hd >= 1e6)
+    {
+        float *s = xmalloc((size_t)len * sizeof(float));  // one row of scores (fp32)
+#pragma omp for collapse(2) schedule(dynamic, 4)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                const int n = pos0 + i + 1;  // query at position pos0+i sees keys 0 .. pos0+i
+                const float *qi = q + (size_t)i * ldq + (size_t)h * hd;
+                const int kvh = h / g;
+                float mx = -INFINITY;
+                for (int j = 0; j < n; j++) {
+                    const float *kj = kc + (size_t)j * ldk + (size_t)kvh * hd;
+                    float dot = 0;
+                    for (int e = 0; e < hd; e++) dot += qi[e] * kj[e];
+                    s[j] = dot * scale;
+                    if (s[j] > mx) mx = s[j];
+                }
+                float sum = 0;
+                for (int j = 0; j < n; j++) {
+                    s[j] = expf(s[j] - mx);
+                    sum += s[j];
+                }
+                float *oi = out + (size_t)i * ldq + (size_t)h * hd;
+                for (int e = 0; e < hd; e++) oi[e] = 0;
+                for (int j = 0; j < n; j++) {
+                    const float p = s[j] / sum;
+                    const float *vj = vc + (size_t)j * ldk + (size_t)kvh * hd;
+                    for (int e = 0; e < hd; e++) oi[e] += p * vj[e];
+                }
+            }
+        free(s);
+    }
+}
+
+static int check_ids(const char *who, const ModelConfig *c, const int *ids, int T) {
+    if (T < 1) {
+        fprintf(stderr, "%s: T = %d: need at least one token\n", who, T);
+        return -1;
+    }
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= c->vocab) {
+            fprintf(stderr, "%s: token id %d is outside the vocabulary [0, %d)\n", who, ids[t], c->vocab);
+            return -1;
+        }
+    return 0;
+}
+
+int forward_cached_cpu(const CpuModel *m, CpuKvCache *kv, const int *ids, int T, float *logits) {
+    const ModelConfig *c = &m->cfg;
+    if (check_ids("forward_cached_cpu", c, ids, T) != 0) return -1;
+    const int pos0 = kv->len;
+    if (pos0 + T > kv->max_seq) {
+        fprintf(stderr, "forward_cached_cpu: %d + %d tokens exceed the cache (%d positions)\n", pos0, T, kv->max_seq);
+        return -1;
+    }
+    const int d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, ff = c->intermediate;
+    const int qd = H * hd, kd = KV * hd;
+    const size_t Tz = (size_t)T, layer_stride = (size_t)kv->max_seq * kd;
+    float *x = xmalloc(Tz * d * 4), *xn = xmalloc(Tz * d * 4), *tmp = xmalloc(Tz * d * 4);  // (T, d)
+    float *q = xmalloc(Tz * qd * 4), *att = xmalloc(Tz * qd * 4);                           // (T, H*hd)
+    float *gate = xmalloc(Tz * ff * 4), *up = xmalloc(Tz * ff * 4);                         // (T, ff)
+    float *cos_t = xmalloc(Tz * (hd / 2) * 4), *sin_t = xmalloc(Tz * (hd / 2) * 4);         // (T, hd/2)
+    rope_table_cpu(c, pos0, T, cos_t, sin_t);  // angles of positions pos0 .. pos0+T-1
+
+    embed_cpu(m->embed, ids, T, d, x);
+    for (int l = 0; l < c->n_layers; l++) {
+        const CpuLayer *L = &m->layers[l];
+        float *kc = kv->k + l * layer_stride, *vc = kv->v + l * layer_stride;  // (max_seq, KV*hd)
+        float *k = kc + (size_t)pos0 * kd, *v = vc + (size_t)pos0 * kd;       // the new rows
+        rmsnorm_cpu(x, L->attn_norm, T, d, c->rms_eps, xn);
+        linear_cpu(xn, L->wq, L->bq, T, d, qd, q);
+        linear_cpu(xn, L->wk, L->bk, T, d, kd, k);  // straight into the cache
+        linear_cpu(xn, L->wv, L->bv, T, d, kd, v);
+        if (L->q_norm) rmsnorm_cpu(q, L->q_norm, T * H, hd, c->rms_eps, q);
+        if (L->k_norm) rmsnorm_cpu(k, L->k_norm, T * KV, hd, c->rms_eps, k);
+        rope_apply_cpu(q, T, H, hd, qd, cos_t, sin_t);
+        rope_apply_cpu(k, T, KV, hd, kd, cos_t, sin_t);  // the cache holds k after rope
+        attention_cached_cpu(q, kc, vc, pos0, T, H, KV, hd, att);
+        linear_cpu(att, L->wo, L->bo, T, qd, d, tmp);
+        add_cpu(x, tmp, (long)Tz * d);
+        rmsnorm_cpu(x, L->mlp_norm, T, d, c->rms_eps, xn);
+        linear_cpu(xn, L->w_gate, NULL, T, d, ff, gate);
+        linear_cpu(xn, L->w_up, NULL, T, d, ff, up);
+        swiglu_cpu(gate, up, (long)Tz * ff, gate);
+        linear_cpu(gate, L->w_down, NULL, T, ff, d, tmp);
+        add_cpu(x, tmp, (long)Tz * d);
+    }
+    // Only the last token's logits are needed to pick the next token.
+    rmsnorm_cpu(x + (Tz - 1) * d, m->final_norm, 1, d, c->rms_eps, xn);
+    linear_cpu(xn, m->lm_head, NULL, 1, d, c->vocab, logits);
+    kv->len = pos0 + T;
+    float *bufs[] = {x, xn, tmp, q, att, gate, up, cos_t, sin_t};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    return 0;
+}
+
+int forward_last_cpu(const CpuModel *m, const int *ids, int T, float *logits) {
+    if (check_ids("forward_last_cpu", &m->cfg, ids, T) != 0) return -1;
+    const size_t V = (size_t)m->cfg.vocab;
+    float *all = xmalloc((size_t)T * V * sizeof(float));
+    int rc = forward_cpu(m, ids, T, all, NULL);
+    if (rc == 0) memcpy(logits, all + (size_t)(T - 1) * V, V * sizeof(float));
+    free(all);
+    return rc;
+}

@@ -1,0 +1,473 @@
+// test_step03_kvcache.c — decode with a KV cache, on the CPU and CUDA, and sampling.
+//
+// Ops: the cached attention against step02's attention (the same function at pos0 = 0; the last
+// row of a full causal attention equals one decode query over the cache); the GPU GEMV and the
+// decode-attention kernel against the CPU on odd shapes (rows, n_in, head_dim, lengths that are
+// not multiples of any tile), fresh random inputs, poisoned outputs.
+// Model: for every checkpoint under tests/data/models/, the greedy continuation of prompt_T7 with
+// the cache equals transformers' (goldens/greedy.json) by vLLM's rule — identical, or at the
+// first difference each side's token is in the other's top-5 — on the CPU and on the GPU; cached
+// and uncached generation give the same tokens (CPU: identical; GPU: the same rule, since the
+// cached GEMV and the uncached cuBLAS GEMM round differently); the device-side greedy loop
+// (CUDA graph replays) gives the tokens of the host-side loop.
+// Sampling: a seed reproduces its draws; draws never leave the top-k / top-p / min-p set
+// (computed here independently); temperature -> 0 and greedy give the argmax.
+// KV bytes: the cache holds exactly the formula 2 * layers * kv_heads * head_dim * bytes per token.
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "compare.h"
+#include "gpu.h"
+#include "model.h"
+#include "rng.h"
+#include "step01_matmul/accounting.h"
+#include "step03_kvcache/kvcache.h"
+
+#define MODELS_DIR "tests/data/models"
+
+static float *rvec(Rng *r, size_t n) {
+    float *p = malloc(n * sizeof(float));
+    cr_assert(p);
+    rng_fill_uniform(r, p, n, -1.0f, 1.0f);
+    return p;
+}
+
+// ---------------------------------------------------------------- KV bytes
+
+Test(step03, kv_bytes_equal_the_formula) {
+    char err[256];
+    ModelConfig c;
+    cr_assert_eq(hf_config_parse(preset_config_json("llama-3.1-8b"), "llama-3.1-8b", &c, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(kv_bytes_per_token(&c, 2), 131072.0, "8B bf16: 2*32*8*128*2 = 128 KiB per token");
+    ModelConfig mha = c;
+    mha.n_kv_heads = mha.n_heads;
+    cr_expect_eq(kv_bytes_per_token(&mha, 2) / kv_bytes_per_token(&c, 2), 4.0, "GQA 32/8 heads stores 4x less");
+    CpuKvCache kv;
+    cr_assert_eq(cpu_kv_init(&kv, &c, 3), 0);
+    cr_expect_eq(cpu_kv_bytes(&kv), 3 * kv_bytes_per_token(&c, 4), "fp32 cache of 3 positions");
+    cpu_kv_free(&kv);
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) return;
+    // on the GPU: device memory actually taken, for a small model with a long cache
+    ModelWeights w;
+    cr_assert_eq(model_load(MODELS_DIR "/llama_gqa_hd_bf16", &w, err, sizeof err), 0, "%s", err);
+    GpuModel *g = gpu_model_load(&w, err, sizeof err);
+    cr_assert(g, "%s", err);
+    const int max_seq = 8192;
+    GpuDecoder *d = gpu_decoder_new(g, max_seq, err, sizeof err);
+    cr_assert(d, "%s", err);
+    const double want = kv_bytes_per_token(&w.cfg, gpu_decoder_kv_elem_bytes(d)) * max_seq;
+    const double got = gpu_decoder_kv_bytes(d);
+    cr_expect(got >= want && got <= want + 4.0 * (1 << 21), "GPU cache took %.0f bytes, formula %.0f", got, want);
+    gpu_decoder_free(d);
+    gpu_model_free(g);
+    model_free(&w);
+}
+
+// ---------------------------------------------------------------- cached attention (CPU)
+
+static const int attn_shapes[][4] = {  // T, H, KV, hd
+    {1, 4, 4, 16}, {7, 4, 2, 24}, {33, 2, 1, 32}, {70, 8, 2, 20}};
+
+Test(step03, cached_attention_is_step02_attention) {
+    Rng r;
+    rng_seed(&r, 31);
+    for (size_t s = 0; s < sizeof attn_shapes / sizeof attn_shapes[0]; s++) {
+        const int T = attn_shapes[s][0], H = attn_shapes[s][1], KV = attn_shapes[s][2], hd = attn_shapes[s][3];
+        const size_t nq = (size_t)T * H * hd, nk = (size_t)T * KV * hd;
+        float *q = rvec(&r, nq), *k = rvec(&r, nk), *v = rvec(&r, nk);
+        float *a = malloc(nq * 4), *b = malloc(nq * 4), *last = malloc((size_t)H * hd * 4);
+        attention_cpu(q, k, v, T, H, KV, hd, a);
+        attention_cached_cpu(q, k, v, 0, T, H, KV, hd, b);  // prefill over an empty cache
+        ErrStats e = compare_f32(b, a, nq);
+        cr_expect(e.n_bad == 0 && e.max_rel < 1e-6, "T=%d H=%d KV=%d hd=%d prefill: %.3e", T, H, KV, hd, e.max_rel);
+        // one decode query at position T-1 over the cache = the last row of the full attention
+        attention_cached_cpu(q + (size_t)(T - 1) * H * hd, k, v, T - 1, 1, H, KV, hd, last);
+        e = compare_f32(last, a + (size_t)(T - 1) * H * hd, (size_t)H * hd);
+        cr_expect(e.n_bad == 0 && e.max_rel < 1e-6, "T=%d H=%d KV=%d hd=%d decode row: %.3e", T, H, KV, hd, e.max_rel);
+        free(q), free(k), free(v), free(a), free(b), free(last);
+    }
+}
+
+// ---------------------------------------------------------------- GPU kernels vs CPU
+
+Test(step03, gpu_gemv_matches_cpu_on_odd_shapes) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) cr_skip_test("no CUDA device: %s", gi.reason);
+    static const int shapes[][2] = {{1, 64}, {37, 151}, {33, 1000}, {4099, 4096}, {17, 8}, {5, 2056}, {3000, 24}};
+    const StDtype dts[] = {ST_F32, ST_BF16, ST_F16};
+    Rng r;
+    rng_seed(&r, 5);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int di = 0; di < 3; di++) {
+            const int rows = shapes[s][0], n = shapes[s][1];
+            float *W = rvec(&r, (size_t)rows * n), *x = rvec(&r, (size_t)n), *b = rvec(&r, (size_t)rows);
+            float *y = malloc((size_t)rows * 4);
+            double *ref = malloc((size_t)rows * 8);
+            cr_assert_eq(gemv_gpu_check(W, x, b, rows, n, dts[di], y), 0);
+            // the reference uses W rounded as the GPU stores it, in float64
+            for (int i = 0; i < rows; i++) {
+                double acc = b[i];
+                for (int j = 0; j < n; j++) {
+                    float wv = W[(size_t)i * n + j];
+                    if (dts[di] != ST_F32) {
+                        uint32_t u;
+                        memcpy(&u, &wv, 4);
+                        if (dts[di] == ST_BF16) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+                        memcpy(&wv, &u, 4);
+                        if (dts[di] == ST_F16) wv = (float)(_Float16)wv;
+                    }
+                    acc += (double)wv * x[j];
+                }
+                ref[i] = acc;
+            }
+            ErrStats e = compare_f32_f64(y, ref, (size_t)rows);
+            cr_expect(e.n_bad == 0 && e.max_rel < 1e-4, "gemv %s rows=%d n_in=%d: max_rel %.3e, %zu bad",
+                      st_dtype_name(dts[di]), rows, n, e.max_rel, e.n_bad);
+            free(W), free(x), free(b), free(y), free(ref);
+        }
+}
+
+Test(step03, gpu_decode_attention_matches_cpu) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) cr_skip_test("no CUDA device: %s", gi.reason);
+    static const int shapes[][4] = {  // len, H, KV, hd
+        {1, 4, 4, 16}, {5, 4, 2, 24}, {129, 2, 1, 32}, {300, 8, 2, 20}, {1000, 32, 8, 128}, {257, 14, 2, 64}};
+    const StDtype dts[] = {ST_F32, ST_BF16};
+    Rng r;
+    rng_seed(&r, 9);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int di = 0; di < 2; di++) {
+            const int len = shapes[s][0], H = shapes[s][1], KV = shapes[s][2], hd = shapes[s][3];
+            const size_t nq = (size_t)H * hd, nk = (size_t)len * KV * hd;
+            float *q = rvec(&r, nq), *k = rvec(&r, nk), *v = rvec(&r, nk), *o = malloc(nq * 4), *ref = malloc(nq * 4);
+            cr_assert_eq(decode_attention_gpu_check(q, k, v, len, H, KV, hd, dts[di], o), 0);
+            attention_cached_cpu(q, k, v, len - 1, 1, H, KV, hd, ref);
+            ErrStats e = compare_f32(o, ref, nq);
+            const double tol = dts[di] == ST_F32 ? 1e-4 : ERR_TOL_HALF * 2;
+            cr_expect(e.n_bad == 0 && e.max_rel < tol, "decode attention %s len=%d H=%d KV=%d hd=%d: %.3e (tol %.0e)",
+                      st_dtype_name(dts[di]), len, H, KV, hd, e.max_rel, tol);
+            free(q), free(k), free(v), free(o), free(ref);
+        }
+}
+
+// ---------------------------------------------------------------- greedy generation vs goldens
+
+typedef struct {
+    char dir[300], name[256];
+} Ckpt;
+
+static int list_checkpoints(Ckpt *out, int max) {
+    DIR *d = opendir(MODELS_DIR);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        char g[600];
+        struct stat st;
+        if (e->d_name[0] == '.' || strlen(e->d_name) > 200) continue;
+        snprintf(g, sizeof g, "%s/%s/goldens/greedy.json", MODELS_DIR, e->d_name);
+        if (stat(g, &st) != 0) continue;
+        snprintf(out[n].dir, sizeof out[n].dir, "%s/%s", MODELS_DIR, e->d_name);
+        snprintf(out[n].name, sizeof out[n].name, "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+typedef struct {
+    int np, ng;
+    int *prompt, *gen, *top5;  // (np) (ng) (ng, 5)
+} Golden;
+
+static void golden_load(const char *dir, Golden *g) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/goldens/greedy.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    cr_assert(j, "%s: %s", p, je.text);
+    const json_t *pid = json_object_get(j, "prompt_ids"), *gen = json_object_get(j, "generated_ids");
+    const json_t *t5 = json_object_get(j, "top5_ids");
+    cr_assert(json_is_array(pid) && json_is_array(gen) && json_is_array(t5), "%s: malformed", p);
+    g->np = (int)json_array_size(pid), g->ng = (int)json_array_size(gen);
+    g->prompt = malloc((size_t)g->np * sizeof(int));
+    g->gen = malloc((size_t)g->ng * sizeof(int));
+    g->top5 = malloc((size_t)g->ng * 5 * sizeof(int));
+    for (int i = 0; i < g->np; i++) g->prompt[i] = (int)json_integer_value(json_array_get(pid, i));
+    for (int i = 0; i < g->ng; i++) {
+        g->gen[i] = (int)json_integer_value(json_array_get(gen, i));
+        for (int k = 0; k < 5; k++) g->top5[i * 5 + k] = (int)json_integer_value(json_array_get(json_array_get(t5, i), k));
+    }
+    json_decref(j);
+}
+
+static void golden_free(Golden *g) { free(g->prompt), free(g->gen), free(g->top5); }
+
+// Greedy generation of n tokens after prompt; ours (n) ids, ours5 (n, 5) our top-5 per step.
+// mode 0: CPU cached, 1: CPU uncached, 2: GPU cached (decoder), 3: GPU uncached (step02 forward).
+static void run_greedy(int mode, const CpuModel *cm, GpuModel *gm, const int *prompt, int np, int n, int *ours,
+                       int *ours5) {
+    const int V = mode < 2 ? cm->cfg.vocab : cm->cfg.vocab;
+    float *logits = malloc((size_t)V * 4);
+    int *seq = malloc((size_t)(np + n) * sizeof(int));
+    memcpy(seq, prompt, (size_t)np * sizeof(int));
+    CpuKvCache kv = {0};
+    GpuDecoder *d = NULL;
+    char err[256];
+    if (mode == 0) cr_assert_eq(cpu_kv_init(&kv, &cm->cfg, np + n), 0);
+    if (mode == 2) {
+        d = gpu_decoder_new(gm, np + n, err, sizeof err);
+        cr_assert(d, "%s", err);
+    }
+    for (int i = 0; i < np + n - 1; i++) {
+        for (int j = 0; j < V; j++) logits[j] = NAN;
+        int rc;
+        const int T = i + 1;  // tokens known so far
+        if (mode == 0) rc = i < np - 1 ? 0 : forward_cached_cpu(cm, &kv, seq + kv.len, T - kv.len, logits);
+        else if (mode == 1) rc = i < np - 1 ? 0 : forward_last_cpu(cm, seq, T, logits);
+        else if (mode == 2) rc = gpu_decoder_step(d, seq[i], i >= np - 1 ? logits : NULL);
+        else rc = i < np - 1 ? 0 : forward_last_cuda(gm, seq, T, logits, NULL);
+        cr_assert_eq(rc, 0, "mode %d step %d", mode, i);
+        if (i < np - 1) continue;
+        const int s = i - (np - 1);
+        forward_topk(logits, V, 5, ours5 + 5 * s);
+        ours[s] = ours5[5 * s];
+        cr_assert(!isnan(logits[ours[s]]), "mode %d step %d: NaN logits", mode, s);
+        seq[i + 1] = ours[s];
+    }
+    if (mode == 0) cpu_kv_free(&kv);
+    if (d) gpu_decoder_free(d);
+    free(seq);
+    free(logits);
+}
+
+static int in5(const int *top5, int id) {
+    for (int k = 0; k < 5; k++)
+        if (top5[k] == id) return 1;
+    return 0;
+}
+
+// vLLM's rule between two greedy runs a and b (each with its top-5): identical until the first
+// difference, where each side's token is in the other's top-5. Returns the agreed prefix length.
+static int vllm_rule(const char *what, const int *a, const int *a5, const int *b, const int *b5, int n) {
+    for (int i = 0; i < n; i++) {
+        if (a[i] == b[i]) continue;
+        cr_expect(in5(b5 + 5 * i, a[i]) && in5(a5 + 5 * i, b[i]), "%s: step %d: %d vs %d, not in each other's top-5",
+                  what, i, a[i], b[i]);
+        return i;
+    }
+    return n;
+}
+
+static void check_generation(int use_cuda) {
+    Ckpt ck[64];
+    const int n = list_checkpoints(ck, 64);
+    if (n == 0) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
+    for (int i = 0; i < n; i++) {
+        char err[512], what[400];
+        ModelWeights w;
+        cr_assert_eq(model_load(ck[i].dir, &w, err, sizeof err), 0, "%s", err);
+        CpuModel cm;
+        cr_assert_eq(cpu_model_load(&w, &cm, err, sizeof err), 0, "%s", err);
+        GpuModel *gm = NULL;
+        if (use_cuda) {
+            gm = gpu_model_load(&w, err, sizeof err);
+            cr_assert(gm, "%s", err);
+        }
+        Golden g;
+        golden_load(ck[i].dir, &g);
+        int *c_ids = malloc((size_t)g.ng * sizeof(int)), *c5 = malloc((size_t)g.ng * 5 * sizeof(int));
+        int *u_ids = malloc((size_t)g.ng * sizeof(int)), *u5 = malloc((size_t)g.ng * 5 * sizeof(int));
+        run_greedy(use_cuda ? 2 : 0, &cm, gm, g.prompt, g.np, g.ng, c_ids, c5);
+        run_greedy(use_cuda ? 3 : 1, &cm, gm, g.prompt, g.np, g.ng, u_ids, u5);
+        const char *dev = use_cuda ? "gpu" : "cpu";
+        snprintf(what, sizeof what, "%s %s cached vs transformers", ck[i].name, dev);
+        const int agreed = vllm_rule(what, c_ids, c5, g.gen, g.top5, g.ng);
+        if (use_cuda) {
+            snprintf(what, sizeof what, "%s gpu cached vs uncached", ck[i].name);
+            vllm_rule(what, c_ids, c5, u_ids, u5, g.ng);
+            // the device-side greedy loop (graph replays, argmax on the device) = the host loop
+            GpuDecoder *d = gpu_decoder_new(gm, g.np + g.ng, err, sizeof err);
+            cr_assert(d, "%s", err);
+            for (int t = 0; t < g.np - 1; t++) cr_assert_eq(gpu_decoder_step(d, g.prompt[t], NULL), 0);
+            int *dev_ids = malloc((size_t)g.ng * sizeof(int));
+            cr_assert_eq(gpu_decoder_greedy(d, g.prompt[g.np - 1], g.ng, dev_ids, NULL), 0);
+            for (int t = 0; t < g.ng; t++)
+                cr_expect_eq(dev_ids[t], c_ids[t], "%s: device greedy step %d: %d vs host %d", ck[i].name, t, dev_ids[t],
+                             c_ids[t]);
+            free(dev_ids);
+            gpu_decoder_free(d);
+        } else {
+            for (int t = 0; t < g.ng; t++)
+                cr_expect_eq(c_ids[t], u_ids[t], "%s cpu: cached %d vs uncached %d at step %d", ck[i].name, c_ids[t],
+                             u_ids[t], t);
+        }
+        fprintf(stderr, "[greedy-cache] %s %s: %d of %d tokens identical to transformers\n", ck[i].name, dev, agreed,
+                g.ng);
+        free(c_ids), free(c5), free(u_ids), free(u5);
+        golden_free(&g);
+        if (gm) gpu_model_free(gm);
+        cpu_model_free(&cm);
+        model_free(&w);
+    }
+}
+
+Test(step03, cpu_cached_greedy_matches_goldens_and_uncached, .timeout = 300) { check_generation(0); }
+
+Test(step03, gpu_cached_greedy_matches_goldens_and_uncached, .timeout = 300) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) cr_skip_test("no CUDA device: %s", gi.reason);
+    check_generation(1);
+}
+
+// ---------------------------------------------------------------- sampling
+
+static float *rand_logits(Rng *r, int V) {
+    float *l = malloc((size_t)V * 4);
+    for (int i = 0; i < V; i++) l[i] = 3.0f * rng_normal(r);
+    return l;
+}
+
+// probabilities softmax(l / T) in double, and ids sorted by them (desc, ties by id)
+static double *probs(const float *l, int V, float T) {
+    double *p = malloc((size_t)V * 8), mx = -INFINITY, s = 0;
+    for (int i = 0; i < V; i++) mx = fmax(mx, l[i] / T);
+    for (int i = 0; i < V; i++) s += p[i] = exp(l[i] / T - mx);
+    for (int i = 0; i < V; i++) p[i] /= s;
+    return p;
+}
+
+Test(step03, sampling_is_reproducible_with_a_seed) {
+    Rng r;
+    rng_seed(&r, 77);
+    const int V = 500;
+    float *l = rand_logits(&r, V);
+    SamplerParams p = {.temperature = 1.0f, .top_k = 50, .top_p = 0.9f, .min_p = 0.0f, .seed = 1234};
+    Sampler a, b, c;
+    sampler_init(&a, &p, V), sampler_init(&b, &p, V);
+    p.seed = 1235;
+    sampler_init(&c, &p, V);
+    int differ = 0;
+    for (int i = 0; i < 200; i++) {
+        const int x = sampler_sample(&a, l), y = sampler_sample(&b, l), z = sampler_sample(&c, l);
+        cr_assert_eq(x, y, "draw %d: same seed gave %d and %d", i, x, y);
+        differ += x != z;
+    }
+    cr_expect(differ > 20, "another seed should give other draws (%d of 200 differ)", differ);
+    sampler_free(&a), sampler_free(&b), sampler_free(&c);
+    free(l);
+}
+
+Test(step03, sampling_never_leaves_the_topk_topp_minp_set) {
+    Rng r;
+    rng_seed(&r, 78);
+    const int V = 300;
+    const struct {
+        float T;
+        int k;
+        float p, m;
+    } cases[] = {{1.0f, 10, 1.0f, 0}, {0.7f, 0, 0.5f, 0}, {1.3f, 40, 0.8f, 0}, {1.0f, 0, 1.0f, 0.2f}, {2.0f, 25, 0.9f, 0.05f}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        float *l = rand_logits(&r, V);
+        double *pr = probs(l, V, cases[ci].T);
+        // the allowed set, computed here: rank by probability, cut at k, then the smallest
+        // prefix reaching mass p (of the kept mass), then p_i >= m * p_max
+        int *ord = malloc((size_t)V * sizeof(int));
+        for (int i = 0; i < V; i++) ord[i] = i;
+        for (int i = 1; i < V; i++)
+            for (int j = i; j > 0 && (pr[ord[j]] > pr[ord[j - 1]]); j--) {
+                int t = ord[j];
+                ord[j] = ord[j - 1], ord[j - 1] = t;
+            }
+        int n = cases[ci].k ? cases[ci].k : V;
+        double tot = 0, acc = 0;
+        for (int i = 0; i < n; i++) tot += pr[ord[i]];
+        if (cases[ci].p < 1) {
+            int m = 0;
+            while (m < n) {
+                acc += pr[ord[m++]];
+                if (acc >= cases[ci].p * tot - 1e-7) break;
+            }
+            n = m;
+        }
+        if (cases[ci].m > 0) {
+            int m = 1;
+            while (m < n && pr[ord[m]] >= cases[ci].m * pr[ord[0]]) m++;
+            n = m;
+        }
+        char *allowed = calloc((size_t)V, 1);
+        for (int i = 0; i < n; i++) allowed[ord[i]] = 1;
+        SamplerParams sp = {.temperature = cases[ci].T, .top_k = cases[ci].k, .top_p = cases[ci].p, .min_p = cases[ci].m,
+                            .seed = 9 + ci};
+        Sampler s;
+        sampler_init(&s, &sp, V);
+        const int ns = sampler_candidates(&s, l);
+        cr_expect(ns >= n - 1 && ns <= n + 1, "case %zu: sampler keeps %d candidates, expected %d", ci, ns, n);
+        int *seen = calloc((size_t)V, sizeof(int));
+        for (int i = 0; i < 3000; i++) {
+            const int x = sampler_sample(&s, l);
+            cr_assert(x >= 0 && x < V && allowed[x], "case %zu: drew %d outside the allowed set", ci, x);
+            seen[x]++;
+        }
+        // and it is a draw, not a constant: the best token's frequency is near its renormalized mass
+        double kept = 0;
+        for (int i = 0; i < n; i++) kept += pr[ord[i]];
+        const double want = pr[ord[0]] / kept, got = seen[ord[0]] / 3000.0;
+        cr_expect(fabs(got - want) < 0.05, "case %zu: top token drawn %.3f of the time, its mass is %.3f", ci, got, want);
+        sampler_free(&s);
+        free(seen), free(allowed), free(ord), free(pr), free(l);
+    }
+}
+
+Test(step03, greedy_and_zero_temperature_give_the_argmax) {
+    Rng r;
+    rng_seed(&r, 79);
+    const int V = 1000;
+    for (int it = 0; it < 20; it++) {
+        float *l = rand_logits(&r, V);
+        SamplerParams g = {.greedy = 1, .seed = 1}, z = {.temperature = 0.0f, .top_p = 1.0f, .seed = 2};
+        Sampler a, b;
+        sampler_init(&a, &g, V), sampler_init(&b, &z, V);
+        const int want = argmax_f32(l, V);
+        cr_expect_eq(sampler_sample(&a, l), want);
+        cr_expect_eq(sampler_sample(&b, l), want);
+        sampler_free(&a), sampler_free(&b);
+        free(l);
+    }
+}
+
+Test(step03, seeded_generation_is_reproducible) {
+    char err[256];
+    ModelWeights w;
+    cr_assert_eq(model_load(MODELS_DIR "/qwen3_qknorm_f32", &w, err, sizeof err), 0, "%s", err);
+    CpuModel cm;
+    cr_assert_eq(cpu_model_load(&w, &cm, err, sizeof err), 0, "%s", err);
+    const int prompt[] = {3, 14, 15, 92}, n = 24, V = w.cfg.vocab;
+    int out[2][24];
+    float *logits = malloc((size_t)V * 4);
+    for (int run = 0; run < 2; run++) {
+        SamplerParams sp = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .min_p = 0.01f, .seed = 42};
+        Sampler s;
+        sampler_init(&s, &sp, V);
+        CpuKvCache kv;
+        cr_assert_eq(cpu_kv_init(&kv, &w.cfg, 4 + n), 0);
+        cr_assert_eq(forward_cached_cpu(&cm, &kv, prompt, 4, logits), 0);
+        for (int i = 0; i < n; i++) {
+            out[run][i] = sampler_sample(&s, logits);
+            if (i < n - 1) cr_assert_eq(forward_cached_cpu(&cm, &kv, &out[run][i], 1, logits), 0);
+        }
+        cpu_kv_free(&kv);
+        sampler_free(&s);
+    }
+    for (int i = 0; i < n; i++) cr_expect_eq(out[0][i], out[1][i], "token %d: %d vs %d", i, out[0][i], out[1][i]);
+    free(logits);
+    cpu_model_free(&cm);
+    model_free(&w);
+}
