@@ -509,6 +509,53 @@ extern "C" int forward_last_cuda(GpuModel *g, const int *ids, int T, float *logi
     return 0;
 }
 
+// ---------------------------------------------------------------- GEMV alone, timed
+// Random-looking values from a hash of the index (never time on zeros or constants).
+template <class A> __global__ void k_fill_hash(A *p, size_t n, unsigned seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        p[i] = fromf<A>(((h & 0xffff) / 65536.0f - 0.5f) * 0.04f);
+    }
+}
+
+typedef struct {
+    StDtype dt;
+    void **W;  // nw copies, used in turn: together far larger than L2, so every call reads HBM
+    int nw, next;
+    const float *x;
+    float *y;
+    int rows, n_in;
+} GemvArgs;
+static void gemv_call(void *p) {
+    GemvArgs *a = (GemvArgs *)p;
+    gemv(a->dt, a->W[a->next], a->x, NULL, a->y, a->rows, a->n_in, 0, 0);
+    a->next = (a->next + 1) % a->nw;
+}
+
+extern "C" double gemv_gpu_bench_gbps(int rows, int n_in, StDtype dt) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) return -1;
+    const size_t wn = (size_t)rows * n_in, wb = wn * esize(dt);
+    const int nw = (int)(wb >= ((size_t)512 << 20) ? 2 : (((size_t)512 << 20) + wb - 1) / wb);
+    GemvArgs a = {dt, (void **)xmalloc((size_t)nw * sizeof(void *)), nw, 0, NULL, NULL, rows, n_in};
+    for (int i = 0; i < nw; i++) {
+        a.W[i] = dmalloc(wb);
+        DISPATCH(dt, A, k_fill_hash<A><<<1024, 256>>>((A *)a.W[i], wn, 17u + i));
+        CUDA_CHECK_LAST();
+    }
+    float *x = (float *)dmalloc((size_t)n_in * 4), *y = (float *)dmalloc((size_t)rows * 4);
+    k_fill_hash<float><<<64, 256>>>(x, (size_t)n_in, 5u);
+    CUDA_CHECK_LAST();
+    a.x = x, a.y = y;
+    const double ms = gpu_bench(gemv_call, &a, 2 * nw, 50, 1);
+    for (int i = 0; i < nw; i++) CUDA_CHECK(cudaFree(a.W[i]));
+    free(a.W);
+    CUDA_CHECK(cudaFree(x));
+    CUDA_CHECK(cudaFree(y));
+    return ((double)wb + 4.0 * n_in + 4.0 * rows) / ms * 1e-6;
+}
+
 // ---------------------------------------------------------------- test entry points
 template <class A> __global__ void k_round(const float *in, A *out, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)

@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
     if (copy_gbps <= 0) {
         if (use_cuda) {
             double rd, wr;
-            if (roofline_gpu_bandwidth((size_t)1 << 30, 20, &copy_gbps, &rd, &wr) != 0) copy_gbps = 0;
+            if (roofline_gpu_bandwidth((size_t)1 << 31, 20, &copy_gbps, &rd, &wr) != 0) copy_gbps = 0;
         } else {
             Ceilings ce;
             if (ceilings_load(&ce) == 0) copy_gbps = ce.cpu_copy_gbps;
@@ -225,6 +225,19 @@ int main(int argc, char **argv) {
     table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps,
                copy_gbps > 0 ? (use_cuda ? "measured now: device copy, read+write counted" : "build/ceilings.json")
                              : "unknown: pct columns empty");
+    if (use_cuda) {  // the GEMV alone on this model's weight shapes (cold weights), vs the copy ceiling
+        const int d = c->hidden, qkv = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim, qd = c->n_heads * c->head_dim;
+        const int shp[5][2] = {{qkv, d}, {d, qd}, {2 * c->intermediate, d}, {d, c->intermediate}, {c->vocab, d}};
+        const char *nm[5] = {"qkv", "o", "gate_up", "down", "lm_head"};
+        char buf[512];
+        int off = 0;
+        for (int i = 0; i < 5; i++) {
+            const double gb = gemv_gpu_bench_gbps(shp[i][0], shp[i][1], kv_elem == 4 ? ST_F32 : ST_BF16);
+            off += snprintf(buf + off, sizeof buf - (size_t)off, "%s%s %dx%d %.0f GB/s (%.0f%%)", i ? "; " : "", nm[i],
+                            shp[i][0], shp[i][1], gb, copy_gbps > 0 ? 100.0 * gb / copy_gbps : 0.0);
+        }
+        table_meta(t, "gemv_alone", "%s", buf);
+    }
     table_col(t, "position", "%.0f");
     table_col(t, "cached_ms", "%.4f");
     table_col(t, "nocache_ms", "%.4f");
