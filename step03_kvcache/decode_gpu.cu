@@ -38,9 +38,7 @@
 #include "step02_attention/forward_gpu.cuh"
 
 // ---------------------------------------------------------------- GEMV
-#define GEMV_WARPS 8
-#define GEMV_R 2  // rows per warp
-#define GEMV_U 4  // 16-byte chunks per lane issued before use
+#define GEMV_WARPS 8  // warps per block
 
 // 8 (bf16/fp16) or 4 (fp32) elements of a 16-byte vector, widened to fp32
 template <class W> struct Vec16;
@@ -72,7 +70,8 @@ template <> struct Vec16<__half> {
 
 // y (rows) [+]= W (rows, n_in) x (n_in) + b. accumulate: y += (the residual add).
 // Vector path when n_in % N == 0 (every row then starts 16-byte aligned); else a scalar loop.
-template <class W>
+// R rows per warp; U 16-byte chunks per lane per row issued before the first is used.
+template <class W, int GEMV_R, int GEMV_U>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv(const W *__restrict__ Wm, const float *__restrict__ x, const float *__restrict__ b, float *y, int rows,
            int n_in, int accumulate) {
@@ -141,12 +140,46 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
+// The GEMV ladder: the only list of versions (kv_bench times each; the decoder uses g_gemv_version).
+//   v1 r2u4: 2 rows per warp, 4 chunks in flight per row (8 loads per lane)   — the first version
+//   v2 r1u8: 1 row per warp, 8 chunks in flight: twice the warps for the same rows, so narrow
+//            matrices (o_proj 4096 rows, down_proj) spread over more of the 132 SMs
+//   v3 r1u4: 1 row per warp, 4 chunks in flight
+//   v4 r4u2: 4 rows per warp, 2 chunks each (x reused 4 times from registers)
+typedef struct {
+    const char *name;
+    int R, U;
+} GemvVersion;
+static const GemvVersion GEMV_VERSIONS[] = {{"v1_r2u4", 2, 4}, {"v2_r1u8", 1, 8}, {"v3_r1u4", 1, 4}, {"v4_r4u2", 4, 2}};
+#define N_GEMV_VERSIONS 4
+static int g_gemv_version = 1;  // v2
+
+template <class A, int R, int U>
+static void gemv_launch(const void *W, const float *x, const float *b, float *y, int rows, int n_in, int acc,
+                        cudaStream_t s) {
+    const int per_block = GEMV_WARPS * R;
+    k_gemv<A, R, U><<<(rows + per_block - 1) / per_block, GEMV_WARPS * 32, 0, s>>>((const A *)W, x, b, y, rows, n_in, acc);
+}
+
+static void gemv_v(int ver, StDtype dt, const void *W, const float *x, const float *b, float *y, int rows, int n_in,
+                   int acc, cudaStream_t s) {
+    switch (ver) {
+    case 0: DISPATCH(dt, A, gemv_launch<A, 2, 4>(W, x, b, y, rows, n_in, acc, s)); break;
+    case 1: DISPATCH(dt, A, gemv_launch<A, 1, 8>(W, x, b, y, rows, n_in, acc, s)); break;
+    case 2: DISPATCH(dt, A, gemv_launch<A, 1, 4>(W, x, b, y, rows, n_in, acc, s)); break;
+    default: DISPATCH(dt, A, gemv_launch<A, 4, 2>(W, x, b, y, rows, n_in, acc, s)); break;
+    }
+    CUDA_CHECK_LAST();
+}
 static void gemv(StDtype dt, const void *W, const float *x, const float *b, float *y, int rows, int n_in, int acc,
                  cudaStream_t s) {
-    const int per_block = GEMV_WARPS * GEMV_R;
-    const int grid = (rows + per_block - 1) / per_block;
-    DISPATCH(dt, A, k_gemv<A><<<grid, GEMV_WARPS * 32, 0, s>>>((const A *)W, x, b, y, rows, n_in, acc));
-    CUDA_CHECK_LAST();
+    gemv_v(g_gemv_version, dt, W, x, b, y, rows, n_in, acc, s);
+}
+
+extern "C" int gemv_n_versions(void) { return N_GEMV_VERSIONS; }
+extern "C" const char *gemv_version_name(int v) { return v >= 0 && v < N_GEMV_VERSIONS ? GEMV_VERSIONS[v].name : "?"; }
+extern "C" void gemv_set_version(int v) {
+    if (v >= 0 && v < N_GEMV_VERSIONS) g_gemv_version = v;
 }
 
 // ---------------------------------------------------------------- rope + cache append
@@ -188,10 +221,17 @@ __global__ void k_rope_append(float *qkv, const float *q_norm, const float *k_no
 
 // ---------------------------------------------------------------- decode attention
 #define ATTN_CHUNK 128  // keys per block = threads per block
-#define ATTN_MAXO 8     // g*hd / 128 outputs per thread at most (g*hd <= 1024)
+#define ATTN_WARPS (ATTN_CHUNK / 32)
+#define ATTN_MAXG 8     // query heads per kv head (H / KV) at most
+#define ATTN_MAXE 8     // head_dim / 32 at most (head_dim <= 256)
 
-// q (H*hd) fp32; kc, vc (>= len, KV*hd) one layer's cache; len = *d_pos + 1 (+ len_add).
-// part_o (H, nsplit, hd), part_ml (H, nsplit, 2). Dynamic shared: (g*hd + g*ATTN_CHUNK) floats.
+// q (H*hd) fp32; kc, vc (>= len, KV*hd) one layer's cache; len = *d_pos + len_add.
+// part_o (H, nsplit, hd), part_ml (H, nsplit, 2). Dynamic shared: (g*hd + g*CHUNK + WARPS*g*hd) floats.
+//   scores: thread t scores key j0+t against the g heads, reading its K row once (16-byte loads
+//           when hd allows) — all keys of the block in parallel;
+//   softmax: one warp per head over the block's keys: local max m, p = exp(s - m), sum l;
+//   P V:    warp w takes keys w, w+4, ...; lane owns elements lane, lane+32, ... of the V row
+//           (coalesced), for all g heads at once; the 4 warps' partial sums are added in shared.
 template <class C>
 __global__ void __launch_bounds__(ATTN_CHUNK)
     k_attn_split(const float *q, const C *kc, const C *vc, const int *d_pos, int len_add, int H, int KV, int hd,
@@ -200,25 +240,41 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
     const int g = H / KV, kvh = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y, t = threadIdx.x;
     const int len = *d_pos + len_add, j0 = split * ATTN_CHUNK;
     if (j0 >= len) return;
-    const int jn = min(ATTN_CHUNK, len - j0);
-    float *qs = sm, *ps = sm + g * hd;  // q of the g heads (g, hd); scores (g, ATTN_CHUNK)
-    for (int i = t; i < g * hd; i += ATTN_CHUNK) qs[i] = q[(size_t)kvh * g * hd + i];
+    const int jn = min(ATTN_CHUNK, len - j0), gh = g * hd;
+    float *qs = sm, *ps = sm + gh, *red = ps + g * ATTN_CHUNK;  // (g, hd) (g, CHUNK) (WARPS, g, hd)
+    for (int i = t; i < gh; i += ATTN_CHUNK) qs[i] = q[(size_t)kvh * gh + i];
     __syncthreads();
     const size_t ld = (size_t)KV * hd;
-    if (t < jn) {  // thread t scores key j0 + t against the g query heads
+    if (t < jn) {
         const C *kr = kc + (size_t)(j0 + t) * ld + (size_t)kvh * hd;
-        for (int hh = 0; hh < g; hh++) {
-            const float *qh = qs + hh * hd;
-            float dot = 0;
-            for (int e = 0; e < hd; e++) dot = fmaf(qh[e], tof(kr[e]), dot);
-            ps[hh * ATTN_CHUNK + t] = dot * scale;
+        float dot[ATTN_MAXG] = {};
+        constexpr int N = Vec16<C>::N;
+        if (hd % N == 0) {
+            for (int c = 0; c < hd / N; c++) {
+                float kf[N];
+                Vec16<C>::unpack(*((const uint4 *)kr + c), kf);
+#pragma unroll
+                for (int hh = 0; hh < ATTN_MAXG; hh++)
+                    if (hh < g)
+#pragma unroll
+                        for (int i = 0; i < N; i++) dot[hh] = fmaf(qs[hh * hd + c * N + i], kf[i], dot[hh]);
+            }
+        } else {
+            for (int e = 0; e < hd; e++) {
+                const float kv = tof(kr[e]);
+#pragma unroll
+                for (int hh = 0; hh < ATTN_MAXG; hh++)
+                    if (hh < g) dot[hh] = fmaf(qs[hh * hd + e], kv, dot[hh]);
+            }
         }
+#pragma unroll
+        for (int hh = 0; hh < ATTN_MAXG; hh++)
+            if (hh < g) ps[hh * ATTN_CHUNK + t] = dot[hh] * scale;
     }
     __syncthreads();
-    // per head: local max and sum over this block's keys (one warp per head, heads strided)
-    __shared__ float m_s[64], l_s[64];
+    __shared__ float m_s[ATTN_MAXG], l_s[ATTN_MAXG];
     const int warp = t / 32, lane = t % 32;
-    for (int hh = warp; hh < g; hh += ATTN_CHUNK / 32) {
+    for (int hh = warp; hh < g; hh += ATTN_WARPS) {
         float m = -INFINITY;
         for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -232,23 +288,38 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
         if (lane == 0) m_s[hh] = m, l_s[hh] = l;
     }
     __syncthreads();
-    // o (g, hd) = P V: thread t owns outputs t, t+128, ... (consecutive e: coalesced V reads)
-    float acc[ATTN_MAXO] = {};
+    float acc[ATTN_MAXG][ATTN_MAXE] = {};
     const C *vb = vc + (size_t)j0 * ld + (size_t)kvh * hd;
-    for (int j = 0; j < jn; j++) {
+#pragma unroll 4
+    for (int j = warp; j < jn; j += ATTN_WARPS) {
+        float v[ATTN_MAXE];
 #pragma unroll
-        for (int i = 0; i < ATTN_MAXO; i++) {
-            const int o = t + i * ATTN_CHUNK;
-            if (o < g * hd) acc[i] = fmaf(ps[(o / hd) * ATTN_CHUNK + j], tof(vb[(size_t)j * ld + o % hd]), acc[i]);
+        for (int i = 0; i < ATTN_MAXE; i++) {
+            const int e = lane + 32 * i;
+            v[i] = e < hd ? tof(vb[(size_t)j * ld + e]) : 0.0f;
         }
+#pragma unroll
+        for (int hh = 0; hh < ATTN_MAXG; hh++)
+            if (hh < g) {
+                const float p = ps[hh * ATTN_CHUNK + j];
+#pragma unroll
+                for (int i = 0; i < ATTN_MAXE; i++) acc[hh][i] = fmaf(p, v[i], acc[hh][i]);
+            }
     }
 #pragma unroll
-    for (int i = 0; i < ATTN_MAXO; i++) {
-        const int o = t + i * ATTN_CHUNK;
-        if (o < g * hd) {
-            const int h = kvh * g + o / hd;
-            part_o[((size_t)h * nsplit + split) * hd + o % hd] = acc[i];
-        }
+    for (int hh = 0; hh < ATTN_MAXG; hh++)
+        if (hh < g)
+#pragma unroll
+            for (int i = 0; i < ATTN_MAXE; i++) {
+                const int e = lane + 32 * i;
+                if (e < hd) red[(warp * g + hh) * hd + e] = acc[hh][i];
+            }
+    __syncthreads();
+    for (int o = t; o < gh; o += ATTN_CHUNK) {
+        float s = 0;
+        for (int w = 0; w < ATTN_WARPS; w++) s += red[w * gh + o];
+        const int h = kvh * g + o / hd;
+        part_o[((size_t)h * nsplit + split) * hd + o % hd] = s;
     }
     if (t < g) {
         const int h = kvh * g + t;
@@ -256,6 +327,7 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
         part_ml[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
     }
 }
+static size_t attn_smem_bytes(int g, int hd) { return (size_t)(g * hd + g * ATTN_CHUNK + ATTN_WARPS * g * hd) * sizeof(float); }
 
 // out (H*hd) fp32 from the splits that hold keys (ceil(len / ATTN_CHUNK) of them). Grid (H).
 __global__ void k_attn_combine(const float *part_o, const float *part_ml, const int *d_pos, int len_add, int nsplit,
@@ -334,14 +406,14 @@ static void decode_enqueue(GpuDecoder *d) {
     const StDtype dt = g->wdt;
     const float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
     const size_t es = esize(d->cdt), lstride = (size_t)d->max_seq * kd * es;
-    const size_t attn_smem = (size_t)(gq * hd + gq * ATTN_CHUNK) * sizeof(float);
+    const size_t attn_smem = attn_smem_bytes(gq, hd);
     cudaStream_t s = d->stream;
     DISPATCH(dt, A, k_embed<A><<<1, 256, 0, s>>>((const A *)g->embed, d->d_tok, dm, d->x));
     CUDA_CHECK_LAST();
     for (int l = 0; l < c->n_layers; l++) {
         const GpuLayer *L = &g->layers[l];
         void *kc = (char *)d->kc + l * lstride, *vc = (char *)d->vc + l * lstride;
-        k_rmsnorm<float><<<1, 256, 0, s>>>(d->x, L->attn_norm, dm, 1, dm, eps, d->xn);
+        k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->attn_norm, dm, 1, dm, eps, d->xn);
         CUDA_CHECK_LAST();
         gemv(dt, L->wqkv, d->xn, L->bqkv, d->qkv, nqkv, dm, 0, s);
         DISPATCH(d->cdt, C, k_rope_append<C><<<H + 2 * KV, 32, 0, s>>>(d->qkv, L->q_norm, L->k_norm, d->inv_freq,
@@ -355,14 +427,14 @@ static void decode_enqueue(GpuDecoder *d) {
                                                                           d->nsplit, hd, d->att);
         CUDA_CHECK_LAST();
         gemv(dt, L->wo, d->att, L->bo, d->x, dm, qd, 1, s);  // x += att Wo^T
-        k_rmsnorm<float><<<1, 256, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);
+        k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);
         CUDA_CHECK_LAST();
         gemv(dt, L->wgu, d->xn, NULL, d->gu, 2 * ff, dm, 0, s);
         k_swiglu_f32<<<(ff + 255) / 256, 256, 0, s>>>(d->gu, d->h, ff);
         CUDA_CHECK_LAST();
         gemv(dt, L->wdown, d->h, NULL, d->x, dm, ff, 1, s);  // x += h Wdown^T
     }
-    k_rmsnorm<float><<<1, 256, 0, s>>>(d->x, g->final_norm, dm, 1, dm, eps, d->xn);
+    k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, g->final_norm, dm, 1, dm, eps, d->xn);
     CUDA_CHECK_LAST();
     gemv(dt, g->lm_head, d->xn, NULL, d->logits, c->vocab, dm, 0, s);
     k_argmax_advance<<<1, 1024, 0, s>>>(d->logits, c->vocab, d->d_tok, d->d_pos, d->d_out);
@@ -378,9 +450,9 @@ static void *dmalloc(size_t n) {
 extern "C" GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int errlen) {
     const ModelConfig *c = &g->cfg;
     const int H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, gq = H / KV;
-    if (gq * hd > ATTN_MAXO * ATTN_CHUNK || gq > 64) {
-        snprintf(err, (size_t)errlen, "decode attention supports (H/KV) * head_dim <= %d, this model has %d",
-                 ATTN_MAXO * ATTN_CHUNK, gq * hd);
+    if (gq > ATTN_MAXG || hd > 32 * ATTN_MAXE || H % KV) {
+        snprintf(err, (size_t)errlen, "decode attention supports H/KV <= %d and head_dim <= %d; this model has %d/%d, %d",
+                 ATTN_MAXG, 32 * ATTN_MAXE, H, KV, hd);
         return NULL;
     }
     if (max_seq < 1) {
@@ -520,6 +592,7 @@ template <class A> __global__ void k_fill_hash(A *p, size_t n, unsigned seed) {
 }
 
 typedef struct {
+    int ver;
     StDtype dt;
     void **W;  // nw copies, used in turn: together far larger than L2, so every call reads HBM
     int nw, next;
@@ -529,16 +602,16 @@ typedef struct {
 } GemvArgs;
 static void gemv_call(void *p) {
     GemvArgs *a = (GemvArgs *)p;
-    gemv(a->dt, a->W[a->next], a->x, NULL, a->y, a->rows, a->n_in, 0, 0);
+    gemv_v(a->ver, a->dt, a->W[a->next], a->x, NULL, a->y, a->rows, a->n_in, 0, 0);
     a->next = (a->next + 1) % a->nw;
 }
 
-extern "C" double gemv_gpu_bench_gbps(int rows, int n_in, StDtype dt) {
+extern "C" double gemv_gpu_bench_gbps(int ver, int rows, int n_in, StDtype dt) {
     GpuInfo gi;
     if (gpu_info(&gi) != 0) return -1;
     const size_t wn = (size_t)rows * n_in, wb = wn * esize(dt);
     const int nw = (int)(wb >= ((size_t)512 << 20) ? 2 : (((size_t)512 << 20) + wb - 1) / wb);
-    GemvArgs a = {dt, (void **)xmalloc((size_t)nw * sizeof(void *)), nw, 0, NULL, NULL, rows, n_in};
+    GemvArgs a = {ver, dt, (void **)xmalloc((size_t)nw * sizeof(void *)), nw, 0, NULL, NULL, rows, n_in};
     for (int i = 0; i < nw; i++) {
         a.W[i] = dmalloc(wb);
         DISPATCH(dt, A, k_fill_hash<A><<<1024, 256>>>((A *)a.W[i], wn, 17u + i));
@@ -579,7 +652,7 @@ static void *upload_as(const float *h, size_t n, StDtype dt) {
     return out;
 }
 
-extern "C" int gemv_gpu_check(const float *W, const float *x, const float *b, int rows, int n_in, StDtype dt,
+extern "C" int gemv_gpu_check(int ver, const float *W, const float *x, const float *b, int rows, int n_in, StDtype dt,
                               float *y) {
     GpuInfo gi;
     if (gpu_info(&gi) != 0) return -1;
@@ -592,7 +665,7 @@ extern "C" int gemv_gpu_check(const float *W, const float *x, const float *b, in
         CUDA_CHECK(cudaMemcpy(db, b, (size_t)rows * 4, cudaMemcpyHostToDevice));
     }
     CUDA_CHECK(cudaMemset(dy, 0xff, (size_t)rows * 4));  // poison (NaN): every row must be written
-    gemv(dt, dW, dx, db, dy, rows, n_in, 0, 0);
+    gemv_v(ver, dt, dW, dx, db, dy, rows, n_in, 0, 0);
     CUDA_CHECK(cudaMemcpy(y, dy, (size_t)rows * 4, cudaMemcpyDeviceToHost));
     void *ps[] = {dW, dx, dy, db};
     for (int i = 0; i < 4; i++) CUDA_CHECK(cudaFree(ps[i]));
@@ -604,7 +677,7 @@ extern "C" int decode_attention_gpu_check(const float *q, const float *kc, const
     GpuInfo gi;
     if (gpu_info(&gi) != 0) return -1;
     const int gq = H / KV;
-    if (gq * hd > ATTN_MAXO * ATTN_CHUNK) return -1;
+    if (gq > ATTN_MAXG || hd > 32 * ATTN_MAXE) return -1;
     dt = usable_dtype(dt);
     const size_t nk = (size_t)len * KV * hd, nq = (size_t)H * hd;
     const int nsplit = (len + ATTN_CHUNK - 1) / ATTN_CHUNK;
@@ -616,7 +689,7 @@ extern "C" int decode_attention_gpu_check(const float *q, const float *kc, const
     CUDA_CHECK(cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dq, q, nq * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemset(dout, 0xff, nq * 4));
-    const size_t smem = (size_t)(gq * hd + gq * ATTN_CHUNK) * sizeof(float);
+    const size_t smem = attn_smem_bytes(gq, hd);
     DISPATCH(dt, C,
              k_attn_split<C><<<dim3(KV, nsplit), ATTN_CHUNK, smem>>>(dq, (const C *)dk, (const C *)dv, dpos, 1, H, KV,
                                                                      hd, 1.0f / sqrtf((float)hd), po, pml));

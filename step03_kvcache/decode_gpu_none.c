@@ -36,14 +36,20 @@ int forward_last_cuda(GpuModel *g, const int *ids, int T, float *logits, double 
     (void)g, (void)ids, (void)T, (void)logits, (void)ms;
     return -1;
 }
-int gemv_gpu_check(const float *W, const float *x, const float *b, int rows, int n_in, StDtype dtype, float *y) {
-    (void)W, (void)x, (void)b, (void)rows, (void)n_in, (void)dtype, (void)y;
+int gemv_gpu_check(int version, const float *W, const float *x, const float *b, int rows, int n_in, StDtype dtype, float *y) {
+    (void)version, (void)W, (void)x, (void)b, (void)rows, (void)n_in, (void)dtype, (void)y;
     return -1;
 }
-double gemv_gpu_bench_gbps(int rows, int n_in, StDtype dtype) {
-    (void)rows, (void)n_in, (void)dtype;
+double gemv_gpu_bench_gbps(int version, int rows, int n_in, StDtype dtype) {
+    (void)version, (void)rows, (void)n_in, (void)dtype;
     return -1;
 }
+int gemv_n_versions(void) { return 0; }
+const char *gemv_version_name(int version) {
+    (void)version;
+    return "none";
+}
+void gemv_set_version(int version) { (void)version; }
 int decode_attention_gpu_check(const float *q, const float *kc, const float *vc, int len, int H, int KV, int hd,
                                StDtype dtype, float *out) {
     (void)q, (void)kc, (void)vc, (void)len, (void)H, (void)KV, (void)hd, (void)dtype, (void)out;

@@ -42,7 +42,8 @@ static void usage(FILE *f) {
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
             "  --window     latency at p = median of the cached steps p-W .. p+W (default 8)\n"
             "  --reps       uncached forwards timed per position (median; default 3)\n"
-            "  --copy-gbps  the bandwidth ceiling (default: measured now on the GPU, build/ceilings.json on the CPU)\n");
+            "  --copy-gbps  the bandwidth ceiling (default: measured now on the GPU, build/ceilings.json on the CPU)\n"
+            "  --gemv V     GPU: GEMV version 1..4 for the table (default: the fastest decode of the ladder, measured first)\n");
 }
 
 static int parse_list(const char *s, int *out, int max) {
@@ -77,7 +78,7 @@ static double median_window(const double *v, int n, int p, int w) {
 
 int main(int argc, char **argv) {
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3;
+    int window = 8, reps = 3, gemv_ver = -1;
     double copy_gbps = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -89,6 +90,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--window") && more) window = atoi(argv[++i]);
         else if (!strcmp(a, "--reps") && more) reps = atoi(argv[++i]);
         else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = atof(argv[++i]);
+        else if (!strcmp(a, "--gemv") && more) gemv_ver = atoi(argv[++i]) - 1;
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
@@ -146,6 +148,31 @@ int main(int argc, char **argv) {
         cpu_model_random(&cfg, 1, &cm);
     }
     const ModelConfig *c = &cfg;
+
+    // ---- GPU: the GEMV ladder inside the whole decode step (160 greedy steps per version)
+    char ladder[600] = "";
+    if (use_cuda) {
+        double best = 1e30;
+        int off = 0, bestv = 1;
+        for (int v = 0; v < gemv_n_versions(); v++) {
+            gemv_set_version(v);  // before gpu_decoder_new: the graph captures the version
+            GpuDecoder *dv = gpu_decoder_new(gm, 160, err, sizeof err);
+            if (!dv) die("%s", err);
+            int ids[160];
+            float ms[160];
+            if (gpu_decoder_greedy(dv, 1, 32, ids, NULL) != 0) die("decode failed");  // warm-up
+            gpu_decoder_reset(dv);
+            if (gpu_decoder_greedy(dv, 1, 160, ids, ms) != 0) die("decode failed");
+            double md[128];
+            for (int i = 0; i < 128; i++) md[i] = ms[1 + i];
+            const double m = median_d(md, 128);
+            off += snprintf(ladder + off, sizeof ladder - (size_t)off, "%s%s %.4f ms", v ? "; " : "", gemv_version_name(v), m);
+            if (m < best) best = m, bestv = v;
+            gpu_decoder_free(dv);
+        }
+        if (gemv_ver < 0) gemv_ver = bestv;
+        gemv_set_version(gemv_ver);
+    }
 
     // ---- KV memory: measured vs the formula
     double kv_meas_tok = 0, kv_elem = 4;
@@ -229,14 +256,19 @@ int main(int argc, char **argv) {
         const int d = c->hidden, qkv = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim, qd = c->n_heads * c->head_dim;
         const int shp[5][2] = {{qkv, d}, {d, qd}, {2 * c->intermediate, d}, {d, c->intermediate}, {c->vocab, d}};
         const char *nm[5] = {"qkv", "o", "gate_up", "down", "lm_head"};
-        char buf[512];
-        int off = 0;
-        for (int i = 0; i < 5; i++) {
-            const double gb = gemv_gpu_bench_gbps(shp[i][0], shp[i][1], kv_elem == 4 ? ST_F32 : ST_BF16);
-            off += snprintf(buf + off, sizeof buf - (size_t)off, "%s%s %dx%d %.0f GB/s (%.0f%%)", i ? "; " : "", nm[i],
-                            shp[i][0], shp[i][1], gb, copy_gbps > 0 ? 100.0 * gb / copy_gbps : 0.0);
+        for (int v = 0; v < gemv_n_versions(); v++) {
+            char buf[512], key[64];
+            int off = 0;
+            for (int i = 0; i < 5; i++) {
+                const double gb = gemv_gpu_bench_gbps(v, shp[i][0], shp[i][1], kv_elem == 4 ? ST_F32 : ST_BF16);
+                off += snprintf(buf + off, sizeof buf - (size_t)off, "%s%s %dx%d %.0f GB/s (%.0f%%)", i ? "; " : "", nm[i],
+                                shp[i][0], shp[i][1], gb, copy_gbps > 0 ? 100.0 * gb / copy_gbps : 0.0);
+            }
+            snprintf(key, sizeof key, "gemv_alone_%s", gemv_version_name(v));
+            table_meta(t, key, "%s", buf);
         }
-        table_meta(t, "gemv_alone", "%s", buf);
+        table_meta(t, "decode_step_by_gemv_version", "median of steps 1..128: %s", ladder);
+        table_meta(t, "gemv_version_used", "%s", gemv_version_name(gemv_ver));
     }
     table_col(t, "position", "%.0f");
     table_col(t, "cached_ms", "%.4f");

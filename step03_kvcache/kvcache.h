@@ -5,7 +5,8 @@
 //          logprobs_topk, argmax_f32,
 //          GpuDecoder, gpu_decoder_new, gpu_decoder_free, gpu_decoder_reset, gpu_decoder_len,
 //          gpu_decoder_step, gpu_decoder_greedy, gpu_decoder_kv_bytes, gpu_decoder_kv_elem_bytes,
-//          forward_last_cuda, gemv_gpu_check, gemv_gpu_bench_gbps, decode_attention_gpu_check
+//          forward_last_cuda, gemv_gpu_check, gemv_gpu_bench_gbps,
+//          gemv_n_versions, gemv_version_name, gemv_set_version, decode_attention_gpu_check
 //
 // Prefill runs the prompt's T tokens through the model once and keeps every layer's K and V
 // rows; each decode step then runs ONE token: its q attends over the cached K, V of all earlier
@@ -116,9 +117,13 @@ double gpu_decoder_kv_elem_bytes(const GpuDecoder *d);
 int forward_last_cuda(GpuModel *g, const int *ids, int T, float *logits, double *ms);
 // The kernels alone on host inputs (rounded to dtype on the device), for the tests:
 //   y (rows) = W (rows, n_in) x (n_in) + b (rows or NULL)
-int gemv_gpu_check(const float *W, const float *x, const float *b, int rows, int n_in, StDtype dtype, float *y);
+int gemv_gpu_check(int version, const float *W, const float *x, const float *b, int rows, int n_in, StDtype dtype, float *y);
 // bytes of W (+ x, y) / median time of one GEMV on a cold W (rotating copies > L2), GB/s.
-double gemv_gpu_bench_gbps(int rows, int n_in, StDtype dtype);
+double gemv_gpu_bench_gbps(int version, int rows, int n_in, StDtype dtype);
+// The GEMV ladder (decode_gpu.cu's version table): how many, their names, which one decode uses.
+int gemv_n_versions(void);
+const char *gemv_version_name(int version);
+void gemv_set_version(int version);
 //   one decode query per head: q (H*hd) over kc, vc (len, KV*hd) -> out (H*hd)
 int decode_attention_gpu_check(const float *q, const float *kc, const float *vc, int len, int H, int KV, int hd,
                                StDtype dtype, float *out);

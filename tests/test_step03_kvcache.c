@@ -104,13 +104,14 @@ Test(step03, gpu_gemv_matches_cpu_on_odd_shapes) {
     const StDtype dts[] = {ST_F32, ST_BF16, ST_F16};
     Rng r;
     rng_seed(&r, 5);
+    for (int ver = 0; ver < gemv_n_versions(); ver++)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int di = 0; di < 3; di++) {
             const int rows = shapes[s][0], n = shapes[s][1];
             float *W = rvec(&r, (size_t)rows * n), *x = rvec(&r, (size_t)n), *b = rvec(&r, (size_t)rows);
             float *y = malloc((size_t)rows * 4);
             double *ref = malloc((size_t)rows * 8);
-            cr_assert_eq(gemv_gpu_check(W, x, b, rows, n, dts[di], y), 0);
+            cr_assert_eq(gemv_gpu_check(ver, W, x, b, rows, n, dts[di], y), 0);
             // the reference uses W rounded as the GPU stores it, in float64
             for (int i = 0; i < rows; i++) {
                 double acc = b[i];
@@ -128,8 +129,8 @@ Test(step03, gpu_gemv_matches_cpu_on_odd_shapes) {
                 ref[i] = acc;
             }
             ErrStats e = compare_f32_f64(y, ref, (size_t)rows);
-            cr_expect(e.n_bad == 0 && e.max_rel < 1e-4, "gemv %s rows=%d n_in=%d: max_rel %.3e, %zu bad",
-                      st_dtype_name(dts[di]), rows, n, e.max_rel, e.n_bad);
+            cr_expect(e.n_bad == 0 && e.max_rel < 1e-4, "gemv %s %s rows=%d n_in=%d: max_rel %.3e, %zu bad",
+                      gemv_version_name(ver), st_dtype_name(dts[di]), rows, n, e.max_rel, e.n_bad);
             free(W), free(x), free(b), free(y), free(ref);
         }
 }
