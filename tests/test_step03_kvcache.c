@@ -13,6 +13,7 @@
 // Sampling: a seed reproduces its draws; draws never leave the top-k / top-p / min-p set
 // (computed here independently); temperature -> 0 and greedy give the argmax.
 // KV bytes: the cache holds exactly the formula 2 * layers * kv_heads * head_dim * bytes per token.
+// generate: stops right after an EOS id of generation_config.json, and not with --ignore-eos.
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <jansson.h>
@@ -471,4 +472,64 @@ Test(step03, seeded_generation_is_reproducible) {
     free(logits);
     cpu_model_free(&cm);
     model_free(&w);
+}
+
+// ---------------------------------------------------------------- generate: EOS and --json
+
+// Runs build/bin/generate and parses its --json object (NULL if it failed).
+static json_t *run_generate(const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/generate %s --device cpu --json 2>/dev/null", BUILD_BIN_DIR, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, p);
+    (void)n;
+    const int rc = pclose(p);
+    json_error_t je;
+    json_t *j = rc == 0 ? json_loads(buf, 0, &je) : NULL;
+    free(buf);
+    return j;
+}
+
+// A copy of llama_mha_f32 whose generation_config.json names a greedy golden token as EOS:
+// generate must stop right after producing it (the EOS token is the last id), and --ignore-eos
+// must run to --max-new-tokens.
+Test(step03, generate_stops_at_generation_config_eos) {
+    const char *src = MODELS_DIR "/llama_mha_f32";
+    char dir[] = "/tmp/step03_eos_XXXXXX", cmd[1024], path[600];
+    cr_assert(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "cp %s/config.json %s/model.safetensors %s/", src, src, dir);
+    cr_assert_eq(system(cmd), 0);
+    Golden g;
+    golden_load(src, &g);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    int k = 4;  // the first golden token from index 4 on that does not occur before it
+    for (;; k++) {
+        cr_assert(k < g.ng, "no suitable token");
+        int seen = 0;
+        for (int i = 0; i < k; i++) seen |= g.gen[i] == g.gen[k];
+        if (!seen) break;
+    }
+    fprintf(f, "{\"eos_token_id\": [%d, %d]}\n", g.gen[k], 100000);
+    fclose(f);
+    char ids[256] = "", args[1024];
+    for (int i = 0; i < g.np; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", g.prompt[i]);
+    for (int ignore = 0; ignore < 2; ignore++) {
+        snprintf(args, sizeof args, "--model %s --ids %s --max-new-tokens 32%s", dir, ids, ignore ? " --ignore-eos" : "");
+        json_t *j = run_generate(args);
+        cr_assert(j, "generate %s failed", args);
+        const json_t *out = json_object_get(j, "ids");
+        const int n = (int)json_array_size(out), want = ignore ? 32 : k + 1;
+        cr_expect_eq(n, want, "%s: %d ids, expected %d", ignore ? "--ignore-eos" : "eos", n, want);
+        for (int i = 0; i < n && i < g.ng; i++)
+            cr_expect_eq((int)json_integer_value(json_array_get(out, i)), g.gen[i], "id %d", i);
+        cr_expect_str_eq(json_string_value(json_object_get(j, "finish_reason")), ignore ? "length" : "eos");
+        json_decref(j);
+    }
+    golden_free(&g);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
 }
