@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "step01_matmul/ceilings.h"
+#include "args.h"
 #include "check.h"
 #include "forward.h"
 #include "gpu.h"
@@ -40,26 +41,6 @@ static void usage(FILE *f) {
             "  --reps N      after the checked run, time N more forwards (median) and report TFLOP/s\n"
             "  --ceiling-tflops  the peak to compare with (default: build/ceilings.json from build/bin/roofline)\n"
             "  --json/--csv  the top-5 of every position; text prints the last position only\n");
-}
-
-static int *parse_ids(const char *s, int *T) {
-    int cap = 16, n = 0;
-    int *ids = xmalloc((size_t)cap * sizeof(int));
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > 0x7fffffff) die("--ids: cannot read a token id at \"%s\"", p);
-        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int));
-        if (!ids) die("out of memory");
-        ids[n++] = (int)v;
-        p = end;
-        if (*p == ',') p++;
-        else if (*p) die("--ids: expected a comma at \"%s\"", p);
-    }
-    if (n == 0) die("--ids: empty");
-    *T = n;
-    return ids;
 }
 
 static int *load_ids_npy(const char *path, int *T) {
@@ -141,7 +122,7 @@ int main(int argc, char **argv) {
         ids = xmalloc((size_t)T * sizeof(int));
         for (int t = 0; t < T; t++) ids[t] = v.ids[t];
         tokids_free(&v);
-    } else if (ids_arg) ids = parse_ids(ids_arg, &T);
+    } else if (ids_arg) ids = parse_int_list(ids_arg, "--ids", &T);
     else if (ids_npy) ids = load_ids_npy(ids_npy, &T);
     else {
         T = random_T;

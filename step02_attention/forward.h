@@ -1,7 +1,7 @@
 // forward.h — the Llama-family forward pass (prefill, no KV cache), on the CPU and on CUDA.
 // defines: CpuLayer, CpuModel, cpu_model_load, cpu_model_random, cpu_model_free,
 //          embed_cpu, rmsnorm_cpu, rope_inv_freq, rope_table_cpu, rope_apply_cpu, linear_cpu,
-//          attention_cpu, swiglu_cpu, add_cpu, forward_cpu,
+//          attention_cpu, swiglu_cpu, add_cpu, mlp_block_cpu, forward_cpu,
 //          ForwardTimes, GpuModel, gpu_model_load, gpu_model_random, gpu_model_free,
 //          gpu_model_describe, gpu_model_weight_bytes, gpu_mem_used_bytes, forward_cuda, attention_gpu_check,
 //          forward_topk
@@ -82,6 +82,11 @@ void attention_cpu(const float *q, const float *k, const float *v, int T, int H,
 void swiglu_cpu(const float *gate, const float *up, long n, float *out);
 // x (n) += y (n)
 void add_cpu(float *x, const float *y, long n);
+// The second half of a layer, the same with or without a KV cache:
+//   x += down( silu(gate(rmsnorm(x))) * up(rmsnorm(x)) )
+// x (T, hidden) is updated in place; xn, tmp (T, hidden) and gate, up (T, intermediate) are scratch.
+void mlp_block_cpu(const CpuLayer *L, const ModelConfig *c, float *x, int T, float *xn, float *gate, float *up,
+                   float *tmp);
 
 // Where the time went (CPU: wall clock; GPU: CUDA events), filled when a pointer is passed.
 typedef struct {

@@ -142,6 +142,17 @@ void add_cpu(float *x, const float *y, long n) {
     for (long i = 0; i < n; i++) x[i] += y[i];
 }
 
+void mlp_block_cpu(const CpuLayer *L, const ModelConfig *c, float *x, int T, float *xn, float *gate, float *up,
+                   float *tmp) {
+    const int d = c->hidden, ff = c->intermediate;
+    rmsnorm_cpu(x, L->mlp_norm, T, d, c->rms_eps, xn);
+    linear_cpu(xn, L->w_gate, NULL, T, d, ff, gate);
+    linear_cpu(xn, L->w_up, NULL, T, d, ff, up);
+    swiglu_cpu(gate, up, (long)T * ff, gate);
+    linear_cpu(gate, L->w_down, NULL, T, ff, d, tmp);
+    add_cpu(x, tmp, (long)T * d);
+}
+
 void forward_topk(const float *x, int n, int k, int *idx) {
     for (int r = 0; r < k; r++) {
         int best = -1;
@@ -278,13 +289,7 @@ int forward_cpu(const CpuModel *m, const int *ids, int T, float *logits, Forward
         t_attn += now_sec() - ta;
         linear_cpu(att, L->wo, L->bo, T, qd, d, tmp);
         add_cpu(x, tmp, (long)Tz * d);
-        // MLP block
-        rmsnorm_cpu(x, L->mlp_norm, T, d, c->rms_eps, xn);
-        linear_cpu(xn, L->w_gate, NULL, T, d, ff, gate);
-        linear_cpu(xn, L->w_up, NULL, T, d, ff, up);
-        swiglu_cpu(gate, up, (long)Tz * ff, gate);
-        linear_cpu(gate, L->w_down, NULL, T, ff, d, tmp);
-        add_cpu(x, tmp, (long)Tz * d);
+        mlp_block_cpu(L, c, x, T, xn, gate, up, tmp);
     }
     rmsnorm_cpu(x, m->final_norm, T, d, c->rms_eps, xn);
     linear_cpu(xn, m->lm_head, NULL, T, d, c->vocab, logits);

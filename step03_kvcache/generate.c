@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "check.h"
 #include "gpu.h"
 #include "kvcache.h"
@@ -35,26 +36,6 @@ static void usage(FILE *f) {
             "  --ignore-eos   do not stop at the EOS ids of generation_config.json / config.json\n"
             "  --logprobs K   the top-K log-probabilities of every step (in --json)\n"
             "  --json         one object: ids (generated), prompt_ids, logprobs, times, KV bytes\n");
-}
-
-static int *parse_ids(const char *s, int *n_out) {
-    int cap = 16, n = 0;
-    int *ids = xmalloc((size_t)cap * sizeof(int));
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > 0x7fffffff) die("--ids: cannot read a token id at \"%s\"", p);
-        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int));
-        if (!ids) die("out of memory");
-        ids[n++] = (int)v;
-        p = end;
-        if (*p == ',') p++;
-        else if (*p) die("--ids: expected a comma at \"%s\"", p);
-    }
-    if (n == 0) die("--ids: empty");
-    *n_out = n;
-    return ids;
 }
 
 // EOS ids: generation_config.json's eos_token_id (int or list) when present, else config.json's.
@@ -154,7 +135,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < np; i++) prompt_ids[i] = v.ids[i];
         tokids_free(&v);
     } else {
-        prompt_ids = parse_ids(ids_arg, &np);
+        prompt_ids = parse_int_list(ids_arg, "--ids", &np);
     }
     for (int i = 0; i < np; i++)
         if (prompt_ids[i] >= c->vocab) die("--ids: token id %d is outside the vocabulary [0, %d)", prompt_ids[i], c->vocab);

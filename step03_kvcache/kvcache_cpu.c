@@ -126,12 +126,7 @@ int forward_cached_cpu(const CpuModel *m, CpuKvCache *kv, const int *ids, int T,
         attention_cached_cpu(q, kc, vc, pos0, T, H, KV, hd, att);
         linear_cpu(att, L->wo, L->bo, T, qd, d, tmp);
         add_cpu(x, tmp, (long)Tz * d);
-        rmsnorm_cpu(x, L->mlp_norm, T, d, c->rms_eps, xn);
-        linear_cpu(xn, L->w_gate, NULL, T, d, ff, gate);
-        linear_cpu(xn, L->w_up, NULL, T, d, ff, up);
-        swiglu_cpu(gate, up, (long)Tz * ff, gate);
-        linear_cpu(gate, L->w_down, NULL, T, ff, d, tmp);
-        add_cpu(x, tmp, (long)Tz * d);
+        mlp_block_cpu(L, c, x, T, xn, gate, up, tmp);
     }
     // Only the last token's logits are needed to pick the next token.
     rmsnorm_cpu(x + (Tz - 1) * d, m->final_norm, 1, d, c->rms_eps, xn);
