@@ -16,6 +16,7 @@
 
 #include "step01_matmul/ceilings.h"
 #include "args.h"
+#include "prompt.h"
 #include "check.h"
 #include "forward.h"
 #include "gpu.h"
@@ -103,25 +104,11 @@ int main(int argc, char **argv) {
     const ModelConfig *c = &w.cfg;
     // The tokenizer is optional: it only turns ids into text for the table (and --prompt).
     char tok_path[1024];
-    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", model_dir);
-    Tokenizer *tok = NULL;
-    FILE *tf = fopen(tok_path, "rb");
-    if (tf) {
-        fclose(tf);
-        tok = tokenizer_load(tok_path, err, sizeof err);
-        if (!tok) fprintf(stderr, "warning: %s: %s (token text not shown)\n", tok_path, err);
-    }
+    Tokenizer *tok = tokenizer_for_model(model_dir, tok_path, sizeof tok_path);
     int T = 0;
     int *ids;
     if (prompt) {
-        if (!tok) die("--prompt needs %s", tok_path);
-        TokIds v = {0};
-        if (tokenizer_encode(tok, prompt, strlen(prompt), 1, &v) != 0) die("--prompt: %s", tokenizer_error(tok));
-        if (v.n == 0) die("--prompt: no tokens");
-        T = (int)v.n;
-        ids = xmalloc((size_t)T * sizeof(int));
-        for (int t = 0; t < T; t++) ids[t] = v.ids[t];
-        tokids_free(&v);
+        ids = prompt_to_ids(tok, tok_path, prompt, &T);
     } else if (ids_arg) ids = parse_int_list(ids_arg, "--ids", &T);
     else if (ids_npy) ids = load_ids_npy(ids_npy, &T);
     else {

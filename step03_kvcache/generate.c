@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "prompt.h"
 #include "check.h"
 #include "gpu.h"
 #include "kvcache.h"
@@ -115,25 +116,11 @@ int main(int argc, char **argv) {
     if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
     const ModelConfig *c = &w.cfg;
     char tok_path[1100];
-    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", model_dir);
-    Tokenizer *tok = NULL;
-    FILE *tf = fopen(tok_path, "rb");
-    if (tf) {
-        fclose(tf);
-        tok = tokenizer_load(tok_path, err, sizeof err);
-        if (!tok) fprintf(stderr, "warning: %s: %s (token text not shown)\n", tok_path, err);
-    }
+    Tokenizer *tok = tokenizer_for_model(model_dir, tok_path, sizeof tok_path);
     int np = 0;
     int *prompt_ids;
     if (prompt) {
-        if (!tok) die("--prompt needs %s", tok_path);
-        TokIds v = {0};
-        if (tokenizer_encode(tok, prompt, strlen(prompt), 1, &v) != 0) die("--prompt: %s", tokenizer_error(tok));
-        if (v.n == 0) die("--prompt: no tokens");
-        np = (int)v.n;
-        prompt_ids = xmalloc((size_t)np * sizeof(int));
-        for (int i = 0; i < np; i++) prompt_ids[i] = v.ids[i];
-        tokids_free(&v);
+        prompt_ids = prompt_to_ids(tok, tok_path, prompt, &np);
     } else {
         prompt_ids = parse_int_list(ids_arg, "--ids", &np);
     }
