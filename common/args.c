@@ -2,8 +2,10 @@
 #include "args.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
+#include "gpu.h"
 
 int *parse_int_list(const char *s, const char *flag, int *n_out) {
     int cap = 16, n = 0;
@@ -25,4 +27,14 @@ int *parse_int_list(const char *s, const char *flag, int *n_out) {
     if (n == 0) die("%s: empty list", flag);
     *n_out = n;
     return v;
+}
+
+int choose_device(const char *device, GpuInfo *gi, int *have_gpu) {
+    const int gpu = gpu_info(gi) == 0;
+    if (have_gpu) *have_gpu = gpu;
+    if (!device) return gpu;
+    if (!strcmp(device, "cpu")) return 0;
+    if (strcmp(device, "cuda")) die("--device must be cpu or cuda, not %s", device);
+    if (!gpu) die("--device cuda: %s", gi->reason);
+    return 1;
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "step01_matmul/ceilings.h"
+#include "args.h"
 #include "check.h"
 #include "forward.h"
 #include "gpu.h"
@@ -63,11 +64,8 @@ int main(int argc, char **argv) {
         }
     }
     GpuInfo gi;
-    const int have_gpu = gpu_info(&gi) == 0;
-    if (!device) device = have_gpu ? "cuda" : "cpu";
-    const int use_cuda = !strcmp(device, "cuda");
-    if (!use_cuda && strcmp(device, "cpu")) die("--device must be cpu or cuda, not %s", device);
-    if (use_cuda && !have_gpu) die("--device cuda: %s", gi.reason);
+    int have_gpu;
+    const int use_cuda = choose_device(device, &gi, &have_gpu);
     if (!preset && !model_dir) {
         preset = use_cuda ? "llama-3.1-8b" : "llama-3.2-1b";
         if (!use_cuda && !layers) layers = 1;

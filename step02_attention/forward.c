@@ -91,11 +91,8 @@ int main(int argc, char **argv) {
         die("need --model and one of --ids / --ids-npy / --prompt / --random-ids");
     }
     GpuInfo gi;
-    const int have_gpu = gpu_info(&gi) == 0;
-    if (!device) device = have_gpu ? "cuda" : "cpu";
-    const int use_cuda = !strcmp(device, "cuda");
-    if (!use_cuda && strcmp(device, "cpu")) die("--device must be cpu or cuda, not %s", device);
-    if (use_cuda && !have_gpu) die("--device cuda: %s", gi.reason);
+    int have_gpu;
+    const int use_cuda = choose_device(device, &gi, &have_gpu);
 
     char err[512];
     ModelWeights w;

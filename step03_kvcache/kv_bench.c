@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "check.h"
 #include "gpu.h"
 #include "kvcache.h"
@@ -106,11 +107,8 @@ int main(int argc, char **argv) {
     }
     if (reps < 1 || window < 0) die("--reps >= 1, --window >= 0");
     GpuInfo gi;
-    const int have_gpu = gpu_info(&gi) == 0;
-    if (!device) device = have_gpu ? "cuda" : "cpu";
-    const int use_cuda = !strcmp(device, "cuda");
-    if (!use_cuda && strcmp(device, "cpu")) die("--device must be cpu or cuda, not %s", device);
-    if (use_cuda && !have_gpu) die("--device cuda: %s", gi.reason);
+    int have_gpu;
+    const int use_cuda = choose_device(device, &gi, &have_gpu);
 
     int pos[64], npos;
     if (pos_arg) npos = parse_list(pos_arg, pos, 64);
