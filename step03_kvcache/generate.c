@@ -264,7 +264,10 @@ int main(int argc, char **argv) {
                                "KV bytes held", "KV bytes allocated"};
         const double vals[] = {ttft * 1e3, tpot * 1e3, tpot > 0 ? 1.0 / tpot : 0, total_s * 1e3, kv_tok,
                                no_cache ? 0 : kv_tok * (n - 1), kv_alloc};
-        const char *units[] = {"ms", "ms", "tok/s", "ms", "B = 2*layers*kv_heads*head_dim*bytes", "B", "B"};
+        char kv_unit[128];
+        snprintf(kv_unit, sizeof kv_unit, "B = 2*layers*kv_heads*head_dim*%g bytes%s", kv_elem,
+                 no_cache ? " (fp32; this run keeps no cache)" : "");
+        const char *units[] = {"ms", "ms", "tok/s", "ms", kv_unit, "B", "B"};
         for (int i = 0; i < 7; i++) {
             table_row(t);
             table_str(t, "quantity", names[i]);
