@@ -70,7 +70,7 @@ static int get_bool(json_t *o, const char *key, int def) {
         cfg->field = (int)v_;                                                       \
     } while (0)
 
-int hf_config_parse(const char *json_text, const char *src, ModelConfig *cfg, char *err, int errlen) {
+static int parse(const char *json_text, const char *src, ModelConfig *cfg, int lenient, char *err, int errlen) {
     memset(cfg, 0, sizeof *cfg);
     json_error_t je;
     json_t *root = json_loads(json_text, 0, &je);
@@ -161,9 +161,10 @@ int hf_config_parse(const char *json_text, const char *src, ModelConfig *cfg, ch
     if (sw && json_is_integer(sw) && json_integer_value(sw) > 0) {
         int use_sw = get_bool(root, "use_sliding_window", cfg->arch == ARCH_MISTRAL);
         if (use_sw && json_integer_value(sw) < cfg->max_pos) {
-            fail(err, errlen, src, "sliding_window = %lld (< max_position_embeddings %d) is not implemented",
+            fail(lenient ? cfg->unsupported : err, lenient ? (int)sizeof cfg->unsupported : errlen, src,
+                 "sliding_window = %lld (< max_position_embeddings %d) is not implemented",
                  (long long)json_integer_value(sw), cfg->max_pos);
-            goto bad;
+            if (!lenient) goto bad;
         }
     }
 
@@ -200,8 +201,9 @@ int hf_config_parse(const char *json_text, const char *src, ModelConfig *cfg, ch
                 goto bad;
             }
         } else {
-            fail(err, errlen, src, "rope type \"%s\" is not implemented (only default and llama3)", rt);
-            goto bad;
+            fail(lenient ? cfg->unsupported : err, lenient ? (int)sizeof cfg->unsupported : errlen, src,
+                 "rope type \"%s\" is not implemented (only default and llama3)", rt);
+            if (!lenient) goto bad;
         }
     }
     if (cfg->rope_theta <= 0) {
@@ -229,7 +231,15 @@ bad:
     return -1;
 }
 
-int hf_config_load(const char *path, ModelConfig *cfg, char *err, int errlen) {
+int hf_config_parse(const char *json_text, const char *src, ModelConfig *cfg, char *err, int errlen) {
+    return parse(json_text, src, cfg, 0, err, errlen);
+}
+
+int hf_config_parse_lenient(const char *json_text, const char *src, ModelConfig *cfg, char *err, int errlen) {
+    return parse(json_text, src, cfg, 1, err, errlen);
+}
+
+static int load(const char *path, ModelConfig *cfg, int lenient, char *err, int errlen) {
     char full[4096];
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(full, sizeof full, "%s/config.json", path);
@@ -251,7 +261,13 @@ int hf_config_load(const char *path, ModelConfig *cfg, char *err, int errlen) {
     }
     buf[n] = 0;
     fclose(f);
-    int rc = hf_config_parse(buf, full, cfg, err, errlen);
+    int rc = parse(buf, full, cfg, lenient, err, errlen);
     free(buf);
     return rc;
+}
+
+int hf_config_load(const char *path, ModelConfig *cfg, char *err, int errlen) { return load(path, cfg, 0, err, errlen); }
+
+int hf_config_load_lenient(const char *path, ModelConfig *cfg, char *err, int errlen) {
+    return load(path, cfg, 1, err, errlen);
 }

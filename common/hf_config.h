@@ -1,5 +1,6 @@
 // hf_config.h — a Hugging Face config.json for the Llama family, parsed into one struct.
-// defines: ModelArch, RopeType, ModelConfig, hf_config_parse, hf_config_load, model_arch_name
+// defines: ModelArch, RopeType, ModelConfig, hf_config_parse, hf_config_load, hf_config_parse_lenient,
+//          hf_config_load_lenient, model_arch_name
 //
 // Accepts LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM (and the
 // matching model_type when "architectures" is absent). Both rope spellings are read:
@@ -40,6 +41,7 @@ typedef struct {
     int bos_token_id;        // -1 if absent
     int eos_token_ids[8];    // from eos_token_id (int or list)
     int n_eos;
+    char unsupported[512];   // lenient parsing only: what the engine could not run, or ""
 } ModelConfig;
 
 // Parse config.json text. Returns 0, or -1 with a one-line reason in err (naming the field).
@@ -47,6 +49,11 @@ typedef struct {
 int hf_config_parse(const char *json_text, const char *src, ModelConfig *cfg, char *err, int errlen);
 // Read and parse a file, or a directory holding config.json.
 int hf_config_load(const char *path, ModelConfig *cfg, char *err, int errlen);
+// For tools that only count (step01's account): a feature the engine cannot run (another rope
+// type, an active sliding window) does not fail; it is described in cfg->unsupported instead.
+// Sizes, heads and everything else are checked exactly as above.
+int hf_config_parse_lenient(const char *json_text, const char *src, ModelConfig *cfg, char *err, int errlen);
+int hf_config_load_lenient(const char *path, ModelConfig *cfg, char *err, int errlen);
 const char *model_arch_name(ModelArch a);
 
 #ifdef __cplusplus

@@ -94,8 +94,8 @@ int main(int argc, char **argv) {
         const char *js = preset_config_json(preset);
         if (!js) die("unknown preset '%s' (--list-presets shows the built-in ones)", preset);
         snprintf(src, sizeof src, "preset %s", preset);
-        if (hf_config_parse(js, src, &cfg, err, sizeof err)) die("%s", err);
-    } else if (hf_config_load(config, &cfg, err, sizeof err)) {
+        if (hf_config_parse_lenient(js, src, &cfg, err, sizeof err)) die("%s", err);
+    } else if (hf_config_load_lenient(config, &cfg, err, sizeof err)) {
         die("%s", err);
     }
     if (!dtype) dtype = !strcmp(cfg.torch_dtype, "float32") ? "fp32" : !strcmp(cfg.torch_dtype, "float16") ? "fp16" : "bf16";
@@ -142,6 +142,7 @@ int main(int argc, char **argv) {
         json_t *j = json_object();
         json_object_set_new(j, "model", json_string(preset ? preset : config));
         json_object_set_new(j, "architecture", json_string(model_arch_name(cfg.arch)));
+        if (cfg.unsupported[0]) json_object_set_new(j, "unsupported", json_string(cfg.unsupported));
         json_object_set_new(j, "batch", json_integer(batch));
         json_object_set_new(j, "context", json_integer(context));
         json_object_set_new(j, "dtype", json_string(dtype));
@@ -197,6 +198,8 @@ int main(int argc, char **argv) {
                cfg.n_kv_heads == cfg.n_heads ? "MHA" : cfg.n_kv_heads == 1 ? "MQA" : "GQA", cfg.head_dim, cfg.vocab,
                cfg.tie_embeddings ? ", tied embeddings" : "", cfg.qkv_bias ? ", q/k/v bias" : "",
                cfg.qk_norm ? ", q/k norm" : "");
+    if (cfg.unsupported[0])
+        table_meta(t, "note", "counted anyway; the engine cannot run this model yet: %s", cfg.unsupported);
     table_meta(t, "setting", "batch %lld, context %lld, weights %s, kv %s, activations %s", batch, context, dtype,
                kv_dtype, act_dtype);
     table_meta(t, "ceilings", "%s", have_roof ? ceil_src : "none: run build/bin/roofline or pass --peak-tflops/--peak-gbps");

@@ -222,3 +222,28 @@ Test(step01, roofline_cpu_measures_and_saves_ceilings, .timeout = 120) {
     unlink(path);
     rmdir(dir);
 }
+
+// account counts models the engine cannot run yet (another rope type, an active sliding
+// window): the lenient parser accepts them and says what is unsupported; the strict one refuses.
+Test(step01, account_counts_models_the_engine_cannot_run) {
+    const char *mistral01 =
+        "{\"architectures\":[\"MistralForCausalLM\"],\"hidden_size\":4096,\"intermediate_size\":14336,"
+        "\"num_hidden_layers\":32,\"num_attention_heads\":32,\"num_key_value_heads\":8,\"vocab_size\":32000,"
+        "\"max_position_embeddings\":32768,\"rope_theta\":10000.0,\"sliding_window\":4096}";
+    ModelConfig c;
+    char err[512] = "";
+    cr_assert_eq(hf_config_parse(mistral01, "m", &c, err, sizeof err), -1, "strict parsing must refuse");
+    cr_assert_eq(hf_config_parse_lenient(mistral01, "m", &c, err, sizeof err), 0, "%s", err);
+    cr_expect(strstr(c.unsupported, "sliding_window"), "unsupported was: '%s'", c.unsupported);
+    cr_expect_eq(account_params(&c).total, 7241732096LL, "Mistral-7B-v0.1 published 7,241,732,096");
+    const char *yarn = "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
+                       "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100,"
+                       "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4.0}}";
+    cr_assert_eq(hf_config_parse_lenient(yarn, "y", &c, err, sizeof err), 0, "%s", err);
+    cr_expect(strstr(c.unsupported, "yarn"), "unsupported was: '%s'", c.unsupported);
+    const char *ok = preset_config_json("llama-3.1-8b");
+    cr_assert_eq(hf_config_parse_lenient(ok, "l", &c, err, sizeof err), 0);
+    cr_expect_str_eq(c.unsupported, "", "a supported model has nothing unsupported");
+    cr_expect_eq(hf_config_parse_lenient("{\"architectures\":[\"GPT2LMHeadModel\"]}", "g", &c, err, sizeof err), -1,
+                 "an unknown architecture is still refused");
+}
