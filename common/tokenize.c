@@ -21,13 +21,22 @@
 #include "timer.h"
 #include "tokenizer.h"
 
-static void usage(void) {
-    fprintf(stderr,
+// --help prints to stdout and exits 0; a usage error prints to stderr and exits 2.
+static void usage_to(FILE *f, int code) {
+    fprintf(f,
             "usage: tokenize --tokenizer FILE (--text S | --file F) [--add-special] [--json] [--bench [--seconds S] [--docs N]]\n"
             "       tokenize --tokenizer FILE --decode 1,2,3 [--skip-special] [--json]\n"
-            "       tokenize --tokenizer FILE --check F.jsonl\n");
-    exit(2);
+            "       tokenize --tokenizer FILE --check F.jsonl\n"
+            "  --tokenizer    a Hugging Face tokenizer.json (tokenizer_config.json beside it gives BOS/EOS)\n"
+            "  --text/--file  what to encode (--file takes the file's bytes exactly as they are)\n"
+            "  --add-special  add the post-processor's special tokens (BOS) as transformers does\n"
+            "  --json         one object whose \"ids\" are the ids; otherwise ids and pieces\n"
+            "  --decode       ids to text (--skip-special drops special tokens)\n"
+            "  --bench        encode throughput in MB/s, one thread\n"
+            "  --check        compare with ids from Hugging Face tokenizers (one JSON per line)\n");
+    exit(code);
 }
+static void usage(void) { usage_to(stderr, 2); }
 
 static char *read_file(const char *path, size_t *n) {
     FILE *f = fopen_check(path, "rb");
@@ -81,6 +90,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--skip-special")) skip_special = 1;
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--bench")) bench = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage_to(stdout, 0);
         else usage();
     }
     if (!tok_path || (!!text + !!file + !!decode + !!check) != 1) usage();
