@@ -4,10 +4,10 @@
 // Encode is HF's pipeline, stage by stage (each stage below names the Rust code it mirrors):
 //   text --(1) added tokens split out (AddedVocabulary::find_matches, leftmost-longest)
 //        --(2) normalizer on each remaining piece (NFC / Prepend / Replace)
-//        --(3) pre-tokenizer: Split regex (Oniguruma, as HF) and ByteLevel
+//        --(3) pre-tokenizer: Split regex (Oniguruma, as HF), ByteLevel, Metaspace
 //        --(4) BPE model per word (BPE::merge_word + Word::merge_all), with a word cache
 //        --(5) post-processor (TemplateProcessing: BOS) when add_special
-// Decode runs the decoder chain (ByteLevel, or Replace/ByteFallback/Fuse/Strip) on the
+// Decode runs the decoder chain (ByteLevel, or Replace/Metaspace/ByteFallback/Fuse/Strip) on the
 // tokens' strings and turns invalid UTF-8 into U+FFFD like Rust's String::from_utf8_lossy.
 //
 // Byte-level vocabularies are stored in raw bytes ("Ġthe" -> " the"): the ByteLevel mapping
@@ -251,21 +251,24 @@ typedef struct {
     Span a, b;  // prepend: a; replace: a -> b
 } NormStep;
 
-enum { PRE_SPLIT, PRE_BYTELEVEL };
+enum { PRE_SPLIT, PRE_BYTELEVEL, PRE_METASPACE };
+enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };  // Metaspace prepend_scheme
 typedef struct {
     int kind;
     regex_t *re;         // Split with a Regex pattern, or ByteLevel with use_regex
     OnigRegion *region;  // one per step: steps run nested
-    Span lit;            // Split with a String pattern
+    Span lit;            // Split with a String pattern; Metaspace: the replacement character
     int removed, invert, prefix_space;
+    int scheme, split;   // Metaspace
+    Buf buf;             // Metaspace: the rewritten piece (a step is never re-entered while busy)
 } PreStep;
 
-enum { DEC_BYTELEVEL, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP };
+enum { DEC_BYTELEVEL, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP, DEC_METASPACE };
 typedef struct {
     int kind;
-    Span a, b;  // replace a -> b
+    Span a, b;  // replace a -> b; Metaspace: a = the replacement character
     uint32_t cp;
-    int start, stop;  // strip
+    int start, stop;  // strip; Metaspace: start = drop the first token's replacement chars
 } DecStep;
 
 typedef struct {
@@ -326,6 +329,10 @@ struct Tokenizer {
     Buf ckeys;
     TokIds cids;
     int search_err;  // an Oniguruma error during this encode
+    // Metaspace "first" prepends only to a piece at offset 0 of the original text:
+    const char *enc_text;   // the text being encoded
+    const char *norm_base;  // the normalized form of the current raw piece
+    int norm_at0;           // that raw piece starts at offset 0
     char err[512];
 };
 
@@ -719,11 +726,12 @@ static void model_word(Tokenizer *t, const char *s, size_t n, TokIds *out) {
 
 #define META "\xE2\x96\x81"  // U+2581 "▁", SentencePiece's space
 
-static void pretok(Tokenizer *t, int k, const char *s, size_t n, TokIds *out);
+static void pretok(Tokenizer *t, int k, const char *s, size_t n, TokIds *out, int at0);
 
 // Split (and ByteLevel's use_regex): HF's Pattern::find_matches over onig's find_iter, then
 // the Isolated / Removed behaviour. Each piece goes on to the next pre-tokenizer step.
-static void pre_split(Tokenizer *t, int k, const char *s, size_t n, TokIds *out) {
+// at0: the piece starts at offset 0 of the original text (for Metaspace "first").
+static void pre_split(Tokenizer *t, int k, const char *s, size_t n, TokIds *out, int at0) {
     PreStep *p = &t->pre[k];
     const UChar *us = (const UChar *)s, *end = us + n;
     size_t prev = 0, last_end = 0;
@@ -757,14 +765,43 @@ static void pre_split(Tokenizer *t, int k, const char *s, size_t n, TokIds *out)
         }
         last_end = me;
         last_match_end = (long)me;
-        if (prev != ms && (!p->removed || !p->invert)) pretok(t, k + 1, s + prev, ms - prev, out);
-        if (!p->removed || p->invert) pretok(t, k + 1, s + ms, me - ms, out);
+        if (prev != ms && (!p->removed || !p->invert)) pretok(t, k + 1, s + prev, ms - prev, out, at0 && prev == 0);
+        if (!p->removed || p->invert) pretok(t, k + 1, s + ms, me - ms, out, at0 && ms == 0);
         prev = me;
     }
-    if (prev != n && (!p->removed || !p->invert)) pretok(t, k + 1, s + prev, n - prev, out);
+    if (prev != n && (!p->removed || !p->invert)) pretok(t, k + 1, s + prev, n - prev, out, at0 && prev == 0);
 }
 
-static void pretok(Tokenizer *t, int k, const char *s, size_t n, TokIds *out) {
+// Metaspace (pre_tokenizers/metaspace.rs): every ' ' becomes the replacement r; r is put in
+// front unless the piece already starts with it ("always": every piece; "first": only the
+// piece at offset 0 of the original text, so not after an added token; "never"). With split,
+// the piece is cut before every r (HF's MergedWithNext folds from the end, so each r joins
+// only what follows it: "▁▁a▁" -> "▁", "▁a", "▁").
+static void pre_metaspace(Tokenizer *t, int k, const char *s, size_t n, TokIds *out, int at0) {
+    PreStep *p = &t->pre[k];
+    const char *r = A(t, p->lit);
+    size_t rl = p->lit.len;
+    Buf *b = &p->buf;
+    b->n = 0;
+    int starts = s[0] == ' ' || (n >= rl && memcmp(s, r, rl) == 0);
+    if (!starts && (p->scheme == PREPEND_ALWAYS || (p->scheme == PREPEND_FIRST && at0))) buf_put(b, r, rl);
+    replace_lit(b, s, n, " ", 1, r, rl);
+    s = b->p;
+    n = b->n;
+    if (!p->split) {
+        pretok(t, k + 1, s, n, out, at0);
+        return;
+    }
+    size_t a = 0;
+    for (size_t i = 1; i + rl <= n; i++) {
+        if (memcmp(s + i, r, rl) != 0) continue;
+        pretok(t, k + 1, s + a, i - a, out, at0 && a == 0);
+        a = i;
+    }
+    pretok(t, k + 1, s + a, n - a, out, at0 && a == 0);
+}
+
+static void pretok(Tokenizer *t, int k, const char *s, size_t n, TokIds *out, int at0) {
     if (n == 0) return;  // HF drops empty pieces
     if (k == t->n_pre) {
         if (!t->meta_split) {
@@ -785,7 +822,11 @@ static void pretok(Tokenizer *t, int k, const char *s, size_t n, TokIds *out) {
     }
     PreStep *p = &t->pre[k];
     if (p->kind == PRE_SPLIT) {
-        pre_split(t, k, s, n, out);
+        pre_split(t, k, s, n, out, at0);
+        return;
+    }
+    if (p->kind == PRE_METASPACE) {
+        pre_metaspace(t, k, s, n, out, at0);
         return;
     }
     // ByteLevel: optional prefix space, optional GPT-2 regex split; the byte mapping itself
@@ -799,9 +840,9 @@ static void pretok(Tokenizer *t, int k, const char *s, size_t n, TokIds *out) {
         n++;
     }
     if (p->re)
-        pre_split(t, k, s, n, out);
+        pre_split(t, k, s, n, out, at0);
     else
-        pretok(t, k + 1, s, n, out);
+        pretok(t, k + 1, s, n, out, at0);
     free(own);
 }
 
@@ -816,12 +857,16 @@ static void segment(Tokenizer *t, const char *s, size_t n, int kind, TokIds *out
     if (kind == 0) {
         size_t nn;
         const char *ns = normalize(t, s, n, &nn);
+        t->norm_base = ns;
+        t->norm_at0 = s == t->enc_text;
         if (t->n_kind[1])
             split_added(t, ns, nn, 1, out);
         else
-            pretok(t, 0, ns, nn, out);
+            pretok(t, 0, ns, nn, out, t->norm_at0);
     } else {
-        pretok(t, 0, s, n, out);
+        // at offset 0 of the normalized raw piece: at offset 0 of the original text when
+        // that piece is (the loader refuses the normalizers where this would not hold)
+        pretok(t, 0, s, n, out, t->norm_at0 && s == t->norm_base);
     }
 }
 
@@ -900,6 +945,7 @@ int tokenizer_encode(Tokenizer *t, const char *text, size_t len, int add_special
         ids_reserve(out, t->tmpl_pre.n);
         for (size_t i = 0; i < t->tmpl_pre.n; i++) out->ids[out->n++] = t->tmpl_pre.ids[i];
     }
+    t->enc_text = text;
     if (len) split_added(t, text, len, 0, out);
     if (t->search_err) {
         UChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
@@ -1008,6 +1054,10 @@ static void run_decoder(const Tokenizer *t, const DecStep *d, StrList *in, StrLi
         for (size_t i = 0; i < in->n; i++) buf_put(o, in->v[i].p, in->v[i].n);
         break;
     }
+    case DEC_METASPACE:  // the replacement back to ' '; in the first token dropped (all of them)
+        for (size_t i = 0; i < in->n; i++)
+            replace_lit(sl_add(out), in->v[i].p, in->v[i].n, A(t, d->a), d->a.len, " ", i == 0 && d->start ? 0 : 1);
+        break;
     case DEC_STRIP:
         for (size_t i = 0; i < in->n; i++) {
             const char *s = in->v[i].p;
@@ -1031,7 +1081,7 @@ static void run_decoder(const Tokenizer *t, const DecStep *d, StrList *in, StrLi
 
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, int skip_special, size_t *out_len) {
     Buf out = {0};
-    buf_reserve(&out, 0);
+    buf_put(&out, "", 0);  // "" even when the decoders return no strings (no Fuse, no tokens)
     int fast_bl = t->n_dec == 1 && t->dec[0].kind == DEC_BYTELEVEL;
     StrList cur = {0}, next = {0};
     Buf raw = {0};
@@ -1256,6 +1306,36 @@ static int parse_normalizer(Loader *L, json_t *o) {
     return 0;
 }
 
+// Metaspace, the pre-tokenizer and the decoder alike (HF deserializes both the same way):
+// "replacement" (one character), "prepend_scheme" ("always" when absent), "split" (true when
+// absent), the old "add_prefix_space" (false only together with prepend_scheme "never", as
+// HF demands) and the old, unused "str_rep".
+static int parse_metaspace(Loader *L, json_t *o, const char *what, Span *rep, int *scheme, int *split) {
+    static const char *const k[] = {"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep", NULL};
+    if (check_keys(L, o, what, k)) return -1;
+    json_t *r = json_object_get(o, "replacement"), *ps = json_object_get(o, "prepend_scheme");
+    uint32_t cp;
+    if (!json_is_string(r) || json_string_length(r) == 0 ||
+        utf8_next((const uint8_t *)json_string_value(r), json_string_length(r), &cp) != (int)json_string_length(r))
+        return fail(L, "%s: \"replacement\" must be one character", what);
+    *rep = arena_add(L->t, json_string_value(r), json_string_length(r));
+    *scheme = PREPEND_ALWAYS;
+    if (ps) {
+        const char *v = json_string_value(ps);
+        if (v && !strcmp(v, "always")) *scheme = PREPEND_ALWAYS;
+        else if (v && !strcmp(v, "first")) *scheme = PREPEND_FIRST;
+        else if (v && !strcmp(v, "never")) *scheme = PREPEND_NEVER;
+        else return fail(L, "%s: \"prepend_scheme\" must be \"always\", \"first\" or \"never\"", what);
+    }
+    int aps = 1;
+    if (get_bool(L, o, "add_prefix_space", 1, &aps, what) || get_bool(L, o, "split", 1, split, what)) return -1;
+    if (!aps && *scheme != PREPEND_NEVER)
+        return fail(L, "%s: add_prefix_space false does not match prepend_scheme (HF refuses it too)", what);
+    json_t *sr = json_object_get(o, "str_rep");
+    if (sr && !json_is_null(sr) && !json_is_string(sr)) return fail(L, "%s: \"str_rep\" must be a string", what);
+    return 0;
+}
+
 static const char GPT2_REGEX[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
@@ -1300,8 +1380,11 @@ static int parse_pretok(Loader *L, json_t *o) {
                 return fail(L, "pre_tokenizer ByteLevel: cannot compile the GPT-2 regex");
         }
         t->byte_level = 1;
+    } else if (!strcmp(ty, "Metaspace")) {
+        st->kind = PRE_METASPACE;
+        if (parse_metaspace(L, o, "pre_tokenizer Metaspace", &st->lit, &st->scheme, &st->split)) return -1;
     } else {
-        return fail(L, "pre_tokenizer \"%s\" is not supported (supported: Split, ByteLevel, Sequence)", ty);
+        return fail(L, "pre_tokenizer \"%s\" is not supported (supported: Split, ByteLevel, Metaspace, Sequence)", ty);
     }
     if (st->re) st->region = onig_region_new();
     t->n_pre++;
@@ -1357,8 +1440,13 @@ static int parse_decoder(Loader *L, json_t *o) {
         st->cp = cp;
         st->start = (int)json_integer_value(json_object_get(o, "start"));
         st->stop = (int)json_integer_value(json_object_get(o, "stop"));
+    } else if (!strcmp(ty, "Metaspace")) {
+        int scheme, split;
+        st->kind = DEC_METASPACE;
+        if (parse_metaspace(L, o, "decoder Metaspace", &st->a, &scheme, &split)) return -1;
+        st->start = scheme != PREPEND_NEVER;
     } else {
-        return fail(L, "decoder \"%s\" is not supported (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, Sequence)", ty);
+        return fail(L, "decoder \"%s\" is not supported (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence)", ty);
     }
     t->n_dec++;
     return 0;
@@ -1610,6 +1698,7 @@ void tokenizer_free(Tokenizer *t) {
     for (int k = 0; k < t->n_pre; k++) {
         if (t->pre[k].re) onig_free(t->pre[k].re);
         if (t->pre[k].region) onig_region_free(t->pre[k].region, 1);
+        buf_free(&t->pre[k].buf);
     }
     buf_free(&t->arena);
     free(t->str);
@@ -1663,6 +1752,9 @@ Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
     }
     // the pre-tokenizer first: it says whether the vocabulary is byte-level
     if (!rc) rc = parse_pretok(&L, json_object_get(root, "pre_tokenizer"));
+    for (int k = 0; !rc && k < t->n_pre; k++)
+        if (t->pre[k].kind == PRE_METASPACE && t->byte_level)
+            rc = fail(&L, "pre_tokenizer: Metaspace together with ByteLevel is not supported");
     if (!rc) rc = parse_model(&L, json_object_get(root, "model"));
     if (!rc) rc = load_tokens(&L, root);
     if (!rc) rc = load_merges(&L, json_object_get(json_object_get(root, "model"), "merges"));
@@ -1687,6 +1779,18 @@ Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
             t->first[kind][(uint8_t)A(t, a->pat)[0]] = 1;
             t->n_kind[kind]++;
         }
+    }
+    if (!rc) {
+        // Metaspace "first" needs each piece's offset in the original text. Pieces between
+        // normalized added tokens are cut from the normalized text; with NFC (or nothing)
+        // normalized offset 0 is original offset 0, but Prepend/Replace can map several
+        // leading characters to original offset 0. Refused rather than approximated.
+        int first = 0, other_norm = 0;
+        for (int k = 0; k < t->n_pre; k++) first |= t->pre[k].kind == PRE_METASPACE && t->pre[k].scheme == PREPEND_FIRST;
+        for (int k = 0; k < t->n_norm; k++) other_norm |= t->norm[k].kind != NORM_NFC;
+        if (first && other_norm && t->n_kind[1])
+            rc = fail(&L, "pre_tokenizer Metaspace prepend_scheme \"first\" with a Prepend/Replace normalizer "
+                          "and normalized added tokens is not supported");
     }
     if (!rc) rc = parse_post(&L, json_object_get(root, "post_processor"));
     if (!rc) {

@@ -8,7 +8,8 @@
 // Two families of BPE are implemented (common/TOKENIZER.md explains how BPE works):
 //   - byte-level BPE (GPT-2, Llama-3, Qwen2/3): NFC, the file's Split regex (Oniguruma),
 //     the ByteLevel byte->character mapping, merges, ignore_merges;
-//   - SentencePiece-style BPE (Llama-2, TinyLlama, Mistral): Prepend/Replace "▁",
+//   - SentencePiece-style BPE (Llama-2, TinyLlama, Mistral): Prepend/Replace "▁" normalizers
+//     or the Metaspace pre-tokenizer (prepend_scheme always/first/never, split) and decoder,
 //     byte_fallback <0xNN>, fuse_unk.
 // Added/special tokens are split out of the text first; TemplateProcessing adds BOS when asked.
 // Anything in tokenizer.json that is not implemented is refused by tokenizer_load with a

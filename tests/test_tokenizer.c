@@ -47,10 +47,9 @@ static void print_ids(const char *label, const TokIds *a, json_t *want) {
     fprintf(stderr, "\n");
 }
 
-// Every corpus text, with and without special tokens: ids identical to HF.
-static void check_ids(const char *name) {
-    Tokenizer *t = load(name);
-    json_t *g = goldens(name), *cases = json_object_get(g, "cases"), *c;
+// Every corpus text, with and without special tokens: ids identical to HF. g holds "cases".
+static void check_ids_of(Tokenizer *t, json_t *g, const char *name, const char *version) {
+    json_t *cases = json_object_get(g, "cases"), *c;
     size_t i, bad = 0, n = 0;
     json_array_foreach(cases, i, c) {
         json_t *text = json_object_get(c, "text");
@@ -68,9 +67,14 @@ static void check_ids(const char *name) {
             tokids_free(&ids);
         }
     }
-    cr_log_info("%s: %zu/%zu encodings identical to HF tokenizers %s", name, n - bad, n,
-                json_string_value(json_object_get(g, "tokenizers_version")));
+    cr_log_info("%s: %zu/%zu encodings identical to HF tokenizers %s", name, n - bad, n, version);
+    cr_assert_gt(n, 0);
     cr_assert_eq(bad, 0, "%s: %zu of %zu encodings differ from HF", name, bad, n);
+}
+static void check_ids(const char *name) {
+    Tokenizer *t = load(name);
+    json_t *g = goldens(name);
+    check_ids_of(t, g, name, json_string_value(json_object_get(g, "tokenizers_version")));
     json_decref(g);
     tokenizer_free(t);
 }
@@ -96,9 +100,8 @@ Test(tokenizer, sp32k_small_merge_identical) {
 
 // Decode: the corpus ids and random / invalid-UTF-8 id lists decode to HF's exact text,
 // with and without skip_special_tokens; decode(encode(s)) == s wherever HF gives that.
-static void check_decode(const char *name, size_t min_roundtrip) {
-    Tokenizer *t = load(name);
-    json_t *g = goldens(name), *c;
+static void check_decode_of(Tokenizer *t, json_t *g, const char *name, size_t min_roundtrip) {
+    json_t *c;
     size_t i, bad = 0, n = 0, roundtrip = 0;
     json_array_foreach(json_object_get(g, "cases"), i, c) {
         json_t *want_ids = json_object_get(c, "ids_special");
@@ -148,6 +151,11 @@ static void check_decode(const char *name, size_t min_roundtrip) {
     cr_log_info("%s: %zu/%zu decodes identical to HF; %zu texts round-trip", name, n - bad, n, roundtrip);
     cr_assert_eq(bad, 0, "%s: %zu of %zu decodes differ from HF", name, bad, n);
     cr_assert_geq(roundtrip, min_roundtrip, "%s: only %zu texts round-trip", name, roundtrip);
+}
+static void check_decode(const char *name, size_t min_roundtrip) {
+    Tokenizer *t = load(name);
+    json_t *g = goldens(name);
+    check_decode_of(t, g, name, min_roundtrip);
     json_decref(g);
     tokenizer_free(t);
 }
@@ -170,9 +178,8 @@ static int valid_utf8(const char *s, size_t n) {
 
 // Streaming: feeding ids one at a time gives, concatenated, the full decode; no chunk ever
 // holds an incomplete UTF-8 sequence.
-static void check_stream(const char *name) {
-    Tokenizer *t = load(name);
-    json_t *g = goldens(name), *c;
+static void check_stream_of(Tokenizer *t, json_t *g, const char *name) {
+    json_t *c;
     size_t i, chunks = 0;
     const char *keys[2] = {"cases", "decode_cases"};
     for (int w = 0; w < 2; w++) {
@@ -207,6 +214,11 @@ static void check_stream(const char *name) {
         }
     }
     cr_assert_gt(chunks, 100);
+}
+static void check_stream(const char *name) {
+    Tokenizer *t = load(name);
+    json_t *g = goldens(name);
+    check_stream_of(t, g, name);
     json_decref(g);
     tokenizer_free(t);
 }
@@ -214,6 +226,64 @@ static void check_stream(const char *name) {
 Test(tokenizer, qwen3_stream_decode_equals_decode) { check_stream("qwen3"); }
 Test(tokenizer, sp32k_stream_decode_equals_decode) { check_stream("sp32k"); }
 Test(tokenizer, tiny_stream_decode_equals_decode) { check_stream("tiny"); }
+
+// Metaspace: newer HF exports of Llama-2 / Mistral have no normalizer and a Metaspace
+// pre-tokenizer and decoder. goldens-sp32k-metaspace.json holds, per variant (prepend_scheme
+// first / always / never, split, the old add_prefix_space spelling; decoders alone and in a
+// Sequence with ByteFallback/Fuse), the "pre_tokenizer" and "decoder" JSON and HF's outputs.
+// The tokenizer is sp32k-tokenizer.json with that edit, made here (no 1.8 MB copy committed).
+static Tokenizer *load_metaspace(json_t *variant) {
+    json_error_t e;
+    json_t *root = json_load_file(DATA "sp32k-tokenizer.json", 0, &e);
+    cr_assert(root, "sp32k-tokenizer.json line %d: %s", e.line, e.text);
+    json_object_set_new(root, "normalizer", json_null());
+    json_object_set(root, "pre_tokenizer", json_object_get(variant, "pre_tokenizer"));
+    json_object_set(root, "decoder", json_object_get(variant, "decoder"));
+    char path[] = "/tmp/test_tok_ms_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    cr_assert_eq(json_dump_file(root, path, JSON_COMPACT), 0);
+    json_decref(root);
+    char err[512];
+    Tokenizer *t = tokenizer_load(path, err, sizeof err);
+    unlink(path);
+    cr_assert(t, "load the Metaspace variant: %s", err);
+    return t;
+}
+
+static void check_metaspace(const char *variant, size_t min_roundtrip) {
+    json_t *g = goldens("sp32k-metaspace"), *v, *found = NULL;
+    size_t i;
+    json_array_foreach(json_object_get(g, "variants"), i, v) {
+        if (!strcmp(json_string_value(json_object_get(v, "name")), variant)) found = v;
+    }
+    cr_assert(found, "no variant \"%s\" in goldens-sp32k-metaspace.json", variant);
+    Tokenizer *t = load_metaspace(found);
+    char name[64];
+    snprintf(name, sizeof name, "sp32k-metaspace-%s", variant);
+    const char *version = json_string_value(json_object_get(g, "tokenizers_version"));
+    check_ids_of(t, found, name, version);
+    check_decode_of(t, found, name, min_roundtrip);
+    check_stream_of(t, found, name);
+    // the other merge path, cache off: the same ids
+    tokenizer_small_word_max = 0;
+    tokenizer_use_cache = 0;
+    check_ids_of(t, found, name, version);
+    tokenizer_small_word_max = 48;
+    tokenizer_use_cache = 1;
+    tokenizer_free(t);
+    json_decref(g);
+}
+
+// The minimum round-trip counts are what HF gives; a decoder of Metaspace alone (first_split,
+// legacy) leaves <0xNN> byte tokens as they are, so fewer texts come back.
+Test(tokenizer, metaspace_first_ids_identical_to_hf) { check_metaspace("first", 120); }
+Test(tokenizer, metaspace_always_ids_identical_to_hf) { check_metaspace("always", 120); }
+Test(tokenizer, metaspace_first_split_ids_identical_to_hf) { check_metaspace("first_split", 80); }
+Test(tokenizer, metaspace_always_split_ids_identical_to_hf) { check_metaspace("always_split", 120); }
+Test(tokenizer, metaspace_legacy_add_prefix_space_ids_identical_to_hf) { check_metaspace("legacy_add_prefix_space", 80); }
+Test(tokenizer, metaspace_never_ids_identical_to_hf) { check_metaspace("never", 130); }
 
 // Streaming a Chinese character whose 3 bytes arrive as 3 tokens emits nothing until the
 // character is complete.
@@ -287,7 +357,20 @@ static void refuse(const char *json, const char *must_name) {
 
 Test(tokenizer, unsupported_is_refused_at_load) {
     refuse("{" TINY_MODEL ", \"normalizer\": {\"type\": \"NFKC\"}}", "NFKC");
-    refuse("{" TINY_MODEL ", \"pre_tokenizer\": {\"type\": \"Metaspace\"}}", "Metaspace");
+    refuse("{" TINY_MODEL ", \"pre_tokenizer\": {\"type\": \"Whitespace\"}}", "Whitespace");
+    // Metaspace: what HF itself refuses, and what is not implemented
+    refuse("{" TINY_MODEL ", \"pre_tokenizer\": {\"type\": \"Metaspace\"}}", "replacement");
+    refuse("{" TINY_MODEL ", \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"ab\"}}", "one character");
+    refuse("{" TINY_MODEL ", \"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"_\", \"add_prefix_space\": false}}",
+           "add_prefix_space");
+    refuse("{" TINY_MODEL ", \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"sometimes\"}}",
+           "prepend_scheme");
+    refuse("{" TINY_MODEL ", \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\", \"frob\": 1}}", "frob");
+    refuse("{" TINY_MODEL ", \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Metaspace\", "
+           "\"replacement\": \"_\"}, {\"type\": \"ByteLevel\"}]}}", "ByteLevel");
+    refuse("{" TINY_MODEL ", \"normalizer\": {\"type\": \"Prepend\", \"prepend\": \"_\"}, \"pre_tokenizer\": {\"type\": "
+           "\"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"first\"}, \"added_tokens\": [{\"id\": 3, "
+           "\"content\": \"<x>\", \"normalized\": true}]}", "first");
     refuse("{" TINY_MODEL ", \"decoder\": {\"type\": \"WordPiece\"}}", "WordPiece");
     refuse("{" TINY_MODEL ", \"post_processor\": {\"type\": \"BertProcessing\"}}", "BertProcessing");
     refuse("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "WordPiece");

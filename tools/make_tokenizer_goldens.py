@@ -11,6 +11,11 @@ Writes tests/data/tokenizers/goldens-<name>.json for each tokenizer in that dire
 "ids" is encode(text, add_special_tokens=False), "ids_special" the same with True;
 "decoded" / "decoded_skip" are decode(ids_special, skip_special_tokens=False / True).
 "decode_cases" decode random and hand-picked id lists (invalid UTF-8, unknown ids).
+Also writes tests/data/tokenizers/goldens-sp32k-metaspace.json: the sp32k tokenizer rewritten the
+way newer HF exports of Llama-2 / Mistral look (normalizer null, a Metaspace pre-tokenizer and
+decoder), one variant per prepend_scheme / split / legacy spelling (METASPACE_VARIANTS). Each
+variant stores its "pre_tokenizer" and "decoder" JSON; the C test makes the same edit to
+sp32k-tokenizer.json at run time, so no 1.8 MB copy is committed.
 
     python3 tools/make_tokenizer_goldens.py --random-diff 20000 [--seed 1]
 instead writes nothing under tests/: a differential test beyond the committed corpus. Random
@@ -195,6 +200,70 @@ TINY_EXTRA = [
 ]
 
 
+META_EXTRA = [
+    " leading space", "  two leading spaces", "▁already a metaspace", "▁▁two", "a▁b ▁ c",
+    "trailing space ", "<s> x", "<s>x", "x<s> y", " <s>", "<s>", "</s> </s>", "a </s>b", "<s>▁", "▁<s>",
+    "<unk><s></s>", "many     spaces   here", " ", "  ", "<s> ", "<s>  hi", "　ideographic space",
+    "\n newline then space", "hello▁▁▁world", "x▁", "▁",
+]
+
+MS = "▁"
+
+
+def _ms(scheme=None, split=None, legacy=False):
+    d = {"type": "Metaspace", "replacement": MS}
+    if legacy:  # old exports: add_prefix_space (and str_rep) instead of prepend_scheme
+        d.update({"str_rep": MS, "add_prefix_space": True})
+    if scheme is not None:
+        d["prepend_scheme"] = scheme
+    if split is not None:
+        d["split"] = split
+    return d
+
+
+# name -> (pre_tokenizer, decoder); the decoders include Metaspace alone and inside a Sequence
+# with ByteFallback/Fuse, before and after ByteFallback.
+METASPACE_VARIANTS = {
+    "first": (_ms("first", False),
+              {"type": "Sequence", "decoders": [_ms("first", False), {"type": "ByteFallback"}, {"type": "Fuse"}]}),
+    "always": (_ms("always", False),
+               {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, _ms("always", False), {"type": "Fuse"}]}),
+    "first_split": (_ms("first", True), _ms("first", True)),
+    "always_split": (_ms("always", True),
+                     {"type": "Sequence", "decoders": [_ms("always", True), {"type": "ByteFallback"}, {"type": "Fuse"}]}),
+    "legacy_add_prefix_space": (_ms(legacy=True), _ms(legacy=True)),
+    "never": (_ms("never", False),
+              {"type": "Sequence", "decoders": [_ms("never", False), {"type": "ByteFallback"}, {"type": "Fuse"}]}),
+}
+
+
+def metaspace_variant(name):
+    """sp32k-tokenizer.json with the normalizer removed and a Metaspace pre-tokenizer and decoder."""
+    with open(os.path.join(DATA, "sp32k-tokenizer.json"), encoding="utf-8") as f:
+        root = json.load(f)
+    pre, dec = METASPACE_VARIANTS[name]
+    root["normalizer"] = None
+    root["pre_tokenizer"] = pre
+    root["decoder"] = dec
+    return root
+
+
+def write_metaspace_goldens():
+    variants = []
+    for name in METASPACE_VARIANTS:
+        root = metaspace_variant(name)
+        tok = Tokenizer.from_str(json.dumps(root))
+        variants.append({"name": name, "pre_tokenizer": root["pre_tokenizer"], "decoder": root["decoder"],
+                         "cases": encode_cases(tok, CORPUS + LONG + TINY_EXTRA + META_EXTRA),
+                         "decode_cases": decode_cases(tok)})
+    out = {"tokenizers_version": tokenizers.__version__, "base": "sp32k", "variants": variants}
+    path = os.path.join(DATA, "goldens-sp32k-metaspace.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=True, indent=None, separators=(",", ":"))
+        f.write("\n")
+    print(f"{path}: {len(variants)} variants x {len(variants[0]['cases'])} texts")
+
+
 def build_tiny(path):
     """A small byte-level tokenizer with the features the two real ones do not use:
     lstrip/rstrip/single_word/normalized added tokens, Replace normalizer, Split with a String
@@ -234,9 +303,15 @@ def random_diff(n, seed):
     out_dir = os.path.join(ROOT, "build", "diff")
     os.makedirs(out_dir, exist_ok=True)
     failed = False
-    for tj in sorted(f for f in os.listdir(DATA) if f.endswith("-tokenizer.json")):
-        name = tj[: -len("-tokenizer.json")]
-        tok = Tokenizer.from_file(os.path.join(DATA, tj))
+    files = [os.path.join(DATA, f) for f in sorted(os.listdir(DATA)) if f.endswith("-tokenizer.json")]
+    for name in METASPACE_VARIANTS:  # the Metaspace variants of sp32k, written under build/diff
+        path = os.path.join(out_dir, f"sp32k-ms-{name}-tokenizer.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(metaspace_variant(name), f, ensure_ascii=False)
+        files.append(path)
+    for tj in files:
+        name = os.path.basename(tj)[: -len("-tokenizer.json")]
+        tok = Tokenizer.from_file(tj)
         rng = random.Random(seed)
         path = os.path.join(out_dir, f"{name}.jsonl")
         with open(path, "w") as f:
@@ -244,8 +319,7 @@ def random_diff(n, seed):
                 s = "".join(rng.choice(POOL) for _ in range(rng.choice([1, 2, 3, 5, 8, 20, 60, 200])))
                 sp = bool(i & 1)
                 f.write(json.dumps({"text": s, "ids": tok.encode(s, add_special_tokens=sp).ids, "add_special": sp}) + "\n")
-        r = subprocess.run([os.path.join(ROOT, "build", "bin", "tokenize"), "--tokenizer", os.path.join(DATA, tj),
-                            "--check", path])
+        r = subprocess.run([os.path.join(ROOT, "build", "bin", "tokenize"), "--tokenizer", tj, "--check", path])
         failed |= r.returncode != 0
     sys.exit(1 if failed else 0)
 
@@ -254,9 +328,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--random-diff", type=int, default=0, metavar="N")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--metaspace-only", action="store_true", help="write only goldens-sp32k-metaspace.json")
     args = ap.parse_args()
     if args.random_diff:
         random_diff(args.random_diff, args.seed)
+    write_metaspace_goldens()
+    if args.metaspace_only:
+        return
     build_tiny(os.path.join(DATA, "tiny-tokenizer.json"))
     names = sorted(f[: -len("-tokenizer.json")] for f in os.listdir(DATA) if f.endswith("-tokenizer.json"))
     if not names:

@@ -2,21 +2,26 @@
 // never read out of bounds, and keep their promises on any input.
 //   make fuzz                       # 60 s (FUZZ_SECONDS=600 for ten minutes)
 //   build/fuzz/fuzz_tokenizer -max_total_time=600 build/fuzz/corpus tests/fuzz/seeds
-// The first input byte picks the tokenizer (Qwen3 byte-level / sp32k SentencePiece-style)
-// and the mode; the rest is text to encode, or ids to decode. Checked on every input:
+// The first input byte picks the tokenizer (bit 0: Qwen3 byte-level / sp32k SentencePiece-style;
+// for sp32k, bits 4-5 pick a Metaspace variant built at start-up as tests/test_tokenizer.c
+// does: 1 prepend_scheme first, 2 always + split, 3 first + split, decoders Metaspace alone or
+// in a Sequence with ByteFallback/Fuse) and the mode; the rest is text to encode, or ids to
+// decode. Checked on every input:
 //   - invalid UTF-8 is refused with -1 and a message; valid text always encodes;
 //   - the O(n^2) merge and the heap merge give the same ids (cache on vs off);
 //   - byte-level BPE is lossless: decode(encode(s)) == s for ASCII text;
 //   - decode and the streaming decoder return valid UTF-8, whatever the ids.
 // Run from the repository root (the tokenizers are read from tests/data/tokenizers/).
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tokenizer.h"
 
-static Tokenizer *tok[2];
+static Tokenizer *tok[2], *meta[4];  // meta[1..3]: sp32k with a Metaspace pre-tokenizer/decoder
 
 static Tokenizer *load(const char *path) {
     char err[512];
@@ -28,11 +33,37 @@ static Tokenizer *load(const char *path) {
     return t;
 }
 
+// sp32k-tokenizer.json with the normalizer removed and the given Metaspace JSON.
+static Tokenizer *load_metaspace(const char *pre, const char *dec) {
+    json_error_t e;
+    json_t *root = json_load_file("tests/data/tokenizers/sp32k-tokenizer.json", 0, &e);
+    if (!root) abort();
+    json_object_set_new(root, "normalizer", json_null());
+    json_object_set_new(root, "pre_tokenizer", json_loads(pre, 0, &e));
+    json_object_set_new(root, "decoder", json_loads(dec, 0, &e));
+    char path[] = "/tmp/fuzz_tok_ms_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) abort();
+    close(fd);
+    if (json_dump_file(root, path, JSON_COMPACT) != 0) abort();
+    json_decref(root);
+    Tokenizer *t = load(path);
+    unlink(path);
+    return t;
+}
+
+#define MS(scheme, split) "{\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"" scheme "\", \"split\": " split "}"
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     tok[0] = load("tests/data/tokenizers/qwen3-tokenizer.json");
     tok[1] = load("tests/data/tokenizers/sp32k-tokenizer.json");
+    meta[1] = load_metaspace(MS("first", "false"), "{\"type\": \"Sequence\", \"decoders\": [" MS("first", "false")
+                             ", {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}]}");
+    meta[2] = load_metaspace(MS("always", "true"), "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteFallback\"}, "
+                             MS("always", "true") ", {\"type\": \"Fuse\"}]}");
+    meta[3] = load_metaspace(MS("first", "true"), MS("first", "true"));
     return 0;
 }
 
@@ -69,6 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     uint8_t mode = data[0];
     Tokenizer *t = tok[mode & 1];
+    if ((mode & 1) && (mode & 0x30)) t = meta[(mode >> 4) & 3];
     const char *text = (const char *)data + 1;
     size_t n = size - 1;
     if (mode & 2) {  // decode arbitrary ids (some out of range, some negative)
