@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include "check.h"
+
 void rng_seed(Rng *r, uint64_t seed) {
     r->state = 0;
     r->inc = (seed << 1u) | 1u;
@@ -33,4 +35,16 @@ void rng_fill_uniform(Rng *r, float *x, size_t n, float lo, float hi) {
 
 void rng_fill_normal(Rng *r, float *x, size_t n, float mean, float std) {
     for (size_t i = 0; i < n; i++) x[i] = mean + std * rng_normal(r);
+}
+
+float *rng_new_uniform(Rng *r, size_t n, float lo, float hi) {
+    float *x = xmalloc(n * sizeof(float));
+    rng_fill_uniform(r, x, n, lo, hi);
+    return x;
+}
+
+float *rng_new_normal(Rng *r, size_t n, float mean, float std) {
+    float *x = xmalloc(n * sizeof(float));
+    rng_fill_normal(r, x, n, mean, std);
+    return x;
 }

@@ -51,14 +51,18 @@ double dtype_bytes(const char *n) {
     return 0;
 }
 
+double kv_bytes_per_token(const ModelConfig *c, double elem_bytes) {
+    return 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * elem_bytes;
+}
+
 MemUsage account_memory(const ModelConfig *c, int64_t batch, int64_t context, double w_bytes, double kv_bytes,
                         double act_bytes) {
     MemUsage m;
     ParamCount p = account_params(c);
-    const double L = c->n_layers, hd = c->head_dim, H = c->n_heads, KV = c->n_kv_heads;
+    const double hd = c->head_dim, H = c->n_heads, KV = c->n_kv_heads;
     const double B = (double)batch, T = (double)context;
     m.weights = (double)p.total * w_bytes;
-    m.kv_per_token = 2.0 * L * KV * hd * kv_bytes;
+    m.kv_per_token = kv_bytes_per_token(c, kv_bytes);
     m.kv_cache = B * T * m.kv_per_token;
     // Layers run one after another, so only one layer's tensors are live at a time:
     // residual + normed input (2*hidden), q, k, v, attention output (H*hd), gate and up

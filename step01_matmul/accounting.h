@@ -1,6 +1,6 @@
 // accounting.h — parameters, FLOPs and memory of a Llama-family model, on paper.
 // defines: ParamCount, account_params, Flops, account_flops, MemUsage, account_memory,
-//          dtype_bytes, preset_config_json, preset_names
+//          kv_bytes_per_token, dtype_bytes, preset_config_json, preset_names
 //
 // Everything here is a formula over ModelConfig (common/hf_config.h); the tests check the
 // formulas against published parameter counts and against hand-computed cases.
@@ -41,6 +41,9 @@ Flops account_flops(const ModelConfig *c, int64_t context);
 // Bytes per element of a dtype name: fp32/float32 4, fp16/bf16/float16/bfloat16 2,
 // int8/fp8 1, int4 0.5. Returns 0 for an unknown name.
 double dtype_bytes(const char *name);
+
+// KV cache per token: 2 (K and V) x layers x kv_heads x head_dim x bytes per element.
+double kv_bytes_per_token(const ModelConfig *c, double elem_bytes);
 
 typedef struct {
     double weights;              // all parameters at the weight dtype

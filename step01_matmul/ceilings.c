@@ -53,8 +53,6 @@ int ceilings_load(Ceilings *c) {
 
 int ceilings_save(const Ceilings *c) {
     json_t *o = json_object();
-    // "device": the GPU these GPU numbers belong to (the CPU when there is none)
-    json_object_set_new(o, "device", json_string(c->gpu_name[0] ? c->gpu_name : c->cpu_name));
     json_object_set_new(o, "cpu_name", json_string(c->cpu_name));
     json_object_set_new(o, "cpu_threads", json_integer(c->cpu_threads));
     json_object_set_new(o, "cpu_copy_gbps", json_real(c->cpu_copy_gbps));

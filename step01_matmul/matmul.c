@@ -168,12 +168,6 @@ static double peak_for(const Peaks *c, int gpu, MmDtype d) {
     return d == MM_F16 ? c->gpu_f16 : d == MM_BF16 ? c->gpu_bf16 : c->gpu_f32;
 }
 
-static float *rand_matrix(Rng *r, long n) {
-    float *x = xmalloc((size_t)n * sizeof(float));
-    rng_fill_uniform(r, x, (size_t)n, -1.0f, 1.0f);
-    return x;
-}
-
 static void table_setup(Table *t) {
     table_col(t, "device", NULL);
     table_col(t, "version", NULL);
@@ -228,7 +222,7 @@ static int run_cpu(Table *t, const Opts *o, const Peaks *ce, Rng *rng) {
     int M = o->M ? o->M : 1024, N = o->N ? o->N : 1024, K = o->K ? o->K : 1024;
     int reps = o->reps ? o->reps : 3, failures = 0;
     long cm = o->cM, cn = o->cN, ck = o->cK;
-    float *bA = rand_matrix(rng, (long)M * K), *bB = rand_matrix(rng, (long)K * N);
+    float *bA = rng_new_uniform(rng, (size_t)M * K, -1.0f, 1.0f), *bB = rng_new_uniform(rng, (size_t)K * N, -1.0f, 1.0f);
     float *bC = xmalloc((size_t)M * N * sizeof(float)), *libC = xmalloc((size_t)M * N * sizeof(float));
     double lib_ms = NAN;
     int have_lib = 0;
@@ -238,7 +232,7 @@ static int run_cpu(Table *t, const Opts *o, const Peaks *ce, Rng *rng) {
         if (!is_lib && !selected(o->versions, v->name)) continue;
         fprintf(stderr, "[cpu] %s: validating at %ldx%ldx%ld ...\n", v->name, cm, cn, ck);
         // validate on fresh inputs at the odd shape
-        float *A = rand_matrix(rng, cm * ck), *B = rand_matrix(rng, ck * cn);
+        float *A = rng_new_uniform(rng, (size_t)cm * ck, -1.0f, 1.0f), *B = rng_new_uniform(rng, (size_t)ck * cn, -1.0f, 1.0f);
         float *C = xmalloc((size_t)(cm * cn) * sizeof(float));
         double *R = xmalloc((size_t)(cm * cn) * sizeof(double));
         for (long j = 0; j < cm * cn; j++) C[j] = NAN;
@@ -285,7 +279,7 @@ static int run_gpu(Table *t, const Opts *o, const Peaks *ce, Rng *rng) {
     // One set of benchmark inputs; for fp16/bf16 versions rounded copies, so the library of that
     // dtype and the versions see the same values.
     float *bA[3], *bB[3];
-    bA[0] = rand_matrix(rng, (long)M * K), bB[0] = rand_matrix(rng, (long)K * N);
+    bA[0] = rng_new_uniform(rng, (size_t)M * K, -1.0f, 1.0f), bB[0] = rng_new_uniform(rng, (size_t)K * N, -1.0f, 1.0f);
     for (int d = 1; d < 3; d++) {
         bA[d] = xmalloc((size_t)M * K * sizeof(float));
         bB[d] = xmalloc((size_t)K * N * sizeof(float));
@@ -314,7 +308,7 @@ static int run_gpu(Table *t, const Opts *o, const Peaks *ce, Rng *rng) {
                 continue;
             }
             fprintf(stderr, "[cuda] %s: validating at %ldx%ldx%ld ...\n", v->name, cm, cn, ck);
-            float *A = rand_matrix(rng, cm * ck), *B = rand_matrix(rng, ck * cn);
+            float *A = rng_new_uniform(rng, (size_t)cm * ck, -1.0f, 1.0f), *B = rng_new_uniform(rng, (size_t)ck * cn, -1.0f, 1.0f);
             matmul_round_to_dtype(v->dtype, A, cm * ck);
             matmul_round_to_dtype(v->dtype, B, ck * cn);
             float *C = xmalloc((size_t)(cm * cn) * sizeof(float));

@@ -162,8 +162,7 @@ enum { SCAN_N = sizeof SCAN_B / sizeof SCAN_B[0] };
 
 // One batch scan: time(B) for the decode-shaped GEMM, and where the knee is.
 static void batch_scan(const char *dev, int is_gpu, int maxB, int reps, double peak_tflops, double copy_gbps,
-                       double es, Ceilings *unused) {
-    (void)unused;
+                       double es) {
     const int K = 4096, N = 4096;
     double t1 = 0;
     int knee_measured = 0, knee_pred = 0;
@@ -284,7 +283,7 @@ int main(int argc, char **argv) {
         ce.cpu_write_gbps = bytes / (ms_w * 1e-3) / 1e9;
         ce.cpu_fp32_gflops = fma_flops / (ms_f * 1e-3) / 1e9;
         ce.cpu_sgemm_gflops = sg * 1e3;
-        batch_scan("cpu", 0, quick ? 64 : 256, quick ? 3 : 5, sg, copy, 4.0, &ce);
+        batch_scan("cpu", 0, quick ? 64 : 256, quick ? 3 : 5, sg, copy, 4.0);
     }
     if (want_gpu && !have_gpu) table_meta(T, "gpu", "skipped: %s", g.reason);
     if (have_gpu) {
@@ -318,7 +317,7 @@ int main(int argc, char **argv) {
         ce.gpu_sgemm_tflops = fl / (ms32 * 1e-3) / 1e12;
         ce.gpu_fp16_tflops = fl / (ms16 * 1e-3) / 1e12;
         ce.gpu_bf16_tflops = msbf > 0 ? fl / (msbf * 1e-3) / 1e12 : 0;
-        batch_scan("gpu", 1, 1024, reps, msbf > 0 ? ce.gpu_bf16_tflops : ce.gpu_fp16_tflops, copy, 2.0, &ce);
+        batch_scan("gpu", 1, 1024, reps, msbf > 0 ? ce.gpu_bf16_tflops : ce.gpu_fp16_tflops, copy, 2.0);
     }
     table_meta(T, "method",
                "median of %d runs after warm-up (CUDA events on GPU); GB/s counts bytes read + bytes written; "

@@ -1,7 +1,7 @@
 // forward.h — the Llama-family forward pass (prefill, no KV cache), on the CPU and on CUDA.
 // defines: CpuLayer, CpuModel, cpu_model_load, cpu_model_random, cpu_model_free,
 //          embed_cpu, rmsnorm_cpu, rope_inv_freq, rope_table_cpu, rope_apply_cpu, linear_cpu,
-//          attention_cpu, swiglu_cpu, add_cpu, mlp_block_cpu, forward_cpu,
+//          attention_cpu, attention_at_cpu, swiglu_cpu, add_cpu, mlp_block_cpu, forward_cpu,
 //          ForwardTimes, GpuModel, gpu_model_load, gpu_model_random, gpu_model_free,
 //          gpu_model_describe, gpu_model_weight_bytes, gpu_mem_used_bytes, forward_cuda, attention_gpu_check,
 //          forward_topk
@@ -78,6 +78,11 @@ void linear_cpu(const float *x, const float *W, const float *b, int T, int n_in,
 //   q (T, H*hd), k, v (T, KV*hd), out (T, H*hd); query head h reads kv head h / (H/KV).
 //   scores for one row are kept in fp32; softmax in fp32; scale 1/sqrt(hd).
 void attention_cpu(const float *q, const float *k, const float *v, int T, int H, int KV, int hd, float *out);
+// The same for T queries at positions pos0 .. pos0+T-1 over keys/values 0 .. pos0+T-1 (causal):
+//   q (T, H*hd), k, v (>= pos0+T rows, KV*hd), out (T, H*hd). attention_cpu is pos0 = 0; step03
+// calls it with its KV cache as k and v (T = 1: one decode step).
+void attention_at_cpu(const float *q, const float *k, const float *v, int pos0, int T, int H, int KV, int hd,
+                      float *out);
 // out (n) = silu(gate) * up,  silu(z) = z / (1 + exp(-z))
 void swiglu_cpu(const float *gate, const float *up, long n, float *out);
 // x (n) += y (n)

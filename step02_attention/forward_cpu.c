@@ -95,21 +95,28 @@ void linear_cpu(const float *x, const float *W, const float *b, int T, int n_in,
 }
 
 void attention_cpu(const float *q, const float *k, const float *v, int T, int H, int KV, int hd, float *out) {
+    attention_at_cpu(q, k, v, 0, T, H, KV, hd, out);
+}
+
+void attention_at_cpu(const float *q, const float *k, const float *v, int pos0, int T, int H, int KV, int hd,
+                      float *out) {
     const int g = H / KV;  // query heads per kv head
     const size_t ldq = (size_t)H * hd, ldk = (size_t)KV * hd;
     const float scale = 1.0f / sqrtf((float)hd);
+    const int len = pos0 + T;
     // Threads only when there is enough work: a parallel region right after an OpenBLAS call
     // can wait for OpenBLAS's own (spinning) threads, which costs more than a tiny attention.
-#pragma omp parallel if ((double)T * T * H * hd >= 1e6)
+#pragma omp parallel if ((double)T * len * H * hd >= 1e6)
     {
-        float *s = xmalloc((size_t)T * sizeof(float));  // one row of scores (fp32)
+        float *s = xmalloc((size_t)len * sizeof(float));  // one row of scores (fp32)
 #pragma omp for collapse(2) schedule(dynamic, 4)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < T; i++) {
+                const int n = pos0 + i + 1;  // causal: the query at position pos0+i sees keys 0 .. pos0+i
                 const float *qi = q + (size_t)i * ldq + (size_t)h * hd;
                 const int kvh = h / g;
                 float mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {  // causal: keys 0..i only
+                for (int j = 0; j < n; j++) {
                     const float *kj = k + (size_t)j * ldk + (size_t)kvh * hd;
                     float dot = 0;
                     for (int e = 0; e < hd; e++) dot += qi[e] * kj[e];
@@ -117,13 +124,13 @@ void attention_cpu(const float *q, const float *k, const float *v, int T, int H,
                     if (s[j] > mx) mx = s[j];
                 }
                 float sum = 0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = 0; j < n; j++) {
                     s[j] = expf(s[j] - mx);
                     sum += s[j];
                 }
                 float *oi = out + (size_t)i * ldq + (size_t)h * hd;
                 for (int e = 0; e < hd; e++) oi[e] = 0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = 0; j < n; j++) {
                     const float p = s[j] / sum;
                     const float *vj = v + (size_t)j * ldk + (size_t)kvh * hd;
                     for (int e = 0; e < hd; e++) oi[e] += p * vj[e];
@@ -199,12 +206,6 @@ int cpu_model_load(const ModelWeights *w, CpuModel *m, char *err, int errlen) {
     return 0;
 }
 
-static float *rand_mat(Rng *r, size_t n, float mean, float std) {
-    float *p = xmalloc(n * sizeof(float));
-    rng_fill_normal(r, p, n, mean, std);
-    return p;
-}
-
 void cpu_model_random(const ModelConfig *c, uint64_t seed, CpuModel *m) {
     memset(m, 0, sizeof *m);
     m->cfg = *c;
@@ -212,22 +213,22 @@ void cpu_model_random(const ModelConfig *c, uint64_t seed, CpuModel *m) {
     rng_seed(&r, seed);
     const size_t d = (size_t)c->hidden, qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t ff = (size_t)c->intermediate;
-    m->embed = rand_mat(&r, (size_t)c->vocab * d, 0, 0.02f);
-    m->final_norm = rand_mat(&r, d, 1, 0.1f);
-    m->lm_head = c->tie_embeddings ? m->embed : rand_mat(&r, (size_t)c->vocab * d, 0, 0.02f);
+    m->embed = rng_new_normal(&r, (size_t)c->vocab * d, 0, 0.02f);
+    m->final_norm = rng_new_normal(&r, d, 1, 0.1f);
+    m->lm_head = c->tie_embeddings ? m->embed : rng_new_normal(&r, (size_t)c->vocab * d, 0, 0.02f);
     m->layers = xcalloc((size_t)c->n_layers, sizeof(CpuLayer));
     for (int l = 0; l < c->n_layers; l++) {
         CpuLayer *L = &m->layers[l];
-        L->attn_norm = rand_mat(&r, d, 1, 0.1f);
-        L->wq = rand_mat(&r, qd * d, 0, 0.02f), L->wk = rand_mat(&r, kd * d, 0, 0.02f);
-        L->wv = rand_mat(&r, kd * d, 0, 0.02f), L->wo = rand_mat(&r, d * qd, 0, 0.02f);
+        L->attn_norm = rng_new_normal(&r, d, 1, 0.1f);
+        L->wq = rng_new_normal(&r, qd * d, 0, 0.02f), L->wk = rng_new_normal(&r, kd * d, 0, 0.02f);
+        L->wv = rng_new_normal(&r, kd * d, 0, 0.02f), L->wo = rng_new_normal(&r, d * qd, 0, 0.02f);
         if (c->qkv_bias)
-            L->bq = rand_mat(&r, qd, 0, 0.02f), L->bk = rand_mat(&r, kd, 0, 0.02f), L->bv = rand_mat(&r, kd, 0, 0.02f);
-        if (c->o_bias) L->bo = rand_mat(&r, d, 0, 0.02f);
-        if (c->qk_norm) L->q_norm = rand_mat(&r, c->head_dim, 1, 0.1f), L->k_norm = rand_mat(&r, c->head_dim, 1, 0.1f);
-        L->mlp_norm = rand_mat(&r, d, 1, 0.1f);
-        L->w_gate = rand_mat(&r, ff * d, 0, 0.02f), L->w_up = rand_mat(&r, ff * d, 0, 0.02f);
-        L->w_down = rand_mat(&r, d * ff, 0, 0.02f);
+            L->bq = rng_new_normal(&r, qd, 0, 0.02f), L->bk = rng_new_normal(&r, kd, 0, 0.02f), L->bv = rng_new_normal(&r, kd, 0, 0.02f);
+        if (c->o_bias) L->bo = rng_new_normal(&r, d, 0, 0.02f);
+        if (c->qk_norm) L->q_norm = rng_new_normal(&r, c->head_dim, 1, 0.1f), L->k_norm = rng_new_normal(&r, c->head_dim, 1, 0.1f);
+        L->mlp_norm = rng_new_normal(&r, d, 1, 0.1f);
+        L->w_gate = rng_new_normal(&r, ff * d, 0, 0.02f), L->w_up = rng_new_normal(&r, ff * d, 0, 0.02f);
+        L->w_down = rng_new_normal(&r, d * ff, 0, 0.02f);
     }
 }
 

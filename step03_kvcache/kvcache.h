@@ -1,6 +1,6 @@
 // kvcache.h — autoregressive decode with a KV cache (CPU reference and CUDA), and sampling.
-// defines: kv_bytes_per_token, CpuKvCache, cpu_kv_init, cpu_kv_free, cpu_kv_bytes,
-//          attention_cached_cpu, forward_cached_cpu, forward_last_cpu,
+// defines: CpuKvCache, cpu_kv_init, cpu_kv_free, cpu_kv_bytes,
+//          forward_cached_cpu, forward_last_cpu,
 //          SamplerParams, Sampler, sampler_init, sampler_free, sampler_sample, sampler_candidates,
 //          logprobs_topk, argmax_f32,
 //          GpuDecoder, gpu_decoder_new, gpu_decoder_free, gpu_decoder_reset, gpu_decoder_len,
@@ -25,14 +25,13 @@
 #include "hf_config.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "step01_matmul/accounting.h"  // kv_bytes_per_token: the formula the cache is checked against
 #include "step02_attention/forward.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// The formula: 2 * n_layers * n_kv_heads * head_dim * elem_bytes.
-double kv_bytes_per_token(const ModelConfig *c, double elem_bytes);
 
 // ---------------------------------------------------------------- CPU cache (fp32)
 typedef struct {
@@ -46,11 +45,6 @@ int cpu_kv_init(CpuKvCache *kv, const ModelConfig *c, int max_seq);
 void cpu_kv_free(CpuKvCache *kv);
 double cpu_kv_bytes(const CpuKvCache *kv);  // bytes allocated for K and V
 
-// T new queries at positions pos0 .. pos0+T-1 over the cached keys 0 .. pos0+T-1 (causal):
-//   q (T, H*hd), kc, vc (>= pos0+T, KV*hd) one layer's cache, out (T, H*hd); fp32 softmax.
-// With pos0 = 0 this is step02's attention_cpu; with T = 1 it is one decode step.
-void attention_cached_cpu(const float *q, const float *kc, const float *vc, int pos0, int T, int H, int KV, int hd,
-                          float *out);
 // Run ids[T] at positions kv->len .. kv->len+T-1, append their K, V, advance kv->len; logits
 // (vocab) of the LAST token. Prefill: T = prompt length; decode: T = 1. 0, or -1 (bad id, full).
 int forward_cached_cpu(const CpuModel *m, CpuKvCache *kv, const int *ids, int T, float *logits);

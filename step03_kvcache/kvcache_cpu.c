@@ -11,10 +11,6 @@
 #include "check.h"
 #include "kvcache.h"
 
-double kv_bytes_per_token(const ModelConfig *c, double elem_bytes) {
-    return 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * elem_bytes;
-}
-
 int cpu_kv_init(CpuKvCache *kv, const ModelConfig *c, int max_seq) {
     memset(kv, 0, sizeof *kv);
     if (max_seq < 1) {
@@ -38,46 +34,6 @@ void cpu_kv_free(CpuKvCache *kv) {
 
 double cpu_kv_bytes(const CpuKvCache *kv) {
     return 2.0 * (double)kv->n_layers * kv->max_seq * kv->kv_dim * sizeof(float);
-}
-
-void attention_cached_cpu(const float *q, const float *kc, const float *vc, int pos0, int T, int H, int KV, int hd,
-                          float *out) {
-    const int g = H / KV;
-    const size_t ldq = (size_t)H * hd, ldk = (size_t)KV * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const int len = pos0 + T;
-#pragma omp parallel if ((double)T * len * H * hd >= 1e6)
-    {
-        float *s = xmalloc((size_t)len * sizeof(float));  // one row of scores (fp32)
-#pragma omp for collapse(2) schedule(dynamic, 4)
-        for (int h = 0; h < H; h++)
-            for (int i = 0; i < T; i++) {
-                const int n = pos0 + i + 1;  // query at position pos0+i sees keys 0 .. pos0+i
-                const float *qi = q + (size_t)i * ldq + (size_t)h * hd;
-                const int kvh = h / g;
-                float mx = -INFINITY;
-                for (int j = 0; j < n; j++) {
-                    const float *kj = kc + (size_t)j * ldk + (size_t)kvh * hd;
-                    float dot = 0;
-                    for (int e = 0; e < hd; e++) dot += qi[e] * kj[e];
-                    s[j] = dot * scale;
-                    if (s[j] > mx) mx = s[j];
-                }
-                float sum = 0;
-                for (int j = 0; j < n; j++) {
-                    s[j] = expf(s[j] - mx);
-                    sum += s[j];
-                }
-                float *oi = out + (size_t)i * ldq + (size_t)h * hd;
-                for (int e = 0; e < hd; e++) oi[e] = 0;
-                for (int j = 0; j < n; j++) {
-                    const float p = s[j] / sum;
-                    const float *vj = vc + (size_t)j * ldk + (size_t)kvh * hd;
-                    for (int e = 0; e < hd; e++) oi[e] += p * vj[e];
-                }
-            }
-        free(s);
-    }
 }
 
 static int check_ids(const char *who, const ModelConfig *c, const int *ids, int T) {
@@ -123,7 +79,7 @@ int forward_cached_cpu(const CpuModel *m, CpuKvCache *kv, const int *ids, int T,
         if (L->k_norm) rmsnorm_cpu(k, L->k_norm, T * KV, hd, c->rms_eps, k);
         rope_apply_cpu(q, T, H, hd, qd, cos_t, sin_t);
         rope_apply_cpu(k, T, KV, hd, kd, cos_t, sin_t);  // the cache holds k after rope
-        attention_cached_cpu(q, kc, vc, pos0, T, H, KV, hd, att);
+        attention_at_cpu(q, kc, vc, pos0, T, H, KV, hd, att);  // over the cache
         linear_cpu(att, L->wo, L->bo, T, qd, d, tmp);
         add_cpu(x, tmp, (long)Tz * d);
         mlp_block_cpu(L, c, x, T, xn, gate, up, tmp);

@@ -36,13 +36,6 @@
 #define TOL_F32 1e-3   // max|diff| / max|logit|: fp32 engine vs fp32 transformers
 #define TOL_BF16 4e-2  // bf16 transformers (bf16 activations, bf16 residual) vs fp32-residual engines
 
-static float *rand_vec(Rng *r, size_t n) {
-    float *p = malloc(n * sizeof(float));
-    cr_assert(p);
-    rng_fill_uniform(r, p, n, -1.0f, 1.0f);
-    return p;
-}
-
 // ---------------------------------------------------------------- ops
 
 Test(step02, rmsnorm_matches_f64_formula) {
@@ -51,7 +44,7 @@ Test(step02, rmsnorm_matches_f64_formula) {
     const int shapes[][2] = {{1, 1}, {3, 67}, {130, 96}, {5, 4096}};
     for (size_t s = 0; s < 4; s++) {
         int rows = shapes[s][0], n = shapes[s][1];
-        float *x = rand_vec(&r, (size_t)rows * n), *w = rand_vec(&r, n), *y = malloc((size_t)rows * n * 4);
+        float *x = rng_new_uniform(&r, (size_t)rows * n, -1.0f, 1.0f), *w = rng_new_uniform(&r, n, -1.0f, 1.0f), *y = malloc((size_t)rows * n * 4);
         for (int i = 0; i < rows * n; i++) y[i] = NAN;
         rmsnorm_cpu(x, w, rows, n, 1e-6f, y);
         double worst = 0;
@@ -105,7 +98,7 @@ Test(step02, rope_rotates_pairs_by_position_angle) {
     const int T = 9, nh = 3, hd = 24, half = 12, ld = nh * hd + 5;  // a padded row stride
     Rng r;
     rng_seed(&r, 3);
-    float *x = rand_vec(&r, (size_t)T * ld), *x0 = malloc((size_t)T * ld * 4);
+    float *x = rng_new_uniform(&r, (size_t)T * ld, -1.0f, 1.0f), *x0 = malloc((size_t)T * ld * 4);
     memcpy(x0, x, (size_t)T * ld * 4);
     float cs[9 * 12], sn[9 * 12], inv[12];
     rope_table_cpu(&c, 0, T, cs, sn);
@@ -160,7 +153,7 @@ Test(step02, linear_matches_f64_loop_with_bias) {
     const int shapes[][3] = {{1, 64, 96}, {7, 33, 17}, {33, 100, 250}};
     for (int s = 0; s < 3; s++) {
         int T = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
-        float *x = rand_vec(&r, (size_t)T * in), *W = rand_vec(&r, (size_t)out * in), *b = rand_vec(&r, out);
+        float *x = rng_new_uniform(&r, (size_t)T * in, -1.0f, 1.0f), *W = rng_new_uniform(&r, (size_t)out * in, -1.0f, 1.0f), *b = rng_new_uniform(&r, out, -1.0f, 1.0f);
         float *y = malloc((size_t)T * out * 4);
         double *ref = malloc((size_t)T * out * 8);
         for (int pass = 0; pass < 2; pass++) {
@@ -219,7 +212,7 @@ Test(step02, attention_matches_f64_reference_mha_gqa_mqa) {
     for (size_t s = 0; s < sizeof attn_shapes / sizeof attn_shapes[0]; s++) {
         int T = attn_shapes[s][0], H = attn_shapes[s][1], KV = attn_shapes[s][2], hd = attn_shapes[s][3];
         size_t nq = (size_t)T * H * hd, nk = (size_t)T * KV * hd;
-        float *q = rand_vec(&r, nq), *k = rand_vec(&r, nk), *v = rand_vec(&r, nk), *o = malloc(nq * 4);
+        float *q = rng_new_uniform(&r, nq, -1.0f, 1.0f), *k = rng_new_uniform(&r, nk, -1.0f, 1.0f), *v = rng_new_uniform(&r, nk, -1.0f, 1.0f), *o = malloc(nq * 4);
         for (size_t i = 0; i < nq; i++) q[i] *= 3.0f;  // peaked softmax rows, not all-uniform
         for (size_t i = 0; i < nq; i++) o[i] = NAN;
         double *ref = malloc(nq * 8);
@@ -238,7 +231,7 @@ Test(step02, attention_is_causal) {
     rng_seed(&r, 29);
     const int T = 20, H = 4, KV = 2, hd = 16;
     size_t nq = (size_t)T * H * hd, nk = (size_t)T * KV * hd;
-    float *q = rand_vec(&r, nq), *k = rand_vec(&r, nk), *v = rand_vec(&r, nk);
+    float *q = rng_new_uniform(&r, nq, -1.0f, 1.0f), *k = rng_new_uniform(&r, nk, -1.0f, 1.0f), *v = rng_new_uniform(&r, nk, -1.0f, 1.0f);
     float *o1 = malloc(nq * 4), *o2 = malloc(nq * 4);
     attention_cpu(q, k, v, T, H, KV, hd, o1);
     for (size_t i = (size_t)(T - 1) * KV * hd; i < nk; i++) k[i] += 1.0f, v[i] -= 2.0f;
@@ -254,7 +247,7 @@ Test(step02, swiglu_matches_formula) {
     Rng r;
     rng_seed(&r, 31);
     const long n = 1001;
-    float *g = rand_vec(&r, n), *u = rand_vec(&r, n), *o = malloc(n * 4);
+    float *g = rng_new_uniform(&r, n, -1.0f, 1.0f), *u = rng_new_uniform(&r, n, -1.0f, 1.0f), *o = malloc(n * 4);
     for (long i = 0; i < n; i++) g[i] *= 8.0f;  // reach the saturated ends of the sigmoid
     swiglu_cpu(g, u, n, o);
     for (long i = 0; i < n; i++) {
@@ -298,7 +291,7 @@ Test(step02, gpu_attention_matches_cpu) {
         for (int di = 0; di < 3; di++) {
             int T = attn_shapes[s][0], H = attn_shapes[s][1], KV = attn_shapes[s][2], hd = attn_shapes[s][3];
             size_t nq = (size_t)T * H * hd, nk = (size_t)T * KV * hd;
-            float *q = rand_vec(&r, nq), *k = rand_vec(&r, nk), *v = rand_vec(&r, nk), *o = malloc(nq * 4);
+            float *q = rng_new_uniform(&r, nq, -1.0f, 1.0f), *k = rng_new_uniform(&r, nk, -1.0f, 1.0f), *v = rng_new_uniform(&r, nk, -1.0f, 1.0f), *o = malloc(nq * 4);
             double *ref = malloc(nq * 8);
             cr_assert_eq(attention_gpu_check(q, k, v, T, H, KV, hd, dts[di], o), 0);
             attention_ref(q, k, v, T, H, KV, hd, ref);

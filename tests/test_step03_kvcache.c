@@ -28,16 +28,10 @@
 #include "model.h"
 #include "rng.h"
 #include "step01_matmul/accounting.h"
+#include "step01_matmul/matmul_gpu.h"  // matmul_round_to_dtype
 #include "step03_kvcache/kvcache.h"
 
 #define MODELS_DIR "tests/data/models"
-
-static float *rvec(Rng *r, size_t n) {
-    float *p = malloc(n * sizeof(float));
-    cr_assert(p);
-    rng_fill_uniform(r, p, n, -1.0f, 1.0f);
-    return p;
-}
 
 // ---------------------------------------------------------------- KV bytes
 
@@ -76,20 +70,26 @@ Test(step03, kv_bytes_equal_the_formula) {
 static const int attn_shapes[][4] = {  // T, H, KV, hd
     {1, 4, 4, 16}, {7, 4, 2, 24}, {33, 2, 1, 32}, {70, 8, 2, 20}};
 
+// Attention over a cache (step02's attention_at_cpu with pos0 > 0) must give the same rows as
+// recomputing the whole sequence: the queries after a split, and one decode query at the end.
 Test(step03, cached_attention_is_step02_attention) {
     Rng r;
     rng_seed(&r, 31);
     for (size_t s = 0; s < sizeof attn_shapes / sizeof attn_shapes[0]; s++) {
         const int T = attn_shapes[s][0], H = attn_shapes[s][1], KV = attn_shapes[s][2], hd = attn_shapes[s][3];
-        const size_t nq = (size_t)T * H * hd, nk = (size_t)T * KV * hd;
-        float *q = rvec(&r, nq), *k = rvec(&r, nk), *v = rvec(&r, nk);
-        float *a = malloc(nq * 4), *b = malloc(nq * 4), *last = malloc((size_t)H * hd * 4);
+        const size_t nq = (size_t)T * H * hd, nk = (size_t)T * KV * hd, row = (size_t)H * hd;
+        float *q = rng_new_uniform(&r, nq, -1.0f, 1.0f), *k = rng_new_uniform(&r, nk, -1.0f, 1.0f), *v = rng_new_uniform(&r, nk, -1.0f, 1.0f);
+        float *a = malloc(nq * 4), *b = malloc(nq * 4), *last = malloc(row * 4);
         attention_cpu(q, k, v, T, H, KV, hd, a);
-        attention_cached_cpu(q, k, v, 0, T, H, KV, hd, b);  // prefill over an empty cache
-        ErrStats e = compare_f32(b, a, nq);
-        cr_expect(e.n_bad == 0 && e.max_rel < 1e-6, "T=%d H=%d KV=%d hd=%d prefill: %.3e", T, H, KV, hd, e.max_rel);
+        // a prefill of the first T/2 positions, then the rest attending over the cache
+        const int p0 = T / 2;
+        for (size_t i = 0; i < nq; i++) b[i] = NAN;
+        attention_at_cpu(q + p0 * row, k, v, p0, T - p0, H, KV, hd, b + p0 * row);
+        ErrStats e = compare_f32(b + p0 * row, a + p0 * row, (size_t)(T - p0) * row);
+        cr_expect(e.n_bad == 0 && e.max_rel < 1e-6, "T=%d H=%d KV=%d hd=%d after the split: %.3e", T, H, KV, hd,
+                  e.max_rel);
         // one decode query at position T-1 over the cache = the last row of the full attention
-        attention_cached_cpu(q + (size_t)(T - 1) * H * hd, k, v, T - 1, 1, H, KV, hd, last);
+        attention_at_cpu(q + (size_t)(T - 1) * row, k, v, T - 1, 1, H, KV, hd, last);
         e = compare_f32(last, a + (size_t)(T - 1) * H * hd, (size_t)H * hd);
         cr_expect(e.n_bad == 0 && e.max_rel < 1e-6, "T=%d H=%d KV=%d hd=%d decode row: %.3e", T, H, KV, hd, e.max_rel);
         free(q), free(k), free(v), free(a), free(b), free(last);
@@ -109,24 +109,15 @@ Test(step03, gpu_gemv_matches_cpu_on_odd_shapes) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int di = 0; di < 3; di++) {
             const int rows = shapes[s][0], n = shapes[s][1];
-            float *W = rvec(&r, (size_t)rows * n), *x = rvec(&r, (size_t)n), *b = rvec(&r, (size_t)rows);
+            float *W = rng_new_uniform(&r, (size_t)rows * n, -1.0f, 1.0f), *x = rng_new_uniform(&r, (size_t)n, -1.0f, 1.0f), *b = rng_new_uniform(&r, (size_t)rows, -1.0f, 1.0f);
             float *y = malloc((size_t)rows * 4);
             double *ref = malloc((size_t)rows * 8);
             cr_assert_eq(gemv_gpu_check(ver, W, x, b, rows, n, dts[di], y), 0);
-            // the reference uses W rounded as the GPU stores it, in float64
+            // the reference uses W rounded as the GPU stores it (step01's rounding), in float64
+            if (dts[di] != ST_F32) matmul_round_to_dtype(dts[di] == ST_BF16 ? MM_BF16 : MM_F16, W, (long)rows * n);
             for (int i = 0; i < rows; i++) {
                 double acc = b[i];
-                for (int j = 0; j < n; j++) {
-                    float wv = W[(size_t)i * n + j];
-                    if (dts[di] != ST_F32) {
-                        uint32_t u;
-                        memcpy(&u, &wv, 4);
-                        if (dts[di] == ST_BF16) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-                        memcpy(&wv, &u, 4);
-                        if (dts[di] == ST_F16) wv = (float)(_Float16)wv;
-                    }
-                    acc += (double)wv * x[j];
-                }
+                for (int j = 0; j < n; j++) acc += (double)W[(size_t)i * n + j] * x[j];
                 ref[i] = acc;
             }
             ErrStats e = compare_f32_f64(y, ref, (size_t)rows);
@@ -148,9 +139,9 @@ Test(step03, gpu_decode_attention_matches_cpu) {
         for (int di = 0; di < 2; di++) {
             const int len = shapes[s][0], H = shapes[s][1], KV = shapes[s][2], hd = shapes[s][3];
             const size_t nq = (size_t)H * hd, nk = (size_t)len * KV * hd;
-            float *q = rvec(&r, nq), *k = rvec(&r, nk), *v = rvec(&r, nk), *o = malloc(nq * 4), *ref = malloc(nq * 4);
+            float *q = rng_new_uniform(&r, nq, -1.0f, 1.0f), *k = rng_new_uniform(&r, nk, -1.0f, 1.0f), *v = rng_new_uniform(&r, nk, -1.0f, 1.0f), *o = malloc(nq * 4), *ref = malloc(nq * 4);
             cr_assert_eq(decode_attention_gpu_check(q, k, v, len, H, KV, hd, dts[di], o), 0);
-            attention_cached_cpu(q, k, v, len - 1, 1, H, KV, hd, ref);
+            attention_at_cpu(q, k, v, len - 1, 1, H, KV, hd, ref);
             ErrStats e = compare_f32(o, ref, nq);
             const double tol = dts[di] == ST_F32 ? 1e-4 : ERR_TOL_HALF * 2;
             cr_expect(e.n_bad == 0 && e.max_rel < tol, "decode attention %s len=%d H=%d KV=%d hd=%d: %.3e (tol %.0e)",
