@@ -1,0 +1,99 @@
+// batch.h — the shapes step04 shares with step05, step06, step07 and final/: the request, the
+// flat batch of one engine step, and the runner that turns a batch into logits.
+// defines: ReqStatus, FinishReason, Request, Batch, batch_alloc, batch_free, batch_check,
+//          Runner, runner_new_cpu, runner_new_cuda, runner_free, runner_forward, runner_describe,
+//          runner_kv_bytes, sample_keyed
+//
+// One engine step (vLLM v1's rule, no "prefill phase" and "decode phase"):
+//   plan   = scheduler_schedule(...)     who runs and how many new tokens each (scheduler.h)
+//   batch  = the plan flattened           every new token of every scheduled sequence, one row each
+//   logits = runner_forward(batch)        linear layers once over all rows; attention per sequence
+//   tokens = sample_keyed(...)            only rows whose sequence is then fully computed sample
+//   scheduler_update(plan, tokens)        append, finish, free
+//
+// KV in step04: one contiguous region of max_len positions per sequence ("slot" s holds
+// positions 0..max_len-1 of one sequence). The K/V of a new token at position p of a sequence in
+// slot s is written at row s * max_len + p of every layer's cache: step05 generalizes this to
+// block_table[p / B] * B + p % B (here B = max_len and every sequence has one block).
+#pragma once
+#include <stdint.h>
+
+#include "hf_config.h"
+#include "step02_attention/forward.h"
+#include "step03_kvcache/kvcache.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---------------------------------------------------------------- request
+typedef enum { REQ_WAITING = 0, REQ_RUNNING, REQ_FINISHED } ReqStatus;
+typedef enum { FINISH_NONE = 0, FINISH_STOP, FINISH_LENGTH, FINISH_ERROR } FinishReason;
+
+typedef struct {
+    int index;            // position in the input (requests are reported in input order)
+    int *tokens;          // (cap) prompt ids, then generated ids
+    int cap;              // num_prompt + max_tokens
+    int num_prompt;       // prompt length
+    int num_tokens;       // prompt + generated so far
+    int num_computed;     // tokens whose K/V exist (0 <= num_computed <= num_tokens)
+    int max_tokens;       // generated tokens at most
+    int ignore_eos;
+    SamplerParams sp;     // temperature / top-k / top-p / min-p / seed (step03's)
+    ReqStatus status;
+    FinishReason finish;
+    int slot;             // KV slot while running, -1 otherwise
+    int cancel;           // set by a client; the engine aborts at the next step boundary
+    double arrival_s, first_sched_s, first_token_s, finish_s;  // -1 until it happens
+} Request;
+
+// ---------------------------------------------------------------- the flat batch of one step
+// All new tokens of the step concatenated: n_tokens rows, sequence i owns rows
+// cu_seqlens_q[i] .. cu_seqlens_q[i+1]-1, at positions seq_lens_k[i] - (its row count) ..
+// seq_lens_k[i] - 1 (its context after this step is seq_lens_k[i] tokens).
+typedef struct {
+    int n_seqs, n_tokens;
+    int cap_seqs, cap_tokens;  // allocated sizes
+    int *token_ids;     // (n_tokens)
+    int *positions;     // (n_tokens)
+    int *slot_mapping;  // (n_tokens) where its K/V row goes: seq_slot * max_len + position; -1 = padding, skipped
+    int *cu_seqlens_q;  // (n_seqs + 1)
+    int *seq_lens_k;    // (n_seqs) context length after this step, 0 = padding sequence
+    int *seq_slot;      // (n_seqs) the sequence's KV slot (step05: its block table)
+    int n_logits;
+    int *logit_rows;    // (n_logits) rows whose logits are computed, in order (a sequence's last row)
+} Batch;
+
+void batch_alloc(Batch *b, int cap_seqs, int cap_tokens);
+void batch_free(Batch *b);
+// 0 if the batch is consistent for a cache of n_slots slots of max_len positions (cu_seqlens_q
+// increasing, positions contiguous and ending at seq_lens_k - 1, slots in range, slot_mapping
+// equal to the formula); else -1 with a message naming the first bad field.
+int batch_check(const Batch *b, int n_slots, int max_len, int vocab);
+
+// ---------------------------------------------------------------- runner
+// Owns the weights (borrowed), the KV memory of n_slots * max_len positions and the workspaces;
+// runs one flat batch. CPU: the fp32 reference (step02/03 ops). CUDA: step02's GpuModel
+// weights, GEMMs over all n_tokens rows, attention per sequence over its cached prefix plus
+// causal inside its chunk, K/V written through slot_mapping.
+typedef struct Runner Runner;
+
+Runner *runner_new_cpu(const CpuModel *m, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen);
+Runner *runner_new_cuda(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen);
+void runner_free(Runner *r);
+const char *runner_describe(const Runner *r);  // "cpu fp32" / "cuda bf16 weights, bf16 KV, cuBLAS GEMMs"
+double runner_kv_bytes(const Runner *r);       // bytes of K/V memory allocated
+// logits (n_logits, vocab) on the host for the batch's logit_rows when logits != NULL;
+// argmax (n_logits) of each of those rows when argmax != NULL (on the GPU without copying the
+// logits). 0, or -1 with a message on stderr.
+int runner_forward(Runner *r, const Batch *b, float *logits, int *argmax);
+
+// ---------------------------------------------------------------- sampling, keyed
+// One token from logits (vocab) with step03's filters; the uniform draw comes from a PCG32
+// seeded by a hash of (sp->seed, request index, position), so a sampled token depends only on
+// the request and where it is, never on its batch mates or on the step it ran in.
+int sample_keyed(Sampler *s, const SamplerParams *sp, int request_index, int position, const float *logits);
+
+#ifdef __cplusplus
+}
+#endif
