@@ -1,45 +1,94 @@
 #!/usr/bin/env bash
-# install-deps.sh — installs what building and testing need, only what is missing.
-# Called by `make test` and `make demo`; safe to run again (it checks first).
-#   Debian/Ubuntu packages: gcc make pkg-config, Criterion, jansson, Oniguruma, utf8proc,
+# install-deps.sh — installs what building, testing and the demo need, only what is missing.
+# Called by `make test` and `make demo`; safe to run again (it checks first, installs nothing
+# when everything is there, and never touches a package you already have).
+#   Debian/Ubuntu packages: gcc make pkg-config git, Criterion, jansson, Oniguruma, utf8proc,
 #                           OpenBLAS, libmicrohttpd (apt-get; sudo when not root)
-#   Python (notebook tests): numpy matplotlib nbclient nbformat ipykernel (pip)
+#   Python (notebook tests): python3 and numpy matplotlib nbclient nbformat ipykernel.
+#     When `python3` is the system's (or absent), they come from the distribution's packages
+#     (python3-numpy ...): Debian 12 / Ubuntu 24.04 mark the system Python "externally managed",
+#     so pip would refuse. When `python3` is your own (a venv, pyenv, conda), what is missing is
+#     pip-installed into it.
 # Usage: tools/install-deps.sh [--no-python]
 set -euo pipefail
 want_python=1
 [[ "${1:-}" == "--no-python" ]] && want_python=0
+say() { echo "install-deps: $*"; }
 
-# pkg-config module -> Debian package
+SUDO=()
+apt_ready=0
+apt_install() {  # apt_install PKG...: one apt-get install of what is asked, with sudo when not root
+    if ! command -v apt-get >/dev/null; then
+        say "error: no apt-get on this machine; install these yourself: $*" >&2
+        exit 1
+    fi
+    if [[ $(id -u) -ne 0 ]]; then
+        if command -v sudo >/dev/null; then SUDO=(sudo); else
+            say "error: need root or sudo to install: $*" >&2
+            exit 1
+        fi
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    if ((!apt_ready)); then
+        "${SUDO[@]}" apt-get update -qq
+        apt_ready=1
+    fi
+    say "apt-get installing $*"
+    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# ---- C toolchain and libraries: pkg-config module -> Debian package
 declare -A PKG=([criterion]=libcriterion-dev [jansson]=libjansson-dev [oniguruma]=libonig-dev
                 [libutf8proc]=libutf8proc-dev [openblas]=libopenblas-dev [libmicrohttpd]=libmicrohttpd-dev)
 missing=()
 command -v pkg-config >/dev/null || missing+=(pkg-config)
-command -v gcc >/dev/null || missing+=(gcc)
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v make >/dev/null || missing+=(make)
+command -v git >/dev/null || missing+=(git)
 for mod in "${!PKG[@]}"; do
     if ! command -v pkg-config >/dev/null || ! pkg-config --exists "$mod"; then missing+=("${PKG[$mod]}"); fi
 done
+if ((${#missing[@]})); then apt_install "${missing[@]}"; fi
 
-if ((${#missing[@]})); then
-    echo "install-deps: installing ${missing[*]}"
-    if [[ $(id -u) -eq 0 ]]; then SUDO=(); elif command -v sudo >/dev/null; then SUDO=(sudo); else
-        echo "install-deps: error: need root or sudo to install: ${missing[*]}" >&2; exit 1; fi
-    if ! command -v apt-get >/dev/null; then
-        echo "install-deps: error: no apt-get; install these yourself: ${missing[*]}" >&2; exit 1; fi
-    export DEBIAN_FRONTEND=noninteractive
-    "${SUDO[@]}" apt-get update -qq
-    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
+# ---- Python for the notebook tests
 if ((want_python)); then
-    pymiss=()
-    for m in numpy matplotlib nbclient nbformat ipykernel; do
-        python3 -c "import $m" 2>/dev/null || pymiss+=("$m")
-    done
+    # module -> Debian/Ubuntu package
+    declare -A PYPKG=([numpy]=python3-numpy [matplotlib]=python3-matplotlib [nbclient]=python3-nbclient
+                      [nbformat]=python3-nbformat [ipykernel]=python3-ipykernel)
+    py_missing() {  # prints the modules `python3` cannot import
+        local m
+        for m in numpy matplotlib nbclient nbformat ipykernel; do
+            python3 -c "import $m" 2>/dev/null || echo "$m"
+        done
+    }
+    system_python=0
+    if ! command -v python3 >/dev/null; then
+        apt_install python3
+        system_python=1
+    else
+        case "$(command -v python3)" in /usr/bin/python3 | /bin/python3) system_python=1 ;; esac
+    fi
+    mapfile -t pymiss < <(py_missing)
+    if ((${#pymiss[@]})) && ((system_python)); then
+        debs=()
+        for m in "${pymiss[@]}"; do debs+=("${PYPKG[$m]}"); done
+        apt_install "${debs[@]}"
+        mapfile -t pymiss < <(py_missing)
+    fi
     if ((${#pymiss[@]})); then
-        echo "install-deps: pip installing ${pymiss[*]}"
+        # a Python of the user's own (or a distribution without those packages): pip into it
+        say "pip installing ${pymiss[*]} into $(command -v python3)"
+        if ! python3 -m pip --version >/dev/null 2>&1; then
+            say "error: $(command -v python3) has no pip; install ${pymiss[*]} for it yourself (or run with --no-python / NOTEBOOKS=0)" >&2
+            exit 1
+        fi
         python3 -m pip install -q "${pymiss[@]}" 2>/dev/null ||
             python3 -m pip install -q --break-system-packages "${pymiss[@]}"
+        mapfile -t pymiss < <(py_missing)
+        if ((${#pymiss[@]})); then
+            say "error: python3 still cannot import ${pymiss[*]}" >&2
+            exit 1
+        fi
     fi
 fi
-echo "install-deps: all dependencies present"
+say "all dependencies present"
