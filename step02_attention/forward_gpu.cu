@@ -30,7 +30,7 @@
 
 // ---------------------------------------------------------------- kernels (one op each)
 
-// y (T, n) with row stride ld: y[t, j] += b[j]
+// y (T, n) with row stride ld: y[t, j] += b[j]  (declared in forward_gpu.cuh)
 __global__ void k_add_bias(float *y, const float *b, int T, int n, size_t ld) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)T * n; i += (size_t)gridDim.x * blockDim.x)
         y[(i / n) * ld + i % n] += b[i % n];
@@ -61,20 +61,21 @@ template <class I> __global__ void k_to_f32(const I *in, float *out, size_t n) {
         out[i] = tof(in[i]);
 }
 
-// Causal softmax of S (H, T, T) fp32 into P (same shape, dtype O; may alias S when O = float).
-// Row r = h*T + i holds query i: keys j <= i are kept, j > i get probability 0. Grid (H*T).
-template <class O> __global__ void k_causal_softmax(const float *S, O *P, int T) {
+// Causal softmax of S (H, nq, nk) fp32 into P (same shape, dtype O; may alias S when O = float).
+// The nq queries are the last nq of nk positions: row r = h*nq + i holds query position
+// nk - nq + i, keys j <= nk - nq + i are kept, later ones get probability 0. Grid (H*nq).
+template <class O> __global__ void k_causal_softmax(const float *S, O *P, int nq, int nk) {
     const size_t r = blockIdx.x;
-    const int i = (int)(r % T);
-    const float *s = S + r * T;
-    O *p = P + r * T;
+    const int i = (int)(r % nq) + nk - nq;
+    const float *s = S + r * nk;
+    O *p = P + r * nk;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, s[j]);
     mx = block_max(mx);
     float sum = 0;
     for (int j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(s[j] - mx);
     const float inv = 1.0f / block_sum(sum);
-    for (int j = threadIdx.x; j < T; j += blockDim.x) p[j] = fromf<O>(j <= i ? expf(s[j] - mx) * inv : 0.0f);
+    for (int j = threadIdx.x; j < nk; j += blockDim.x) p[j] = fromf<O>(j <= i ? expf(s[j] - mx) * inv : 0.0f);
 }
 
 // Random N(mean, std) fill from a counter-based hash (no state): the same seed, the same weights.
@@ -92,7 +93,7 @@ template <class W> __global__ void k_fill_normal(W *p, size_t n, unsigned long l
     }
 }
 
-static int grid_for(size_t n, int block) {
+int grid_for(size_t n, int block) {
     size_t g = (n + block - 1) / block;
     return (int)(g > 65535 * 16 ? 65535 * 16 : (g < 1 ? 1 : g));
 }
@@ -350,36 +351,38 @@ extern "C" double gpu_mem_used_bytes(void) {
 // Y (T, n_out) fp32 [ld ldy] = X (T, n_in) [ld ldx] W^T + beta * Y; W (n_out, n_in) row-major.
 // cuBLAS is column-major: a row-major (r, c) matrix is a column-major (c, r) one, so this is
 // Y^T = W . X^T: op(W) = T on the stored (n_in, n_out) column-major view.
-static void gemm_xwt(cublasHandle_t h, StDtype dt, int T, int n_out, int n_in, const void *X, int ldx, const void *W,
+void gemm_xwt(cublasHandle_t h, StDtype dt, int T, int n_out, int n_in, const void *X, int ldx, const void *W,
                      float *Y, int ldy, float beta) {
     const float one = 1.0f;
     CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n_out, T, n_in, &one, W, cuda_type(dt), n_in, X,
                               cuda_type(dt), ldx, &beta, Y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// Naive causal GQA attention (the part that is quadratic in T):
-//   q (T, H*hd) [ld ldq], k, v (T, KV*hd) [ld ldk, ldv], all in dtype dt;
-//   S (H, T, T) fp32 scores; P (H, T, T) dtype dt (may be S for fp32); out (T, H*hd) dtype dt.
+// Naive causal GQA attention (the part that is quadratic in T), for nq queries that are the
+// last nq of nk positions (nq = nk = T for a whole prompt; step04 runs a chunk of nq new rows
+// over a sequence's cached nk keys):
+//   q (nq, H*hd) [ld ldq], k, v (nk, KV*hd) [ld ldk, ldv], all in dtype dt;
+//   S (H, nq, nk) fp32 scores; P (H, nq, nk) dtype dt (may be S for fp32); out (nq, H*hd) dtype dt.
 // Query head h = kv*g + j uses kv head kv. For each j one strided-batched GEMM covers the KV
 // heads: head kv*g+j's columns start at (kv*g+j)*hd, so the batch stride is g*hd in q and out,
-// hd in k and v, and g*T*T in S and P.
-static void attention_gpu(cublasHandle_t hb, StDtype dt, int T, int H, int KV, int hd, const void *q, int ldq,
-                          const void *k, int ldk, const void *v, int ldv, float *S, void *P, void *out) {
+// hd in k and v, and g*nq*nk in S and P.
+void attention_gpu(cublasHandle_t hb, StDtype dt, int nq, int nk, int H, int KV, int hd, const void *q, int ldq,
+                   const void *k, int ldk, const void *v, int ldv, float *S, void *P, void *out) {
     const int g = H / KV;
     const size_t es = esize(dt);
     const cudaDataType_t ct = cuda_type(dt);
     const float scale = 1.0f / sqrtf((float)hd), one = 1.0f, zero = 0.0f;
-    const long long TT = (long long)T * T;
-    for (int j = 0; j < g; j++)  // S_h (T, T) = scale * q_h k_kv^T, column-major S_h^T = k_kv q_h^T
-        CUBLAS_CHECK(cublasGemmStridedBatchedEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, &scale, k, ct, ldk, hd,
+    const long long QK = (long long)nq * nk;
+    for (int j = 0; j < g; j++)  // S_h (nq, nk) = scale * q_h k_kv^T, column-major S_h^T = k_kv q_h^T
+        CUBLAS_CHECK(cublasGemmStridedBatchedEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, nk, nq, hd, &scale, k, ct, ldk, hd,
                                                 (const char *)q + (size_t)j * hd * es, ct, ldq, (long long)g * hd, &zero,
-                                                S + (size_t)j * TT, CUDA_R_32F, T, g * TT, KV, CUBLAS_COMPUTE_32F,
+                                                S + (size_t)j * QK, CUDA_R_32F, nk, g * QK, KV, CUBLAS_COMPUTE_32F,
                                                 CUBLAS_GEMM_DEFAULT));
-    DISPATCH(dt, A, k_causal_softmax<A><<<H * T, 256>>>(S, (A *)P, T));
+    DISPATCH(dt, A, k_causal_softmax<A><<<H * nq, 256>>>(S, (A *)P, nq, nk));
     CUDA_CHECK_LAST();
-    for (int j = 0; j < g; j++)  // o_h (T, hd) = P_h v_kv, column-major o_h^T = v_kv^T P_h^T
-        CUBLAS_CHECK(cublasGemmStridedBatchedEx(hb, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, &one, v, ct, ldv, hd,
-                                                (const char *)P + (size_t)j * TT * es, ct, T, g * TT, &zero,
+    for (int j = 0; j < g; j++)  // o_h (nq, hd) = P_h v_kv, column-major o_h^T = v_kv^T P_h^T
+        CUBLAS_CHECK(cublasGemmStridedBatchedEx(hb, CUBLAS_OP_N, CUBLAS_OP_N, hd, nq, nk, &one, v, ct, ldv, hd,
+                                                (const char *)P + (size_t)j * QK * es, ct, nk, g * QK, &zero,
                                                 (char *)out + (size_t)j * hd * es, ct, H * hd, (long long)g * hd, KV,
                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -433,7 +436,7 @@ extern "C" int forward_cuda(GpuModel *g, const int *ids, int T, float *logits, F
             CUDA_CHECK_LAST();
         }
         if (times) CUDA_CHECK(cudaEventRecord(g->ea[l]));
-        attention_gpu(g->blas, dt, T, H, KV, hd, g->qkv16, nqkv, (char *)g->qkv16 + (size_t)qd * es, nqkv,
+        attention_gpu(g->blas, dt, T, T, H, KV, hd, g->qkv16, nqkv, (char *)g->qkv16 + (size_t)qd * es, nqkv,
                       (char *)g->qkv16 + (size_t)(qd + kd) * es, nqkv, g->S, g->P, g->att);
         if (times) CUDA_CHECK(cudaEventRecord(g->eb[l]));
         gemm_xwt(g->blas, dt, T, d, qd, g->att, qd, L->wo, g->x, d, 1.0f);  // x += att Wo^T (residual)
@@ -495,7 +498,7 @@ extern "C" int attention_gpu_check(const float *q, const float *k, const float *
     CUDA_CHECK(cudaMemset(dout, 0xff, nq * es));  // poison: NaN in every dtype
     cublasHandle_t hb;
     CUBLAS_CHECK(cublasCreate(&hb));
-    attention_gpu(hb, dt, T, H, KV, hd, dq, H * hd, dk, KV * hd, dv, KV * hd, S, P, dout);
+    attention_gpu(hb, dt, T, T, H, KV, hd, dq, H * hd, dk, KV * hd, dv, KV * hd, S, P, dout);
     DISPATCH(dt, A, k_to_f32<A><<<grid_for(nq, 256), 256>>>((const A *)dout, tmp, nq));
     CUDA_CHECK_LAST();
     CUDA_CHECK(cudaMemcpy(out, tmp, nq * 4, cudaMemcpyDeviceToHost));

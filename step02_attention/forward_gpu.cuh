@@ -3,7 +3,8 @@
 // on T being the whole sequence (embedding, RMSNorm, SwiGLU), and the GpuModel layout, so that
 // step03's decode step runs on the same weights (q/k/v and gate/up concatenated) without a copy.
 // defines: tof, fromf, DISPATCH, cuda_type, dt_name, esize, block_sum, block_max, k_embed,
-//          k_rmsnorm, k_swiglu, GpuLayer, GpuModel
+//          k_rmsnorm, k_swiglu, GpuLayer, GpuModel; declares (forward_gpu.cu): k_add_bias, grid_for,
+//          gemm_xwt, attention_gpu
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -130,3 +131,18 @@ struct GpuModel {
 
 static inline size_t esize(StDtype d) { return d == ST_F32 ? 4 : 2; }
 
+
+// ---------------------------------------------------------------- defined in forward_gpu.cu
+// y (T, n) with row stride ld: y[t, j] += b[j]
+__global__ void k_add_bias(float *y, const float *b, int T, int n, size_t ld);
+// blocks for a grid-stride loop over n elements
+int grid_for(size_t n, int block);
+// Y (T, n_out) fp32 [ld ldy] = X (T, n_in) [ld ldx] W^T + beta * Y; W (n_out, n_in) row-major;
+// X and W in dtype dt, fp32 accumulation (cuBLAS GemmEx on the handle's stream).
+void gemm_xwt(cublasHandle_t h, StDtype dt, int T, int n_out, int n_in, const void *X, int ldx, const void *W,
+              float *Y, int ldy, float beta);
+// Causal GQA attention of nq queries that are the last nq of nk positions (QK^T GEMM, causal
+// softmax, PV GEMM): q (nq, H*hd) [ld ldq], k, v (nk, KV*hd) [ld ldk, ldv] in dtype dt;
+// S (H, nq, nk) fp32 scratch, P (H, nq, nk) dtype dt scratch (may be S for fp32); out (nq, H*hd).
+void attention_gpu(cublasHandle_t hb, StDtype dt, int nq, int nk, int H, int KV, int hd, const void *q, int ldq,
+                   const void *k, int ldk, const void *v, int ldv, float *S, void *P, void *out);

@@ -34,39 +34,12 @@
 #include "check.h"
 #include "cuda_check.h"
 #include "gpu.h"
+#include "decode_gpu.cuh"
 #include "kvcache.h"
 #include "step02_attention/forward_gpu.cuh"
 
 // ---------------------------------------------------------------- GEMV
 #define GEMV_WARPS 8  // warps per block
-
-// 8 (bf16/fp16) or 4 (fp32) elements of a 16-byte vector, widened to fp32
-template <class W> struct Vec16;
-template <> struct Vec16<float> {
-    static constexpr int N = 4;
-    static __device__ inline void unpack(const uint4 &u, float *f) {
-        f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
-    }
-};
-template <> struct Vec16<__nv_bfloat16> {
-    static constexpr int N = 8;
-    static __device__ inline void unpack(const uint4 &u, float *f) {
-        const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-};
-template <> struct Vec16<__half> {
-    static constexpr int N = 8;
-    static __device__ inline void unpack(const uint4 &u, float *f) {
-        const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 t = __half22float2(h[i]);
-            f[2 * i] = t.x, f[2 * i + 1] = t.y;
-        }
-    }
-};
 
 // y (rows) [+]= W (rows, n_in) x (n_in) + b. accumulate: y += (the residual add).
 // Vector path when n_in % N == 0 (every row then starts 16-byte aligned); else a scalar loop.
@@ -176,6 +149,11 @@ static void gemv(StDtype dt, const void *W, const float *x, const float *b, floa
     gemv_v(g_gemv_version, dt, W, x, b, y, rows, n_in, acc, s);
 }
 
+void gemv_rows(StDtype dt, const void *W, const float *x, const float *b, float *y, int rows, int n_in, int acc,
+               cudaStream_t s) {
+    gemv(dt, W, x, b, y, rows, n_in, acc, s);
+}
+
 extern "C" int gemv_n_versions(void) { return N_GEMV_VERSIONS; }
 extern "C" const char *gemv_version_name(int v) { return v >= 0 && v < N_GEMV_VERSIONS ? GEMV_VERSIONS[v].name : "?"; }
 extern "C" void gemv_set_version(int v) {
@@ -220,130 +198,21 @@ __global__ void k_rope_append(float *qkv, const float *q_norm, const float *k_no
 }
 
 // ---------------------------------------------------------------- decode attention
-#define ATTN_CHUNK 128  // keys per block = threads per block
-#define ATTN_WARPS (ATTN_CHUNK / 32)
-#define ATTN_MAXG 8     // query heads per kv head (H / KV) at most
-#define ATTN_MAXE 8     // head_dim / 32 at most (head_dim <= 256)
-
-// q (H*hd) fp32; kc, vc (>= len, KV*hd) one layer's cache; len = *d_pos + len_add.
-// part_o (H, nsplit, hd), part_ml (H, nsplit, 2). Dynamic shared: (g*hd + g*CHUNK + WARPS*g*hd) floats.
-//   scores: thread t scores key j0+t against the g heads, reading its K row once (16-byte loads
-//           when hd allows) — all keys of the block in parallel;
-//   softmax: one warp per head over the block's keys: local max m, p = exp(s - m), sum l;
-//   P V:    warp w takes keys w, w+4, ...; lane owns elements lane, lane+32, ... of the V row
-//           (coalesced), for all g heads at once; the 4 warps' partial sums are added in shared.
+// The kernels' bodies are in decode_gpu.cuh (step04 runs them per row of a flat batch); here
+// the length of the one sequence comes from device memory: len = *d_pos + len_add.
 template <class C>
 __global__ void __launch_bounds__(ATTN_CHUNK)
     k_attn_split(const float *q, const C *kc, const C *vc, const int *d_pos, int len_add, int H, int KV, int hd,
                  float scale, float *part_o, float *part_ml) {
-    extern __shared__ float sm[];
-    const int g = H / KV, kvh = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y, t = threadIdx.x;
-    const int len = *d_pos + len_add, j0 = split * ATTN_CHUNK;
-    if (j0 >= len) return;
-    const int jn = min(ATTN_CHUNK, len - j0), gh = g * hd;
-    float *qs = sm, *ps = sm + gh, *red = ps + g * ATTN_CHUNK;  // (g, hd) (g, CHUNK) (WARPS, g, hd)
-    for (int i = t; i < gh; i += ATTN_CHUNK) qs[i] = q[(size_t)kvh * gh + i];
-    __syncthreads();
-    const size_t ld = (size_t)KV * hd;
-    if (t < jn) {
-        const C *kr = kc + (size_t)(j0 + t) * ld + (size_t)kvh * hd;
-        float dot[ATTN_MAXG] = {};
-        constexpr int N = Vec16<C>::N;
-        if (hd % N == 0) {
-            for (int c = 0; c < hd / N; c++) {
-                float kf[N];
-                Vec16<C>::unpack(*((const uint4 *)kr + c), kf);
-#pragma unroll
-                for (int hh = 0; hh < ATTN_MAXG; hh++)
-                    if (hh < g)
-#pragma unroll
-                        for (int i = 0; i < N; i++) dot[hh] = fmaf(qs[hh * hd + c * N + i], kf[i], dot[hh]);
-            }
-        } else {
-            for (int e = 0; e < hd; e++) {
-                const float kv = tof(kr[e]);
-#pragma unroll
-                for (int hh = 0; hh < ATTN_MAXG; hh++)
-                    if (hh < g) dot[hh] = fmaf(qs[hh * hd + e], kv, dot[hh]);
-            }
-        }
-#pragma unroll
-        for (int hh = 0; hh < ATTN_MAXG; hh++)
-            if (hh < g) ps[hh * ATTN_CHUNK + t] = dot[hh] * scale;
-    }
-    __syncthreads();
-    __shared__ float m_s[ATTN_MAXG], l_s[ATTN_MAXG];
-    const int warp = t / 32, lane = t % 32;
-    for (int hh = warp; hh < g; hh += ATTN_WARPS) {
-        float m = -INFINITY;
-        for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0;
-        for (int j = lane; j < jn; j += 32) {
-            const float p = expf(ps[hh * ATTN_CHUNK + j] - m);
-            ps[hh * ATTN_CHUNK + j] = p;
-            l += p;
-        }
-        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-        if (lane == 0) m_s[hh] = m, l_s[hh] = l;
-    }
-    __syncthreads();
-    float acc[ATTN_MAXG][ATTN_MAXE] = {};
-    const C *vb = vc + (size_t)j0 * ld + (size_t)kvh * hd;
-#pragma unroll 4
-    for (int j = warp; j < jn; j += ATTN_WARPS) {
-        float v[ATTN_MAXE];
-#pragma unroll
-        for (int i = 0; i < ATTN_MAXE; i++) {
-            const int e = lane + 32 * i;
-            v[i] = e < hd ? tof(vb[(size_t)j * ld + e]) : 0.0f;
-        }
-#pragma unroll
-        for (int hh = 0; hh < ATTN_MAXG; hh++)
-            if (hh < g) {
-                const float p = ps[hh * ATTN_CHUNK + j];
-#pragma unroll
-                for (int i = 0; i < ATTN_MAXE; i++) acc[hh][i] = fmaf(p, v[i], acc[hh][i]);
-            }
-    }
-#pragma unroll
-    for (int hh = 0; hh < ATTN_MAXG; hh++)
-        if (hh < g)
-#pragma unroll
-            for (int i = 0; i < ATTN_MAXE; i++) {
-                const int e = lane + 32 * i;
-                if (e < hd) red[(warp * g + hh) * hd + e] = acc[hh][i];
-            }
-    __syncthreads();
-    for (int o = t; o < gh; o += ATTN_CHUNK) {
-        float s = 0;
-        for (int w = 0; w < ATTN_WARPS; w++) s += red[w * gh + o];
-        const int h = kvh * g + o / hd;
-        part_o[((size_t)h * nsplit + split) * hd + o % hd] = s;
-    }
-    if (t < g) {
-        const int h = kvh * g + t;
-        part_ml[((size_t)h * nsplit + split) * 2] = m_s[t];
-        part_ml[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
-    }
+    attn_split_block<C>(q, kc, vc, *d_pos + len_add, H, KV, hd, scale, part_o, part_ml, blockIdx.x, blockIdx.y, gridDim.y);
 }
-static size_t attn_smem_bytes(int g, int hd) { return (size_t)(g * hd + g * ATTN_CHUNK + ATTN_WARPS * g * hd) * sizeof(float); }
 
 // out (H*hd) fp32 from the splits that hold keys (ceil(len / ATTN_CHUNK) of them). Grid (H).
 __global__ void k_attn_combine(const float *part_o, const float *part_ml, const int *d_pos, int len_add, int nsplit,
                                int hd, float *out) {
     const int h = blockIdx.x;
-    const int len = *d_pos + len_add, ns = (len + ATTN_CHUNK - 1) / ATTN_CHUNK;
-    const float *ml = part_ml + (size_t)h * nsplit * 2;
-    float M = -INFINITY;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, ml[2 * s]);
-    float L = 0;
-    for (int s = 0; s < ns; s++) L += expf(ml[2 * s] - M) * ml[2 * s + 1];
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        float o = 0;
-        for (int s = 0; s < ns; s++) o += expf(ml[2 * s] - M) * part_o[((size_t)h * nsplit + s) * hd + e];
-        out[(size_t)h * hd + e] = o / L;
-    }
+    attn_combine_head<float>(part_o + (size_t)h * nsplit * hd, part_ml + (size_t)h * nsplit * 2, *d_pos + len_add, hd,
+                             out + (size_t)h * hd);
 }
 
 // ---------------------------------------------------------------- small kernels

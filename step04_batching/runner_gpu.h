@@ -1,7 +1,8 @@
 // runner_gpu.h — the CUDA half of the step04 runner (runner_gpu.cu; runner_gpu_none.c when built
 // without nvcc). runner.c wraps it behind batch.h's Runner; programs and tests use Runner.
 // defines: GpuRunner, gpu_runner_new, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
-//          gpu_runner_forward
+//          gpu_runner_forward, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
+//          gpu_runner_read_kv, batch_attention_gpu_check
 //
 // KV memory: per layer K and V of (n_slots * max_len, n_kv_heads * head_dim) in the weight
 // dtype; the new tokens' K/V rows are written at batch->slot_mapping[t] (-1: skipped).
@@ -22,6 +23,25 @@ double gpu_runner_kv_bytes(const GpuRunner *r);
 // As runner_forward (batch.h): logits (n_logits, vocab) to the host when logits != NULL; argmax
 // (n_logits) computed on the device when argmax != NULL. 0, or -1 with a message on stderr.
 int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, int *argmax);
+// Device time of the last forward (CUDA events from the batch upload to the last kernel), ms.
+double gpu_runner_last_ms(const GpuRunner *r);
+// Kernel launches (cuBLAS calls counted as one each) the last forward enqueued.
+int gpu_runner_launches(const GpuRunner *r);
+// Attention path: a sequence with at most `rows` new rows (decodes, short chunks) runs the split
+// decode kernel, longer chunks the GEMM-softmax-GEMM path (default 16). 0: GEMM path for all;
+// a large value: the decode kernel for all. For the tests and the benchmark.
+void gpu_runner_set_small_chunk(GpuRunner *r, int rows);
+// The cached K and V (KV*hd each, as fp32) of cache row `row` (slot * max_len + position) of a
+// layer. A row no batch has written reads as NaN (the cache is poisoned when it is allocated).
+int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float *k, float *v);
+// The batched attention alone, on host inputs rounded to dtype on the device: sequence i has
+// rows cu_q[i] .. cu_q[i+1]-1 of q (n_tokens, H*hd) and attends over rows base[i] ..
+// base[i] + seq_lens_k[i] - 1 of kc, vc (cache_rows, KV*hd), causally (row j of an n-row chunk
+// sees keys 0 .. seq_lens_k - n + j). small_chunk as gpu_runner_set_small_chunk. out (n_tokens,
+// H*hd) fp32. 0, or -1 (no GPU, unsupported shape).
+int batch_attention_gpu_check(const float *q, const float *kc, const float *vc, int cache_rows, int n_seqs,
+                              const int *cu_q, const int *seq_lens_k, const int *base, int H, int KV, int hd,
+                              StDtype dtype, int small_chunk, float *out);
 
 #ifdef __cplusplus
 }

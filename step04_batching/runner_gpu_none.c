@@ -25,6 +25,26 @@ int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, int *argmax)
     fprintf(stderr, "gpu_runner_forward: built without CUDA (nvcc was not found at build time)\n");
     return -1;
 }
+double gpu_runner_last_ms(const GpuRunner *r) {
+    (void)r;
+    return -1;
+}
+int gpu_runner_launches(const GpuRunner *r) {
+    (void)r;
+    return 0;
+}
+void gpu_runner_set_small_chunk(GpuRunner *r, int rows) { (void)r, (void)rows; }
+int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float *k, float *v) {
+    (void)r, (void)layer, (void)row, (void)k, (void)v;
+    return -1;
+}
+int batch_attention_gpu_check(const float *q, const float *kc, const float *vc, int cache_rows, int n_seqs,
+                              const int *cu_q, const int *seq_lens_k, const int *base, int H, int KV, int hd,
+                              StDtype dtype, int small_chunk, float *out) {
+    (void)q, (void)kc, (void)vc, (void)cache_rows, (void)n_seqs, (void)cu_q, (void)seq_lens_k, (void)base;
+    (void)H, (void)KV, (void)hd, (void)dtype, (void)small_chunk, (void)out;
+    return -1;
+}
 #else
 typedef int runner_gpu_none_is_empty_with_cuda;  // ISO C forbids an empty translation unit
 #endif

@@ -1,0 +1,174 @@
+// decode_gpu.cuh — what step03's CUDA decode shares with later steps' CUDA code (CUDA C++ only):
+// the 16-byte vector loads, the split decode attention (one query per head over a cache, as
+// device functions so that step04 runs them for every row of a flat batch) and the GEMV.
+// defines: Vec16, ATTN_CHUNK, ATTN_WARPS, ATTN_MAXG, ATTN_MAXE, attn_split_block,
+//          attn_smem_bytes, attn_combine_head; declares (decode_gpu.cu): gemv_rows
+//
+// Decode attention (flash-decoding's idea, done simply): the keys of one query are split in
+// blocks of ATTN_CHUNK; attn_split_block handles one (kv head, split) for the g = H/KV query
+// heads that share the kv head (each K/V row read once) -> local max m, sum l and unnormalized
+// o = sum_j exp(s_j - m) v_j; attn_combine_head merges the splits of one head.
+#pragma once
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "step02_attention/forward_gpu.cuh"
+
+// 8 (bf16/fp16) or 4 (fp32) elements of a 16-byte vector, widened to fp32
+template <class W> struct Vec16;
+template <> struct Vec16<float> {
+    static constexpr int N = 4;
+    static __device__ inline void unpack(const uint4 &u, float *f) {
+        f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
+    }
+};
+template <> struct Vec16<__nv_bfloat16> {
+    static constexpr int N = 8;
+    static __device__ inline void unpack(const uint4 &u, float *f) {
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+};
+template <> struct Vec16<__half> {
+    static constexpr int N = 8;
+    static __device__ inline void unpack(const uint4 &u, float *f) {
+        const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 t = __half22float2(h[i]);
+            f[2 * i] = t.x, f[2 * i + 1] = t.y;
+        }
+    }
+};
+
+#define ATTN_CHUNK 128  // keys per block = threads per block
+#define ATTN_WARPS (ATTN_CHUNK / 32)
+#define ATTN_MAXG 8     // query heads per kv head (H / KV) at most
+#define ATTN_MAXE 8     // head_dim / 32 at most (head_dim <= 256)
+
+// One block (ATTN_CHUNK threads) of a split decode attention: kv head kvh, keys
+// [split*CHUNK, split*CHUNK + CHUNK) of len. q (H*hd) fp32; kc, vc (>= len, KV*hd) one layer's cache.
+// part_o (H, nsplit, hd), part_ml (H, nsplit, 2). Dynamic shared: (g*hd + g*CHUNK + WARPS*g*hd) floats.
+//   scores: thread t scores key j0+t against the g heads, reading its K row once (16-byte loads
+//           when hd allows) — all keys of the block in parallel;
+//   softmax: one warp per head over the block's keys: local max m, p = exp(s - m), sum l;
+//   P V:    warp w takes keys w, w+4, ...; lane owns elements lane, lane+32, ... of the V row
+//           (coalesced), for all g heads at once; the 4 warps' partial sums are added in shared.
+template <class C>
+__device__ inline void attn_split_block(const float *q, const C *kc, const C *vc, int len, int H, int KV, int hd,
+                                        float scale, float *part_o, float *part_ml, int kvh, int split, int nsplit) {
+    extern __shared__ float sm[];
+    const int g = H / KV, t = threadIdx.x;
+    const int j0 = split * ATTN_CHUNK;
+    if (j0 >= len) return;
+    const int jn = min(ATTN_CHUNK, len - j0), gh = g * hd;
+    float *qs = sm, *ps = sm + gh, *red = ps + g * ATTN_CHUNK;  // (g, hd) (g, CHUNK) (WARPS, g, hd)
+    for (int i = t; i < gh; i += ATTN_CHUNK) qs[i] = q[(size_t)kvh * gh + i];
+    __syncthreads();
+    const size_t ld = (size_t)KV * hd;
+    if (t < jn) {
+        const C *kr = kc + (size_t)(j0 + t) * ld + (size_t)kvh * hd;
+        float dot[ATTN_MAXG] = {};
+        constexpr int N = Vec16<C>::N;
+        if (hd % N == 0) {
+            for (int c = 0; c < hd / N; c++) {
+                float kf[N];
+                Vec16<C>::unpack(*((const uint4 *)kr + c), kf);
+#pragma unroll
+                for (int hh = 0; hh < ATTN_MAXG; hh++)
+                    if (hh < g)
+#pragma unroll
+                        for (int i = 0; i < N; i++) dot[hh] = fmaf(qs[hh * hd + c * N + i], kf[i], dot[hh]);
+            }
+        } else {
+            for (int e = 0; e < hd; e++) {
+                const float kv = tof(kr[e]);
+#pragma unroll
+                for (int hh = 0; hh < ATTN_MAXG; hh++)
+                    if (hh < g) dot[hh] = fmaf(qs[hh * hd + e], kv, dot[hh]);
+            }
+        }
+#pragma unroll
+        for (int hh = 0; hh < ATTN_MAXG; hh++)
+            if (hh < g) ps[hh * ATTN_CHUNK + t] = dot[hh] * scale;
+    }
+    __syncthreads();
+    __shared__ float m_s[ATTN_MAXG], l_s[ATTN_MAXG];
+    const int warp = t / 32, lane = t % 32;
+    for (int hh = warp; hh < g; hh += ATTN_WARPS) {
+        float m = -INFINITY;
+        for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0;
+        for (int j = lane; j < jn; j += 32) {
+            const float p = expf(ps[hh * ATTN_CHUNK + j] - m);
+            ps[hh * ATTN_CHUNK + j] = p;
+            l += p;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) m_s[hh] = m, l_s[hh] = l;
+    }
+    __syncthreads();
+    float acc[ATTN_MAXG][ATTN_MAXE] = {};
+    const C *vb = vc + (size_t)j0 * ld + (size_t)kvh * hd;
+#pragma unroll 4
+    for (int j = warp; j < jn; j += ATTN_WARPS) {
+        float v[ATTN_MAXE];
+#pragma unroll
+        for (int i = 0; i < ATTN_MAXE; i++) {
+            const int e = lane + 32 * i;
+            v[i] = e < hd ? tof(vb[(size_t)j * ld + e]) : 0.0f;
+        }
+#pragma unroll
+        for (int hh = 0; hh < ATTN_MAXG; hh++)
+            if (hh < g) {
+                const float p = ps[hh * ATTN_CHUNK + j];
+#pragma unroll
+                for (int i = 0; i < ATTN_MAXE; i++) acc[hh][i] = fmaf(p, v[i], acc[hh][i]);
+            }
+    }
+#pragma unroll
+    for (int hh = 0; hh < ATTN_MAXG; hh++)
+        if (hh < g)
+#pragma unroll
+            for (int i = 0; i < ATTN_MAXE; i++) {
+                const int e = lane + 32 * i;
+                if (e < hd) red[(warp * g + hh) * hd + e] = acc[hh][i];
+            }
+    __syncthreads();
+    for (int o = t; o < gh; o += ATTN_CHUNK) {
+        float s = 0;
+        for (int w = 0; w < ATTN_WARPS; w++) s += red[w * gh + o];
+        const int h = kvh * g + o / hd;
+        part_o[((size_t)h * nsplit + split) * hd + o % hd] = s;
+    }
+    if (t < g) {
+        const int h = kvh * g + t;
+        part_ml[((size_t)h * nsplit + split) * 2] = m_s[t];
+        part_ml[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
+    }
+}
+static inline size_t attn_smem_bytes(int g, int hd) { return (size_t)(g * hd + g * ATTN_CHUNK + ATTN_WARPS * g * hd) * sizeof(float); }
+
+// One head's output (hd, dtype O) from the splits that hold keys (ceil(len / ATTN_CHUNK) of
+// them): out = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s; part_o (nsplit, hd) and
+// part_ml (nsplit, 2) of this head. len <= 0 (no keys: a padding row) writes zeros.
+template <class O>
+__device__ inline void attn_combine_head(const float *part_o, const float *ml, int len, int hd, O *out) {
+    const int ns = len > 0 ? (len + ATTN_CHUNK - 1) / ATTN_CHUNK : 0;
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++) M = fmaxf(M, ml[2 * s]);
+    float L = 0;
+    for (int s = 0; s < ns; s++) L += expf(ml[2 * s] - M) * ml[2 * s + 1];
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        float o = 0;
+        for (int s = 0; s < ns; s++) o += expf(ml[2 * s] - M) * part_o[(size_t)s * hd + e];
+        out[e] = fromf<O>(ns ? o / L : 0.0f);
+    }
+}
+
+// y (rows) [+]= W (rows, n_in) x (n_in) + b (rows, or NULL): the GEMV version decode uses
+// (gemv_set_version), on stream s; acc = 1 adds into y (the residual add). x, y fp32.
+void gemv_rows(StDtype dt, const void *W, const float *x, const float *b, float *y, int rows, int n_in, int acc,
+               cudaStream_t s);

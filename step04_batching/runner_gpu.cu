@@ -1,0 +1,691 @@
+// runner_gpu.cu — one flat batch per call on CUDA (runner_gpu.h), on step02's GpuModel weights.
+//
+// A step's n_tokens rows (every new token of every scheduled sequence, concatenated) go through
+// each layer together:
+//   embed all rows -> per layer: rmsnorm -> qkv GEMM (cuBLAS, all rows at once) ->
+//   k_qkv_rows: bias (Qwen2), q/k norm (Qwen3), RoPE at each row's own position, q kept, k and v
+//   written into the cache row slot_mapping[t] (-1: padding, skipped) ->
+//   attention per sequence over its cached context (below) -> o GEMM + residual ->
+//   rmsnorm -> gate|up GEMM -> SwiGLU -> down GEMM + residual;
+//   then only the logit rows are gathered, normed and multiplied by lm_head; argmax on the device.
+// A step of ONE row (a lone decode) runs step03's GEMV instead of cuBLAS: at M = 1 cuBLAS reads
+// the weights at a fraction of the bandwidth, and batch 1 is the baseline batching is measured by.
+//
+// Attention, two paths chosen per sequence on the host:
+//   - few new rows (decodes, short chunks: <= small_chunk rows, default 16): every row is one
+//     decode query over its own prefix (row j of an n-row chunk over seq_lens_k - n + j + 1
+//     keys), run by step03's split decode attention (decode_gpu.cuh) with one grid for all such
+//     rows of the step: grid (kv heads, key splits of 128, rows) then one combine per (head, row);
+//   - long chunks (prefill): step02's GEMM-softmax-GEMM over the sequence's cache rows with the
+//     causal offset (attention_gpu with nq new rows of nk keys), one sequence after the other,
+//     split into query sub-chunks only when the score buffer would not hold the whole chunk.
+// KV memory: per layer K and V of (n_slots * max_len, KV*hd) in the weight dtype; the host
+// decides everything (paths, lengths, splits) from the Batch, which is on the host, and copies
+// the integer arrays the kernels read to the device once per step (one packed memcpy).
+// Everything is queued on the default stream, as step02's forward; one synchronization at the
+// end, where the argmax (or the logits) come back.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cuda_check.h"
+#include "gpu.h"
+#include "step02_attention/forward_gpu.cuh"
+#include "step03_kvcache/decode_gpu.cuh"
+#include "step04_batching/runner_gpu.h"
+
+#define DEFAULT_SMALL_CHUNK 16
+#define SCORE_BUDGET ((size_t)3 << 29)  // bytes for the long path's scores + probabilities (1.5 GiB)
+#define PART_BUDGET ((size_t)64 << 20)  // floats for the decode path's partial outputs (256 MiB)
+#define LOGIT_BUDGET ((size_t)1 << 29)  // bytes of logits computed per lm_head GEMM (512 MiB)
+
+// ---------------------------------------------------------------- kernels
+
+// cos, sin (T, hd/2) of each row's position: angle = fp32(pos * inv_freq), as the CPU reference
+// (rope_table_cpu) and step03's decode; cos and sin in double. Once per step, used by every layer.
+__global__ void k_rope_rows(const int *pos, const float *inv_freq, int T, int half, float *cos_t, float *sin_t) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)T * half; i += (size_t)gridDim.x * blockDim.x) {
+        const float ang = (float)pos[i / half] * inv_freq[i % half];
+        cos_t[i] = (float)cos((double)ang);
+        sin_t[i] = (float)sin((double)ang);
+    }
+}
+
+// One warp per head of a row of qkv (T, (H + 2KV) * hd) fp32; grid (T, ceil((H+2KV)/4)), block (32, 4).
+// + bias (or NULL), then q heads: (q_norm) + RoPE, back in place (fp32, for the decode path) and
+// to q16 (T, H*hd) in the GEMM dtype (for the GEMM path); k heads: (k_norm) + RoPE into the
+// cache row slot[t]; v heads: copied to the cache row. slot[t] < 0: k and v are not written.
+template <class A, class C>
+__global__ void k_qkv_rows(float *qkv, const float *bias, const float *q_norm, const float *k_norm,
+                           const float *cos_t, const float *sin_t, const int *slot, int H, int KV, int hd, float eps,
+                           A *q16, C *kc, C *vc) {
+    const int t = blockIdx.x, h = blockIdx.y * blockDim.y + threadIdx.y, lane = threadIdx.x, half = hd / 2;
+    if (h >= H + 2 * KV) return;
+    const size_t kd = (size_t)KV * hd;
+    float *x = qkv + (size_t)t * (H + 2 * KV) * hd + (size_t)h * hd;
+    if (bias) {
+        for (int e = lane; e < hd; e += 32) x[e] += bias[(size_t)h * hd + e];
+        __syncwarp();
+    }
+    const int is_q = h < H, is_k = !is_q && h < H + KV;
+    const float *nw = is_q ? q_norm : is_k ? k_norm : NULL;
+    float inv = 1.0f;
+    if (nw) {
+        float ss = 0;
+        for (int e = lane; e < hd; e += 32) ss += x[e] * x[e];
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        inv = rsqrtf(ss / hd + eps);
+    }
+    const int s = slot[t];
+    if (is_q || is_k) {
+        if (is_k && s < 0) return;
+        C *dst = is_k ? kc + (size_t)s * kd + (size_t)(h - H) * hd : NULL;
+        A *qd = q16 + (size_t)t * H * hd + (size_t)h * hd;
+        const float *ct = cos_t + (size_t)t * half, *st = sin_t + (size_t)t * half;
+        __syncwarp();  // every lane has read x for the norm before any lane rewrites it
+        for (int i = lane; i < half; i += 32) {
+            float x1 = x[i] * inv, x2 = x[i + half] * inv;
+            if (nw) x1 *= nw[i], x2 *= nw[i + half];
+            const float y1 = x1 * ct[i] - x2 * st[i], y2 = x2 * ct[i] + x1 * st[i];
+            if (is_q) {
+                x[i] = y1, x[i + half] = y2;
+                qd[i] = fromf<A>(y1), qd[i + half] = fromf<A>(y2);
+            } else {
+                dst[i] = fromf<C>(y1), dst[i + half] = fromf<C>(y2);
+            }
+        }
+    } else if (s >= 0) {
+        C *dst = vc + (size_t)s * kd + (size_t)(h - H - KV) * hd;
+        for (int e = lane; e < hd; e += 32) dst[e] = fromf<C>(x[e]);
+    }
+}
+
+// The split decode attention for many rows at once: work item w = blockIdx.z is query row
+// rows[w] of q (ld ldq floats) over keys 0 .. lens[w]-1 at cache rows bases[w] ...; its partial
+// results at part_o + w * H * nsplit * hd (step03's (H, nsplit, hd) layout per item).
+template <class C>
+__global__ void __launch_bounds__(ATTN_CHUNK)
+    k_attn_split_rows(const float *q, int ldq, const C *kc, const C *vc, const int *rows, const int *lens,
+                      const int *bases, int H, int KV, int hd, float scale, float *part_o, float *part_ml) {
+    const int w = blockIdx.z, nsplit = gridDim.y;
+    const size_t kd = (size_t)KV * hd, per = (size_t)H * nsplit;
+    attn_split_block<C>(q + (size_t)rows[w] * ldq, kc + (size_t)bases[w] * kd, vc + (size_t)bases[w] * kd, lens[w], H,
+                        KV, hd, scale, part_o + w * per * hd, part_ml + w * per * 2, blockIdx.x, blockIdx.y, nsplit);
+}
+// Grid (H, items): out row rows[w] (ld ldo elements), head blockIdx.x.
+template <class O>
+__global__ void k_attn_combine_rows(const float *part_o, const float *part_ml, const int *rows, const int *lens,
+                                    int nsplit, int H, int hd, O *out, int ldo) {
+    const int h = blockIdx.x, w = blockIdx.y;
+    const size_t ph = (size_t)w * H + h;
+    attn_combine_head<O>(part_o + ph * nsplit * hd, part_ml + ph * nsplit * 2, lens[w], hd,
+                         out + (size_t)rows[w] * ldo + (size_t)h * hd);
+}
+
+// out (n, d) = x[rows[r]]; grid (n)
+__global__ void k_gather_rows(const float *x, const int *rows, int d, float *out) {
+    const float *src = x + (size_t)rows[blockIdx.x] * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) out[(size_t)blockIdx.x * d + i] = src[i];
+}
+
+// out[r] = first index of the maximum of logits row r (vocab); grid (rows), 1024 threads.
+__global__ void k_argmax_rows(const float *logits, int vocab, int *out) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    const float *l = logits + (size_t)blockIdx.x * vocab;
+    float best = -INFINITY;
+    int bidx = INT_MAX;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+        if (l[i] > best) best = l[i], bidx = i;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bidx, o);
+        if (ov > best || (ov == best && oi < bidx)) best = ov, bidx = oi;
+    }
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) bv[w] = best, bi[w] = bidx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)(blockDim.x / 32); i++)
+            if (bv[i] > bv[0] || (bv[i] == bv[0] && bi[i] < bi[0])) bv[0] = bv[i], bi[0] = bi[i];
+        out[blockIdx.x] = bi[0] == INT_MAX ? 0 : bi[0];  // all NaN / -inf: 0
+    }
+}
+
+template <class A> __global__ void k_round_rows(const float *in, A *out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = fromf<A>(in[i]);
+}
+
+template <class A> __global__ void k_to_f32_rows(const A *in, float *out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = tof(in[i]);
+}
+
+// ---------------------------------------------------------------- attention of one layer
+
+// The device-side buffers and shape of the attention (the runner's, or the test entry point's).
+struct AttnCtx {
+    cublasHandle_t blas;
+    StDtype dt;  // q16 / K / V / GEMM-path output dtype
+    int H, KV, hd;
+    int small_ok;              // the decode kernel supports this shape (H/KV <= 8, hd <= 256)
+    float *S;                  // long path scores, s_cap elements
+    void *P;                   // probabilities (== S for fp32)
+    size_t s_cap;
+    float *part_o, *part_ml;   // decode path partials, part_cap floats (part_ml: part_cap / hd * 2)
+    size_t part_cap;
+};
+
+struct LongItem {
+    int row0, n, L, base;
+};
+
+// What the host decided for this step's attention (the same for every layer).
+struct AttnPlan {
+    int ns, nsplit;  // decode-path work items and key splits (the step's longest such row)
+    int *srow, *slen, *sbase;  // host (cap) arrays: row, keys, first cache row of each item
+    LongItem *lg;
+    int nlg;
+    int *pad0, *padn, npad;  // rows with no keys when the decode kernel cannot take them: zeroed
+};
+
+// Sequence i: rows cu[i] .. cu[i+1]-1, L = lens[i] keys at cache rows base(i) ...
+static void plan_add(AttnPlan *p, int small_ok, int small_max, int row0, int n, int L, int base) {
+    if (n <= 0) return;
+    if (L <= 0) {
+        if (small_ok) {
+            for (int j = 0; j < n; j++) p->srow[p->ns] = row0 + j, p->slen[p->ns] = 0, p->sbase[p->ns] = 0, p->ns++;
+        } else {
+            p->pad0[p->npad] = row0, p->padn[p->npad] = n, p->npad++;
+        }
+    } else if (small_ok && n <= small_max) {
+        for (int j = 0; j < n; j++) {
+            const int len = L - n + j + 1;
+            p->srow[p->ns] = row0 + j, p->slen[p->ns] = len, p->sbase[p->ns] = base, p->ns++;
+            const int sp = (len + ATTN_CHUNK - 1) / ATTN_CHUNK;
+            if (sp > p->nsplit) p->nsplit = sp;
+        }
+    } else {
+        p->lg[p->nlg++] = LongItem{row0, n, L, base};
+    }
+}
+
+// One layer's attention: out (T, H*hd) in ctx->dt, or fp32 when out_f32 (decode path only).
+// q (fp32, ld ldq) for the decode path, q16 (ld H*hd, ctx->dt) for the GEMM path; kc, vc this
+// layer's cache; d_srow, d_slen, d_sbase the plan's decode items on the device. Returns launches.
+static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, const int *d_slen, const int *d_sbase,
+                      const float *q, int ldq, const void *q16, const void *kc, const void *vc, void *out, int out_f32) {
+    const int H = c->H, KV = c->KV, hd = c->hd, qd = H * hd, kd = KV * hd;
+    const size_t es = esize(c->dt), oes = out_f32 ? 4 : es;
+    const float scale = 1.0f / sqrtf((float)hd);
+    int launches = 0;
+    if (p->ns) {
+        const int nsplit = p->nsplit < 1 ? 1 : p->nsplit;
+        const size_t per_item = (size_t)H * nsplit * hd;
+        int grp = (int)(c->part_cap / per_item);
+        if (grp > 65535) grp = 65535;
+        const size_t smem = attn_smem_bytes(H / KV, hd);
+        const int cthreads = hd <= 64 ? 64 : 128;
+        for (int w0 = 0; w0 < p->ns; w0 += grp) {
+            const int n = p->ns - w0 < grp ? p->ns - w0 : grp;
+            DISPATCH(c->dt, C,
+                     k_attn_split_rows<C><<<dim3(KV, nsplit, n), ATTN_CHUNK, smem>>>(
+                         q, ldq, (const C *)kc, (const C *)vc, d_srow + w0, d_slen + w0, d_sbase + w0, H, KV, hd, scale,
+                         c->part_o, c->part_ml));
+            CUDA_CHECK_LAST();
+            if (out_f32) {
+                k_attn_combine_rows<float><<<dim3(H, n), cthreads>>>(c->part_o, c->part_ml, d_srow + w0, d_slen + w0,
+                                                                     nsplit, H, hd, (float *)out, qd);
+            } else {
+                DISPATCH(c->dt, O,
+                         k_attn_combine_rows<O><<<dim3(H, n), cthreads>>>(c->part_o, c->part_ml, d_srow + w0,
+                                                                          d_slen + w0, nsplit, H, hd, (O *)out, qd));
+            }
+            CUDA_CHECK_LAST();
+            launches += 2;
+        }
+    }
+    for (int i = 0; i < p->nlg; i++) {
+        const LongItem *it = &p->lg[i];
+        size_t sub = c->s_cap / ((size_t)H * it->L);
+        if (sub < 1) sub = 1;
+        for (int i0 = 0; i0 < it->n; i0 += (int)sub) {
+            const int nq = it->n - i0 < (int)sub ? it->n - i0 : (int)sub;
+            const int nk = it->L - it->n + i0 + nq;  // keys the last query of this sub-chunk sees
+            const size_t r0 = (size_t)it->row0 + i0, b0 = (size_t)it->base * kd * es;
+            attention_gpu(c->blas, c->dt, nq, nk, H, KV, hd, (const char *)q16 + r0 * qd * es, qd, (const char *)kc + b0,
+                          kd, (const char *)vc + b0, kd, c->S, c->P, (char *)out + r0 * qd * es);
+            launches += 2 * (H / KV) + 1;
+        }
+    }
+    for (int i = 0; i < p->npad; i++) {
+        CUDA_CHECK(cudaMemsetAsync((char *)out + (size_t)p->pad0[i] * qd * oes, 0, (size_t)p->padn[i] * qd * oes));
+        launches++;
+    }
+    return launches;
+}
+
+// ---------------------------------------------------------------- the runner
+
+struct GpuRunner {
+    GpuModel *g;
+    int n_slots, max_len, max_tok, lcap;
+    StDtype cdt;  // cache dtype = weight dtype
+    void *kc, *vc;  // (n_layers, n_slots * max_len, KV*hd)
+    size_t lstride;  // bytes of one layer's K (or V)
+    double kv_bytes;
+    int small_max, use_gemv;
+    AttnCtx ac;
+    AttnPlan plan;
+    float *x, *qkv, *gu, *xg, *logits, *xnf, *attf, *hf;
+    void *xn, *q16, *att, *h;
+    float *cos_t, *sin_t, *inv_freq;
+    int *d_pack, *h_pack, *d_argmax;
+    size_t pack_cap;
+    cudaEvent_t ev0, ev1;
+    double last_ms;
+    int launches;
+    char desc[400];
+};
+
+static void *dalloc_r(size_t n, double *count) {
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, n ? n : 4));
+    if (count) *count += (double)n;
+    return p;
+}
+
+extern "C" GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err,
+                                     int errlen) {
+    if (!g) {
+        snprintf(err, (size_t)errlen, "gpu_runner_new: no model");
+        return NULL;
+    }
+    const ModelConfig *c = &g->cfg;
+    const int H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+    if (n_slots < 1 || max_len < 1 || max_tokens_per_step < 1 || (double)n_slots * max_len > INT_MAX) {
+        snprintf(err, (size_t)errlen, "gpu_runner_new: need n_slots >= 1, max_len >= 1, max_tokens_per_step >= 1 and "
+                 "n_slots * max_len < 2^31 (got %d, %d, %d)", n_slots, max_len, max_tokens_per_step);
+        return NULL;
+    }
+    if (H % KV || hd % 2) {
+        snprintf(err, (size_t)errlen, "gpu_runner_new: n_heads %% n_kv_heads must be 0 and head_dim even (%d, %d, %d)", H,
+                 KV, hd);
+        return NULL;
+    }
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) {
+        snprintf(err, (size_t)errlen, "%s", gi.reason);
+        return NULL;
+    }
+    const StDtype dt = g->wdt;
+    const size_t es = esize(dt), kd = (size_t)KV * hd, qd = (size_t)H * hd, nqkv = qd + 2 * kd;
+    const size_t d = c->hidden, ff = c->intermediate, T = max_tokens_per_step, half = hd / 2;
+    const size_t lstride = (size_t)n_slots * max_len * kd * es;
+    const size_t kv_total = 2 * lstride * c->n_layers;
+    int lcap = max_tokens_per_step < (n_slots > 64 ? n_slots : 64) ? max_tokens_per_step : (n_slots > 64 ? n_slots : 64);
+    const int lmax = (int)(LOGIT_BUDGET / ((size_t)c->vocab * 4));
+    if (lcap > lmax) lcap = lmax < 1 ? 1 : lmax;
+    const int small_ok = (H / KV) <= ATTN_MAXG && hd <= 32 * ATTN_MAXE;
+    const int srows = max_tokens_per_step < max_len ? max_tokens_per_step : max_len;
+    size_t s_cap = (size_t)H * srows * max_len;
+    const size_t s_es = 4 + (dt == ST_F32 ? 0 : es);
+    if (s_cap * s_es > SCORE_BUDGET) s_cap = SCORE_BUDGET / s_es;
+    if (s_cap < (size_t)H * max_len) s_cap = (size_t)H * max_len;  // at least one query row over every key
+    const int nsplit_max = (max_len + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    const size_t per_item = (size_t)H * nsplit_max * hd;
+    size_t part_cap = per_item * (size_t)(max_tokens_per_step < n_slots ? max_tokens_per_step : n_slots);
+    if (part_cap > PART_BUDGET) part_cap = PART_BUDGET;
+    if (part_cap < per_item) part_cap = per_item;
+    const size_t pack_cap = 7 * T + 8;
+    const size_t ws = T * d * 4 + T * d * es + T * nqkv * 4 + 2 * T * qd * es + T * 2 * ff * 4 + T * ff * es +
+                      (size_t)lcap * d * 4 + (size_t)lcap * c->vocab * 4 + 2 * T * half * 4 + s_cap * s_es +
+                      part_cap * 4 + part_cap / hd * 8 + pack_cap * 4;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    if ((double)kv_total + ws + ((size_t)256 << 20) > (double)fr) {
+        snprintf(err, (size_t)errlen, "gpu_runner_new: the KV cache (%d slots x %d positions = %.2f GiB) and workspaces "
+                 "for %d tokens per step (%.2f GiB) do not fit in the %.2f GiB of free device memory",
+                 n_slots, max_len, kv_total / 1073741824.0, max_tokens_per_step, ws / 1073741824.0, fr / 1073741824.0);
+        return NULL;
+    }
+    GpuRunner *r = (GpuRunner *)xcalloc(1, sizeof(GpuRunner));
+    r->g = g;
+    r->n_slots = n_slots, r->max_len = max_len, r->max_tok = max_tokens_per_step, r->lcap = lcap;
+    r->cdt = dt;
+    r->lstride = lstride;
+    r->small_max = DEFAULT_SMALL_CHUNK;
+    r->use_gemv = 1;
+    size_t f0, f1;
+    CUDA_CHECK(cudaMemGetInfo(&f0, &tot));
+    r->kc = dalloc_r(kv_total / 2, NULL);
+    r->vc = dalloc_r(kv_total / 2, NULL);
+    CUDA_CHECK(cudaMemGetInfo(&f1, &tot));
+    r->kv_bytes = (double)f0 - (double)f1;
+    // poison: every bit pattern 0xffff / 0xffffffff is NaN, so a read of a row no batch wrote shows
+    CUDA_CHECK(cudaMemset(r->kc, 0xff, kv_total / 2));
+    CUDA_CHECK(cudaMemset(r->vc, 0xff, kv_total / 2));
+    r->x = (float *)dalloc_r(T * d * 4, NULL);
+    r->xn = dalloc_r(T * d * es, NULL);
+    r->qkv = (float *)dalloc_r(T * nqkv * 4, NULL);
+    r->q16 = dalloc_r(T * qd * es, NULL);
+    r->att = dalloc_r(T * qd * es, NULL);
+    r->gu = (float *)dalloc_r(T * 2 * ff * 4, NULL);
+    r->h = dalloc_r(T * ff * es, NULL);
+    r->xg = (float *)dalloc_r((size_t)lcap * d * 4, NULL);
+    r->logits = (float *)dalloc_r((size_t)lcap * c->vocab * 4, NULL);
+    r->xnf = (float *)dalloc_r(d * 4, NULL);
+    r->attf = (float *)dalloc_r(qd * 4, NULL);
+    r->hf = (float *)dalloc_r(ff * 4, NULL);
+    r->cos_t = (float *)dalloc_r(T * half * 4, NULL);
+    r->sin_t = (float *)dalloc_r(T * half * 4, NULL);
+    r->inv_freq = (float *)dalloc_r(half * 4, NULL);
+    r->d_pack = (int *)dalloc_r(pack_cap * 4, NULL);
+    r->d_argmax = (int *)dalloc_r((size_t)T * 4, NULL);
+    r->pack_cap = pack_cap;
+    CUDA_CHECK(cudaMallocHost(&r->h_pack, pack_cap * 4));
+    float *inv = (float *)xmalloc(half * 4);
+    rope_inv_freq(c, inv);
+    CUDA_CHECK(cudaMemcpy(r->inv_freq, inv, half * 4, cudaMemcpyHostToDevice));
+    free(inv);
+    AttnCtx *a = &r->ac;
+    a->blas = g->blas, a->dt = dt, a->H = H, a->KV = KV, a->hd = hd, a->small_ok = small_ok;
+    a->s_cap = s_cap;
+    a->S = (float *)dalloc_r(s_cap * 4, NULL);
+    a->P = dt == ST_F32 ? (void *)a->S : dalloc_r(s_cap * es, NULL);
+    a->part_cap = part_cap;
+    a->part_o = (float *)dalloc_r(part_cap * 4, NULL);
+    a->part_ml = (float *)dalloc_r(part_cap / hd * 8, NULL);
+    AttnPlan *p = &r->plan;
+    p->srow = (int *)xmalloc(T * 4), p->slen = (int *)xmalloc(T * 4), p->sbase = (int *)xmalloc(T * 4);
+    p->lg = (LongItem *)xmalloc(T * sizeof(LongItem));
+    p->pad0 = (int *)xmalloc(T * 4), p->padn = (int *)xmalloc(T * 4);
+    CUDA_CHECK(cudaEventCreate(&r->ev0));
+    CUDA_CHECK(cudaEventCreate(&r->ev1));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    snprintf(r->desc, sizeof r->desc,
+             "cuda %s weights, %s KV (%d slots x %d positions, %.2f GiB), cuBLAS GEMMs over all rows (step03 GEMV "
+             "for a 1-row step), attention: split decode kernel for <= %d new rows per sequence, GEMM-softmax-GEMM "
+             "beyond",
+             dt_name(dt), dt_name(dt), n_slots, max_len, r->kv_bytes / 1073741824.0, small_ok ? DEFAULT_SMALL_CHUNK : 0);
+    return r;
+}
+
+extern "C" void gpu_runner_free(GpuRunner *r) {
+    if (!r) return;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    void *ps[] = {r->kc, r->vc, r->x, r->xn, r->qkv, r->q16, r->att, r->gu, r->h, r->xg, r->logits, r->xnf, r->attf,
+                  r->hf, r->cos_t, r->sin_t, r->inv_freq, r->d_pack, r->d_argmax, r->ac.S, r->ac.part_o, r->ac.part_ml};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
+    if (r->ac.P != r->ac.S) CUDA_CHECK(cudaFree(r->ac.P));
+    CUDA_CHECK(cudaFreeHost(r->h_pack));
+    CUDA_CHECK(cudaEventDestroy(r->ev0));
+    CUDA_CHECK(cudaEventDestroy(r->ev1));
+    free(r->plan.srow), free(r->plan.slen), free(r->plan.sbase), free(r->plan.lg), free(r->plan.pad0),
+        free(r->plan.padn);
+    free(r);
+}
+
+extern "C" const char *gpu_runner_describe(const GpuRunner *r) { return r->desc; }
+extern "C" double gpu_runner_kv_bytes(const GpuRunner *r) { return r->kv_bytes; }
+extern "C" double gpu_runner_last_ms(const GpuRunner *r) { return r->last_ms; }
+extern "C" int gpu_runner_launches(const GpuRunner *r) { return r->launches; }
+extern "C" void gpu_runner_set_small_chunk(GpuRunner *r, int rows) { r->small_max = rows < 0 ? 0 : rows; }
+
+static float half_to_f(StDtype dt, const void *p, size_t i) {
+    if (dt == ST_F32) return ((const float *)p)[i];
+    const unsigned short u = ((const unsigned short *)p)[i];
+    if (dt == ST_BF16) {
+        const unsigned w = (unsigned)u << 16;
+        float f;
+        memcpy(&f, &w, 4);
+        return f;
+    }
+    __half_raw raw;
+    raw.x = u;
+    return __half2float(__half(raw));
+}
+
+extern "C" int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float *k, float *v) {
+    const ModelConfig *c = &r->g->cfg;
+    if (layer < 0 || layer >= c->n_layers || row < 0 || row >= r->n_slots * r->max_len) {
+        fprintf(stderr, "gpu_runner_read_kv: layer %d / row %d out of range (%d layers, %d rows)\n", layer, row,
+                c->n_layers, r->n_slots * r->max_len);
+        return -1;
+    }
+    const size_t kd = (size_t)c->n_kv_heads * c->head_dim, es = esize(r->cdt);
+    const size_t off = (size_t)layer * r->lstride + (size_t)row * kd * es;
+    void *tmp = xmalloc(kd * es);
+    for (int w = 0; w < 2; w++) {
+        CUDA_CHECK(cudaMemcpy(tmp, (const char *)(w ? r->vc : r->kc) + off, kd * es, cudaMemcpyDeviceToHost));
+        float *dst = w ? v : k;
+        for (size_t i = 0; i < kd; i++) dst[i] = half_to_f(r->cdt, tmp, i);
+    }
+    free(tmp);
+    return 0;
+}
+
+// The checks that keep every device access in bounds (batch_check in batch.c checks the rest:
+// positions contiguous, slot_mapping equal to its formula). 0, or -1 with a message.
+static int validate(const GpuRunner *r, const Batch *b) {
+    const int T = b->n_tokens, S = b->n_seqs, V = r->g->cfg.vocab, rows = r->n_slots * r->max_len;
+#define BAD(...) do { fprintf(stderr, "gpu_runner_forward: " __VA_ARGS__); fputc('\n', stderr); return -1; } while (0)
+    if (T < 1 || T > r->max_tok) BAD("n_tokens = %d: need 1 .. max_tokens_per_step = %d", T, r->max_tok);
+    if (S < 1 || S > T) BAD("n_seqs = %d: need 1 .. n_tokens = %d", S, T);
+    if (b->n_logits < 0 || b->n_logits > T) BAD("n_logits = %d: need 0 .. n_tokens = %d", b->n_logits, T);
+    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->cu_seqlens_q || !b->seq_lens_k || !b->seq_slot ||
+        (b->n_logits && !b->logit_rows))
+        BAD("a batch array is NULL");
+    if (b->cu_seqlens_q[0] != 0 || b->cu_seqlens_q[S] != T)
+        BAD("cu_seqlens_q must go from 0 to n_tokens = %d (got %d .. %d)", T, b->cu_seqlens_q[0], b->cu_seqlens_q[S]);
+    for (int i = 0; i < S; i++) {
+        const int n = b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i], L = b->seq_lens_k[i];
+        if (n < 0) BAD("cu_seqlens_q decreases at sequence %d", i);
+        if (L < 0 || L > r->max_len) BAD("seq_lens_k[%d] = %d: need 0 .. max_len = %d", i, L, r->max_len);
+        if (L > 0 && n > L) BAD("sequence %d has %d new rows but a context of only %d", i, n, L);
+        if (L > 0 && (b->seq_slot[i] < 0 || b->seq_slot[i] >= r->n_slots))
+            BAD("seq_slot[%d] = %d: need 0 .. %d", i, b->seq_slot[i], r->n_slots - 1);
+    }
+    for (int t = 0; t < T; t++) {
+        if (b->token_ids[t] < 0 || b->token_ids[t] >= V) BAD("token_ids[%d] = %d: outside the vocabulary [0, %d)", t, b->token_ids[t], V);
+        if (b->positions[t] < 0 || b->positions[t] >= r->max_len) BAD("positions[%d] = %d: need 0 .. %d", t, b->positions[t], r->max_len - 1);
+        if (b->slot_mapping[t] < -1 || b->slot_mapping[t] >= rows) BAD("slot_mapping[%d] = %d: need -1 .. %d", t, b->slot_mapping[t], rows - 1);
+    }
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T) BAD("logit_rows[%d] = %d: need 0 .. %d", i, b->logit_rows[i], T - 1);
+#undef BAD
+    return 0;
+}
+
+extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, int *argmax) {
+    if (validate(r, b) != 0) return -1;
+    GpuModel *g = r->g;
+    const ModelConfig *c = &g->cfg;
+    const int T = b->n_tokens, NL = b->n_logits, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+    const int ff = c->intermediate, V = c->vocab, qd = H * hd, kd = KV * hd, nqkv = qd + 2 * kd;
+    const StDtype dt = g->wdt;
+    const size_t es = esize(dt);
+    const float eps = c->rms_eps;
+
+    // ---- the plan, on the host
+    AttnPlan *p = &r->plan;
+    p->ns = 0, p->nsplit = 0, p->nlg = 0, p->npad = 0;
+    for (int i = 0; i < b->n_seqs; i++)
+        plan_add(p, r->ac.small_ok, r->small_max, b->cu_seqlens_q[i], b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i],
+                 b->seq_lens_k[i], b->seq_lens_k[i] > 0 ? b->seq_slot[i] * r->max_len : 0);
+    const int gemv1 = r->use_gemv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
+    // ---- one packed upload: token ids, positions, slots, logit rows, decode items
+    int *hp = r->h_pack;
+    size_t o = 0;
+    const size_t o_tok = o; memcpy(hp + o, b->token_ids, (size_t)T * 4), o += T;
+    const size_t o_pos = o; memcpy(hp + o, b->positions, (size_t)T * 4), o += T;
+    const size_t o_slot = o; memcpy(hp + o, b->slot_mapping, (size_t)T * 4), o += T;
+    const size_t o_lr = o; if (NL) memcpy(hp + o, b->logit_rows, (size_t)NL * 4); o += NL;
+    const size_t o_sr = o; memcpy(hp + o, p->srow, (size_t)p->ns * 4), o += p->ns;
+    const size_t o_sl = o; memcpy(hp + o, p->slen, (size_t)p->ns * 4), o += p->ns;
+    const size_t o_sb = o; memcpy(hp + o, p->sbase, (size_t)p->ns * 4), o += p->ns;
+    int *dp = r->d_pack;
+    int launches = 0;
+    CUDA_CHECK(cudaEventRecord(r->ev0));
+    CUDA_CHECK(cudaMemcpyAsync(dp, hp, o * 4, cudaMemcpyHostToDevice));
+
+    DISPATCH(dt, A, k_embed<A><<<T, 256>>>((const A *)g->embed, dp + o_tok, d, r->x));
+    CUDA_CHECK_LAST();
+    const int half = hd / 2;
+    k_rope_rows<<<grid_for((size_t)T * half, 256), 256>>>(dp + o_pos, r->inv_freq, T, half, r->cos_t, r->sin_t);
+    CUDA_CHECK_LAST();
+    launches += 2;
+    const dim3 qkv_grid(T, (H + 2 * KV + 3) / 4), qkv_block(32, 4);
+    for (int l = 0; l < c->n_layers; l++) {
+        const GpuLayer *L = &g->layers[l];
+        void *kc = (char *)r->kc + (size_t)l * r->lstride, *vc = (char *)r->vc + (size_t)l * r->lstride;
+        // ---- attention block
+        if (gemv1) {
+            k_rmsnorm<float><<<1, 1024>>>(r->x, L->attn_norm, d, 1, d, eps, r->xnf);
+            CUDA_CHECK_LAST();
+            gemv_rows(dt, L->wqkv, r->xnf, L->bqkv, r->qkv, nqkv, d, 0, 0);
+        } else {
+            DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->attn_norm, d, 1, d, eps, (A *)r->xn));
+            CUDA_CHECK_LAST();
+            gemm_xwt(g->blas, dt, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
+        }
+        DISPATCH(dt, A,
+                 k_qkv_rows<A, A><<<qkv_grid, qkv_block>>>(r->qkv, gemv1 ? NULL : L->bqkv, L->q_norm, L->k_norm,
+                                                           r->cos_t, r->sin_t, dp + o_slot, H, KV, hd, eps,
+                                                           (A *)r->q16, (A *)kc, (A *)vc));
+        CUDA_CHECK_LAST();
+        launches += 3;
+        launches += attn_layer(&r->ac, p, dp + o_sr, dp + o_sl, dp + o_sb, r->qkv, nqkv, r->q16, kc, vc,
+                               gemv1 ? (void *)r->attf : r->att, gemv1);
+        if (gemv1) {
+            gemv_rows(dt, L->wo, r->attf, L->bo, r->x, d, qd, 1, 0);  // x += att Wo^T + bo
+        } else {
+            gemm_xwt(g->blas, dt, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
+            if (L->bo) {
+                k_add_bias<<<grid_for((size_t)T * d, 256), 256>>>(r->x, L->bo, T, d, d);
+                CUDA_CHECK_LAST();
+                launches++;
+            }
+        }
+        // ---- MLP block
+        if (gemv1) {
+            k_rmsnorm<float><<<1, 1024>>>(r->x, L->mlp_norm, d, 1, d, eps, r->xnf);
+            CUDA_CHECK_LAST();
+            gemv_rows(dt, L->wgu, r->xnf, NULL, r->gu, 2 * ff, d, 0, 0);
+            k_swiglu<float><<<(ff + 255) / 256, 256>>>(r->gu, r->hf, 1, ff);
+            CUDA_CHECK_LAST();
+            gemv_rows(dt, L->wdown, r->hf, NULL, r->x, d, ff, 1, 0);
+        } else {
+            DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->mlp_norm, d, 1, d, eps, (A *)r->xn));
+            CUDA_CHECK_LAST();
+            gemm_xwt(g->blas, dt, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
+            DISPATCH(dt, A, k_swiglu<A><<<grid_for((size_t)T * ff, 256), 256>>>(r->gu, (A *)r->h, T, ff));
+            CUDA_CHECK_LAST();
+            gemm_xwt(g->blas, dt, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
+        }
+        launches += 6;
+    }
+    // ---- logits only for the rows that sample, lcap rows per lm_head GEMM
+    for (int o0 = 0; o0 < NL; o0 += r->lcap) {
+        const int nl = NL - o0 < r->lcap ? NL - o0 : r->lcap;
+        k_gather_rows<<<nl, 256>>>(r->x, dp + o_lr + o0, d, r->xg);
+        CUDA_CHECK_LAST();
+        if (r->use_gemv && nl == 1) {
+            k_rmsnorm<float><<<1, 1024>>>(r->xg, g->final_norm, d, 1, d, eps, r->xnf);
+            CUDA_CHECK_LAST();
+            gemv_rows(dt, g->lm_head, r->xnf, NULL, r->logits, V, d, 0, 0);
+        } else {
+            DISPATCH(dt, A, k_rmsnorm<A><<<nl, 256>>>(r->xg, g->final_norm, d, 1, d, eps, (A *)r->xn));
+            CUDA_CHECK_LAST();
+            gemm_xwt(g->blas, dt, nl, V, d, r->xn, d, g->lm_head, r->logits, V, 0.0f);
+        }
+        launches += 3;
+        if (argmax) {
+            k_argmax_rows<<<nl, 1024>>>(r->logits, V, r->d_argmax + o0);
+            CUDA_CHECK_LAST();
+            launches++;
+        }
+        if (logits)
+            CUDA_CHECK(cudaMemcpyAsync(logits + (size_t)o0 * V, r->logits, (size_t)nl * V * 4, cudaMemcpyDeviceToHost));
+    }
+    CUDA_CHECK(cudaEventRecord(r->ev1));
+    if (argmax && NL) CUDA_CHECK(cudaMemcpyAsync(argmax, r->d_argmax, (size_t)NL * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaEventSynchronize(r->ev1));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, r->ev0, r->ev1));
+    r->last_ms = ms;
+    r->launches = launches;
+    (void)es;
+    return 0;
+}
+
+// ---------------------------------------------------------------- test entry point
+
+extern "C" int batch_attention_gpu_check(const float *q, const float *kc, const float *vc, int cache_rows, int n_seqs,
+                                         const int *cu_q, const int *seq_lens_k, const int *base, int H, int KV, int hd,
+                                         StDtype dt, int small_chunk, float *out) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) return -1;
+    if (H % KV || n_seqs < 1) return -1;
+    if (dt == ST_BF16 && gi.cc_major < 8) dt = ST_F32;  // as gpu_model_load does on sm_75
+    const int T = cu_q[n_seqs], qd = H * hd, kd = KV * hd;
+    const size_t es = esize(dt);
+    int maxL = 1;
+    for (int i = 0; i < n_seqs; i++) maxL = seq_lens_k[i] > maxL ? seq_lens_k[i] : maxL;
+    AttnCtx a = {};
+    CUBLAS_CHECK(cublasCreate(&a.blas));
+    a.dt = dt, a.H = H, a.KV = KV, a.hd = hd;
+    a.small_ok = (H / KV) <= ATTN_MAXG && hd <= 32 * ATTN_MAXE;
+    a.s_cap = (size_t)H * (T < maxL ? T : maxL) * maxL;
+    a.S = (float *)dalloc_r(a.s_cap * 4, NULL);
+    a.P = dt == ST_F32 ? (void *)a.S : dalloc_r(a.s_cap * es, NULL);
+    const int nsplit_max = (maxL + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    a.part_cap = (size_t)H * nsplit_max * hd * 3;  // 3 items per group: the grouping is exercised too
+    a.part_o = (float *)dalloc_r(a.part_cap * 4, NULL);
+    a.part_ml = (float *)dalloc_r(a.part_cap / hd * 8, NULL);
+    AttnPlan p = {};
+    p.srow = (int *)xmalloc((size_t)T * 4), p.slen = (int *)xmalloc((size_t)T * 4), p.sbase = (int *)xmalloc((size_t)T * 4);
+    p.lg = (LongItem *)xmalloc((size_t)T * sizeof(LongItem));
+    p.pad0 = (int *)xmalloc((size_t)T * 4), p.padn = (int *)xmalloc((size_t)T * 4);
+    for (int i = 0; i < n_seqs; i++) plan_add(&p, a.small_ok, small_chunk, cu_q[i], cu_q[i + 1] - cu_q[i], seq_lens_k[i], base[i]);
+    // inputs: q fp32 (decode path) and rounded (GEMM path); the cache rounded to dt
+    const size_t nq = (size_t)T * qd, nk = (size_t)cache_rows * kd, big = nq > nk ? nq : nk;
+    float *tmp = (float *)dalloc_r(big * 4, NULL), *dq = (float *)dalloc_r(nq * 4, NULL);
+    void *dq16 = dalloc_r(nq * es, NULL), *dk = dalloc_r(nk * es, NULL), *dv = dalloc_r(nk * es, NULL);
+    void *dout = dalloc_r(nq * es, NULL);
+    CUDA_CHECK(cudaMemcpy(dq, q, nq * 4, cudaMemcpyHostToDevice));
+    DISPATCH(dt, A, k_round_rows<A><<<256, 256>>>(dq, (A *)dq16, nq));
+    CUDA_CHECK_LAST();
+    const float *src[2] = {kc, vc};
+    void *dst[2] = {dk, dv};
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMemcpy(tmp, src[i], nk * 4, cudaMemcpyHostToDevice));
+        DISPATCH(dt, A, k_round_rows<A><<<256, 256>>>(tmp, (A *)dst[i], nk));
+        CUDA_CHECK_LAST();
+    }
+    int *dplan = (int *)dalloc_r((size_t)3 * (p.ns + 1) * 4, NULL);
+    if (p.ns) {
+        CUDA_CHECK(cudaMemcpy(dplan, p.srow, (size_t)p.ns * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dplan + p.ns, p.slen, (size_t)p.ns * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dplan + 2 * p.ns, p.sbase, (size_t)p.ns * 4, cudaMemcpyHostToDevice));
+    }
+    CUDA_CHECK(cudaMemset(dout, 0xff, nq * es));  // poison (NaN): every row must be written
+    attn_layer(&a, &p, dplan, dplan + p.ns, dplan + 2 * p.ns, dq, qd, dq16, dk, dv, dout, 0);
+    DISPATCH(dt, A, k_to_f32_rows<A><<<256, 256>>>((const A *)dout, tmp, nq));
+    CUDA_CHECK_LAST();
+    CUDA_CHECK(cudaMemcpy(out, tmp, nq * 4, cudaMemcpyDeviceToHost));
+    void *ps[] = {tmp, dq, dq16, dk, dv, dout, dplan, a.S, a.part_o, a.part_ml};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
+    if (a.P != a.S) CUDA_CHECK(cudaFree(a.P));
+    CUBLAS_CHECK(cublasDestroy(a.blas));
+    free(p.srow), free(p.slen), free(p.sbase), free(p.lg), free(p.pad0), free(p.padn);
+    return 0;
+}
