@@ -1,0 +1,90 @@
+// batch.c — the flat batch of one step (batch.h): allocation, the consistency check, and the
+// flattening of a scheduler plan (scheduler.h) into rows.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "step04_batching/batch.h"
+#include "step04_batching/scheduler.h"
+
+void batch_alloc(Batch *b, int cap_seqs, int cap_tokens) {
+    memset(b, 0, sizeof *b);
+    b->cap_seqs = cap_seqs, b->cap_tokens = cap_tokens;
+    b->token_ids = xmalloc((size_t)cap_tokens * sizeof(int));
+    b->positions = xmalloc((size_t)cap_tokens * sizeof(int));
+    b->slot_mapping = xmalloc((size_t)cap_tokens * sizeof(int));
+    b->cu_seqlens_q = xmalloc((size_t)(cap_seqs + 1) * sizeof(int));
+    b->seq_lens_k = xmalloc((size_t)cap_seqs * sizeof(int));
+    b->seq_slot = xmalloc((size_t)cap_seqs * sizeof(int));
+    b->logit_rows = xmalloc((size_t)cap_seqs * sizeof(int));
+}
+
+void batch_free(Batch *b) {
+    free(b->token_ids), free(b->positions), free(b->slot_mapping), free(b->cu_seqlens_q);
+    free(b->seq_lens_k), free(b->seq_slot), free(b->logit_rows);
+    memset(b, 0, sizeof *b);
+}
+
+#define BAD(...) (fprintf(stderr, "batch_check: " __VA_ARGS__), fputc('\n', stderr), -1)
+
+int batch_check(const Batch *b, int n_slots, int max_len, int vocab) {
+    if (b->n_seqs < 0 || b->n_seqs > b->cap_seqs) return BAD("n_seqs = %d outside 0..%d", b->n_seqs, b->cap_seqs);
+    if (b->n_tokens < 0 || b->n_tokens > b->cap_tokens)
+        return BAD("n_tokens = %d outside 0..%d", b->n_tokens, b->cap_tokens);
+    if (b->cu_seqlens_q[0] != 0) return BAD("cu_seqlens_q[0] = %d, not 0", b->cu_seqlens_q[0]);
+    if (b->cu_seqlens_q[b->n_seqs] != b->n_tokens)
+        return BAD("cu_seqlens_q[%d] = %d, not n_tokens %d", b->n_seqs, b->cu_seqlens_q[b->n_seqs], b->n_tokens);
+    for (int i = 0; i < b->n_seqs; i++) {
+        const int r0 = b->cu_seqlens_q[i], r1 = b->cu_seqlens_q[i + 1], len = b->seq_lens_k[i];
+        if (r1 < r0) return BAD("cu_seqlens_q decreases at sequence %d (%d -> %d)", i, r0, r1);
+        if (len == 0) {  // a padding sequence: its rows write nothing
+            for (int t = r0; t < r1; t++)
+                if (b->slot_mapping[t] != -1) return BAD("slot_mapping[%d] = %d in padding sequence %d, not -1", t, b->slot_mapping[t], i);
+            continue;
+        }
+        if (r1 == r0) return BAD("sequence %d has no rows", i);
+        if (len < r1 - r0 || len > max_len)
+            return BAD("seq_lens_k[%d] = %d: fewer than its %d rows or more than max_len %d", i, len, r1 - r0, max_len);
+        const int slot = b->seq_slot[i];
+        if (slot < 0 || slot >= n_slots) return BAD("seq_slot[%d] = %d outside 0..%d", i, slot, n_slots - 1);
+        for (int t = r0; t < r1; t++) {
+            const int pos = len - (r1 - t);
+            if (b->positions[t] != pos) return BAD("positions[%d] = %d, expected %d (sequence %d)", t, b->positions[t], pos, i);
+            if (b->slot_mapping[t] != slot * max_len + pos)
+                return BAD("slot_mapping[%d] = %d, expected %d = slot %d * %d + %d", t, b->slot_mapping[t],
+                           slot * max_len + pos, slot, max_len, pos);
+            if (b->token_ids[t] < 0 || b->token_ids[t] >= vocab)
+                return BAD("token_ids[%d] = %d outside the vocabulary [0, %d)", t, b->token_ids[t], vocab);
+        }
+    }
+    if (b->n_logits < 0 || b->n_logits > b->n_seqs) return BAD("n_logits = %d outside 0..%d", b->n_logits, b->n_seqs);
+    for (int i = 0; i < b->n_logits; i++) {
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+            return BAD("logit_rows[%d] = %d outside 0..%d", i, b->logit_rows[i], b->n_tokens - 1);
+        if (i > 0 && b->logit_rows[i] <= b->logit_rows[i - 1])
+            return BAD("logit_rows not increasing at %d (%d after %d)", i, b->logit_rows[i], b->logit_rows[i - 1]);
+    }
+    return 0;
+}
+
+void batch_from_plan(Batch *b, const SchedPlan *p, const Request *reqs, int max_len) {
+    int row = 0;
+    b->n_seqs = p->n;
+    b->n_logits = 0;
+    b->cu_seqlens_q[0] = 0;
+    for (int i = 0; i < p->n; i++) {
+        const Request *r = &reqs[p->req[i]];
+        for (int j = 0; j < p->n_new[i]; j++, row++) {
+            const int pos = p->start[i] + j;
+            b->token_ids[row] = r->tokens[pos];
+            b->positions[row] = pos;
+            b->slot_mapping[row] = r->slot * max_len + pos;
+        }
+        b->cu_seqlens_q[i + 1] = row;
+        b->seq_lens_k[i] = p->start[i] + p->n_new[i];
+        b->seq_slot[i] = r->slot;
+        if (p->samples[i]) b->logit_rows[b->n_logits++] = row - 1;
+    }
+    b->n_tokens = row;
+}

@@ -1,0 +1,89 @@
+// offline.c — see offline.h.
+#include "offline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "timer.h"
+
+static void sleep_s(double s) {
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, OfflineStats *st) {
+    memset(st, 0, sizeof *st);
+    const int cap_seqs = s->cfg.max_num_seqs;
+    long cap_rows = s->cfg.max_num_batched_tokens;
+    if (cap_rows > (long)cap_seqs * s->cfg.max_len) cap_rows = (long)cap_seqs * s->cfg.max_len;
+    Batch b;
+    batch_alloc(&b, cap_seqs, (int)cap_rows);
+    SchedPlan plan = {0};
+    float *logits = NULL;  // (cap_seqs, vocab), allocated when a row samples
+    int *argmax = xmalloc((size_t)cap_seqs * sizeof(int)), *tokens = xmalloc((size_t)cap_seqs * sizeof(int));
+    Sampler sampler;
+    const SamplerParams sp0 = {.greedy = 1, .temperature = 0, .top_p = 1};
+    sampler_init(&sampler, &sp0, vocab);
+    const double t0 = now_sec();
+    double sim = 0, last_progress = t0, first = -1, last = 0;
+    int rc = 0;
+    while (!sched_done(s)) {
+        const double now = o->real_clock ? now_sec() - t0 : sim;
+        sched_schedule(s, now, &plan);
+        if (plan.n == 0) {  // nothing runnable: wait for the next arrival
+            const double next = sched_next_arrival(s);
+            if (next < 0) {
+                fprintf(stderr, "offline_run: requests left but none can ever run (scheduler stuck)\n");
+                rc = -1;
+                break;
+            }
+            if (o->real_clock) sleep_s(next - now);
+            else sim = next > sim ? next : sim + (o->step_s > 0 ? o->step_s : 1e-3);
+            continue;
+        }
+        if (first < 0) first = now;
+        batch_from_plan(&b, &plan, s->reqs, s->cfg.max_len);
+        int need_logits = o->on_logits != NULL;
+        for (int i = 0; i < plan.n && !need_logits; i++) {
+            const Request *q = &s->reqs[plan.req[i]];
+            need_logits = plan.samples[i] && !(q->sp.greedy || q->sp.temperature <= 0);
+        }
+        if (need_logits && !logits) logits = xmalloc((size_t)cap_seqs * vocab * sizeof(float));
+        const double f0 = now_sec();
+        if (runner_forward(r, &b, need_logits ? logits : NULL, argmax) != 0) {
+            rc = -1;
+            break;
+        }
+        st->forward_s += now_sec() - f0;
+        st->logit_copies += need_logits;
+        for (int i = 0, k = 0; i < plan.n; i++) {
+            if (!plan.samples[i]) continue;
+            const Request *q = &s->reqs[plan.req[i]];
+            const float *row = need_logits ? logits + (size_t)k * vocab : NULL;
+            if (row && o->on_logits) o->on_logits(o->ctx, q, row, vocab);
+            if (q->sp.greedy || q->sp.temperature <= 0) tokens[i] = argmax[k];
+            else tokens[i] = sample_keyed(&sampler, &q->sp, q->index, q->num_tokens, row);
+            k++;
+        }
+        st->steps++;
+        sim += o->step_s > 0 ? o->step_s : 1e-3;
+        const double end = o->real_clock ? now_sec() - t0 : sim;
+        sched_update(s, &plan, tokens, end);
+        last = end;
+        if (o->progress && now_sec() - last_progress > 2.0) {
+            last_progress = now_sec();
+            fprintf(stderr, "[batch] step %ld, %d/%d requests finished, %d running, t = %.1f s\n", st->steps,
+                    s->n_finished, s->n_reqs, s->n_running, end);
+        }
+    }
+    st->wall_s = first < 0 ? 0 : last;  // from the engine start (time 0 of arrival_s)
+    sampler_free(&sampler);
+    free(logits), free(argmax), free(tokens);
+    plan_free(&plan);
+    batch_free(&b);
+    return rc;
+}

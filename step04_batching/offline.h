@@ -1,0 +1,40 @@
+// offline.h — the engine loop of step04 over a fixed list of requests (batch_bench, the tests).
+// defines: OfflineOpts, OfflineStats, offline_run
+//
+//   while not every request finished:
+//     plan   = sched_schedule(now)              (nothing arrived yet: wait for the next arrival)
+//     batch  = batch_from_plan(plan)
+//     runner_forward(batch) -> argmax (greedy rows) and/or logits (when a row samples)
+//     token  = argmax, or sample_keyed(request, position, logits row)
+//     sched_update(plan, tokens, now)
+// final/'s engine is this loop with requests arriving from a server instead of a list.
+#pragma once
+#include "step04_batching/batch.h"
+#include "step04_batching/scheduler.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int real_clock;  // 1: wall clock (sleeps until an arrival when idle); 0: simulated, each step = step_s
+    double step_s;   // simulated clock: seconds a step takes (default 1e-3)
+    int progress;    // a progress line on stderr every ~2 s
+    // called for every sampling row with its logits on the host (the loop then always copies
+    // logits); ctx is passed through
+    void (*on_logits)(void *ctx, const Request *r, const float *logits, int vocab);
+    void *ctx;
+} OfflineOpts;
+
+typedef struct {
+    double wall_s;        // engine start (arrival time 0) to the last finish (engine clock)
+    double forward_s;     // inside runner_forward (host wall clock)
+    long steps, logit_copies;  // steps; steps whose logits were copied to the host
+} OfflineStats;
+
+// Runs every request of s to completion. 0, or -1 when a forward failed (message on stderr).
+int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, OfflineStats *st);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,177 @@
+// runner.c — batch.h's Runner: one flat batch (every new token of every scheduled sequence) in,
+// logits of the sampling rows out. CPU: the fp32 reference below; CUDA: runner_gpu.cu behind
+// the same three calls.
+//
+// The CPU forward is step02's layer with three changes, all about the batch:
+//   - the projections run once over all rows with linear_rows_cpu, whose per-row result does not
+//     depend on the batch (step02's OpenBLAS linear_cpu does: see linear_rows.h);
+//   - RoPE uses each row's own position, and the new K/V rows are written into the cache at
+//     slot_mapping (slot * max_len + position), n_slots * max_len rows per layer;
+//   - attention runs per sequence, its queries over its slot's cached rows 0 .. seq_lens_k-1:
+//     step02's attention_at_cpu with pos0 = seq_lens_k - rows (the cached prefix, plus causal
+//     inside the chunk), the function step03's cache already uses.
+// Every other op (embedding, RMSNorm, q/k norm, SwiGLU, residual add) is step02's, row by row.
+// So a sequence's logits are bit-identical whatever it is batched with and however its prompt
+// was chunked: every row's arithmetic is fixed.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "step04_batching/batch.h"
+#include "step04_batching/linear_rows.h"
+#include "step04_batching/runner_gpu.h"
+
+struct Runner {
+    int cuda;
+    GpuRunner *gpu;
+    const CpuModel *m;
+    int n_slots, max_len, max_tokens;
+    float *kc, *vc;  // (n_layers, n_slots * max_len, KV*hd) each
+    float *x, *xn, *tmp, *q, *k, *v, *att, *gate, *up, *cos_t, *sin_t;  // (max_tokens, ...) workspaces
+    float *lx, *logits;  // (cap_logits, d), (cap_logits, vocab): the sampling rows
+    int cap_logits;
+    char desc[160];
+};
+
+Runner *runner_new_cpu(const CpuModel *m, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen) {
+    if (n_slots < 1 || max_len < 1 || max_tokens_per_step < 1) {
+        errf(err, errlen, "runner_new_cpu: n_slots %d, max_len %d, max_tokens_per_step %d: each must be >= 1", n_slots,
+             max_len, max_tokens_per_step);
+        return NULL;
+    }
+    const ModelConfig *c = &m->cfg;
+    const size_t T = (size_t)max_tokens_per_step, d = (size_t)c->hidden, qd = (size_t)c->n_heads * c->head_dim;
+    const size_t kd = (size_t)c->n_kv_heads * c->head_dim, ff = (size_t)c->intermediate, half = (size_t)c->head_dim / 2;
+    const size_t kv = (size_t)c->n_layers * n_slots * max_len * kd;
+    Runner *r = xcalloc(1, sizeof *r);
+    r->m = m;
+    r->n_slots = n_slots, r->max_len = max_len, r->max_tokens = max_tokens_per_step;
+    r->kc = calloc(kv, sizeof(float));
+    r->vc = calloc(kv, sizeof(float));
+    if (!r->kc || !r->vc) {
+        errf(err, errlen, "runner_new_cpu: cannot allocate the KV cache (2 x %.3g GB for %d slots x %d positions)",
+             kv * 4.0 / 1e9, n_slots, max_len);
+        free(r->kc), free(r->vc), free(r);
+        return NULL;
+    }
+    r->x = xmalloc(T * d * 4), r->xn = xmalloc(T * d * 4), r->tmp = xmalloc(T * d * 4);
+    r->q = xmalloc(T * qd * 4), r->att = xmalloc(T * qd * 4);
+    r->k = xmalloc(T * kd * 4), r->v = xmalloc(T * kd * 4);
+    r->gate = xmalloc(T * ff * 4), r->up = xmalloc(T * ff * 4);
+    r->cos_t = xmalloc(T * half * 4), r->sin_t = xmalloc(T * half * 4);
+    snprintf(r->desc, sizeof r->desc, "cpu fp32 (row-deterministic GEMM), fp32 KV");
+    return r;
+}
+
+Runner *runner_new_cuda(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen) {
+    GpuRunner *gr = gpu_runner_new(g, n_slots, max_len, max_tokens_per_step, err, errlen);
+    if (!gr) return NULL;
+    Runner *r = xcalloc(1, sizeof *r);
+    r->cuda = 1;
+    r->gpu = gr;
+    r->n_slots = n_slots, r->max_len = max_len, r->max_tokens = max_tokens_per_step;
+    return r;
+}
+
+void runner_free(Runner *r) {
+    if (!r) return;
+    if (r->gpu) gpu_runner_free(r->gpu);
+    float *bufs[] = {r->kc, r->vc, r->x, r->xn, r->tmp, r->q, r->k, r->v, r->att,
+                     r->gate, r->up, r->cos_t, r->sin_t, r->lx, r->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(r);
+}
+
+const char *runner_describe(const Runner *r) { return r->cuda ? gpu_runner_describe(r->gpu) : r->desc; }
+
+double runner_kv_bytes(const Runner *r) {
+    if (r->cuda) return gpu_runner_kv_bytes(r->gpu);
+    const ModelConfig *c = &r->m->cfg;
+    return 2.0 * c->n_layers * (double)r->n_slots * r->max_len * c->n_kv_heads * c->head_dim * sizeof(float);
+}
+
+static int forward_cpu_batch(Runner *r, const Batch *b, float *logits_out, int *argmax) {
+    const CpuModel *m = r->m;
+    const ModelConfig *c = &m->cfg;
+    if (batch_check(b, r->n_slots, r->max_len, c->vocab) != 0) return -1;
+    if (b->n_tokens > r->max_tokens) {
+        fprintf(stderr, "runner_forward: %d rows, the runner was made for %d per step\n", b->n_tokens, r->max_tokens);
+        return -1;
+    }
+    const int T = b->n_tokens, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+    const int qd = H * hd, kd = KV * hd, ff = c->intermediate, half = hd / 2, V = c->vocab;
+    const size_t layer_rows = (size_t)r->n_slots * r->max_len;
+    if (T == 0) return 0;
+
+    // RoPE angles of every row's own position (a sequence's rows are contiguous positions)
+    for (int i = 0; i < b->n_seqs; i++) {
+        const int r0 = b->cu_seqlens_q[i], n = b->cu_seqlens_q[i + 1] - r0;
+        if (n == 0) continue;
+        if (b->seq_lens_k[i] == 0) {  // padding: rotate by nothing
+            for (size_t e = (size_t)r0 * half; e < (size_t)(r0 + n) * half; e++) r->cos_t[e] = 1, r->sin_t[e] = 0;
+            continue;
+        }
+        rope_table_cpu(c, b->positions[r0], n, r->cos_t + (size_t)r0 * half, r->sin_t + (size_t)r0 * half);
+    }
+    embed_cpu(m->embed, b->token_ids, T, d, r->x);
+    for (int l = 0; l < c->n_layers; l++) {
+        const CpuLayer *L = &m->layers[l];
+        float *kc = r->kc + (size_t)l * layer_rows * kd, *vc = r->vc + (size_t)l * layer_rows * kd;
+        rmsnorm_cpu(r->x, L->attn_norm, T, d, c->rms_eps, r->xn);
+        linear_rows_cpu(r->xn, L->wq, L->bq, T, d, qd, r->q);
+        linear_rows_cpu(r->xn, L->wk, L->bk, T, d, kd, r->k);
+        linear_rows_cpu(r->xn, L->wv, L->bv, T, d, kd, r->v);
+        if (L->q_norm) rmsnorm_cpu(r->q, L->q_norm, T * H, hd, c->rms_eps, r->q);
+        if (L->k_norm) rmsnorm_cpu(r->k, L->k_norm, T * KV, hd, c->rms_eps, r->k);
+        rope_apply_cpu(r->q, T, H, hd, qd, r->cos_t, r->sin_t);
+        rope_apply_cpu(r->k, T, KV, hd, kd, r->cos_t, r->sin_t);
+        for (int t = 0; t < T; t++) {  // the new K/V rows into their slots (after RoPE, as step03)
+            const int s = b->slot_mapping[t];
+            if (s < 0) continue;
+            memcpy(kc + (size_t)s * kd, r->k + (size_t)t * kd, (size_t)kd * sizeof(float));
+            memcpy(vc + (size_t)s * kd, r->v + (size_t)t * kd, (size_t)kd * sizeof(float));
+        }
+        for (int i = 0; i < b->n_seqs; i++) {
+            const int r0 = b->cu_seqlens_q[i], n = b->cu_seqlens_q[i + 1] - r0, len = b->seq_lens_k[i];
+            float *out = r->att + (size_t)r0 * qd;
+            if (len == 0) {
+                memset(out, 0, (size_t)n * qd * sizeof(float));
+                continue;
+            }
+            const size_t base = (size_t)b->seq_slot[i] * r->max_len * kd;  // the slot's position 0
+            attention_at_cpu(r->q + (size_t)r0 * qd, kc + base, vc + base, len - n, n, H, KV, hd, out);
+        }
+        linear_rows_cpu(r->att, L->wo, L->bo, T, qd, d, r->tmp);
+        add_cpu(r->x, r->tmp, (long)T * d);
+        // the MLP block of step02 (mlp_block_cpu), with the row-deterministic projection
+        rmsnorm_cpu(r->x, L->mlp_norm, T, d, c->rms_eps, r->xn);
+        linear_rows_cpu(r->xn, L->w_gate, NULL, T, d, ff, r->gate);
+        linear_rows_cpu(r->xn, L->w_up, NULL, T, d, ff, r->up);
+        swiglu_cpu(r->gate, r->up, (long)T * ff, r->gate);
+        linear_rows_cpu(r->gate, L->w_down, NULL, T, ff, d, r->tmp);
+        add_cpu(r->x, r->tmp, (long)T * d);
+    }
+    // final norm and lm_head only for the rows that sample
+    const int nl = b->n_logits;
+    if (nl == 0) return 0;
+    if (nl > r->cap_logits) {
+        free(r->lx), free(r->logits);
+        r->cap_logits = nl;
+        r->lx = xmalloc((size_t)nl * d * sizeof(float));
+        r->logits = xmalloc((size_t)nl * V * sizeof(float));
+    }
+    for (int i = 0; i < nl; i++) memcpy(r->lx + (size_t)i * d, r->x + (size_t)b->logit_rows[i] * d, (size_t)d * sizeof(float));
+    rmsnorm_cpu(r->lx, m->final_norm, nl, d, c->rms_eps, r->lx);
+    float *lg = logits_out ? logits_out : r->logits;
+    linear_rows_cpu(r->lx, m->lm_head, NULL, nl, d, V, lg);
+    if (argmax)
+        for (int i = 0; i < nl; i++) argmax[i] = argmax_f32(lg + (size_t)i * V, V);
+    return 0;
+}
+
+int runner_forward(Runner *r, const Batch *b, float *logits, int *argmax) {
+    if (r->cuda) return gpu_runner_forward(r->gpu, b, logits, argmax);
+    return forward_cpu_batch(r, b, logits, argmax);
+}

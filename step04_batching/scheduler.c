@@ -1,0 +1,254 @@
+// scheduler.c — continuous and static batching over one token budget; step04's KV slots.
+// See scheduler.h for the rule. Plain C, no clock of its own (the caller passes the engine
+// time), no randomness: the same requests and limits give the same plans on every machine.
+#define _GNU_SOURCE  // qsort_r
+#include "scheduler.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+const char *policy_name(SchedPolicy p) { return p == POLICY_STATIC ? "static" : "continuous"; }
+
+const char *finish_reason_name(FinishReason f) {
+    switch (f) {
+    case FINISH_STOP: return "stop";
+    case FINISH_LENGTH: return "length";
+    case FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+void request_init(Request *r, int index, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
+                  int ignore_eos, double arrival_s) {
+    memset(r, 0, sizeof *r);
+    r->index = index;
+    r->cap = n_prompt + max_tokens;
+    r->tokens = xmalloc((size_t)(r->cap > 0 ? r->cap : 1) * sizeof(int));
+    memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof(int));
+    r->num_prompt = r->num_tokens = n_prompt;
+    r->max_tokens = max_tokens;
+    r->ignore_eos = ignore_eos;
+    r->sp = *sp;
+    r->status = REQ_WAITING;
+    r->slot = -1;
+    r->arrival_s = arrival_s;
+    r->first_sched_s = r->first_token_s = r->finish_s = -1;
+}
+
+void request_free(Request *r) {
+    free(r->tokens);
+    r->tokens = NULL;
+}
+
+// tokens this request may ever hold: prompt + max_tokens, capped by the slot length
+static long reservation(const Request *r, int max_len) {
+    const long want = (long)r->num_prompt + r->max_tokens;
+    return want < max_len ? want : max_len;
+}
+
+static int by_arrival(const void *a, const void *b, void *ctx) {
+    const Request *reqs = ctx;
+    const Request *x = &reqs[*(const int *)a], *y = &reqs[*(const int *)b];
+    if (x->arrival_s != y->arrival_s) return x->arrival_s < y->arrival_s ? -1 : 1;
+    return x->index - y->index;
+}
+
+int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, char *err, int errlen) {
+    memset(s, 0, sizeof *s);
+    if (cfg->max_num_seqs < 1) return errf(err, errlen, "max_num_seqs = %d: need >= 1", cfg->max_num_seqs);
+    if (cfg->max_num_batched_tokens < 1)
+        return errf(err, errlen, "max_num_batched_tokens = %ld: need >= 1", cfg->max_num_batched_tokens);
+    if (cfg->max_len < 2) return errf(err, errlen, "max_len = %d: need >= 2 (a prompt token and one output)", cfg->max_len);
+    if (cfg->n_eos < 0 || cfg->n_eos > 8) return errf(err, errlen, "n_eos = %d: 0..8", cfg->n_eos);
+    s->cfg = *cfg;
+    if (s->cfg.kv_tokens <= 0) s->cfg.kv_tokens = (long)cfg->max_num_seqs * cfg->max_len;
+    s->reqs = reqs;
+    s->n_reqs = n_reqs;
+    s->waiting = xmalloc((size_t)(n_reqs > 0 ? n_reqs : 1) * sizeof(int));
+    int nw = 0;
+    for (int i = 0; i < n_reqs; i++) {
+        Request *r = &reqs[i];
+        if (r->num_prompt < 1 || r->num_prompt >= cfg->max_len || r->max_tokens < 1 ||
+            reservation(r, cfg->max_len) > s->cfg.kv_tokens) {
+            // can never run: finished at once, never blocks the queue
+            r->status = REQ_FINISHED;
+            r->finish = FINISH_ERROR;
+            r->finish_s = r->arrival_s;
+            s->n_finished++;
+            continue;
+        }
+        s->waiting[nw++] = i;
+    }
+    qsort_r(s->waiting, (size_t)nw, sizeof(int), by_arrival, reqs);
+    s->n_reqs = n_reqs;
+    s->w_head = n_reqs - nw;  // waiting[w_head..n_reqs) hold the admissible requests
+    memmove(s->waiting + s->w_head, s->waiting, (size_t)nw * sizeof(int));
+    s->running = xmalloc((size_t)cfg->max_num_seqs * sizeof(int));
+    s->batch = xmalloc((size_t)cfg->max_num_seqs * sizeof(int));
+    KvSlots *kv = &s->kv;
+    kv->n_slots = cfg->max_num_seqs;
+    kv->max_len = cfg->max_len;
+    kv->budget = s->cfg.kv_tokens;
+    kv->free_slots = xmalloc((size_t)kv->n_slots * sizeof(int));
+    kv->reservation = xcalloc((size_t)kv->n_slots, sizeof(long));
+    for (int i = 0; i < kv->n_slots; i++) kv->free_slots[i] = kv->n_slots - 1 - i;  // pops 0, 1, 2, ...
+    kv->n_free = kv->n_slots;
+    return 0;
+}
+
+void sched_free(Scheduler *s) {
+    free(s->waiting), free(s->running), free(s->batch);
+    free(s->kv.free_slots), free(s->kv.reservation);
+    memset(s, 0, sizeof *s);
+}
+
+void plan_free(SchedPlan *p) {
+    free(p->req), free(p->n_new), free(p->start), free(p->samples);
+    memset(p, 0, sizeof *p);
+}
+
+static void plan_add(SchedPlan *p, int req, int n_new, int start, int samples) {
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 16;
+        p->req = realloc(p->req, (size_t)p->cap * sizeof(int));
+        p->n_new = realloc(p->n_new, (size_t)p->cap * sizeof(int));
+        p->start = realloc(p->start, (size_t)p->cap * sizeof(int));
+        p->samples = realloc(p->samples, (size_t)p->cap * sizeof(int));
+        if (!p->req || !p->n_new || !p->start || !p->samples) die("out of memory");
+    }
+    p->req[p->n] = req, p->n_new[p->n] = n_new, p->start[p->n] = start, p->samples[p->n] = samples;
+    p->n++;
+    p->n_tokens += n_new;
+    p->n_samples += samples;
+}
+
+// KV: a free slot and room for the reservation, or -1
+static int kv_admit(KvSlots *kv, const Request *r) {
+    const long need = reservation(r, kv->max_len);
+    if (kv->n_free == 0 || kv->reserved + need > kv->budget) return -1;
+    const int slot = kv->free_slots[--kv->n_free];
+    kv->reservation[slot] = need;
+    kv->reserved += need;
+    return slot;
+}
+
+static void kv_release(KvSlots *kv, Request *r) {
+    kv->reserved -= kv->reservation[r->slot];
+    kv->reservation[r->slot] = 0;
+    kv->free_slots[kv->n_free++] = r->slot;
+    r->slot = -1;
+}
+
+// n = min(num_tokens - num_computed, budget left) for request i; adds it to the plan
+static void schedule_one(Scheduler *s, int i, long *budget, double now, SchedPlan *p) {
+    Request *r = &s->reqs[i];
+    const long rem = r->num_tokens - r->num_computed;
+    const long n = rem < *budget ? rem : *budget;
+    if (n <= 0) return;
+    if (r->first_sched_s < 0) r->first_sched_s = now;
+    plan_add(p, i, (int)n, r->num_computed, n == rem);
+    *budget -= n;
+}
+
+static int admit(Scheduler *s, double now) {
+    if (s->w_head >= s->n_reqs || s->n_running >= s->cfg.max_num_seqs) return -1;
+    const int i = s->waiting[s->w_head];
+    Request *r = &s->reqs[i];
+    if (r->arrival_s > now) return -1;
+    const int slot = kv_admit(&s->kv, r);
+    if (slot < 0) return -1;
+    r->slot = slot;
+    r->status = REQ_RUNNING;
+    s->running[s->n_running++] = i;
+    s->w_head++;
+    return i;
+}
+
+static void finish(Scheduler *s, Request *r, FinishReason why, double now) {
+    r->status = REQ_FINISHED;
+    r->finish = why;
+    r->finish_s = now;
+    s->n_finished++;
+    if (s->cfg.policy == POLICY_CONTINUOUS) kv_release(&s->kv, r);  // static: at the end of the batch
+}
+
+static void drop_finished_running(Scheduler *s) {
+    int m = 0;
+    for (int k = 0; k < s->n_running; k++)
+        if (s->reqs[s->running[k]].status == REQ_RUNNING) s->running[m++] = s->running[k];
+    s->n_running = m;
+    if (s->cfg.policy == POLICY_STATIC && m == 0 && s->n_batch > 0) {
+        for (int k = 0; k < s->n_batch; k++) kv_release(&s->kv, &s->reqs[s->batch[k]]);
+        s->n_batch = 0;
+    }
+}
+
+void sched_schedule(Scheduler *s, double now, SchedPlan *p) {
+    p->n = 0, p->n_tokens = 0, p->n_samples = 0;
+    // a client's cancel takes effect at the step boundary
+    for (int k = 0; k < s->n_running; k++) {
+        Request *r = &s->reqs[s->running[k]];
+        if (r->cancel) finish(s, r, FINISH_ERROR, now);
+    }
+    drop_finished_running(s);
+    long budget = s->cfg.max_num_batched_tokens;
+    if (s->cfg.policy == POLICY_STATIC && s->n_running == 0) {
+        // a new batch: up to max_num_seqs arrived requests in arrival order, all at once
+        int i, longest = 0;
+        while ((i = admit(s, now)) >= 0) {
+            s->batch[s->n_batch++] = i;
+            if (s->reqs[i].num_prompt > longest) longest = s->reqs[i].num_prompt;
+        }
+        if (s->n_batch > 0) {
+            long pad = 0;
+            for (int k = 0; k < s->n_batch; k++) pad += longest - s->reqs[s->batch[k]].num_prompt;
+            s->st.batches++;
+            s->st.pad_slots += pad;
+            s->st.idle_slots += pad;
+        }
+    }
+    for (int k = 0; k < s->n_running && budget > 0; k++) schedule_one(s, s->running[k], &budget, now, p);
+    if (s->cfg.policy == POLICY_CONTINUOUS) {
+        int i;
+        while (budget > 0 && (i = admit(s, now)) >= 0) schedule_one(s, i, &budget, now, p);
+    }
+    if (p->n == 0) return;
+    s->st.steps++;
+    s->st.tokens += p->n_tokens;
+    s->st.seq_steps += p->n;
+    if (s->cfg.policy == POLICY_STATIC) s->st.idle_slots += s->n_batch - s->n_running;  // finished members' seats
+}
+
+void sched_update(Scheduler *s, const SchedPlan *p, const int *tokens, double now) {
+    for (int i = 0; i < p->n; i++) {
+        Request *r = &s->reqs[p->req[i]];
+        r->num_computed += p->n_new[i];
+        if (!p->samples[i]) continue;
+        const int tok = tokens[i];
+        r->tokens[r->num_tokens++] = tok;
+        if (r->first_token_s < 0) r->first_token_s = now;
+        int eos = 0;
+        for (int e = 0; e < s->cfg.n_eos; e++) eos |= tok == s->cfg.eos[e];
+        if (eos && !r->ignore_eos) finish(s, r, FINISH_STOP, now);
+        else if (r->num_tokens >= reservation(r, s->cfg.max_len)) finish(s, r, FINISH_LENGTH, now);
+    }
+    drop_finished_running(s);
+    // KV in use after the step: tokens written by the requests that hold a slot
+    long used = 0;
+    const int *holders = s->cfg.policy == POLICY_STATIC ? s->batch : s->running;
+    const int n_holders = s->cfg.policy == POLICY_STATIC ? s->n_batch : s->n_running;
+    for (int k = 0; k < n_holders; k++) used += s->reqs[holders[k]].num_computed;
+    if (used > s->st.peak_used) s->st.peak_used = used;
+    if (s->kv.reserved > s->st.peak_reserved) s->st.peak_reserved = s->kv.reserved;
+    s->st.used_sum += (double)used;
+    s->st.reserved_sum += (double)s->kv.reserved;
+}
+
+int sched_done(const Scheduler *s) { return s->n_finished == s->n_reqs; }
+
+double sched_next_arrival(const Scheduler *s) {
+    return s->w_head < s->n_reqs ? s->reqs[s->waiting[s->w_head]].arrival_s : -1;
+}

@@ -1,0 +1,124 @@
+// scheduler.h — who runs each step, and how many new tokens each gets; the KV slots of step04.
+// defines: SchedPolicy, SchedConfig, SchedPlan, KvSlots, SchedStats, Scheduler, sched_init, sched_free,
+//          sched_schedule, sched_update, sched_done, sched_next_arrival, batch_from_plan, policy_name,
+//          finish_reason_name, request_init, request_free
+//
+// vLLM v1's one rule (continuous batching). Every request has num_tokens (prompt + generated)
+// and num_computed (tokens whose K/V exist). Each step:
+//   1. running requests, in the order they were admitted, get n = min(num_tokens - num_computed,
+//      budget left) new tokens;
+//   2. then waiting requests that have arrived, in arrival order, are admitted while a sequence
+//      seat (max_num_seqs) and their KV reservation are free, each with the same n; the first
+//      one that does not fit stops admission (first come, first served: nobody overtakes it).
+// The budget is max_num_batched_tokens per step. A prompt longer than what is left is split
+// (chunked prefill); a decode is n = 1; a step mixes both. Only a request whose whole known
+// sequence is computed after the step samples a token; a partial chunk samples none.
+//
+// Static batching (the baseline): the same per-step rule inside a batch, but a batch of up to
+// max_num_seqs requests is formed only when the previous batch has completely finished, and it
+// runs until its longest request ends. The seats of requests that finished early, and the prompt
+// padding a rectangular batch tensor needs (every prompt padded to the batch's longest), are
+// counted as idle slots; they are not run through the model (so static's measured throughput
+// is, if anything, better than a padded implementation would get).
+//
+// KV in step04 (KvSlots): one contiguous slot of max_len positions per running sequence; a
+// request is admitted only if prompt + max_tokens (capped at max_len) fits into the KV token
+// budget next to what the running requests reserved, so a running request never runs out of KV
+// and nothing is ever preempted. What is reserved but not (yet) written is the waste step05's
+// paging removes.
+#pragma once
+#include "step04_batching/batch.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { POLICY_CONTINUOUS = 0, POLICY_STATIC } SchedPolicy;
+
+typedef struct {
+    SchedPolicy policy;
+    int max_num_seqs;            // running sequences at most (= KV slots)
+    long max_num_batched_tokens; // new tokens per step at most (the token budget)
+    int max_len;                 // positions per KV slot (max_model_len): prompt + output at most
+    long kv_tokens;              // KV token budget for reservations (default max_num_seqs * max_len)
+    int n_eos;                   // ids that end a request (unless it ignores EOS)
+    int eos[8];
+} SchedConfig;
+
+// One step's plan: n sequences, sequence i is request req[i] with n_new[i] new tokens starting
+// at position start[i]; samples[i] = 1 when it is fully computed after the step.
+typedef struct {
+    int n, cap;
+    int *req, *n_new, *start, *samples;
+    long n_tokens;  // Σ n_new
+    int n_samples;
+} SchedPlan;
+
+// The KV manager of step04: which slot each running request holds, and the token reservations.
+typedef struct {
+    int n_slots, max_len;
+    long budget;      // tokens that may be reserved at once
+    long reserved;    // Σ reservation of the requests holding a slot
+    int *free_slots;  // (n_slots) stack of free slot ids
+    int n_free;
+    long *reservation;  // (n_slots) tokens reserved by the slot's request, 0 when free
+} KvSlots;
+
+typedef struct {
+    long steps;           // steps that ran a forward
+    long tokens;          // Σ scheduled (real) tokens = computed slots holding a token
+    long idle_slots;      // static: seats of finished batch members, per step; + prompt padding
+    long pad_slots;       // static: of idle_slots, the prompt padding to the batch's longest prompt
+    long seq_steps;       // Σ over steps of sequences in the step (batch occupancy)
+    long peak_used;       // max over steps of Σ num_computed of slot holders (KV tokens written)
+    long peak_reserved;   // max over steps of Σ reservations
+    double used_sum, reserved_sum;  // Σ over steps, for the reserved-but-unused fraction
+    long batches;         // static: batches formed
+} SchedStats;
+
+typedef struct {
+    SchedConfig cfg;
+    Request *reqs;  // (n_reqs) borrowed
+    int n_reqs;
+    int *waiting;   // request indices in arrival order (ties: input order); [w_head, n_reqs) not admitted
+    int w_head;
+    int *running;   // (max_num_seqs) admitted and not finished, in admission order
+    int n_running;
+    int *batch;     // static: the current batch's members (finished ones stay until the batch ends)
+    int n_batch;
+    int n_finished;
+    KvSlots kv;
+    SchedStats st;
+} Scheduler;
+
+const char *policy_name(SchedPolicy p);
+const char *finish_reason_name(FinishReason f);  // "stop", "length", "error", "none"
+
+// A request of prompt ids (copied) that may generate max_tokens tokens; status waiting.
+void request_init(Request *r, int index, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
+                  int ignore_eos, double arrival_s);
+void request_free(Request *r);
+
+// 0, or -1 + err (bad limits). Requests whose prompt cannot fit (prompt >= max_len, or
+// reservation > kv_tokens) are finished at once with FINISH_ERROR: they never block the queue.
+int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, char *err, int errlen);
+void sched_free(Scheduler *s);
+// The plan of the next step at engine time now (seconds); plan->n == 0 when nothing can run
+// (nothing arrived yet, or everything finished). Sets first_sched_s of newly scheduled requests.
+void sched_schedule(Scheduler *s, double now, SchedPlan *plan);
+// After the forward: tokens[i] is the token sampled for plan sequence i (read only where
+// plan->samples[i]). Advances num_computed, appends, finishes (EOS / max_tokens / max_len), frees
+// slots, records first_token_s and finish_s = now.
+void sched_update(Scheduler *s, const SchedPlan *plan, const int *tokens, double now);
+int sched_done(const Scheduler *s);             // every request finished
+double sched_next_arrival(const Scheduler *s);  // arrival_s of the first not yet admitted, or -1
+void plan_free(SchedPlan *p);
+
+// The flat batch of a plan (batch.h): rows in plan order, slot_mapping = slot * max_len + pos,
+// logit_rows = the last row of every sequence that samples. b must hold plan->n seqs and
+// plan->n_tokens rows.
+void batch_from_plan(Batch *b, const SchedPlan *plan, const Request *reqs, int max_len);
+
+#ifdef __cplusplus
+}
+#endif

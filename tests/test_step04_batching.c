@@ -1,0 +1,559 @@
+// test_step04_batching.c — the scheduler, the flat batch and the batched CPU runner.
+//
+// Scheduler (driven by a fake model, as vLLM's tests/v1/core/test_scheduler.py does): after
+// every step of random workloads, for both policies, budgets {1, 7, 64, unlimited}, several
+// max_num_seqs and tight KV budgets: Σ scheduled <= budget, running <= max_num_seqs,
+// 0 <= num_computed <= num_tokens, a plan entry starts at num_computed and samples iff it
+// completes the sequence, first-come-first-served admission, nobody admitted before arriving,
+// KV reservations within budget and slots unique, static batches closed while running; every
+// request finishes with exactly the fake model's tokens and the right finish reason. Hand-made
+// cases pin the chunked-prefill plan and static padding counts.
+// Runner (CPU, fp32): linear_rows_cpu gives every row bit-identical results for any row count
+// (OpenBLAS does not: counted and printed); a sequence's logits are bit-identical alone and in a
+// chunked batch with mates; each request's greedy and sampled tokens are identical alone and
+// with random batch mates for budgets {1, 7, 64, unlimited} and both policies; every
+// transformers golden still matches (vLLM's top-5 rule) through the batched path.
+// batch_bench: JSONL in / --json out round trip (input order, tokens = the in-process engine's),
+// a clear error naming the line and field for bad JSONL, strict numeric options.
+#include <cblas.h>
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model.h"
+#include "rng.h"
+#include "step02_attention/forward.h"
+#include "step04_batching/batch.h"
+#include "step04_batching/linear_rows.h"
+#include "step04_batching/offline.h"
+#include "step04_batching/scheduler.h"
+
+#define MODELS_DIR "tests/data/models"
+#define UNLIMITED 1000000L
+
+// ---------------------------------------------------------------- linear_rows
+
+Test(step04, linear_rows_is_row_deterministic_and_close_to_blas) {
+    static const int shapes[][2] = {{64, 172}, {172, 64}, {24, 96}, {61, 5}, {256, 688}, {7, 1}};  // n_in, n_out
+    static const int Ts[] = {1, 2, 3, 5, 7, 9, 33, 64};
+    Rng r;
+    rng_seed(&r, 404);
+    long blas_rows = 0, blas_differ = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int K = shapes[s][0], N = shapes[s][1];
+        float *W = rng_new_uniform(&r, (size_t)N * K, -1, 1), *x = rng_new_uniform(&r, (size_t)64 * K, -1, 1);
+        float *b = rng_new_uniform(&r, (size_t)N, -1, 1);
+        float *y = malloc((size_t)64 * N * 4), *y1 = malloc((size_t)N * 4), *yb = malloc((size_t)64 * N * 4);
+        float *yb1 = malloc((size_t)N * 4);
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            const int T = Ts[ti];
+            linear_rows_cpu(x, W, b, T, K, N, y);
+            linear_cpu(x, W, b, T, K, N, yb);
+            for (int t = 0; t < T; t++) {
+                linear_rows_cpu(x + (size_t)t * K, W, b, 1, K, N, y1);
+                cr_assert(!memcmp(y1, y + (size_t)t * N, (size_t)N * 4), "K=%d N=%d: row %d of %d differs from the same row alone",
+                          K, N, t, T);
+                linear_cpu(x + (size_t)t * K, W, b, 1, K, N, yb1);
+                blas_rows++;
+                blas_differ += memcmp(yb1, yb + (size_t)t * N, (size_t)N * 4) != 0;
+            }
+            for (long i = 0; i < (long)T * N; i++)
+                cr_assert(fabsf(y[i] - yb[i]) <= 1e-5f * (1 + fabsf(yb[i])) * sqrtf((float)K), "K=%d N=%d T=%d: %g vs blas %g", K,
+                          N, T, y[i], yb[i]);
+        }
+        free(W), free(x), free(b), free(y), free(y1), free(yb), free(yb1);
+    }
+    fprintf(stderr, "[step04] OpenBLAS linear_cpu: %ld of %ld rows differ in some bit from the same row computed alone\n",
+            blas_differ, blas_rows);
+}
+
+// ---------------------------------------------------------------- scheduler with a fake model
+
+static int fake_token(int req, int pos, int V) { return (int)((req * 7919u + pos * 104729u + 17u) % (unsigned)V); }
+
+typedef struct {
+    int n;
+    Request *r;
+} Reqs;
+
+static void reqs_free(Reqs *q) {
+    for (int i = 0; i < q->n; i++) request_free(&q->r[i]);
+    free(q->r);
+}
+
+static Reqs random_requests(Rng *g, int n, int max_prompt, int max_out, int with_arrivals, int V) {
+    Reqs q = {n, calloc((size_t)n, sizeof(Request))};
+    int *ids = malloc((size_t)max_prompt * sizeof(int));
+    SamplerParams sp = {.greedy = 1, .top_p = 1};
+    for (int i = 0; i < n; i++) {
+        const int np = 1 + (int)(rng_u32(g) % (unsigned)max_prompt), mt = 1 + (int)(rng_u32(g) % (unsigned)max_out);
+        for (int j = 0; j < np; j++) ids[j] = (int)(rng_u32(g) % (unsigned)V);
+        const double arr = with_arrivals ? (rng_u32(g) % 4 == 0 ? 0.0 : 0.05 * (rng_u32(g) % 40)) : 0.0;
+        request_init(&q.r[i], i, ids, np, mt, &sp, (int)(rng_u32(g) % 2), arr);
+    }
+    free(ids);
+    return q;
+}
+
+// Runs the scheduler to the end with the fake model, checking the invariants after every step.
+static void drive_fake(const SchedConfig *cfg, Reqs *q, int V, const char *what) {
+    Scheduler s;
+    char err[256];
+    cr_assert_eq(sched_init(&s, cfg, q->r, q->n, err, sizeof err), 0, "%s", err);
+    // the order admission must follow: arrival, then input order, among admissible requests
+    int *order = malloc((size_t)q->n * sizeof(int)), n_order = 0, n_admitted = 0;
+    for (int i = s.w_head; i < q->n; i++) order[n_order++] = s.waiting[i];
+    int *seen = calloc((size_t)q->n, sizeof(int));
+    SchedPlan p = {0};
+    int *tokens = malloc((size_t)cfg->max_num_seqs * sizeof(int));
+    double now = 0;
+    long step = 0;
+    while (!sched_done(&s)) {
+        cr_assert(step++ < 200000, "%s: no end after %ld steps", what, step);
+        int *before = malloc((size_t)q->n * sizeof(int));
+        for (int i = 0; i < q->n; i++) before[i] = q->r[i].num_computed;
+        const int running_before = s.n_running;
+        int nonwaiting_before = 0, nonwaiting_after = 0;
+        for (int i = 0; i < q->n; i++) nonwaiting_before += q->r[i].status != REQ_WAITING;
+        sched_schedule(&s, now, &p);
+        for (int i = 0; i < q->n; i++) nonwaiting_after += q->r[i].status != REQ_WAITING;
+        if (cfg->policy == POLICY_STATIC && running_before > 0)
+            cr_assert_eq(nonwaiting_after, nonwaiting_before, "%s: static admitted into a running batch", what);
+        cr_assert(s.n_batch <= cfg->max_num_seqs);
+        if (p.n == 0) {
+            const double next = sched_next_arrival(&s);
+            cr_assert(next > now, "%s: idle at t=%.2f with the next arrival at %.2f", what, now, next);
+            now = next;
+            free(before);
+            continue;
+        }
+        cr_assert(p.n_tokens <= cfg->max_num_batched_tokens, "%s: %ld tokens > budget %ld", what, p.n_tokens,
+                  cfg->max_num_batched_tokens);
+        cr_assert(s.n_running <= cfg->max_num_seqs && p.n <= cfg->max_num_seqs, "%s: %d running, %d in plan > %d", what,
+                  s.n_running, p.n, cfg->max_num_seqs);
+        long sum = 0;
+        int in_plan[4096] = {0};
+        for (int i = 0; i < p.n; i++) {
+            const Request *r = &q->r[p.req[i]];
+            cr_assert(!in_plan[p.req[i]]++, "%s: request %d twice in one plan", what, p.req[i]);
+            cr_assert(r->status == REQ_RUNNING && r->slot >= 0, "%s: request %d planned but not running", what, p.req[i]);
+            cr_assert(p.n_new[i] >= 1 && p.start[i] == before[p.req[i]], "%s: plan entry %d starts at %d, computed %d", what,
+                      i, p.start[i], before[p.req[i]]);
+            cr_assert(p.start[i] + p.n_new[i] <= r->num_tokens, "%s: schedules past num_tokens", what);
+            cr_assert_eq(p.samples[i], p.start[i] + p.n_new[i] == r->num_tokens, "%s: samples flag wrong", what);
+            cr_assert(r->arrival_s <= now, "%s: request %d scheduled at %.2f before it arrives at %.2f", what, p.req[i], now,
+                      r->arrival_s);
+            sum += p.n_new[i];
+        }
+        cr_assert_eq(sum, p.n_tokens);
+        // FCFS: requests leave the waiting state exactly in arrival order
+        for (int i = 0; i < q->n; i++)
+            if (q->r[i].status != REQ_WAITING && !seen[i] && q->r[i].finish != FINISH_ERROR) seen[i] = 1, n_admitted++;
+        for (int k = 0; k < n_admitted; k++)
+            cr_assert(seen[order[k]], "%s: request %d admitted before %d, which arrived first", what, order[n_admitted - 1],
+                      order[k]);
+        // KV: reservations within budget, slots unique and held only by admitted unfinished (or batch) requests
+        cr_assert(s.kv.reserved <= s.kv.budget, "%s: reserved %ld > budget %ld", what, s.kv.reserved, s.kv.budget);
+        int holders = 0;
+        char used[4096] = {0};
+        for (int i = 0; i < q->n; i++)
+            if (q->r[i].slot >= 0) {
+                cr_assert(!used[q->r[i].slot]++, "%s: slot %d held twice", what, q->r[i].slot);
+                holders++;
+            }
+        cr_assert_eq(holders + s.kv.n_free, s.kv.n_slots, "%s: slots leak (%d held + %d free != %d)", what, holders, s.kv.n_free,
+                     s.kv.n_slots);
+        for (int i = 0; i < p.n; i++)
+            tokens[i] = p.samples[i] ? fake_token(p.req[i], q->r[p.req[i]].num_tokens, V) : -1;
+        now += 0.01;
+        const int batch_before = s.n_batch;
+        sched_update(&s, &p, tokens, now);
+        if (cfg->policy == POLICY_STATIC && s.n_running > 0) cr_assert_eq(s.n_batch, batch_before);
+        for (int i = 0; i < q->n; i++)
+            cr_assert(q->r[i].num_computed >= 0 && q->r[i].num_computed <= q->r[i].num_tokens, "%s: request %d computed %d of %d",
+                      what, i, q->r[i].num_computed, q->r[i].num_tokens);
+        free(before);
+    }
+    // every request finished with the fake model's tokens, stopping where it should
+    for (int i = 0; i < q->n; i++) {
+        const Request *r = &q->r[i];
+        cr_assert_eq(r->status, REQ_FINISHED);
+        if (r->finish == FINISH_ERROR) {
+            cr_assert(r->num_prompt >= cfg->max_len, "%s: request %d failed though it fits", what, i);
+            continue;
+        }
+        const int cap = r->num_prompt + r->max_tokens < cfg->max_len ? r->num_prompt + r->max_tokens : cfg->max_len;
+        int want_end = cap, reason = FINISH_LENGTH;
+        for (int pos = r->num_prompt; pos < cap; pos++) {
+            const int t = fake_token(i, pos, V);
+            int eos = 0;
+            for (int e = 0; e < cfg->n_eos; e++) eos |= t == cfg->eos[e];
+            if (eos && !r->ignore_eos) {
+                want_end = pos + 1, reason = FINISH_STOP;
+                break;
+            }
+        }
+        cr_assert_eq(r->num_tokens, want_end, "%s: request %d ended at %d tokens, expected %d", what, i, r->num_tokens, want_end);
+        cr_assert_eq((int)r->finish, reason, "%s: request %d finish %s", what, i, finish_reason_name(r->finish));
+        for (int pos = r->num_prompt; pos < r->num_tokens; pos++) cr_assert_eq(r->tokens[pos], fake_token(i, pos, V));
+        cr_assert(r->first_token_s >= r->first_sched_s && r->first_sched_s >= r->arrival_s && r->finish_s >= r->first_token_s);
+    }
+    cr_assert_eq(s.kv.n_free, s.kv.n_slots, "%s: slots not all free at the end", what);
+    cr_assert_eq(s.kv.reserved, 0);
+    if (cfg->policy == POLICY_CONTINUOUS) cr_assert_eq(s.st.idle_slots, 0);
+    free(order), free(seen), free(tokens);
+    plan_free(&p);
+    sched_free(&s);
+}
+
+Test(step04, scheduler_invariants_hold_after_every_step, .timeout = 120) {
+    const long budgets[] = {1, 7, 64, UNLIMITED};
+    const int seqs[] = {1, 3, 8};
+    Rng g;
+    rng_seed(&g, 2024);
+    const int V = 50;
+    for (int pol = 0; pol < 2; pol++)
+        for (size_t bi = 0; bi < 4; bi++)
+            for (size_t si = 0; si < 3; si++)
+                for (int variant = 0; variant < 3; variant++) {
+                    Reqs q = random_requests(&g, 24, 40, 30, variant != 0, V);
+                    SchedConfig c = {.policy = pol, .max_num_seqs = seqs[si], .max_num_batched_tokens = budgets[bi],
+                                     .max_len = variant == 2 ? 48 : 128, .n_eos = 2, .eos = {3, 11}};
+                    if (variant == 2) c.kv_tokens = 90;  // tight: admission waits for reservations, not seats
+                    char what[160];
+                    snprintf(what, sizeof what, "%s budget %ld seqs %d variant %d", policy_name(c.policy), budgets[bi], seqs[si],
+                             variant);
+                    drive_fake(&c, &q, V, what);
+                    reqs_free(&q);
+                }
+}
+
+static Request mk(int idx, int np, int mt, double arr) {
+    int ids[64];
+    for (int i = 0; i < np; i++) ids[i] = i + 1;
+    SamplerParams sp = {.greedy = 1, .top_p = 1};
+    Request r;
+    request_init(&r, idx, ids, np, mt, &sp, 1, arr);
+    return r;
+}
+
+// Budget 8, prompts 5 and 6: step 1 = all of A (samples) + 3 of B (a chunk, no sample);
+// step 2 = A's decode + the other 3 of B (samples); then decodes of both.
+Test(step04, chunked_prefill_plan_by_hand) {
+    Request r[2] = {mk(0, 5, 3, 0), mk(1, 6, 3, 0)};
+    SchedConfig c = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 4, .max_num_batched_tokens = 8, .max_len = 32};
+    Scheduler s;
+    char err[128];
+    cr_assert_eq(sched_init(&s, &c, r, 2, err, sizeof err), 0);
+    SchedPlan p = {0};
+    int tok[2] = {7, 7};
+    sched_schedule(&s, 0, &p);
+    cr_assert_eq(p.n, 2);
+    cr_expect(p.req[0] == 0 && p.n_new[0] == 5 && p.samples[0] == 1);
+    cr_expect(p.req[1] == 1 && p.n_new[1] == 3 && p.start[1] == 0 && p.samples[1] == 0);
+    Batch b;
+    batch_alloc(&b, 4, 8);
+    batch_from_plan(&b, &p, r, c.max_len);
+    cr_expect_eq(batch_check(&b, 4, c.max_len, 100), 0);
+    cr_expect(b.n_tokens == 8 && b.cu_seqlens_q[1] == 5 && b.cu_seqlens_q[2] == 8 && b.seq_lens_k[1] == 3);
+    cr_expect(b.n_logits == 1 && b.logit_rows[0] == 4, "only A's last row samples");
+    cr_expect(b.slot_mapping[5] == r[1].slot * 32 + 0 && b.slot_mapping[7] == r[1].slot * 32 + 2);
+    b.positions[6] = 9;  // a corrupted batch is caught, naming the field
+    cr_expect_eq(batch_check(&b, 4, c.max_len, 100), -1);
+    sched_update(&s, &p, tok, 0.1);
+    sched_schedule(&s, 0.1, &p);
+    cr_assert_eq(p.n, 2);
+    cr_expect(p.req[0] == 0 && p.n_new[0] == 1 && p.start[0] == 5 && p.samples[0]);
+    cr_expect(p.req[1] == 1 && p.n_new[1] == 3 && p.start[1] == 3 && p.samples[1]);
+    cr_expect_eq(s.kv.reserved, 8 + 9, "reservations: prompt + max_tokens each");
+    batch_free(&b);
+    plan_free(&p);
+    sched_free(&s);
+    request_free(&r[0]), request_free(&r[1]);
+}
+
+// Static: batches of 3 in arrival order; the 4th request waits for the whole first batch; the
+// prompt padding of a batch {3, 5, 9} is 6 + 4 + 0 and finished members idle until the longest ends.
+Test(step04, static_batches_by_hand) {
+    Request r[4] = {mk(0, 3, 1, 0), mk(1, 5, 4, 0), mk(2, 9, 2, 0), mk(3, 2, 1, 0)};
+    SchedConfig c = {.policy = POLICY_STATIC, .max_num_seqs = 3, .max_num_batched_tokens = 100, .max_len = 32};
+    Scheduler s;
+    char err[128];
+    cr_assert_eq(sched_init(&s, &c, r, 4, err, sizeof err), 0);
+    SchedPlan p = {0};
+    int tok[3] = {5, 5, 5}, steps = 0;
+    while (r[1].status != REQ_FINISHED) {
+        sched_schedule(&s, steps, &p);
+        cr_assert(p.n > 0);
+        for (int i = 0; i < p.n; i++) cr_expect_neq(p.req[i], 3, "request 3 must wait for the batch");
+        sched_update(&s, &p, tok, ++steps);
+    }
+    cr_expect_eq(steps, 4, "request 1's 4 tokens: prefill + 3 decodes");
+    cr_expect_eq(s.st.pad_slots, 10);
+    // decode steps 2, 3, 4: request 0 finished after step 1 (1 token), request 2 after step 2
+    cr_expect_eq(s.st.idle_slots, 10 + 0 + 1 + 2 + 2);
+    sched_schedule(&s, steps, &p);
+    cr_expect(p.n == 1 && p.req[0] == 3 && s.st.batches == 2);
+    plan_free(&p);
+    sched_free(&s);
+    for (int i = 0; i < 4; i++) request_free(&r[i]);
+}
+
+// ---------------------------------------------------------------- the batched CPU runner
+
+typedef struct {
+    char dir[300], name[256];
+} Ckpt;
+
+static int list_checkpoints(Ckpt *out, int max) {
+    DIR *d = opendir(MODELS_DIR);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        char g[600];
+        struct stat st;
+        if (e->d_name[0] == '.' || strlen(e->d_name) > 200) continue;
+        snprintf(g, sizeof g, "%s/%s/goldens/greedy.json", MODELS_DIR, e->d_name);
+        if (stat(g, &st) != 0) continue;
+        snprintf(out[n].dir, sizeof out[n].dir, "%s/%s", MODELS_DIR, e->d_name);
+        snprintf(out[n].name, sizeof out[n].name, "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void load_cpu(const char *dir, ModelWeights *w, CpuModel *m) {
+    char err[512];
+    cr_assert_eq(model_load(dir, w, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cpu_model_load(w, m, err, sizeof err), 0, "%s", err);
+}
+
+// One sequence's logits: its whole prompt alone in one step, vs in chunks of 3 next to mates.
+Test(step04, runner_logits_do_not_depend_on_batch_mates) {
+    ModelWeights w;
+    CpuModel m;
+    load_cpu(MODELS_DIR "/qwen3_qknorm_f32", &w, &m);
+    const int V = m.cfg.vocab, L = 16, np = 11;
+    char err[256];
+    Runner *alone = runner_new_cpu(&m, 4, L, 64, err, sizeof err), *mixed = runner_new_cpu(&m, 4, L, 64, err, sizeof err);
+    cr_assert(alone && mixed, "%s", err);
+    Rng g;
+    rng_seed(&g, 5);
+    int ids[3][16];
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < L; i++) ids[s][i] = (int)(rng_u32(&g) % (unsigned)V);
+    float *la = malloc((size_t)V * 4), *lm = malloc((size_t)3 * V * 4);
+    Batch b;
+    batch_alloc(&b, 4, 64);
+    // alone: sequence 0 (slot 2) prompt in one step
+    b.n_seqs = 1, b.n_tokens = np, b.cu_seqlens_q[0] = 0, b.cu_seqlens_q[1] = np, b.seq_lens_k[0] = np, b.seq_slot[0] = 2;
+    for (int t = 0; t < np; t++) b.token_ids[t] = ids[0][t], b.positions[t] = t, b.slot_mapping[t] = 2 * L + t;
+    b.n_logits = 1, b.logit_rows[0] = np - 1;
+    cr_assert_eq(runner_forward(alone, &b, la, NULL), 0);
+    // mixed: chunks of 3 of sequence 0 (slot 0), with mates in slots 1 and 3 prefilling 5 and 7 tokens
+    const int mate_len[2] = {5, 7}, mate_slot[2] = {1, 3};
+    int done = 0, got = 0;
+    while (done < np) {
+        const int n = np - done < 3 ? np - done : 3;
+        int row = 0;
+        b.n_seqs = 0, b.n_logits = 0;
+        for (int s = 0; s < 3; s++) {
+            const int slot = s == 0 ? 0 : mate_slot[s - 1];
+            const int start = s == 0 ? done : 0, cnt = s == 0 ? n : (done == 0 ? mate_len[s - 1] : 0);
+            if (cnt == 0) continue;
+            for (int j = 0; j < cnt; j++, row++)
+                b.token_ids[row] = ids[s][start + j], b.positions[row] = start + j, b.slot_mapping[row] = slot * L + start + j;
+            b.seq_lens_k[b.n_seqs] = start + cnt, b.seq_slot[b.n_seqs] = slot;
+            b.cu_seqlens_q[++b.n_seqs] = row;
+            if (s == 0 && start + cnt == np) b.logit_rows[b.n_logits++] = row - 1, got = 1;
+        }
+        b.n_tokens = row;
+        cr_assert_eq(runner_forward(mixed, &b, lm, NULL), 0);
+        done += n;
+    }
+    cr_assert(got);
+    cr_expect(!memcmp(la, lm, (size_t)V * 4), "logits alone vs chunked with mates differ");
+    batch_free(&b);
+    free(la), free(lm);
+    runner_free(alone), runner_free(mixed);
+    cpu_model_free(&m);
+    model_free(&w);
+}
+
+// Runs n requests (copies of spec) through the engine loop, returns their generated ids.
+typedef struct {
+    int np, mt;
+    int ids[64];
+    SamplerParams sp;
+    double arrival;
+} Spec;
+
+static void run_specs(const CpuModel *m, const Spec *spec, int n, SchedPolicy pol, long budget, int seqs, int **out,
+                      OfflineOpts *o) {
+    Request *r = calloc((size_t)n, sizeof(Request));
+    for (int i = 0; i < n; i++) request_init(&r[i], i, spec[i].ids, spec[i].np, spec[i].mt, &spec[i].sp, 1, spec[i].arrival);
+    SchedConfig c = {.policy = pol, .max_num_seqs = seqs, .max_num_batched_tokens = budget, .max_len = 96};
+    Scheduler s;
+    char err[256];
+    cr_assert_eq(sched_init(&s, &c, r, n, err, sizeof err), 0, "%s", err);
+    long rows = budget < (long)seqs * c.max_len ? budget : (long)seqs * c.max_len;
+    Runner *run = runner_new_cpu(m, seqs, c.max_len, (int)rows, err, sizeof err);
+    cr_assert(run, "%s", err);
+    OfflineOpts def = {0};
+    OfflineStats st;
+    cr_assert_eq(offline_run(run, m->cfg.vocab, &s, o ? o : &def, &st), 0);
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(r[i].finish, FINISH_LENGTH);
+        out[i] = malloc((size_t)spec[i].mt * sizeof(int));
+        memcpy(out[i], r[i].tokens + r[i].num_prompt, (size_t)spec[i].mt * sizeof(int));
+        request_free(&r[i]);
+    }
+    runner_free(run);
+    sched_free(&s);
+    free(r);
+}
+
+static void check_invariance(const char *model, int sampled) {
+    ModelWeights w;
+    CpuModel m;
+    load_cpu(model, &w, &m);
+    Rng g;
+    rng_seed(&g, sampled ? 77 : 76);
+    enum { N = 6 };
+    Spec spec[N];
+    for (int i = 0; i < N; i++) {
+        spec[i].np = 1 + (int)(rng_u32(&g) % 30), spec[i].mt = 1 + (int)(rng_u32(&g) % 12);
+        for (int j = 0; j < spec[i].np; j++) spec[i].ids[j] = (int)(rng_u32(&g) % (unsigned)m.cfg.vocab);
+        spec[i].sp = (SamplerParams){.greedy = !sampled, .temperature = sampled ? 0.9f : 0, .top_k = sampled ? 20 : 0,
+                                     .top_p = sampled ? 0.95f : 1, .seed = 1000 + (uint64_t)(i % 2)};
+        spec[i].arrival = i < 3 ? 0 : 0.002 * i;
+    }
+    int *alone[N], *batched[N];
+    for (int i = 0; i < N; i++) {
+        const Spec one = spec[i];
+        // alone, with the same request index (the sampling key), one seat, an unlimited budget
+        Request r;
+        request_init(&r, i, one.ids, one.np, one.mt, &one.sp, 1, 0);
+        SchedConfig c = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 1, .max_num_batched_tokens = UNLIMITED, .max_len = 96};
+        Scheduler s;
+        char err[128];
+        cr_assert_eq(sched_init(&s, &c, &r, 1, err, sizeof err), 0);
+        Runner *run = runner_new_cpu(&m, 1, 96, 96, err, sizeof err);
+        OfflineOpts def = {0};
+        OfflineStats st;
+        cr_assert_eq(offline_run(run, m.cfg.vocab, &s, &def, &st), 0);
+        alone[i] = malloc((size_t)one.mt * sizeof(int));
+        memcpy(alone[i], r.tokens + r.num_prompt, (size_t)one.mt * sizeof(int));
+        runner_free(run), sched_free(&s), request_free(&r);
+    }
+    const long budgets[] = {1, 7, 64, UNLIMITED};
+    int differ_seen = 0;
+    for (int pol = 0; pol < 2; pol++)
+        for (int bi = 0; bi < 4; bi++) {
+            run_specs(&m, spec, N, pol, budgets[bi], 4, batched, NULL);
+            for (int i = 0; i < N; i++) {
+                for (int t = 0; t < spec[i].mt; t++)
+                    cr_expect_eq(batched[i][t], alone[i][t], "%s %s %s budget %ld: request %d token %d: batched %d, alone %d",
+                                 model, sampled ? "sampled" : "greedy", pol ? "static" : "continuous", budgets[bi], i, t,
+                                 batched[i][t], alone[i][t]);
+                free(batched[i]);
+            }
+        }
+    if (sampled) {  // the draws are real: two requests with the same prompt but other keys differ
+        for (int i = 0; i < N && !differ_seen; i++)
+            for (int t = 1; t < spec[i].mt; t++) differ_seen |= alone[i][t] != alone[i][t - 1];
+        cr_expect(differ_seen, "sampled outputs look constant");
+    }
+    for (int i = 0; i < N; i++) free(alone[i]);
+    cpu_model_free(&m);
+    model_free(&w);
+}
+
+Test(step04, greedy_tokens_identical_alone_and_batched, .timeout = 300) {
+    check_invariance(MODELS_DIR "/qwen3_qknorm_f32", 0);
+    check_invariance(MODELS_DIR "/llama_gqa_hd_f32", 0);
+}
+
+Test(step04, sampled_tokens_identical_alone_and_batched, .timeout = 300) {
+    check_invariance(MODELS_DIR "/qwen2_bias_f32", 1);
+}
+
+// ---------------------------------------------------------------- goldens through the batched path
+
+typedef struct {
+    int req, n;
+    int *top5;  // (n, 5) of request req
+} Top5Rec;
+
+static void record_top5(void *ctx, const Request *r, const float *logits, int vocab) {
+    Top5Rec *t = ctx;
+    if (r->index != t->req) return;
+    forward_topk(logits, vocab, 5, t->top5 + 5 * t->n++);
+}
+
+static int in5(const int *top5, int id) {
+    for (int k = 0; k < 5; k++)
+        if (top5[k] == id) return 1;
+    return 0;
+}
+
+Test(step04, goldens_match_through_the_batched_cpu_path, .timeout = 300) {
+    Ckpt ck[64];
+    const int n = list_checkpoints(ck, 64);
+    cr_assert(n > 0, "no checkpoints with goldens under %s", MODELS_DIR);
+    for (int c = 0; c < n; c++) {
+        ModelWeights w;
+        CpuModel m;
+        load_cpu(ck[c].dir, &w, &m);
+        char p[700];
+        snprintf(p, sizeof p, "%s/goldens/greedy.json", ck[c].dir);
+        json_error_t je;
+        json_t *j = json_load_file(p, 0, &je);
+        cr_assert(j, "%s: %s", p, je.text);
+        const json_t *pid = json_object_get(j, "prompt_ids"), *gen = json_object_get(j, "generated_ids");
+        const json_t *t5 = json_object_get(j, "top5_ids");
+        const int np = (int)json_array_size(pid), ng = (int)json_array_size(gen);
+        cr_assert(np > 0 && np <= 64 && ng > 0 && ng < 90);
+        // the golden prompt as request 1, between two random mates, budget 7 (its prompt is chunked)
+        Spec spec[3];
+        Rng g;
+        rng_seed(&g, 9);
+        for (int i = 0; i < 3; i++) {
+            spec[i].np = i == 1 ? np : 5 + 4 * i, spec[i].mt = i == 1 ? ng : 9;
+            for (int k = 0; k < spec[i].np; k++)
+                spec[i].ids[k] = i == 1 ? (int)json_integer_value(json_array_get(pid, k)) : (int)(rng_u32(&g) % (unsigned)m.cfg.vocab);
+            spec[i].sp = (SamplerParams){.greedy = 1, .top_p = 1};
+            spec[i].arrival = 0;
+        }
+        Top5Rec rec = {.req = 1, .top5 = malloc((size_t)ng * 5 * sizeof(int))};
+        OfflineOpts o = {.on_logits = record_top5, .ctx = &rec};
+        int *out[3];
+        run_specs(&m, spec, 3, POLICY_CONTINUOUS, 7, 3, out, &o);
+        cr_assert_eq(rec.n, ng);
+        int agreed = ng;
+        for (int i = 0; i < ng; i++) {
+            const int ref = (int)json_integer_value(json_array_get(gen, i));
+            int ref5[5];
+            for (int k = 0; k < 5; k++) ref5[k] = (int)json_integer_value(json_array_get(json_array_get(t5, i), k));
+            cr_assert_eq(out[1][i], rec.top5[5 * i], "our token is our argmax");
+            if (out[1][i] == ref) continue;
+            cr_expect(in5(ref5, out[1][i]) && in5(rec.top5 + 5 * i, ref), "%s: step %d: %d vs transformers %d, not in each other's top-5",
+                      ck[c].name, i, out[1][i], ref);
+            agreed = i;
+            break;
+        }
+        fprintf(stderr, "[step04 goldens] %s batched cpu: %d of %d tokens identical to transformers\n", ck[c].name, agreed, ng);
+        for (int i = 0; i < 3; i++) free(out[i]);
+        free(rec.top5);
+        json_decref(j);
+        cpu_model_free(&m);
+        model_free(&w);
+    }
+}
