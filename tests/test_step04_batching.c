@@ -557,3 +557,135 @@ Test(step04, goldens_match_through_the_batched_cpu_path, .timeout = 300) {
         model_free(&w);
     }
 }
+
+// ---------------------------------------------------------------- batch_bench: JSONL in, --json out
+
+// Runs a shell command, returns its exit status and (up to 1 MiB of) its stdout (+stderr when merged).
+static int run_cmd(const char *cmd, char **out) {
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    char *buf = calloc(1, 1 << 20);
+    const size_t n = fread(buf, 1, (1 << 20) - 1, p);
+    buf[n] = 0;
+    const int rc = pclose(p);
+    *out = buf;
+    return rc;
+}
+
+Test(step04, batch_bench_jsonl_round_trip, .timeout = 120) {
+    const char *model = MODELS_DIR "/llama_mha_f32";
+    ModelWeights w;
+    CpuModel m;
+    load_cpu(model, &w, &m);
+    enum { N = 5 };
+    Spec spec[N];
+    Rng g;
+    rng_seed(&g, 31);
+    char path[] = "/tmp/step04_reqs_XXXXXX";
+    const int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < N; i++) {
+        spec[i].np = 3 + 5 * i, spec[i].mt = 9 - i;
+        spec[i].sp = (SamplerParams){.greedy = i != 2, .temperature = i == 2 ? 0.8f : 0, .top_k = i == 2 ? 20 : 0, .top_p = 1,
+                                     .seed = 3};
+        spec[i].arrival = 0.01 * (i % 3);
+        fprintf(f, "{\"prompt_ids\": [");
+        for (int k = 0; k < spec[i].np; k++) {
+            spec[i].ids[k] = (int)(rng_u32(&g) % (unsigned)m.cfg.vocab);
+            fprintf(f, "%s%d", k ? ", " : "", spec[i].ids[k]);
+        }
+        fprintf(f, "], \"max_tokens\": %d, \"temperature\": %g, \"top_p\": 1, \"top_k\": %d, \"min_p\": 0, \"seed\": 3, "
+                   "\"ignore_eos\": true, \"arrival_s\": %.2f}\n%s",
+                spec[i].mt, spec[i].sp.temperature, spec[i].sp.top_k, spec[i].arrival, i == 1 ? "\n" : "");
+    }
+    fclose(f);
+    int *want[N];
+    run_specs(&m, spec, N, POLICY_CONTINUOUS, UNLIMITED, 4, want, NULL);
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "%s/batch_bench --model %s --requests %s --json --device cpu --max-num-seqs 2 --max-num-batched-tokens 7 2>/dev/null",
+             BUILD_BIN_DIR, model, path);
+    cr_assert_eq(run_cmd(cmd, &out), 0, "%s failed", cmd);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert(j, "not JSON: %s", je.text);
+    const json_t *reqs = json_object_get(j, "requests"), *sum = json_object_get(j, "summary");
+    cr_assert(json_is_array(reqs) && json_array_size(reqs) == N && json_is_object(sum));
+    for (int i = 0; i < N; i++) {
+        const json_t *r = json_array_get(reqs, i), *ids = json_object_get(r, "output_ids");
+        cr_expect_eq(json_integer_value(json_object_get(r, "index")), i, "requests in input order");
+        cr_expect_str_eq(json_string_value(json_object_get(r, "finish_reason")), "length");
+        cr_expect(json_number_value(json_object_get(r, "ttft_ms")) > 0 &&
+                  json_number_value(json_object_get(r, "e2e_ms")) >= json_number_value(json_object_get(r, "ttft_ms")));
+        cr_assert_eq((int)json_array_size(ids), spec[i].mt);
+        for (int t = 0; t < spec[i].mt; t++)
+            cr_expect_eq(json_integer_value(json_array_get(ids, t)), want[i][t], "request %d token %d", i, t);
+        free(want[i]);
+    }
+    long total = 0;
+    for (int i = 0; i < N; i++) total += spec[i].mt;
+    cr_expect_eq(json_integer_value(json_object_get(sum, "output_tokens")), total);
+    cr_expect_str_eq(json_string_value(json_object_get(sum, "policy")), "continuous");
+    cr_expect(json_number_value(json_object_get(sum, "output_tok_s")) > 0);
+    json_decref(j);
+    free(out);
+    remove(path);
+    cpu_model_free(&m);
+    model_free(&w);
+}
+
+Test(step04, batch_bench_rejects_bad_jsonl_and_options) {
+    static const struct {
+        const char *line, *want;
+    } bad[] = {
+        {"{\"prompt_ids\": [1, \"x\"], \"max_tokens\": 4}", "\"prompt_ids\": element 1"},
+        {"{\"max_tokens\": 4}", "\"prompt_ids\": missing"},
+        {"{\"prompt_ids\": [1, 2]}", "\"max_tokens\": missing"},
+        {"{\"prompt_ids\": [1, 2], \"max_tokens\": 0}", "\"max_tokens\""},
+        {"{\"prompt_ids\": [1, 2], \"max_tokens\": 2, \"top_p\": 2}", "\"top_p\""},
+        {"{\"prompt_ids\": [1, 2], \"max_tokens\": 2, \"temprature\": 1}", "\"temprature\": unknown"},
+        {"{\"prompt_ids\": [1, 99999], \"max_tokens\": 2}", "\"prompt_ids\""},
+        {"{\"prompt_ids\": [1, 2], \"max_tokens\": 2, \"ignore_eos\": 1}", "\"ignore_eos\""},
+        {"{\"prompt_ids\": [1, 2], \"max_tokens\": 2.5}", "\"max_tokens\""},
+        {"not json", "not JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char path[] = "/tmp/step04_bad_XXXXXX";
+        const int fd = mkstemp(path);
+        cr_assert(fd >= 0);
+        FILE *f = fdopen(fd, "w");
+        fprintf(f, "{\"prompt_ids\": [1, 2, 3], \"max_tokens\": 2}\n%s\n", bad[i].line);
+        fclose(f);
+        char cmd[1024], *out, want_line[600];
+        snprintf(cmd, sizeof cmd, "%s/batch_bench --model %s/llama_mha_f32 --requests %s --device cpu 2>&1", BUILD_BIN_DIR,
+                 MODELS_DIR, path);
+        const int rc = run_cmd(cmd, &out);
+        snprintf(want_line, sizeof want_line, "%s:2:", path);
+        cr_expect_neq(rc, 0, "bad line %zu accepted", i);
+        cr_expect(strstr(out, want_line) && strstr(out, bad[i].want), "bad line %zu: message \"%s\" lacks \"%s\" or \"%s\"",
+                  i, out, want_line, bad[i].want);
+        free(out);
+        remove(path);
+    }
+    static const struct {
+        const char *args, *want;
+    } opts[] = {
+        {"--max-num-seqs 12abc", "--max-num-seqs"},
+        {"--max-num-seqs 0", "--max-num-seqs"},
+        {"--max-num-batched-tokens -3", "--max-num-batched-tokens"},
+        {"--input-len 9:2", "--input-len"},
+        {"--output-len 5", "--output-len"},
+        {"--max-model-len 1e3", "--max-model-len"},
+        {"--policy dynamic", "--policy"},
+        {"--num-requests 3x", "--num-requests"},
+    };
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        char cmd[1024], *out;
+        snprintf(cmd, sizeof cmd, "%s/batch_bench --preset tiny --trace nano --device cpu %s 2>&1", BUILD_BIN_DIR, opts[i].args);
+        const int rc = run_cmd(cmd, &out);
+        cr_expect_neq(rc, 0, "%s accepted", opts[i].args);
+        cr_expect(strstr(out, opts[i].want) != NULL, "%s: message \"%s\"", opts[i].args, out);
+        free(out);
+    }
+}

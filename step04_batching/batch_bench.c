@@ -1,0 +1,504 @@
+// batch_bench.c — a whole workload through the scheduler and the batched runner: static vs
+// continuous batching on the same requests, and what the token budget trades.
+//
+//   build/bin/batch_bench --preset tiny --trace nano --input-len 8:64 --output-len 8:64 --device cpu
+//   build/bin/batch_bench --preset tiny --trace nano --input-len 8:64 --output-len 8:64 --device cpu --policy static
+//   build/bin/batch_bench --preset qwen3-0.6b --trace nano --device cuda --json > cont.json
+//   build/bin/batch_bench --model DIR --requests reqs.jsonl --json --timeline tl.csv
+//   build/bin/batch_bench --preset tiny --trace poisson --rate 50 --num-requests 100 --input-len 16:128 --output-len 8:64
+//
+// How it measures: the engine loop (offline.h) runs on the wall clock from time 0; a request
+// is not admitted before its arrival_s. TTFT = first token - arrival; TPOT = (finish - first
+// token) / (output tokens - 1); output tok/s = output tokens / (last finish - 0); total tok/s
+// counts prompt tokens too. On CUDA a greedy step copies only the argmax of each sampling row
+// (computed on the device); a step with a sampled row copies the logits of its sampling rows.
+// One warm-up forward runs before the clock starts.
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "check.h"
+#include "gpu.h"
+#include "model.h"
+#include "rng.h"
+#include "step01_matmul/accounting.h"
+#include "step04_batching/batch.h"
+#include "step04_batching/offline.h"
+#include "step04_batching/scheduler.h"
+#include "table.h"
+
+// A small Qwen3-style model (q/k norm, GQA) for CPU runs and CI: seconds for a scaled-down trace.
+static const char *TINY_JSON =
+    "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":128,\"intermediate_size\":384,"
+    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":2048,"
+    "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: batch_bench (--model DIR | --preset NAME) (--requests FILE.jsonl | --trace nano | --trace poisson\n"
+            "                   --rate R --num-requests N --input-len A:B --output-len C:D) [--policy continuous|static]\n"
+            "                   [--max-num-seqs N] [--max-num-batched-tokens N] [--max-model-len N] [--device cpu|cuda]\n"
+            "                   [--json] [--timeline FILE.csv]\n"
+            "  --preset        tiny (built in: Qwen3-style, 2 layers, d=128) or a step01 preset (qwen3-0.6b,\n"
+            "                  llama-3.1-8b, ...): random weights (bf16 on the GPU, fp32 on the CPU)\n"
+            "  --requests      one JSON object per line: {\"prompt_ids\": [...], \"max_tokens\": N, \"temperature\": 0,\n"
+            "                  \"top_p\": 1, \"top_k\": 0, \"min_p\": 0, \"seed\": S, \"ignore_eos\": true, \"arrival_s\": 0.0}\n"
+            "                  (only prompt_ids and max_tokens are required)\n"
+            "  --trace nano    nano-vllm's bench: 256 requests, seed 0, prompt and output lengths uniform in 100..1024,\n"
+            "                  random ids, greedy, ignore EOS, all at time 0 (--input-len/--output-len/--num-requests\n"
+            "                  override, e.g. 8:64 for a CPU run in seconds)\n"
+            "  --trace poisson the same with Poisson arrivals at --rate R requests/s\n"
+            "  --policy        continuous (default): vLLM's rule every step; static: fixed batches of max_num_seqs\n"
+            "                  in arrival order, each run until its longest request ends\n"
+            "  --max-num-seqs  sequences per step at most (default 256; also the number of KV slots)\n"
+            "  --max-num-batched-tokens  the token budget of a step (default 8192)\n"
+            "  --max-model-len positions per KV slot (default: the longest prompt + max_tokens of the workload)\n"
+            "  --json          {\"requests\": [...in input order], \"summary\": {...}} instead of the table\n"
+            "  --timeline      per request: arrival, first scheduled, first token, finish (seconds), lengths\n");
+}
+
+// ---------------------------------------------------------------- strict option values
+
+static long opt_long(const char *flag, const char *s, long lo, long hi) {
+    char *end;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (end == s || *end || errno) die("%s: \"%s\" is not an integer", flag, s);
+    if (v < lo || v > hi) die("%s: %ld is outside %ld..%ld", flag, v, lo, hi);
+    return v;
+}
+
+static double opt_double(const char *flag, const char *s, double lo, double hi) {
+    char *end;
+    const double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v)) die("%s: \"%s\" is not a number", flag, s);
+    if (v < lo || v > hi) die("%s: %g is outside %g..%g", flag, v, lo, hi);
+    return v;
+}
+
+static void opt_range(const char *flag, const char *s, int lo, int hi, int *a, int *b) {
+    const char *colon = strchr(s, ':');
+    if (!colon || colon == s || !colon[1]) die("%s: \"%s\" is not A:B", flag, s);
+    char left[64];
+    const size_t n = (size_t)(colon - s);
+    if (n >= sizeof left) die("%s: \"%s\" is not A:B", flag, s);
+    memcpy(left, s, n);
+    left[n] = 0;
+    *a = (int)opt_long(flag, left, lo, hi);
+    *b = (int)opt_long(flag, colon + 1, lo, hi);
+    if (*a > *b) die("%s: %d:%d: A must be <= B", flag, *a, *b);
+}
+
+// ---------------------------------------------------------------- requests
+
+typedef struct {
+    Request *r;
+    int n, cap;
+} ReqList;
+
+static Request *req_push(ReqList *l) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->r = realloc(l->r, (size_t)l->cap * sizeof(Request));
+        if (!l->r) die("out of memory");
+    }
+    return &l->r[l->n++];
+}
+
+// A number field of a JSONL line, range-checked; absent: def. Exits naming file, line and field.
+static double jnum(const json_t *o, const char *key, double def, double lo, double hi, int integer, const char *file,
+                   int line) {
+    const json_t *v = json_object_get(o, key);
+    if (!v) return def;
+    if (integer ? !json_is_integer(v) : !json_is_number(v))
+        die("%s:%d: field \"%s\": must be %s", file, line, key, integer ? "an integer" : "a number");
+    const double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) die("%s:%d: field \"%s\": %g is outside %g..%g", file, line, key, x, lo, hi);
+    return x;
+}
+
+static void read_jsonl(const char *path, int vocab, ReqList *l) {
+    FILE *f = fopen_check(path, "r");
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int line = 0;
+    static const char *known[] = {"prompt_ids", "max_tokens", "temperature", "top_p", "top_k",
+                                  "min_p",      "seed",       "ignore_eos",  "arrival_s"};
+    while ((len = getline(&buf, &cap, f)) >= 0) {
+        line++;
+        int blank = 1;
+        for (ssize_t i = 0; i < len; i++) blank &= buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r';
+        if (blank) continue;
+        json_error_t je;
+        json_t *o = json_loads(buf, 0, &je);
+        if (!o) die("%s:%d: not JSON: %s (column %d)", path, line, je.text, je.column);
+        if (!json_is_object(o)) die("%s:%d: expected one JSON object per line", path, line);
+        const char *key;
+        json_t *val;
+        json_object_foreach(o, key, val) {
+            int ok = 0;
+            for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= !strcmp(key, known[k]);
+            if (!ok) die("%s:%d: field \"%s\": unknown (known: prompt_ids, max_tokens, temperature, top_p, top_k, min_p, seed, ignore_eos, arrival_s)", path, line, key);
+        }
+        const json_t *ids = json_object_get(o, "prompt_ids");
+        if (!ids) die("%s:%d: field \"prompt_ids\": missing", path, line);
+        if (!json_is_array(ids) || json_array_size(ids) == 0)
+            die("%s:%d: field \"prompt_ids\": must be a non-empty array of token ids", path, line);
+        const int np = (int)json_array_size(ids);
+        int *p = xmalloc((size_t)np * sizeof(int));
+        for (int i = 0; i < np; i++) {
+            const json_t *v = json_array_get(ids, (size_t)i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab)
+                die("%s:%d: field \"prompt_ids\": element %d is not a token id in 0..%d", path, line, i, vocab - 1);
+            p[i] = (int)json_integer_value(v);
+        }
+        if (!json_object_get(o, "max_tokens")) die("%s:%d: field \"max_tokens\": missing", path, line);
+        const int mt = (int)jnum(o, "max_tokens", 0, 1, 1 << 20, 1, path, line);
+        SamplerParams sp = {.temperature = (float)jnum(o, "temperature", 0, 0, 100, 0, path, line),
+                            .top_p = (float)jnum(o, "top_p", 1, 1e-6, 1, 0, path, line),
+                            .top_k = (int)jnum(o, "top_k", 0, 0, 1 << 30, 1, path, line),
+                            .min_p = (float)jnum(o, "min_p", 0, 0, 0.999999, 0, path, line),
+                            .seed = (uint64_t)jnum(o, "seed", 0, 0, 9007199254740992.0, 1, path, line)};
+        sp.greedy = sp.temperature <= 0;
+        const json_t *ie = json_object_get(o, "ignore_eos");
+        if (ie && !json_is_boolean(ie)) die("%s:%d: field \"ignore_eos\": must be true or false", path, line);
+        const double arr = jnum(o, "arrival_s", 0, 0, 1e9, 0, path, line);
+        Request *r = req_push(l);
+        request_init(r, l->n - 1, p, np, mt, &sp, ie ? json_is_true(ie) : 0, arr);
+        free(p);
+        json_decref(o);
+    }
+    free(buf);
+    fclose(f);
+    if (l->n == 0) die("%s: no requests", path);
+}
+
+static int uniform_int(Rng *g, int a, int b) { return a + (int)(rng_u32(g) % (uint32_t)(b - a + 1)); }
+
+// nano-vllm's workload (its ids come from Python's random; these from PCG32 seed 0: the same
+// distribution, not the same ids); poisson: the same with exponential inter-arrival gaps.
+static void make_trace(int poisson, int n, int in_a, int in_b, int out_a, int out_b, double rate, int vocab, ReqList *l) {
+    Rng g;
+    rng_seed(&g, 0);
+    const int id_max = vocab < 10000 ? vocab : 10000;
+    int *p = xmalloc((size_t)in_b * sizeof(int));
+    const SamplerParams sp = {.greedy = 1, .temperature = 0, .top_p = 1};
+    double t = 0;
+    for (int i = 0; i < n; i++) {
+        const int np = uniform_int(&g, in_a, in_b);
+        for (int j = 0; j < np; j++) p[j] = (int)(rng_u32(&g) % (uint32_t)id_max);
+        const int mt = uniform_int(&g, out_a, out_b);
+        if (poisson && i > 0) t += -log(1.0 - (double)rng_uniform(&g)) / rate;
+        request_init(req_push(l), i, p, np, mt, &sp, 1, t);
+    }
+    free(p);
+}
+
+// ---------------------------------------------------------------- statistics
+
+static double pctl(const double *v, int n, double q) {  // linear interpolation, as numpy's default
+    if (n == 0) return NAN;
+    double *s = xmalloc((size_t)n * sizeof(double));
+    memcpy(s, v, (size_t)n * sizeof(double));
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && s[j] < s[j - 1]; j--) {
+            const double t = s[j];
+            s[j] = s[j - 1], s[j - 1] = t;
+        }
+    const double pos = q * (n - 1);
+    const int lo = (int)floor(pos), hi = lo + 1 < n ? lo + 1 : lo;
+    const double r = s[lo] + (s[hi] - s[lo]) * (pos - lo);
+    free(s);
+    return r;
+}
+
+int main(int argc, char **argv) {
+    const char *model_dir = NULL, *preset = NULL, *req_path = NULL, *trace = NULL, *device = NULL, *timeline = NULL;
+    SchedPolicy policy = POLICY_CONTINUOUS;
+    int max_seqs = 256, max_len = 0, n_req = -1, json = 0, in_a = 100, in_b = 1024, out_a = 100, out_b = 1024;
+    int lens_given = 0;
+    long budget = 8192;
+    double rate = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const int more = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) json = 1;
+        else if (!more) {
+            usage(stderr);
+            die("unknown or incomplete argument: %s", a);
+        } else if (!strcmp(a, "--model")) model_dir = argv[++i];
+        else if (!strcmp(a, "--preset")) preset = argv[++i];
+        else if (!strcmp(a, "--requests")) req_path = argv[++i];
+        else if (!strcmp(a, "--trace")) trace = argv[++i];
+        else if (!strcmp(a, "--device")) device = argv[++i];
+        else if (!strcmp(a, "--timeline")) timeline = argv[++i];
+        else if (!strcmp(a, "--rate")) rate = opt_double(a, argv[++i], 1e-6, 1e9);
+        else if (!strcmp(a, "--num-requests")) n_req = (int)opt_long(a, argv[++i], 1, 1000000);
+        else if (!strcmp(a, "--input-len")) opt_range(a, argv[++i], 1, 1 << 20, &in_a, &in_b), lens_given |= 1;
+        else if (!strcmp(a, "--output-len")) opt_range(a, argv[++i], 1, 1 << 20, &out_a, &out_b), lens_given |= 2;
+        else if (!strcmp(a, "--max-num-seqs")) max_seqs = (int)opt_long(a, argv[++i], 1, 65536);
+        else if (!strcmp(a, "--max-num-batched-tokens")) budget = opt_long(a, argv[++i], 1, 1 << 24);
+        else if (!strcmp(a, "--max-model-len")) max_len = (int)opt_long(a, argv[++i], 2, 1 << 22);
+        else if (!strcmp(a, "--policy")) {
+            const char *p = argv[++i];
+            if (!strcmp(p, "continuous")) policy = POLICY_CONTINUOUS;
+            else if (!strcmp(p, "static")) policy = POLICY_STATIC;
+            else die("--policy must be continuous or static, not %s", p);
+        } else {
+            usage(stderr);
+            die("unknown argument: %s", a);
+        }
+    }
+    if (!model_dir == !preset) {
+        usage(stderr);
+        die("need exactly one of --model and --preset");
+    }
+    if (!req_path == !trace) {
+        usage(stderr);
+        die("need exactly one of --requests and --trace");
+    }
+    const int poisson = trace && !strcmp(trace, "poisson");
+    if (trace && !poisson && strcmp(trace, "nano")) die("--trace must be nano or poisson, not %s", trace);
+    if (poisson && (rate < 0 || n_req < 0 || lens_given != 3))
+        die("--trace poisson needs --rate, --num-requests, --input-len and --output-len");
+    if (!poisson && rate >= 0) die("--rate goes with --trace poisson");
+    if (req_path && (n_req >= 0 || lens_given)) die("--num-requests/--input-len/--output-len go with --trace");
+    GpuInfo gi;
+    int have_gpu;
+    const int use_cuda = choose_device(device, &gi, &have_gpu);
+
+    // ---- the model
+    char err[512];
+    ModelWeights w;
+    ModelConfig cfg;
+    if (model_dir) {
+        if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
+        cfg = w.cfg;
+    } else {
+        const char *js = !strcmp(preset, "tiny") ? TINY_JSON : preset_config_json(preset);
+        if (!js) die("--preset: unknown name %s", preset);
+        if (hf_config_parse(js, preset, &cfg, err, sizeof err) != 0) die("%s", err);
+    }
+
+    // ---- the requests
+    ReqList rl = {0};
+    if (req_path) read_jsonl(req_path, cfg.vocab, &rl);
+    else make_trace(poisson, n_req > 0 ? n_req : 256, in_a, in_b, out_a, out_b, rate, cfg.vocab, &rl);
+    if (max_len == 0) {
+        for (int i = 0; i < rl.n; i++)
+            if (rl.r[i].num_prompt + rl.r[i].max_tokens > max_len) max_len = rl.r[i].num_prompt + rl.r[i].max_tokens;
+        if (max_len > cfg.max_pos) max_len = cfg.max_pos;
+    }
+    SchedConfig sc = {.policy = policy, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len};
+    sc.n_eos = cfg.n_eos < 8 ? cfg.n_eos : 8;
+    memcpy(sc.eos, cfg.eos_token_ids, (size_t)sc.n_eos * sizeof(int));
+    Scheduler s;
+    if (sched_init(&s, &sc, rl.r, rl.n, err, sizeof err) != 0) die("%s", err);
+    long rows = budget < (long)max_seqs * max_len ? budget : (long)max_seqs * max_len;
+
+    CpuModel cm = {0};
+    GpuModel *gm = NULL;
+    Runner *run;
+    double kv_elem = 4;
+    if (use_cuda) {
+        gm = model_dir ? gpu_model_load(&w, err, sizeof err) : gpu_model_random(&cfg, ST_BF16, 1, err, sizeof err);
+        if (!gm) die("%s", err);
+        run = runner_new_cuda(gm, max_seqs, max_len, (int)rows, err, sizeof err);
+    } else {
+        if (model_dir) {
+            if (cpu_model_load(&w, &cm, err, sizeof err) != 0) die("%s", err);
+        } else cpu_model_random(&cfg, 1, &cm);
+        run = runner_new_cpu(&cm, max_seqs, max_len, (int)rows, err, sizeof err);
+    }
+    if (!run) die("%s", err);
+    // element size of the cache as allocated (bf16/f16 on the GPU unless the weights are fp32)
+    kv_elem = round(runner_kv_bytes(run) / (2.0 * cfg.n_layers * max_seqs * max_len * cfg.n_kv_heads * cfg.head_dim));
+    if (kv_elem < 1) kv_elem = use_cuda ? 2 : 4;
+    const double kv_tok = kv_bytes_per_token(&cfg, kv_elem);
+
+    // ---- warm-up: one forward of a short prompt in slot 0 (its rows are rewritten before any read)
+    {
+        const int n = max_len - 1 < 16 ? max_len - 1 : 16, wt = n < rows ? n : (int)rows;
+        Batch b;
+        batch_alloc(&b, 1, wt);
+        b.n_seqs = 1, b.n_tokens = wt, b.cu_seqlens_q[0] = 0, b.cu_seqlens_q[1] = wt, b.seq_lens_k[0] = wt, b.seq_slot[0] = 0;
+        for (int t = 0; t < wt; t++) b.token_ids[t] = t % cfg.vocab, b.positions[t] = t, b.slot_mapping[t] = t;
+        b.n_logits = 1, b.logit_rows[0] = wt - 1;
+        int am;
+        if (runner_forward(run, &b, NULL, &am) != 0) die("warm-up forward failed");
+        batch_free(&b);
+    }
+
+    // ---- the run
+    OfflineOpts oo = {.real_clock = 1, .progress = 1};
+    OfflineStats os;
+    if (offline_run(run, cfg.vocab, &s, &oo, &os) != 0) die("the engine loop failed");
+    if (os.wall_s > 2.0) fprintf(stderr, "[batch] done: %ld steps in %.1f s\n", os.steps, os.wall_s);
+
+    // ---- per-request numbers
+    double *ttft = xmalloc((size_t)rl.n * sizeof(double)), *tpot = xmalloc((size_t)rl.n * sizeof(double));
+    double *e2e = xmalloc((size_t)rl.n * sizeof(double));
+    int n_ttft = 0, n_tpot = 0, n_err = 0;
+    long gen = 0, prompt = 0;
+    for (int i = 0; i < rl.n; i++) {
+        const Request *r = &rl.r[i];
+        if (r->finish == FINISH_ERROR) {
+            n_err++;
+            continue;
+        }
+        const int g = r->num_tokens - r->num_prompt;
+        gen += g, prompt += r->num_prompt;
+        ttft[n_ttft] = (r->first_token_s - r->arrival_s) * 1e3;
+        e2e[n_ttft++] = (r->finish_s - r->arrival_s) * 1e3;
+        if (g > 1) tpot[n_tpot++] = (r->finish_s - r->first_token_s) / (g - 1) * 1e3;
+    }
+    const SchedStats *st = &s.st;
+    const double dur = os.wall_s > 0 ? os.wall_s : 1e-9;
+    const double out_tps = gen / dur, tot_tps = (gen + prompt) / dur;
+    const double idle_share = st->tokens + st->idle_slots > 0 ? (double)st->idle_slots / (st->tokens + st->idle_slots) : 0;
+    const double unused_res = st->reserved_sum > 0 ? 1.0 - st->used_sum / st->reserved_sum : 0;
+    const double slots_tok = (double)max_seqs * max_len;
+    const double unused_alloc = st->steps > 0 ? 1.0 - st->used_sum / (st->steps * slots_tok) : 0;
+    char model_desc[600], settings[300], dev_desc[400];
+    snprintf(model_desc, sizeof model_desc, "%s (%s, %d layers, d=%d, H=%d, KV=%d, hd=%d, ff=%d, vocab=%d)",
+             model_dir ? model_dir : preset, model_arch_name(cfg.arch), cfg.n_layers, cfg.hidden, cfg.n_heads,
+             cfg.n_kv_heads, cfg.head_dim, cfg.intermediate, cfg.vocab);
+    snprintf(settings, sizeof settings, "max_num_seqs=%d max_num_batched_tokens=%ld max_model_len=%d", max_seqs, budget,
+             max_len);
+    snprintf(dev_desc, sizeof dev_desc, "%s", use_cuda ? gi.name : "cpu");
+    char workload[300];
+    if (req_path) snprintf(workload, sizeof workload, "%s: %d requests", req_path, rl.n);
+    else
+        snprintf(workload, sizeof workload, "--trace %s: %d requests, prompt %d..%d, output %d..%d tokens%s", trace, rl.n,
+                 in_a, in_b, out_a, out_b, poisson ? "" : ", all at t=0");
+    if (poisson) snprintf(workload + strlen(workload), sizeof workload - strlen(workload), ", Poisson %.3g req/s", rate);
+
+    if (timeline) {
+        FILE *f = fopen_check(timeline, "w");
+        fprintf(f, "index,arrival_s,first_sched_s,first_token_s,finish_s,prompt_len,output_len,finish_reason\n");
+        for (int i = 0; i < rl.n; i++) {
+            const Request *r = &rl.r[i];
+            fprintf(f, "%d,%.6f,%.6f,%.6f,%.6f,%d,%d,%s\n", r->index, r->arrival_s, r->first_sched_s, r->first_token_s,
+                    r->finish_s, r->num_prompt, r->num_tokens - r->num_prompt, finish_reason_name(r->finish));
+        }
+        fclose(f);
+    }
+
+    if (json) {
+        json_t *root = json_object(), *reqs = json_array(), *sum = json_object();
+        for (int i = 0; i < rl.n; i++) {
+            const Request *r = &rl.r[i];
+            json_t *o = json_object(), *ids = json_array();
+            for (int t = r->num_prompt; t < r->num_tokens; t++) json_array_append_new(ids, json_integer(r->tokens[t]));
+            json_object_set_new(o, "index", json_integer(r->index));
+            json_object_set_new(o, "output_ids", ids);
+            json_object_set_new(o, "finish_reason", json_string(finish_reason_name(r->finish)));
+            const int ok = r->finish != FINISH_ERROR;
+            json_object_set_new(o, "ttft_ms", ok ? json_real((r->first_token_s - r->arrival_s) * 1e3) : json_null());
+            json_object_set_new(o, "e2e_ms", ok ? json_real((r->finish_s - r->arrival_s) * 1e3) : json_null());
+            json_array_append_new(reqs, o);
+        }
+#define JNUM(k, v) json_object_set_new(sum, k, isfinite((double)(v)) ? json_real((double)(v)) : json_null())
+#define JINT(k, v) json_object_set_new(sum, k, json_integer((json_int_t)(v)))
+        json_object_set_new(sum, "device", json_string(dev_desc));
+        json_object_set_new(sum, "runner", json_string(runner_describe(run)));
+        json_object_set_new(sum, "model", json_string(model_desc));
+        json_object_set_new(sum, "workload", json_string(workload));
+        json_object_set_new(sum, "policy", json_string(policy_name(policy)));
+        json_object_set_new(sum, "commit", json_string(build_commit()));
+        JINT("max_num_seqs", max_seqs);
+        JINT("max_num_batched_tokens", budget);
+        JINT("max_model_len", max_len);
+        JINT("num_requests", rl.n);
+        JINT("num_errors", n_err);
+        JINT("prompt_tokens", prompt);
+        JINT("output_tokens", gen);
+        JNUM("duration_s", dur);
+        JNUM("output_tok_s", out_tps);
+        JNUM("total_tok_s", tot_tps);
+        JNUM("ttft_ms_p50", pctl(ttft, n_ttft, 0.5));
+        JNUM("ttft_ms_p99", pctl(ttft, n_ttft, 0.99));
+        JNUM("tpot_ms_p50", pctl(tpot, n_tpot, 0.5));
+        JNUM("tpot_ms_p99", pctl(tpot, n_tpot, 0.99));
+        JNUM("e2e_ms_p50", pctl(e2e, n_ttft, 0.5));
+        JNUM("idle_slot_share", idle_share);
+        JINT("steps", st->steps);
+        JNUM("mean_seqs_per_step", st->steps ? (double)st->seq_steps / st->steps : 0);
+        JNUM("mean_tokens_per_step", st->steps ? (double)st->tokens / st->steps : 0);
+        JINT("static_batches", st->batches);
+        JINT("peak_kv_used_tokens", st->peak_used);
+        JINT("peak_kv_reserved_tokens", st->peak_reserved);
+        JNUM("kv_bytes_per_token", kv_tok);
+        JNUM("kv_bytes_allocated", runner_kv_bytes(run));
+        JNUM("kv_reserved_unused_frac", unused_res);
+        JNUM("kv_allocated_unused_frac", unused_alloc);
+        JNUM("forward_share", os.forward_s / dur);
+        json_object_set_new(root, "requests", reqs);
+        json_object_set_new(root, "summary", sum);
+        char *txt = json_dumps(root, JSON_INDENT(1));
+        puts(txt);
+        free(txt);
+        json_decref(root);
+    } else {
+        Table *t = table_new("step04 batching: one workload through the scheduler and the batched runner");
+        table_std_meta(t);
+        table_meta(t, "run", "device %s | model %s | %s | policy %s | %s", dev_desc, model_dir ? model_dir : preset,
+                   runner_describe(run), policy_name(policy), settings);
+        if (use_cuda) table_meta(t, "compute_capability", "%d.%d", gi.cc_major, gi.cc_minor);
+        table_meta(t, "model", "%s", model_desc);
+        table_meta(t, "workload", "%s (%ld prompt + %ld output tokens; %d could not run)", workload, prompt, gen, n_err);
+        table_col(t, "metric", NULL);
+        table_col(t, "value", "%.4g");
+        table_col(t, "how", NULL);
+        struct {
+            const char *m;
+            double v;
+            const char *how;
+        } rows_[] = {
+            {"output tok/s", out_tps, "output tokens / (last finish - start), wall clock"},
+            {"total tok/s", tot_tps, "(prompt + output tokens) / the same time"},
+            {"TTFT p50 ms", pctl(ttft, n_ttft, 0.5), "first token - arrival, per request"},
+            {"TTFT p99 ms", pctl(ttft, n_ttft, 0.99), "(linear interpolation between ranks)"},
+            {"TPOT p50 ms", pctl(tpot, n_tpot, 0.5), "(finish - first token) / (output tokens - 1), per request"},
+            {"TPOT p99 ms", pctl(tpot, n_tpot, 0.99), ""},
+            {"duration s", dur, "start to the last finish"},
+            {"steps", (double)st->steps, "forwards run (each one flat batch)"},
+            {"mean seqs / step", st->steps ? (double)st->seq_steps / st->steps : 0, "sequences in a step's batch"},
+            {"mean tokens / step", st->steps ? (double)st->tokens / st->steps : 0, "new tokens (rows) in a step's batch"},
+            {"idle slot share", idle_share, "static: (prompt padding + seats of finished members) / (those + real tokens)"},
+            {"peak KV used tokens", (double)st->peak_used, "max over steps of K/V rows written by slot holders"},
+            {"peak KV reserved tokens", (double)st->peak_reserved, "max over steps of the sum of min(prompt + max_tokens, max_len)"},
+            {"peak KV used MB", st->peak_used * kv_tok / 1e6, "x 2 * layers * kv_heads * head_dim * bytes"},
+            {"KV allocated MB", runner_kv_bytes(run) / 1e6, "max_num_seqs slots x max_model_len positions"},
+            {"KV reserved-but-unused", unused_res, "1 - sum over steps of used / sum over steps of reserved"},
+            {"KV allocated-but-unused", unused_alloc, "1 - sum over steps of used / (steps x allocated)"},
+            {"forward share of time", os.forward_s / dur, "time inside runner_forward / duration"},
+        };
+        for (size_t k = 0; k < sizeof rows_ / sizeof rows_[0]; k++) {
+            table_row(t);
+            table_str(t, "metric", rows_[k].m);
+            table_num(t, "value", rows_[k].v);
+            table_str(t, "how", rows_[k].how);
+        }
+        table_print(t, FMT_TEXT, stdout);
+        table_free(t);
+    }
+
+    free(ttft), free(tpot), free(e2e);
+    runner_free(run);
+    sched_free(&s);
+    for (int i = 0; i < rl.n; i++) request_free(&rl.r[i]);
+    free(rl.r);
+    if (gm) gpu_model_free(gm);
+    if (cm.layers) cpu_model_free(&cm);
+    if (model_dir) model_free(&w);
+    return 0;
+}
