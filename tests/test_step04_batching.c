@@ -211,7 +211,7 @@ static void drive_fake(const SchedConfig *cfg, Reqs *q, int V, const char *what)
     sched_free(&s);
 }
 
-Test(step04, scheduler_invariants_hold_after_every_step, .timeout = 120) {
+Test(step04, scheduler_invariants_hold_after_every_step, .timeout = 300) {
     const long budgets[] = {1, 7, 64, UNLIMITED};
     const int seqs[] = {1, 3, 8};
     Rng g;
@@ -572,7 +572,7 @@ static int run_cmd(const char *cmd, char **out) {
     return rc;
 }
 
-Test(step04, batch_bench_jsonl_round_trip, .timeout = 120) {
+Test(step04, batch_bench_jsonl_round_trip, .timeout = 300) {
     const char *model = MODELS_DIR "/llama_mha_f32";
     ModelWeights w;
     CpuModel m;
