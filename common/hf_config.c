@@ -3,6 +3,7 @@
 #include "hf_config.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,7 +33,7 @@ static int fail(char *err, int errlen, const char *src, const char *fmt, ...) {
 
 // The value as written in the file, for messages ("4294967312", "-16", "\"8\"", "true").
 static const char *val_text(json_t *v, char *buf, size_t n) {
-    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(12));
     snprintf(buf, n, "%.60s%s", t ? t : "?", t && strlen(t) > 60 ? "..." : "");
     free(t);
     return buf;
@@ -52,13 +53,11 @@ static int get_int(json_t *o, const char *key, long long def_or_required, long l
         return 0;
     }
     long long x;
-    if (json_is_integer(v)) {
-        x = json_integer_value(v);
-    } else if (json_is_real(v) && fabs(json_real_value(v)) < 9e18 && json_real_value(v) == floor(json_real_value(v))) {
-        x = (long long)json_real_value(v);
-    } else {
-        return fail(err, errlen, src, "field \"%s\" = %s is not an integer", key, val_text(v, b, sizeof b));
-    }
+    const double r = json_is_real(v) ? json_real_value(v) : 0.5;
+    if (json_is_integer(v)) x = json_integer_value(v);
+    else if (r == floor(r) && fabs(r) < 9e18) x = (long long)r;
+    else if (r == floor(r)) x = r < 0 ? LLONG_MIN : LLONG_MAX;  // integral but beyond 64 bits: out of range
+    else return fail(err, errlen, src, "field \"%s\" = %s is not an integer", key, val_text(v, b, sizeof b));
     if (x < lo || x > hi)
         return fail(err, errlen, src, "field \"%s\" = %s is out of range (allowed: %lld..%lld)", key,
                     val_text(v, b, sizeof b), lo, hi);

@@ -62,9 +62,9 @@ static void usage(FILE *f) {
 static void parse_mnk(const char *opt, const char *s, int *M, int *N, int *K) {
     int n;
     int *v = arg_int_list(opt, s, 1, MAX_DIM, &n);
-    if (n != 3) arg_die("%s: '%s' has %d values, want M,N,K", opt, s, n);
-    *M = v[0], *N = v[1], *K = v[2];
+    if (n == 3) *M = v[0], *N = v[1], *K = v[2];
     free(v);
+    if (n != 3) arg_die("%s: '%s' has %d values, want M,N,K", opt, s, n);
 }
 
 static void parse_args(int argc, char **argv, Opts *o) {

@@ -51,13 +51,19 @@ static int *load_ids_npy(const char *path, int *T) {
     NpyArray a;
     if (npy_load(path, &a) != 0) die("--ids-npy: cannot read %s", path);
     if (a.count < 1) die("--ids-npy: %s is empty", path);
-    if (a.count > (1u << 24)) die("--ids-npy: %s has %zu ids (at most %u)", path, a.count, 1u << 24);
-    if (strcmp(a.dtype, "<i4") && strcmp(a.dtype, "<i8"))
-        die("--ids-npy: %s has dtype %s, expected an int32/int64 array", path, a.dtype);
+    if (a.count > (1u << 24) || (strcmp(a.dtype, "<i4") && strcmp(a.dtype, "<i8"))) {
+        char what[64];
+        snprintf(what, sizeof what, "%zu ids of dtype %s", a.count, a.dtype);
+        npy_free(&a);
+        die("--ids-npy: %s has %s, expected at most %u int32/int64 ids", path, what, 1u << 24);
+    }
     int *ids = xmalloc(a.count * sizeof(int));
     for (size_t i = 0; i < a.count; i++) {
         const long long v = !strcmp(a.dtype, "<i4") ? ((const int32_t *)a.data)[i] : ((const int64_t *)a.data)[i];
-        if (v < 0 || v > INT_MAX) die("--ids-npy: %s: id %lld at position %zu is not a token id", path, v, i);
+        if (v < 0 || v > INT_MAX) {
+            free(ids), npy_free(&a);
+            die("--ids-npy: %s: id %lld at position %zu is not a token id", path, v, i);
+        }
         ids[i] = (int)v;
     }
     *T = (int)a.count;

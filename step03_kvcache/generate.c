@@ -54,21 +54,25 @@ static int load_eos(const char *dir, const ModelConfig *c, int *eos, int max) {
         json_t *g = json_load_file(p, 0, &je);
         if (!g) die("%s: invalid JSON at line %d: %s", p, je.line, je.text);
         json_t *e = json_object_get(g, "eos_token_id");
+        char bad[160] = "";  // the problem, if any (g is freed before exiting)
         if (json_is_integer(e) || json_is_array(e)) {
             size_t i, ne = json_is_array(e) ? json_array_size(e) : 1;
-            if ((int)ne > max) die("%s: eos_token_id has %zu ids (at most %d)", p, ne, max);
-            for (i = 0; i < ne; i++) {
+            if ((int)ne > max) snprintf(bad, sizeof bad, "eos_token_id has %zu ids (at most %d)", ne, max);
+            for (i = 0; i < ne && !bad[0]; i++) {
                 json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
                 if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= c->vocab) {
                     char *txt = json_dumps(v, JSON_ENCODE_ANY);
-                    die("%s: eos_token_id %s is not a token id in [0, %d)", p, txt ? txt : "?", c->vocab);
+                    snprintf(bad, sizeof bad, "eos_token_id %.60s is not a token id in [0, %d)", txt ? txt : "?", c->vocab);
+                    free(txt);
+                } else {
+                    eos[n++] = (int)json_integer_value(v);
                 }
-                eos[n++] = (int)json_integer_value(v);
             }
         } else if (e && !json_is_null(e)) {
-            die("%s: eos_token_id must be an integer or a list of integers", p);
+            snprintf(bad, sizeof bad, "eos_token_id must be an integer or a list of integers");
         }
         json_decref(g);
+        if (bad[0]) die("%s: %s", p, bad);
     }
     if (n == 0)
         for (int i = 0; i < c->n_eos && n < max; i++) eos[n++] = c->eos_token_ids[i];

@@ -51,9 +51,9 @@ static void usage(FILE *f) {
 static int parse_list(const char *s, int *out, int max) {
     int n;
     int *v = arg_int_list("--positions", s, 0, 1 << 20, &n);
-    if (n > max) arg_die("--positions: %d positions given, at most %d", n, max);
-    memcpy(out, v, (size_t)n * sizeof(int));
+    if (n <= max) memcpy(out, v, (size_t)n * sizeof(int));
     free(v);
+    if (n > max) arg_die("--positions: %d positions given, at most %d", n, max);
     return n;
 }
 
