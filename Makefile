@@ -5,6 +5,9 @@
 #   make test SANITIZE=1 the CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make demo            install missing deps, build, run every step with its defaults
 #   make bench-h200      the GPU benchmarks whose tables are committed under stepNN/results/
+#   make gpu-sanitize    on a GPU machine: the GPU tests under compute-sanitizer memcheck (with leak
+#                        check), racecheck and synccheck; one line per tool, fails on any error
+#                        (GPU_SANITIZE_FILTER='*/gpu_*', GPU_SANITIZE_TOOLS="memcheck racecheck synccheck")
 #   make clean
 # Knobs: CUDA_ARCHS="75 80 86 89 90" (or native), NO_CUDA=1, NOTEBOOKS=0, COMMIT=<hash>.
 SHELL := /bin/bash
@@ -173,6 +176,17 @@ bench-h200: all $(addprefix bench-,$(STEP_DIRS))
 clean:
 	rm -rf build
 
+# ---- gpu-sanitize: tools/gpu_sanitize.sh runs the GPU tests once plainly (they must run, not skip,
+# and pass), then under each compute-sanitizer tool; logs in $(BUILD)/gpu-sanitize/.
+GPU_SANITIZE_FILTER ?= */gpu_*
+GPU_SANITIZE_TOOLS ?= memcheck racecheck synccheck
+COMPUTE_SANITIZER ?= $(or $(shell command -v compute-sanitizer 2>/dev/null),$(if $(CUDA_HOME),$(CUDA_HOME)/bin/compute-sanitizer,/usr/local/cuda/bin/compute-sanitizer))
+gpu-sanitize:
+	@if [ "$(HAVE_CUDA)" != 1 ]; then echo "gpu-sanitize: cannot run: this build has no CUDA code ($(CUDA_SKIP_REASON))" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory -j$(NPROC) all
+	@COMPUTE_SANITIZER="$(COMPUTE_SANITIZER)" GPU_SANITIZE_OUT="$(BUILD)/gpu-sanitize" \
+	  bash tools/gpu_sanitize.sh $(TEST_BIN) '$(GPU_SANITIZE_FILTER)' $(GPU_SANITIZE_TOOLS)
+
 # ---- fuzz: libFuzzer targets under ASan+UBSan (clang). `make fuzz` runs each FUZZ_SECONDS
 # (default 60; FUZZ_SECONDS=600 for a ten-minute run); inputs found go to build/fuzz/corpus.
 FUZZ_CC ?= $(shell command -v clang-14 2>/dev/null || command -v clang 2>/dev/null)
@@ -197,7 +211,7 @@ fuzz-safetensors: build/fuzz/fuzz_safetensors
 	build/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 -artifact_prefix=build/fuzz/safetensors- -dict=build/fuzz/seeds_safetensors.dict build/fuzz/corpus_safetensors build/fuzz/seeds_safetensors
 
 FORCE:
-.PHONY: all check test demo deps clean fuzz fuzz-tokenizer fuzz-safetensors bench-h200 FORCE
+.PHONY: all check test demo deps clean gpu-sanitize fuzz fuzz-tokenizer fuzz-safetensors bench-h200 FORCE
 .SECONDARY:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

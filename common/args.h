@@ -1,14 +1,45 @@
-// args.h — small command-line helpers shared by the programs.
-// defines: parse_int_list, choose_device
+// args.h — command-line helpers shared by the programs: strict number parsing, id lists, --device.
+// defines: ARG_EXIT, ARG_LO_OPEN, ARG_HI_OPEN, arg_die, arg_int, arg_u64, arg_float, arg_int_list,
+//          parse_int_list, check_ids_in_vocab, choose_device
+//
+// Every option value is parsed whole and range checked: "8k", "1e3" (for an integer), "abc", "",
+// " 5", "0x10", an overflow, "nan" or "inf" are refused. A refusal is ONE line on stderr that
+// names the option, the value and what is allowed, e.g.
+//   error: --context: '8k' is not an integer (allowed: 1..16777216)
+//   error: --top-p: 'nan' is not a finite number (allowed: (0, 1])
+// and the program exits with ARG_EXIT (2, a usage error; other failures exit 1).
 #pragma once
+#include <stdint.h>
+
 #include "gpu.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// "1,2,3" -> a malloc'ed array of non-negative ints (*n set to its length). `flag` names the
-// option in error messages ("--ids"); a malformed or empty list exits with a message.
-int *parse_int_list(const char *s, const char *flag, int *n);
+#define ARG_EXIT 2
+
+// Print "error: <message>" on stderr and exit(ARG_EXIT).
+__attribute__((noreturn, format(printf, 1, 2))) void arg_die(const char *fmt, ...);
+
+// A decimal integer (an optional '-', then digits only) in lo..hi.
+long long arg_int(const char *opt, const char *s, long long lo, long long hi);
+// A decimal unsigned 64-bit integer (digits only: "-1" is refused, not wrapped around).
+uint64_t arg_u64(const char *opt, const char *s);
+
+// A finite decimal number ("0.9", "1e-5"; not "nan", "inf" or hex) in [lo, hi]; flags make an
+// end open: ARG_LO_OPEN for (lo, ..., ARG_HI_OPEN for ..., hi).
+enum { ARG_LO_OPEN = 1, ARG_HI_OPEN = 2 };
+double arg_float(const char *opt, const char *s, double lo, double hi, int flags);
+
+// "1,2,3" -> a malloc'ed array of ints, each in lo..hi (*n set to its length). An empty list,
+// an empty element ("1,,2", "1,2,"), or an element arg_int would refuse exits with one line.
+int *arg_int_list(const char *opt, const char *s, long long lo, long long hi, int *n);
+// arg_int_list of non-negative ints (token ids, positions).
+int *parse_int_list(const char *s, const char *opt, int *n);
+
+// Exits with one line ("<what>: token id 700 at position 2 is outside the vocabulary [0, 608)")
+// unless every id is in [0, vocab).
+void check_ids_in_vocab(const char *what, const int *ids, int n, int vocab);
 
 // --device: NULL means "cuda when a GPU is usable, else cpu". Returns 1 for cuda, 0 for cpu;
 // exits with a message for any other name, or for cuda without a usable GPU. have_gpu (may be

@@ -3,8 +3,11 @@
 #include "hf_config.h"
 
 #include <jansson.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -28,46 +31,86 @@ static int fail(char *err, int errlen, const char *src, const char *fmt, ...) {
     return -1;
 }
 
-// Integer field: required (def < -1 means required) or default.
-static int get_int(json_t *o, const char *key, long long def, long long *out, const char *src, char *err, int errlen) {
+// The value as written in the file, for messages ("4294967312", "-16", "\"8\"", "true").
+static const char *val_text(json_t *v, char *buf, size_t n) {
+    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(12));
+    snprintf(buf, n, "%.60s%s", t ? t : "?", t && strlen(t) > 60 ? "..." : "");
+    free(t);
+    return buf;
+}
+
+// Integer field in lo..hi. def_or_required: REQUIRED, or the value when the field is absent or
+// null. A real with an integral value (2048.0) counts as an integer; anything else, or a value
+// out of range, is an error naming the field and the value.
+#define REQUIRED (-(1LL << 62))
+static int get_int(json_t *o, const char *key, long long def_or_required, long long lo, long long hi, long long *out,
+                   const char *src, char *err, int errlen) {
     json_t *v = json_object_get(o, key);
+    char b[96];
     if (!v || json_is_null(v)) {
-        if (def < -1) return fail(err, errlen, src, "missing required field \"%s\"", key);
-        *out = def;
+        if (def_or_required == REQUIRED) return fail(err, errlen, src, "missing required field \"%s\"", key);
+        *out = def_or_required;
         return 0;
     }
-    if (json_is_integer(v)) *out = json_integer_value(v);
-    else if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v)) *out = (long long)json_real_value(v);
-    else return fail(err, errlen, src, "field \"%s\" must be an integer", key);
+    long long x;
+    const double r = json_is_real(v) ? json_real_value(v) : 0.5;
+    if (json_is_integer(v)) x = json_integer_value(v);
+    else if (r == floor(r) && fabs(r) < 9e18) x = (long long)r;
+    else if (r == floor(r)) x = r < 0 ? LLONG_MIN : LLONG_MAX;  // integral but beyond 64 bits: out of range
+    else return fail(err, errlen, src, "field \"%s\" = %s is not an integer", key, val_text(v, b, sizeof b));
+    if (x < lo || x > hi)
+        return fail(err, errlen, src, "field \"%s\" = %s is out of range (allowed: %lld..%lld)", key,
+                    val_text(v, b, sizeof b), lo, hi);
+    *out = x;
     return 0;
 }
 
-static int get_num(json_t *o, const char *key, double def, double *out, const char *src, char *err, int errlen) {
+// Number field: finite and in [lo, hi] (lo_open: (lo, hi]); def when absent or null.
+static int get_num(json_t *o, const char *key, double def, double lo, double hi, int lo_open, double *out,
+                   const char *src, char *err, int errlen) {
     json_t *v = json_object_get(o, key);
+    char b[96];
     if (!v || json_is_null(v)) {
         *out = def;
         return 0;
     }
-    if (!json_is_number(v)) return fail(err, errlen, src, "field \"%s\" must be a number", key);
-    *out = json_number_value(v);
+    if (!json_is_number(v)) return fail(err, errlen, src, "field \"%s\" = %s is not a number", key, val_text(v, b, sizeof b));
+    const double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+        return fail(err, errlen, src, "field \"%s\" = %s is out of range (allowed: %c%g, %g])", key,
+                    val_text(v, b, sizeof b), lo_open ? '(' : '[', lo, hi);
+    *out = x;
     return 0;
 }
 
-static int get_bool(json_t *o, const char *key, int def) {
+// Boolean field: true, false, or absent / null (def).
+static int get_bool(json_t *o, const char *key, int def, int *out, const char *src, char *err, int errlen) {
     json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return def;
-    return json_is_true(v);
+    char b[96];
+    if (!v || json_is_null(v)) *out = def;
+    else if (json_is_boolean(v)) *out = json_is_true(v);
+    else return fail(err, errlen, src, "field \"%s\" = %s is not true or false", key, val_text(v, b, sizeof b));
+    return 0;
 }
 
-#define REQ_INT(field, key)                                                         \
-    do {                                                                            \
-        long long v_;                                                               \
-        if (get_int(root, key, -2, &v_, src, err, errlen)) goto bad;                \
-        if (v_ <= 0 || v_ > (1LL << 30)) {                                          \
-            fail(err, errlen, src, "field \"%s\" = %lld is out of range", key, v_); \
-            goto bad;                                                               \
-        }                                                                           \
-        cfg->field = (int)v_;                                                       \
+// String field (or absent / null: NULL).
+static int get_str(json_t *o, const char *key, const char **out, const char *src, char *err, int errlen) {
+    json_t *v = json_object_get(o, key);
+    char b[96];
+    *out = NULL;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return fail(err, errlen, src, "field \"%s\" = %s is not a string", key, val_text(v, b, sizeof b));
+    *out = json_string_value(v);
+    return 0;
+}
+
+// Sizes: each in 1..2^30 (products such as heads x head_dim are checked where they are formed).
+#define MAX_SIZE (1LL << 30)
+#define REQ_INT(field, key)                                                                 \
+    do {                                                                                    \
+        long long v_;                                                                       \
+        if (get_int(root, key, REQUIRED, 1, MAX_SIZE, &v_, src, err, errlen)) goto bad;     \
+        cfg->field = (int)v_;                                                               \
     } while (0)
 
 static int parse(const char *json_text, const char *src, ModelConfig *cfg, int lenient, char *err, int errlen) {
@@ -75,15 +118,22 @@ static int parse(const char *json_text, const char *src, ModelConfig *cfg, int l
     json_error_t je;
     json_t *root = json_loads(json_text, 0, &je);
     if (!root) return fail(err, errlen, src, "invalid JSON at line %d: %s", je.line, je.text);
+    char b[96];
     if (!json_is_object(root)) {
         fail(err, errlen, src, "top level is not a JSON object");
         goto bad;
     }
     // Architecture: "architectures": ["LlamaForCausalLM"], else "model_type".
-    const char *arch = NULL;
+    const char *arch = NULL, *mt = NULL;
     json_t *archs = json_object_get(root, "architectures");
-    if (json_is_array(archs) && json_array_size(archs) > 0) arch = json_string_value(json_array_get(archs, 0));
-    const char *mt = json_string_value(json_object_get(root, "model_type"));
+    if (archs && !json_is_null(archs)) {
+        if (!json_is_array(archs) || json_array_size(archs) == 0 || !json_is_string(json_array_get(archs, 0))) {
+            fail(err, errlen, src, "field \"architectures\" = %s is not a list of class names", val_text(archs, b, sizeof b));
+            goto bad;
+        }
+        arch = json_string_value(json_array_get(archs, 0));
+    }
+    if (get_str(root, "model_type", &mt, src, err, errlen)) goto bad;
     if (!arch && mt) {
         if (!strcmp(mt, "llama")) arch = "LlamaForCausalLM";
         else if (!strcmp(mt, "mistral")) arch = "MistralForCausalLM";
@@ -91,7 +141,8 @@ static int parse(const char *json_text, const char *src, ModelConfig *cfg, int l
         else if (!strcmp(mt, "qwen3")) arch = "Qwen3ForCausalLM";
     }
     if (!arch) {
-        fail(err, errlen, src, "no \"architectures\" or known \"model_type\"%s%s", mt ? " (model_type is " : "", mt ? mt : "");
+        fail(err, errlen, src, "no \"architectures\" or known \"model_type\"%s%s%s", mt ? " (model_type is " : "",
+             mt ? mt : "", mt ? ")" : "");
         goto bad;
     }
     if (!strcmp(arch, "LlamaForCausalLM")) cfg->arch = ARCH_LLAMA;
@@ -110,13 +161,14 @@ static int parse(const char *json_text, const char *src, ModelConfig *cfg, int l
     REQ_INT(n_heads, "num_attention_heads");
     REQ_INT(vocab, "vocab_size");
     long long v = 0;
-    if (get_int(root, "num_key_value_heads", cfg->n_heads, &v, src, err, errlen)) goto bad;
+    if (get_int(root, "num_key_value_heads", cfg->n_heads, 1, cfg->n_heads, &v, src, err, errlen)) goto bad;
     cfg->n_kv_heads = (int)v;
-    if (v <= 0 || v > cfg->n_heads || cfg->n_heads % v) {
-        fail(err, errlen, src, "num_key_value_heads = %lld must divide num_attention_heads = %d", v, cfg->n_heads);
+    if (cfg->n_heads % cfg->n_kv_heads) {
+        fail(err, errlen, src, "num_key_value_heads = %d must divide num_attention_heads = %d", cfg->n_kv_heads, cfg->n_heads);
         goto bad;
     }
-    if (get_int(root, "head_dim", 0, &v, src, err, errlen)) goto bad;
+    // head_dim: explicit (Qwen3, some Llamas) or hidden / heads; 0 here means "not given".
+    if (get_int(root, "head_dim", 0, 1, 1 << 16, &v, src, err, errlen)) goto bad;
     if (v > 0) {
         cfg->head_dim = (int)v;
     } else {
@@ -131,18 +183,25 @@ static int parse(const char *json_text, const char *src, ModelConfig *cfg, int l
         fail(err, errlen, src, "head_dim %d must be even for RoPE", cfg->head_dim);
         goto bad;
     }
-    if (get_int(root, "max_position_embeddings", 2048, &v, src, err, errlen)) goto bad;
+    if ((long long)cfg->n_heads * cfg->head_dim > MAX_SIZE) {
+        fail(err, errlen, src, "num_attention_heads %d x head_dim %d is out of range (at most %lld)", cfg->n_heads,
+             cfg->head_dim, MAX_SIZE);
+        goto bad;
+    }
+    if (get_int(root, "max_position_embeddings", 2048, 1, MAX_SIZE, &v, src, err, errlen)) goto bad;
     cfg->max_pos = (int)v;
     double d = 0;
-    if (get_num(root, "rms_norm_eps", 1e-6, &d, src, err, errlen)) goto bad;
+    if (get_num(root, "rms_norm_eps", 1e-6, 0, 1, 1, &d, src, err, errlen)) goto bad;
     cfg->rms_eps = (float)d;
     // Qwen2 and Qwen3 default to tied embeddings in their config classes only when small;
     // the field is almost always explicit. Default false as in LlamaConfig.
-    cfg->tie_embeddings = get_bool(root, "tie_word_embeddings", 0);
+    if (get_bool(root, "tie_word_embeddings", 0, &cfg->tie_embeddings, src, err, errlen)) goto bad;
 
     // Biases and norms per architecture.
-    int attention_bias = get_bool(root, "attention_bias", 0);
-    cfg->mlp_bias = get_bool(root, "mlp_bias", 0);
+    int attention_bias = 0;
+    if (get_bool(root, "attention_bias", 0, &attention_bias, src, err, errlen) ||
+        get_bool(root, "mlp_bias", 0, &cfg->mlp_bias, src, err, errlen))
+        goto bad;
     switch (cfg->arch) {
     case ARCH_QWEN2:
         cfg->qkv_bias = 1;  // Qwen2 always has q/k/v bias, never o_proj bias
@@ -157,47 +216,52 @@ static int parse(const char *json_text, const char *src, ModelConfig *cfg, int l
 
     // Sliding window: Mistral v0.1 sets 4096; an active window changes attention, refuse it
     // unless it covers every position the model can see.
-    json_t *sw = json_object_get(root, "sliding_window");
-    if (sw && json_is_integer(sw) && json_integer_value(sw) > 0) {
-        int use_sw = get_bool(root, "use_sliding_window", cfg->arch == ARCH_MISTRAL);
-        if (use_sw && json_integer_value(sw) < cfg->max_pos) {
-            fail(lenient ? cfg->unsupported : err, lenient ? (int)sizeof cfg->unsupported : errlen, src,
-                 "sliding_window = %lld (< max_position_embeddings %d) is not implemented",
-                 (long long)json_integer_value(sw), cfg->max_pos);
-            if (!lenient) goto bad;
-        }
+    long long sw = 0;
+    int use_sw = 0;
+    if (get_int(root, "sliding_window", 0, 0, MAX_SIZE, &sw, src, err, errlen) ||
+        get_bool(root, "use_sliding_window", cfg->arch == ARCH_MISTRAL, &use_sw, src, err, errlen))
+        goto bad;
+    if (sw > 0 && use_sw && sw < cfg->max_pos) {
+        fail(lenient ? cfg->unsupported : err, lenient ? (int)sizeof cfg->unsupported : errlen, src,
+             "sliding_window = %lld (< max_position_embeddings %d) is not implemented", sw, cfg->max_pos);
+        if (!lenient) goto bad;
     }
 
     // RoPE: transformers 5 "rope_parameters", else top-level "rope_theta" + "rope_scaling".
     json_t *rp = json_object_get(root, "rope_parameters");
     json_t *rs = json_object_get(root, "rope_scaling");
-    if (get_num(root, "rope_theta", 10000.0, &cfg->rope_theta, src, err, errlen)) goto bad;
+    const char *rkey[2] = {"rope_parameters", "rope_scaling"};
+    json_t *rv[2] = {rp, rs};
+    for (int i = 0; i < 2; i++)
+        if (rv[i] && !json_is_null(rv[i]) && !json_is_object(rv[i])) {
+            fail(err, errlen, src, "field \"%s\" = %s is not an object", rkey[i], val_text(rv[i], b, sizeof b));
+            goto bad;
+        }
+    if (get_num(root, "rope_theta", 10000.0, 0, 1e15, 1, &cfg->rope_theta, src, err, errlen)) goto bad;
     json_t *scal = NULL;
     if (json_is_object(rp)) {
-        if (get_num(rp, "rope_theta", cfg->rope_theta, &cfg->rope_theta, src, err, errlen)) goto bad;
+        if (get_num(rp, "rope_theta", cfg->rope_theta, 0, 1e15, 1, &cfg->rope_theta, src, err, errlen)) goto bad;
         scal = rp;
-    } else if (rp && !json_is_null(rp)) {
-        fail(err, errlen, src, "\"rope_parameters\" must be an object");
-        goto bad;
     }
     if (json_is_object(rs)) scal = rs;
     cfg->rope_type = ROPE_DEFAULT;
     if (scal) {
-        const char *rt = json_string_value(json_object_get(scal, "rope_type"));
-        if (!rt) rt = json_string_value(json_object_get(scal, "type"));
+        const char *rt = NULL;
+        if (get_str(scal, "rope_type", &rt, src, err, errlen)) goto bad;
+        if (!rt && get_str(scal, "type", &rt, src, err, errlen)) goto bad;
         if (!rt || !strcmp(rt, "default")) {
             cfg->rope_type = ROPE_DEFAULT;
         } else if (!strcmp(rt, "llama3")) {
             cfg->rope_type = ROPE_LLAMA3;
-            if (get_num(scal, "factor", 8.0, &cfg->rope_factor, src, err, errlen) ||
-                get_num(scal, "low_freq_factor", 1.0, &cfg->rope_low_freq_factor, src, err, errlen) ||
-                get_num(scal, "high_freq_factor", 4.0, &cfg->rope_high_freq_factor, src, err, errlen) ||
-                get_int(scal, "original_max_position_embeddings", 8192, &v, src, err, errlen))
+            if (get_num(scal, "factor", 8.0, 0, 1e6, 1, &cfg->rope_factor, src, err, errlen) ||
+                get_num(scal, "low_freq_factor", 1.0, 0, 1e6, 1, &cfg->rope_low_freq_factor, src, err, errlen) ||
+                get_num(scal, "high_freq_factor", 4.0, 0, 1e6, 1, &cfg->rope_high_freq_factor, src, err, errlen) ||
+                get_int(scal, "original_max_position_embeddings", 8192, 1, MAX_SIZE, &v, src, err, errlen))
                 goto bad;
             cfg->rope_original_max_pos = (int)v;
-            if (cfg->rope_factor <= 0 || cfg->rope_low_freq_factor <= 0 ||
-                cfg->rope_high_freq_factor <= cfg->rope_low_freq_factor) {
-                fail(err, errlen, src, "llama3 rope scaling needs factor > 0 and high_freq_factor > low_freq_factor > 0");
+            if (cfg->rope_high_freq_factor <= cfg->rope_low_freq_factor) {
+                fail(err, errlen, src, "llama3 rope scaling needs high_freq_factor (%g) > low_freq_factor (%g)",
+                     cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
                 goto bad;
             }
         } else {
@@ -206,23 +270,36 @@ static int parse(const char *json_text, const char *src, ModelConfig *cfg, int l
             if (!lenient) goto bad;
         }
     }
-    if (cfg->rope_theta <= 0) {
-        fail(err, errlen, src, "rope_theta must be > 0");
+
+    const char *dt = NULL;
+    if (get_str(root, "torch_dtype", &dt, src, err, errlen)) goto bad;
+    if (!dt && get_str(root, "dtype", &dt, src, err, errlen)) goto bad;  // transformers 5
+    if (dt && strlen(dt) >= sizeof cfg->torch_dtype) {
+        fail(err, errlen, src, "dtype \"%.40s\" is not a torch dtype name", dt);
         goto bad;
     }
-
-    const char *dt = json_string_value(json_object_get(root, "torch_dtype"));
-    if (!dt) dt = json_string_value(json_object_get(root, "dtype"));  // transformers 5
     snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "%s", dt ? dt : "");
-    if (get_int(root, "bos_token_id", -1, &v, src, err, errlen)) goto bad;
+    // Special token ids: ids of this vocabulary (bos -1 when absent).
+    if (get_int(root, "bos_token_id", -1, 0, cfg->vocab - 1, &v, src, err, errlen)) goto bad;
     cfg->bos_token_id = (int)v;
     json_t *eos = json_object_get(root, "eos_token_id");
-    if (json_is_integer(eos)) {
-        cfg->eos_token_ids[cfg->n_eos++] = (int)json_integer_value(eos);
-    } else if (json_is_array(eos)) {
-        size_t i;
-        json_t *e;
-        json_array_foreach(eos, i, e) if (json_is_integer(e) && cfg->n_eos < 8) cfg->eos_token_ids[cfg->n_eos++] = (int)json_integer_value(e);
+    if (eos && !json_is_null(eos)) {
+        const int is_list = json_is_array(eos);
+        const size_t ne = is_list ? json_array_size(eos) : 1;
+        if (ne > sizeof cfg->eos_token_ids / sizeof cfg->eos_token_ids[0]) {
+            fail(err, errlen, src, "field \"eos_token_id\" has %zu ids (at most %zu)", ne,
+                 sizeof cfg->eos_token_ids / sizeof cfg->eos_token_ids[0]);
+            goto bad;
+        }
+        for (size_t i = 0; i < ne; i++) {
+            json_t *e = is_list ? json_array_get(eos, i) : eos;
+            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= cfg->vocab) {
+                fail(err, errlen, src, "field \"eos_token_id\": %s is not a token id (allowed: 0..%d)",
+                     val_text(e, b, sizeof b), cfg->vocab - 1);
+                goto bad;
+            }
+            cfg->eos_token_ids[cfg->n_eos++] = (int)json_integer_value(e);
+        }
     }
     json_decref(root);
     return 0;

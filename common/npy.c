@@ -102,8 +102,9 @@ int npy_load(const char *path, NpyArray *out) {
         if (*s == ')') break;
         char *end;
         unsigned long long v = strtoull(s, &end, 10);
-        if (end == s) NPY_FAIL("bad shape");
+        if (end == s || v > (1ull << 40)) NPY_FAIL("bad shape");
         if (out->ndim == NPY_MAX_DIMS) NPY_FAIL("more than %d dims", NPY_MAX_DIMS);
+        if (v && out->count > ((size_t)1 << 40) / v) NPY_FAIL("shape too large");
         out->shape[out->ndim++] = (size_t)v;
         out->count *= (size_t)v;
         s = end;

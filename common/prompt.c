@@ -1,19 +1,24 @@
 // prompt.c — see prompt.h.
 #include "prompt.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
 
-Tokenizer *tokenizer_for_model(const char *model_dir, char *path, size_t pathlen) {
+Tokenizer *tokenizer_for_model(const char *model_dir, int required, char *path, size_t pathlen) {
     char err[512];
     snprintf(path, pathlen, "%s/tokenizer.json", model_dir);
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    if (!f) {
+        if (required) die("%s: cannot open (%s); --prompt needs the model's tokenizer.json", path, strerror(errno));
+        return NULL;
+    }
     fclose(f);
     Tokenizer *tok = tokenizer_load(path, err, sizeof err);
-    if (!tok) fprintf(stderr, "warning: %s: %s (token text not shown)\n", path, err);
+    if (!tok && required) die("broken or unsupported tokenizer: %s", err);
+    if (!tok) fprintf(stderr, "warning: broken or unsupported tokenizer (token text not shown): %s\n", err);
     return tok;
 }
 

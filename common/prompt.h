@@ -8,9 +8,11 @@
 extern "C" {
 #endif
 
-// DIR/tokenizer.json when it exists (a warning and NULL when it fails to load; NULL silently
-// when absent). `path` receives DIR/tokenizer.json for messages.
-Tokenizer *tokenizer_for_model(const char *model_dir, char *path, size_t pathlen);
+// DIR/tokenizer.json. required (--prompt needs it): a missing or broken file exits with one
+// line that says which (a broken one with the parse error). Not required (it only shows token
+// text): NULL silently when absent, NULL and a one-line warning with the parse error when broken.
+// `path` receives DIR/tokenizer.json for messages.
+Tokenizer *tokenizer_for_model(const char *model_dir, int required, char *path, size_t pathlen);
 // Encode `text` with special tokens (BOS as the tokenizer's post-processor adds it) into a
 // malloc'ed id array; exits with a message when there is no tokenizer or no tokens.
 int *prompt_to_ids(Tokenizer *tok, const char *tok_path, const char *text, int *n);

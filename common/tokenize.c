@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "args.h"
 #include "check.h"
 #include "table.h"
 #include "timer.h"
@@ -84,8 +85,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--file") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(a, "--decode") && i + 1 < argc) decode = argv[++i];
         else if (!strcmp(a, "--check") && i + 1 < argc) check = argv[++i];
-        else if (!strcmp(a, "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
-        else if (!strcmp(a, "--docs") && i + 1 < argc) docs = atol(argv[++i]);
+        else if (!strcmp(a, "--seconds") && i + 1 < argc) seconds = arg_float(a, argv[++i], 0, 3600, ARG_LO_OPEN);
+        else if (!strcmp(a, "--docs") && i + 1 < argc) docs = (long)arg_int(a, argv[++i], 0, 1L << 30);
         else if (!strcmp(a, "--add-special")) add_special = 1;
         else if (!strcmp(a, "--skip-special")) skip_special = 1;
         else if (!strcmp(a, "--json")) json = 1;
@@ -110,6 +111,8 @@ int main(int argc, char **argv) {
             json_t *o = json_loads(line, JSON_ALLOW_NUL, &e);
             if (!o) die("%s line %zu: %s", check, n + 1, e.text);
             json_t *txt = json_object_get(o, "text"), *want = json_object_get(o, "ids");
+            if (!json_is_string(txt) || !json_is_array(want))
+                die("%s line %zu: want {\"text\": string, \"ids\": [...]}", check, n + 1);
             TokIds r = {0};
             int rc = tokenizer_encode(t, json_string_value(txt), json_string_length(txt),
                                       json_is_true(json_object_get(o, "add_special")), &r);
@@ -128,17 +131,13 @@ int main(int argc, char **argv) {
     }
     if (decode) {
         TokIds ids = {0};
-        for (const char *p = decode; *p;) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p) die("--decode wants comma-separated ids, got \"%s\"", decode);
-            ids.n++;
-            ids.ids = realloc(ids.ids, ids.n * sizeof(int32_t));
-            if (!ids.ids) die("out of memory");
-            ids.ids[ids.n - 1] = (int32_t)v;
-            p = *end == ',' ? end + 1 : end;
-            if (*end && *end != ',') die("--decode: unexpected \"%s\"", end);
-        }
+        int n_ids;
+        int *v = parse_int_list(decode, "--decode", &n_ids);
+        check_ids_in_vocab("--decode", v, n_ids, tokenizer_vocab_size(t));
+        ids.n = (size_t)n_ids;
+        ids.ids = xmalloc(ids.n * sizeof(int32_t));
+        for (size_t i = 0; i < ids.n; i++) ids.ids[i] = v[i];
+        free(v);
         size_t n;
         char *s = tokenizer_decode(t, ids.ids, ids.n, skip_special, &n);
         if (json) {

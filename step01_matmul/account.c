@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "accounting.h"
+#include "args.h"
 #include "ceilings.h"
 #include "check.h"
 #include "hf_config.h"
@@ -67,13 +68,13 @@ int main(int argc, char **argv) {
         switch (o) {
         case 'p': preset = optarg; break;
         case 'c': config = optarg; break;
-        case 'b': batch = atoll(optarg); break;
-        case 't': context = atoll(optarg); break;
+        case 'b': batch = arg_int("--batch", optarg, 1, 1 << 20); break;
+        case 't': context = arg_int("--context", optarg, 1, 1 << 24); break;
         case 'd': dtype = optarg; break;
         case 'k': kv_dtype = optarg; break;
         case 'a': act_dtype = optarg; break;
-        case 'F': peak_tflops = atof(optarg); break;
-        case 'G': peak_gbps = atof(optarg); break;
+        case 'F': peak_tflops = arg_float("--peak-tflops", optarg, 0, 1e6, ARG_LO_OPEN); break;
+        case 'G': peak_gbps = arg_float("--peak-gbps", optarg, 0, 1e6, ARG_LO_OPEN); break;
         case 'l':
             for (const char *const *n = preset_names(); *n; n++) printf("%s\n", *n);
             return 0;
@@ -87,7 +88,6 @@ int main(int argc, char **argv) {
         usage(stderr);
         die("give exactly one of --preset or --config");
     }
-    if (batch < 1 || context < 1) die("--batch and --context must be >= 1");
     ModelConfig cfg;
     char err[512], src[128];
     if (preset) {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "ceilings.h"
 #include "check.h"
 #include "compare.h"
@@ -55,9 +56,15 @@ static void usage(FILE *f) {
             "  --csv/--json machine-readable output (the table's meta lines say how it was measured)\n");
 }
 
-static int parse_mnk(const char *s, int *M, int *N, int *K) {
-    char extra;
-    return sscanf(s, "%d,%d,%d%c", M, N, K, &extra) == 3 && *M >= 1 && *N >= 1 && *K >= 1;
+// Largest M, N or K: a 32768^2 fp32 matrix is already 4 GiB.
+#define MAX_DIM 32768
+
+static void parse_mnk(const char *opt, const char *s, int *M, int *N, int *K) {
+    int n;
+    int *v = arg_int_list(opt, s, 1, MAX_DIM, &n);
+    if (n == 3) *M = v[0], *N = v[1], *K = v[2];
+    free(v);
+    if (n != 3) arg_die("%s: '%s' has %d values, want M,N,K", opt, s, n);
 }
 
 static void parse_args(int argc, char **argv, Opts *o) {
@@ -75,37 +82,34 @@ static void parse_args(int argc, char **argv, Opts *o) {
             // read by outfmt_from_args
         } else if (!v) {
             usage(stderr);
-            die("option %s needs a value (or is unknown)", a);
+            arg_die("option %s needs a value (or is unknown)", a);
         } else if (!strcmp(a, "--device")) {
             if (!strcmp(v, "cpu")) o->do_cpu = 1, o->do_gpu = 0;
             else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) o->do_cpu = 0, o->do_gpu = 1;
             else if (!strcmp(v, "all")) o->do_cpu = o->do_gpu = 1;
-            else die("--device must be cpu, cuda or all, not '%s'", v);
+            else arg_die("--device: '%s' is not a device (allowed: cpu, cuda, all)", v);
             i++;
         } else if (!strcmp(a, "--size")) {
-            int n = atoi(v);
-            if (n < 1) die("--size must be >= 1, not '%s'", v);
-            o->M = o->N = o->K = n;
+            o->M = o->N = o->K = (int)arg_int(a, v, 1, MAX_DIM);
             i++;
         } else if (!strcmp(a, "--mnk")) {
-            if (!parse_mnk(v, &o->M, &o->N, &o->K)) die("--mnk wants M,N,K (each >= 1), not '%s'", v);
+            parse_mnk(a, v, &o->M, &o->N, &o->K);
             i++;
         } else if (!strcmp(a, "--check")) {
-            if (!parse_mnk(v, &o->cM, &o->cN, &o->cK)) die("--check wants M,N,K (each >= 1), not '%s'", v);
+            parse_mnk(a, v, &o->cM, &o->cN, &o->cK);
             i++;
         } else if (!strcmp(a, "--reps")) {
-            o->reps = atoi(v);
-            if (o->reps < 1 || o->reps > 1000) die("--reps must be in 1..1000, not '%s'", v);
+            o->reps = (int)arg_int(a, v, 1, 1000);
             i++;
         } else if (!strcmp(a, "--versions")) {
             o->versions = v;
             i++;
         } else if (!strcmp(a, "--seed")) {
-            o->seed = strtoull(v, NULL, 10);
+            o->seed = arg_u64(a, v);
             i++;
         } else {
             usage(stderr);
-            die("unknown option '%s'", a);
+            arg_die("unknown option '%s'", a);
         }
     }
 }
@@ -122,6 +126,38 @@ static int selected(const char *list, const char *name) {
         p = e + 1;
     }
     return 0;
+}
+
+// Every name in --versions must be a version of one of the two tables; an unknown name is an
+// error that lists the valid ones (a typo must not silently run nothing).
+static void check_versions(const char *list) {
+    if (!list) return;
+    int n = 0;
+    for (const char *p = list;; p++) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        n++;
+        if (len == 0) arg_die("--versions: '%s': name %d is empty", list, n);
+        int known = 0;
+        for (int i = 0; i < matmul_cpu_nversions; i++)
+            known |= strlen(matmul_cpu_versions[i].name) == len && !strncmp(p, matmul_cpu_versions[i].name, len);
+        for (int i = 0; i < matmul_gpu_nversions(); i++)
+            known |= strlen(matmul_gpu_version(i)->name) == len && !strncmp(p, matmul_gpu_version(i)->name, len);
+        if (!known) {
+            char valid[1024];
+            int k = snprintf(valid, sizeof valid, "cpu:");
+            for (int i = 0; i < matmul_cpu_nversions && k < (int)sizeof valid; i++)
+                k += snprintf(valid + k, sizeof valid - (size_t)k, "%s%s", i ? "," : " ", matmul_cpu_versions[i].name);
+            if (k < (int)sizeof valid) k += snprintf(valid + k, sizeof valid - (size_t)k, "; cuda:");
+            for (int i = 0; i < matmul_gpu_nversions() && k < (int)sizeof valid; i++)
+                k += snprintf(valid + k, sizeof valid - (size_t)k, "%s%s", i ? "," : " ", matmul_gpu_version(i)->name);
+            if (!matmul_gpu_nversions() && k < (int)sizeof valid)
+                snprintf(valid + k, sizeof valid - (size_t)k, " none (this build has no CUDA)");
+            arg_die("--versions: unknown version '%.*s' (valid: %s)", (int)len, p, valid);
+        }
+        if (!e) break;
+        p = e;
+    }
 }
 
 static const char *dtype_name(MmDtype d) { return d == MM_F16 ? "fp16" : d == MM_BF16 ? "bf16" : "fp32"; }
@@ -378,6 +414,7 @@ static void cpu_model(char *out, size_t n) {
 int main(int argc, char **argv) {
     Opts o;
     parse_args(argc, argv, &o);
+    check_versions(o.versions);
     OutFmt fmt = outfmt_from_args(argc, argv);
 
     GpuInfo gi;

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "ceilings.h"
 #include "check.h"
 #include "gpu.h"
@@ -216,7 +217,7 @@ int main(int argc, char **argv) {
         switch (o) {
         case 'd': device = optarg; break;
         case 'q': quick = 1; break;
-        case 'r': reps = atoi(optarg); break;
+        case 'r': reps = (int)arg_int("--reps", optarg, 1, 1000); break;
         case 'n': save = 0; break;
         case 'C': case 'J': break;
         case 'h': usage(stdout); return 0;

@@ -47,20 +47,20 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--device") && more) device = argv[++i];
         else if (!strcmp(a, "--preset") && more) preset = argv[++i];
         else if (!strcmp(a, "--model") && more) model_dir = argv[++i];
-        else if (!strcmp(a, "--layers") && more) layers = atoi(argv[++i]);
-        else if (!strcmp(a, "--vocab") && more) vocab = atoi(argv[++i]);
+        else if (!strcmp(a, "--layers") && more) layers = (int)arg_int(a, argv[++i], 1, 4096);
+        else if (!strcmp(a, "--vocab") && more) vocab = (int)arg_int(a, argv[++i], 1, 1 << 20);
         else if (!strcmp(a, "--dtype") && more) dtype = argv[++i];
-        else if (!strcmp(a, "--tmin") && more) tmin = atoi(argv[++i]);
-        else if (!strcmp(a, "--tmax") && more) tmax = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && more) reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--ceiling-tflops") && more) ceiling = atof(argv[++i]);
+        else if (!strcmp(a, "--tmin") && more) tmin = (int)arg_int(a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--tmax") && more) tmax = (int)arg_int(a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--reps") && more) reps = (int)arg_int(a, argv[++i], 1, 1000);
+        else if (!strcmp(a, "--ceiling-tflops") && more) ceiling = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else {
             usage(stderr);
-            die("unknown or incomplete argument: %s", a);
+            arg_die("unknown or incomplete argument: %s", a);
         }
     }
     GpuInfo gi;
@@ -74,9 +74,9 @@ int main(int argc, char **argv) {
     if (!tmin) tmin = use_cuda ? 128 : 64;
     if (!tmax) tmax = use_cuda ? 8192 : 512;
     if (!reps) reps = use_cuda ? 3 : 1;
-    if (tmin < 1 || tmax < tmin) die("need 1 <= --tmin <= --tmax");
+    if (tmax < tmin) arg_die("--tmin %d is larger than --tmax %d", tmin, tmax);
     StDtype wdt = !strcmp(dtype, "bf16") ? ST_BF16 : !strcmp(dtype, "fp16") ? ST_F16 : ST_F32;
-    if (wdt == ST_F32 && strcmp(dtype, "fp32")) die("--dtype must be bf16, fp16 or fp32");
+    if (wdt == ST_F32 && strcmp(dtype, "fp32")) arg_die("--dtype: '%s' is not a dtype (allowed: bf16, fp16, fp32)", dtype);
     if (!use_cuda) wdt = ST_F32;
 
     char err[512], src[256];
@@ -88,10 +88,10 @@ int main(int argc, char **argv) {
         have_w = 1;
         cfg = w.cfg;
         snprintf(src, sizeof src, "%s", model_dir);
-        if (layers || vocab) die("--layers / --vocab apply to --preset only");
+        if (layers || vocab) arg_die("--layers / --vocab apply to --preset only");
     } else {
         const char *js = preset_config_json(preset);
-        if (!js) die("unknown preset %s", preset);
+        if (!js) arg_die("--preset: unknown name '%s'", preset);
         if (hf_config_parse(js, preset, &cfg, err, sizeof err) != 0) die("%s", err);
         if (layers > 0) cfg.n_layers = layers;
         if (vocab > 0) cfg.vocab = vocab;

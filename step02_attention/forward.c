@@ -9,6 +9,7 @@
 // (2 x matmul params) x T FLOPs for the weights plus a T^2 attention term (step01's
 // account_flops); --reps times it (validate first: a forward that does not match the goldens
 // is not worth timing, see tests/test_step02_attention.c).
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,15 +45,26 @@ static void usage(FILE *f) {
             "  --json/--csv  the top-5 of every position; text prints the last position only\n");
 }
 
+// Token ids from an int32/int64 .npy (any shape, read in C order). An id that does not fit in
+// an int is refused here; ids outside the vocabulary are refused by the caller.
 static int *load_ids_npy(const char *path, int *T) {
     NpyArray a;
     if (npy_load(path, &a) != 0) die("--ids-npy: cannot read %s", path);
     if (a.count < 1) die("--ids-npy: %s is empty", path);
+    if (a.count > (1u << 24) || (strcmp(a.dtype, "<i4") && strcmp(a.dtype, "<i8"))) {
+        char what[64];
+        snprintf(what, sizeof what, "%zu ids of dtype %s", a.count, a.dtype);
+        npy_free(&a);
+        die("--ids-npy: %s has %s, expected at most %u int32/int64 ids", path, what, 1u << 24);
+    }
     int *ids = xmalloc(a.count * sizeof(int));
     for (size_t i = 0; i < a.count; i++) {
-        if (!strcmp(a.dtype, "<i4")) ids[i] = ((const int32_t *)a.data)[i];
-        else if (!strcmp(a.dtype, "<i8")) ids[i] = (int)((const int64_t *)a.data)[i];
-        else die("--ids-npy: %s has dtype %s, expected an int32/int64 array", path, a.dtype);
+        const long long v = !strcmp(a.dtype, "<i4") ? ((const int32_t *)a.data)[i] : ((const int64_t *)a.data)[i];
+        if (v < 0 || v > INT_MAX) {
+            free(ids), npy_free(&a);
+            die("--ids-npy: %s: id %lld at position %zu is not a token id", path, v, i);
+        }
+        ids[i] = (int)v;
     }
     *T = (int)a.count;
     npy_free(&a);
@@ -71,24 +83,24 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ids") && more) ids_arg = argv[++i];
         else if (!strcmp(a, "--ids-npy") && more) ids_npy = argv[++i];
         else if (!strcmp(a, "--prompt") && more) prompt = argv[++i];
-        else if (!strcmp(a, "--random-ids") && more) random_T = atoi(argv[++i]);
+        else if (!strcmp(a, "--random-ids") && more) random_T = (int)arg_int(a, argv[++i], 1, 1 << 20);
         else if (!strcmp(a, "--device") && more) device = argv[++i];
         else if (!strcmp(a, "--logits-out") && more) logits_out = argv[++i];
-        else if (!strcmp(a, "--reps") && more) reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--ceiling-tflops") && more) ceiling = atof(argv[++i]);
-        else if (!strcmp(a, "--seed") && more) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--reps") && more) reps = (int)arg_int(a, argv[++i], 0, 1000);
+        else if (!strcmp(a, "--ceiling-tflops") && more) ceiling = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
+        else if (!strcmp(a, "--seed") && more) seed = arg_u64(a, argv[++i]);
         else if (!strcmp(a, "--json") || !strcmp(a, "--csv")) continue;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else {
             usage(stderr);
-            die("unknown or incomplete argument: %s", a);
+            arg_die("unknown or incomplete argument: %s", a);
         }
     }
-    if (!model_dir || (!ids_arg && !ids_npy && !prompt && random_T < 1)) {
+    if (!model_dir || (!!ids_arg + !!ids_npy + !!prompt + (random_T > 0)) != 1) {
         usage(stderr);
-        die("need --model and one of --ids / --ids-npy / --prompt / --random-ids");
+        arg_die("need --model and exactly one of --ids / --ids-npy / --prompt / --random-ids");
     }
     GpuInfo gi;
     int have_gpu;
@@ -101,14 +113,19 @@ int main(int argc, char **argv) {
     const ModelConfig *c = &w.cfg;
     // The tokenizer is optional: it only turns ids into text for the table (and --prompt).
     char tok_path[1024];
-    Tokenizer *tok = tokenizer_for_model(model_dir, tok_path, sizeof tok_path);
+    Tokenizer *tok = tokenizer_for_model(model_dir, prompt != NULL, tok_path, sizeof tok_path);
     int T = 0;
     int *ids;
     if (prompt) {
         ids = prompt_to_ids(tok, tok_path, prompt, &T);
-    } else if (ids_arg) ids = parse_int_list(ids_arg, "--ids", &T);
-    else if (ids_npy) ids = load_ids_npy(ids_npy, &T);
-    else {
+        check_ids_in_vocab(tok_path, ids, T, c->vocab);
+    } else if (ids_arg) {
+        ids = parse_int_list(ids_arg, "--ids", &T);
+        check_ids_in_vocab("--ids", ids, T, c->vocab);
+    } else if (ids_npy) {
+        ids = load_ids_npy(ids_npy, &T);
+        check_ids_in_vocab("--ids-npy", ids, T, c->vocab);
+    } else {
         T = random_T;
         ids = xmalloc((size_t)T * sizeof(int));
         Rng r;
@@ -135,7 +152,7 @@ int main(int argc, char **argv) {
     if (rc) die("forward failed");
     size_t nbad = 0;
     for (size_t i = 0; i < (size_t)T * c->vocab; i++) nbad += !isfinite(logits[i]);
-    if (nbad) die("%zu logits are not finite", nbad);
+    if (nbad) die("%zu logits are not finite (of %d x %d; a NaN/Inf weight in %s?)", nbad, T, c->vocab, model_dir);
     if (logits_out) {
         size_t shape[2] = {(size_t)T, (size_t)c->vocab};
         if (npy_save_f32(logits_out, logits, 2, shape) != 0) die("cannot write %s", logits_out);

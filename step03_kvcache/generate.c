@@ -9,6 +9,7 @@
 // (time per output token) is one decode step. With the cache a decode step costs the same at
 // every position (plus a small attention term); with --no-cache step t recomputes all t tokens.
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,25 +41,52 @@ static void usage(FILE *f) {
 }
 
 // EOS ids: generation_config.json's eos_token_id (int or list) when present, else config.json's.
+// A generation_config.json that exists but does not parse, or an EOS id that is not an id of
+// the vocabulary, is an error (a silently ignored EOS would generate past the end).
 static int load_eos(const char *dir, const ModelConfig *c, int *eos, int max) {
     char p[1100];
     snprintf(p, sizeof p, "%s/generation_config.json", dir);
-    json_error_t je;
-    json_t *g = json_load_file(p, 0, &je);
     int n = 0;
-    if (g) {
+    FILE *f = fopen(p, "rb");
+    if (f) {
+        fclose(f);
+        json_error_t je;
+        json_t *g = json_load_file(p, 0, &je);
+        if (!g) die("%s: invalid JSON at line %d: %s", p, je.line, je.text);
         json_t *e = json_object_get(g, "eos_token_id");
-        if (json_is_integer(e)) eos[n++] = (int)json_integer_value(e);
-        else if (json_is_array(e)) {
-            size_t i;
-            json_t *v;
-            json_array_foreach(e, i, v) if (json_is_integer(v) && n < max) eos[n++] = (int)json_integer_value(v);
+        char bad[160] = "";  // the problem, if any (g is freed before exiting)
+        if (json_is_integer(e) || json_is_array(e)) {
+            size_t i, ne = json_is_array(e) ? json_array_size(e) : 1;
+            if ((int)ne > max) snprintf(bad, sizeof bad, "eos_token_id has %zu ids (at most %d)", ne, max);
+            for (i = 0; i < ne && !bad[0]; i++) {
+                json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
+                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= c->vocab) {
+                    char *txt = json_dumps(v, JSON_ENCODE_ANY);
+                    snprintf(bad, sizeof bad, "eos_token_id %.60s is not a token id in [0, %d)", txt ? txt : "?", c->vocab);
+                    free(txt);
+                } else {
+                    eos[n++] = (int)json_integer_value(v);
+                }
+            }
+        } else if (e && !json_is_null(e)) {
+            snprintf(bad, sizeof bad, "eos_token_id must be an integer or a list of integers");
         }
         json_decref(g);
+        if (bad[0]) die("%s: %s", p, bad);
     }
     if (n == 0)
         for (int i = 0; i < c->n_eos && n < max; i++) eos[n++] = c->eos_token_ids[i];
     return n;
+}
+
+// NaN or Inf logits (a NaN weight, an overflow) would sample as id 0 forever: stop instead.
+static void check_logits(const float *logits, int V, int step, const char *model_dir) {
+    int nbad = 0;
+    for (int i = 0; i < V; i++) nbad += !isfinite(logits[i]);
+    char when[64];
+    if (step) snprintf(when, sizeof when, "after decode step %d", step);
+    else snprintf(when, sizeof when, "after the prefill");
+    if (nbad) die("%d logits are not finite (of %d, %s; a NaN/Inf weight in %s?)", nbad, V, when, model_dir);
 }
 
 int main(int argc, char **argv) {
@@ -72,38 +100,33 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ids") && more) ids_arg = argv[++i];
         else if (!strcmp(a, "--prompt") && more) prompt = argv[++i];
         else if (!strcmp(a, "--device") && more) device = argv[++i];
-        else if (!strcmp(a, "--max-new-tokens") && more) max_new = atoi(argv[++i]);
-        else if (!strcmp(a, "--max-seq") && more) max_seq = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-new-tokens") && more) max_new = (int)arg_int(a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--max-seq") && more) max_seq = (int)arg_int(a, argv[++i], 1, 1 << 24);
         else if (!strcmp(a, "--no-cache")) no_cache = 1;
         else if (!strcmp(a, "--greedy")) sp.greedy = 1;
-        else if (!strcmp(a, "--temperature") && more) sp.temperature = (float)atof(argv[++i]), sampling = 1;
-        else if (!strcmp(a, "--top-k") && more) sp.top_k = atoi(argv[++i]), sampling = 1;
-        else if (!strcmp(a, "--top-p") && more) sp.top_p = (float)atof(argv[++i]), sampling = 1;
-        else if (!strcmp(a, "--min-p") && more) sp.min_p = (float)atof(argv[++i]), sampling = 1;
-        else if (!strcmp(a, "--seed") && more) sp.seed = strtoull(argv[++i], NULL, 10), sampling = 1;
+        else if (!strcmp(a, "--temperature") && more) sp.temperature = (float)arg_float(a, argv[++i], 0, 100, 0), sampling = 1;
+        else if (!strcmp(a, "--top-k") && more) sp.top_k = (int)arg_int(a, argv[++i], 0, 1 << 30), sampling = 1;
+        else if (!strcmp(a, "--top-p") && more) sp.top_p = (float)arg_float(a, argv[++i], 0, 1, ARG_LO_OPEN), sampling = 1;
+        else if (!strcmp(a, "--min-p") && more) sp.min_p = (float)arg_float(a, argv[++i], 0, 1, ARG_HI_OPEN), sampling = 1;
+        else if (!strcmp(a, "--seed") && more) sp.seed = arg_u64(a, argv[++i]), sampling = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
-        else if (!strcmp(a, "--logprobs") && more) n_logprobs = atoi(argv[++i]);
+        else if (!strcmp(a, "--logprobs") && more) n_logprobs = (int)arg_int(a, argv[++i], 0, 20);
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else {
             usage(stderr);
-            die("unknown or incomplete argument: %s", a);
+            arg_die("unknown or incomplete argument: %s", a);
         }
     }
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--greedy") && sampling) die("--greedy and sampling options exclude each other");
+        if (!strcmp(argv[i], "--greedy") && sampling) arg_die("--greedy and sampling options exclude each other");
     if (sampling) sp.greedy = 0;
-    if (!model_dir || (!ids_arg && !prompt)) {
+    if (!model_dir || !ids_arg == !prompt) {
         usage(stderr);
-        die("need --model and --ids or --prompt");
+        arg_die("need --model and one of --ids or --prompt");
     }
-    if (max_new < 1) die("--max-new-tokens must be >= 1");
-    if (sp.top_p <= 0 || sp.top_p > 1) die("--top-p must be in (0, 1]");
-    if (sp.min_p < 0 || sp.min_p >= 1) die("--min-p must be in [0, 1)");
-    if (sp.top_k < 0) die("--top-k must be >= 0");
-    if (n_logprobs < 0 || n_logprobs > 20) die("--logprobs must be in 0..20");
     GpuInfo gi;
     int have_gpu;
     const int use_cuda = choose_device(device, &gi, &have_gpu);
@@ -113,7 +136,7 @@ int main(int argc, char **argv) {
     if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
     const ModelConfig *c = &w.cfg;
     char tok_path[1100];
-    Tokenizer *tok = tokenizer_for_model(model_dir, tok_path, sizeof tok_path);
+    Tokenizer *tok = tokenizer_for_model(model_dir, prompt != NULL, tok_path, sizeof tok_path);
     int np = 0;
     int *prompt_ids;
     if (prompt) {
@@ -121,9 +144,16 @@ int main(int argc, char **argv) {
     } else {
         prompt_ids = parse_int_list(ids_arg, "--ids", &np);
     }
-    for (int i = 0; i < np; i++)
-        if (prompt_ids[i] >= c->vocab) die("--ids: token id %d is outside the vocabulary [0, %d)", prompt_ids[i], c->vocab);
-    if (max_seq < np + max_new) max_seq = np + max_new;
+    check_ids_in_vocab(prompt ? tok_path : "--ids", prompt_ids, np, c->vocab);
+    // The context the model was built for bounds prompt + generated tokens (and the cache).
+    if ((long long)np + max_new > c->max_pos)
+        arg_die("--max-new-tokens %d: the prompt's %d tokens + %d new ones exceed max_position_embeddings = %d of %s",
+                max_new, np, max_new, c->max_pos, model_dir);
+    if (max_seq && max_seq < np + max_new)
+        arg_die("--max-seq %d is less than the prompt's %d tokens + --max-new-tokens %d", max_seq, np, max_new);
+    if (max_seq > c->max_pos)
+        arg_die("--max-seq %d exceeds max_position_embeddings = %d of %s", max_seq, c->max_pos, model_dir);
+    if (!max_seq) max_seq = np + max_new;
     int eos[16];
     const int n_eos = load_eos(model_dir, c, eos, 16);
 
@@ -171,6 +201,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < np && rc == 0; i++) rc = gpu_decoder_step(dec, seq[i], i == np - 1 ? logits : NULL);
     else rc = forward_cached_cpu(&cm, &kv, seq, np, logits);
     if (rc != 0) die("prefill failed");
+    check_logits(logits, V, 0, model_dir);
     const double ttft = now_sec() - t0;
     for (;;) {
         const int next = sampler_sample(&smp, logits);
@@ -195,6 +226,7 @@ int main(int argc, char **argv) {
         else if (use_cuda) rc = gpu_decoder_step(dec, next, logits);
         else rc = forward_cached_cpu(&cm, &kv, &next, 1, logits);
         if (rc != 0) die("decode step %d failed", ngen);
+        check_logits(logits, V, ngen, model_dir);
         step_s[ngen - 1] = now_sec() - ts0;
     }
     const double total_s = now_sec() - t0;

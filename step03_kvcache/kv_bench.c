@@ -47,15 +47,13 @@ static void usage(FILE *f) {
             "  --gemv V     GPU: GEMV version 1..4 for the table (default: the fastest decode of the ladder, measured first)\n");
 }
 
+// --positions: at most `max` positions, each in 0..2^20 (the model's context is checked later).
 static int parse_list(const char *s, int *out, int max) {
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0) die("--positions: cannot read \"%s\"", s);
-        out[n++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-    }
+    int n;
+    int *v = arg_int_list("--positions", s, 0, 1 << 20, &n);
+    if (n <= max) memcpy(out, v, (size_t)n * sizeof(int));
+    free(v);
+    if (n > max) arg_die("--positions: %d positions given, at most %d", n, max);
     return n;
 }
 
@@ -88,24 +86,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--preset") && more) preset = argv[++i];
         else if (!strcmp(a, "--device") && more) device = argv[++i];
         else if (!strcmp(a, "--positions") && more) pos_arg = argv[++i];
-        else if (!strcmp(a, "--window") && more) window = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && more) reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = atof(argv[++i]);
-        else if (!strcmp(a, "--gemv") && more) gemv_ver = atoi(argv[++i]) - 1;
+        else if (!strcmp(a, "--window") && more) window = (int)arg_int(a, argv[++i], 0, 1024);
+        else if (!strcmp(a, "--reps") && more) reps = (int)arg_int(a, argv[++i], 1, 1000);
+        else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
+        else if (!strcmp(a, "--gemv") && more) gemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else {
             usage(stderr);
-            die("unknown or incomplete argument: %s", a);
+            arg_die("unknown or incomplete argument: %s", a);
         }
     }
     if (!model_dir == !preset) {
         usage(stderr);
-        die("need exactly one of --model and --preset");
+        arg_die("need exactly one of --model and --preset");
     }
-    if (reps < 1 || window < 0) die("--reps >= 1, --window >= 0");
     GpuInfo gi;
     int have_gpu;
     const int use_cuda = choose_device(device, &gi, &have_gpu);
@@ -131,9 +128,14 @@ int main(int argc, char **argv) {
         cfg = w.cfg;
     } else {
         const char *js = !strcmp(preset, "tiny") ? TINY_JSON : preset_config_json(preset);
-        if (!js) die("--preset: unknown name %s", preset);
+        if (!js) arg_die("--preset: unknown name '%s'", preset);
         if (hf_config_parse(js, preset, &cfg, err, sizeof err) != 0) die("%s", err);
     }
+    if (nsteps > cfg.max_pos)
+        arg_die("--positions: the largest position %d + --window %d runs past max_position_embeddings = %d of %s", maxp,
+                window, cfg.max_pos, model_dir ? model_dir : preset);
+    if (use_cuda && gemv_ver >= gemv_n_versions())
+        arg_die("--gemv: %d is out of range (allowed: 1..%d)", gemv_ver + 1, gemv_n_versions());
     CpuModel cm = {0};
     GpuModel *gm = NULL;
     if (use_cuda) {

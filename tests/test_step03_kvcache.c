@@ -504,7 +504,13 @@ Test(step03, generate_stops_at_generation_config_eos) {
         for (int i = 0; i < k; i++) seen |= g.gen[i] == g.gen[k];
         if (!seen) break;
     }
-    fprintf(f, "{\"eos_token_id\": [%d, %d]}\n", g.gen[k], 100000);
+    int other = 0;  // a second EOS id (the list form) that the greedy run does not produce before k
+    for (;; other++) {
+        int seen = 0;
+        for (int i = 0; i <= k; i++) seen |= g.gen[i] == other;
+        if (!seen) break;
+    }
+    fprintf(f, "{\"eos_token_id\": [%d, %d]}\n", g.gen[k], other);
     fclose(f);
     char ids[256] = "", args[1024];
     for (int i = 0; i < g.np; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", g.prompt[i]);

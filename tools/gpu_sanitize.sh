@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# gpu_sanitize.sh — the GPU tests under NVIDIA compute-sanitizer, one tool after the other:
+#   memcheck --leak-check full   invalid or misaligned device accesses, and device memory (cudaMalloc,
+#                                cuBLAS workspaces, ...) still allocated when a test process ends
+#   racecheck                    shared-memory data races inside a kernel
+#   synccheck                    __syncthreads / barrier misuse (divergent or invalid barriers)
+# One summary line per tool, the full output in LOG_DIR/<tool>.log; exits 1 on any sanitizer
+# error, on a failing test, or when the GPU tests do not really run (no GPU: they would skip).
+#
+#   make gpu-sanitize                                  (builds first, then calls this script)
+#   tools/gpu_sanitize.sh build/tests/run_tests ['*/gpu_*'] [memcheck racecheck synccheck]
+# Environment: COMPUTE_SANITIZER (the binary; default: on PATH, else /usr/local/cuda/bin),
+#              GPU_SANITIZE_OUT (log directory; default build/gpu-sanitize).
+#
+# How it runs the tests: Criterion starts every test in a child process, so compute-sanitizer gets
+# --target-processes all (each child is checked; each prints its own ERROR SUMMARY line, which are
+# summed here) and the tests run one at a time (--jobs 1) so the logs do not interleave.
+set -uo pipefail
+
+bin=${1:?usage: gpu_sanitize.sh TEST_BINARY [FILTER] [TOOLS...]}
+filter=${2:-'*/gpu_*'}
+shift $(($# >= 2 ? 2 : $#))
+tools=${*:-memcheck racecheck synccheck}
+out=${GPU_SANITIZE_OUT:-build/gpu-sanitize}
+cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer 2>/dev/null || echo /usr/local/cuda/bin/compute-sanitizer)}
+
+fail() { echo "gpu-sanitize: $*" >&2; exit 1; }
+[ -x "$bin" ] || fail "cannot run: no test binary $bin (build it with make first)"
+[ -x "$cs" ] || fail "cannot run: compute-sanitizer not found at '$cs' (it comes with the CUDA Toolkit; put it on PATH or set COMPUTE_SANITIZER=/path/to/compute-sanitizer)"
+mkdir -p "$out" || fail "cannot create $out"
+
+# A number from Criterion's JSON report: the first (top-level) "key": N.
+jnum() { grep -m1 -o "\"$1\": [0-9]*" "$2" | grep -o '[0-9]*$' || echo 0; }
+
+# 1. Without the sanitizer: the GPU tests must run (not skip) and pass, or nothing below means anything.
+"$bin" --filter "$filter" --jobs 1 --verbose=0 --json="$out/plain.json" >"$out/plain.log" 2>&1
+rc=$?
+nskip=$(grep -c '"no CUDA device' "$out/plain.json" 2>/dev/null)
+npass=$(jnum passed "$out/plain.json")
+if [ "${nskip:-0}" -gt 0 ]; then
+    why=$(grep -m1 -o '"no CUDA device[^"]*' "$out/plain.json" | tr -d '"')
+    fail "cannot run: $nskip GPU test(s) skip here ($why); this target needs a machine with a CUDA GPU"
+fi
+[ "$rc" -eq 0 ] || fail "the GPU tests fail even without the sanitizer (rc $rc); see $out/plain.log"
+[ "$npass" -gt 0 ] || fail "no test matches --filter '$filter'"
+echo "gpu-sanitize: $npass tests match '$filter' and pass without the sanitizer ($("$cs" --version | grep -m1 -o 'Version.*'))"
+
+# 2. Each tool over the same tests.
+bad=0
+for tool in $tools; do
+    case $tool in
+    memcheck) opts=(--tool memcheck --leak-check full) ;;
+    racecheck) opts=(--tool racecheck --racecheck-report all) ;;
+    synccheck) opts=(--tool synccheck) ;;
+    *) fail "unknown tool '$tool' (memcheck, racecheck or synccheck)" ;;
+    esac
+    log="$out/$tool.log" json="$out/$tool.json"
+    start=$(date +%s)
+    "$cs" "${opts[@]}" --error-exitcode 1 --target-processes all \
+        "$bin" --filter "$filter" --jobs 1 --verbose=0 --json="$json" >"$log" 2>&1
+    rc=$?
+    secs=$(($(date +%s) - start))
+    # One "========= ERROR SUMMARY: N error(s)" line per process the sanitizer attached to.
+    nproc=$(grep -c 'ERROR SUMMARY:' "$log")
+    nerr=$(grep -o 'ERROR SUMMARY: [0-9]*' "$log" | awk '{s += $3} END {print s + 0}')
+    nleak=$(grep -c 'Leaked [0-9]* bytes' "$log")
+    passed=$(jnum passed "$json") failed=$(jnum failed "$json") errored=$(jnum errored "$json")
+    status=clean
+    if [ "$nproc" -eq 0 ]; then
+        status="FAILED (no ERROR SUMMARY line: the sanitizer did not check the test processes)"
+    elif [ "$nerr" -gt 0 ] || [ "$rc" -ne 0 ] || [ "$failed" -gt 0 ] || [ "$errored" -gt 0 ] || [ "$passed" -ne "$npass" ]; then
+        status="FAILED"
+    fi
+    [ "$status" = clean ] || bad=1
+    extra=""
+    [ "$tool" = memcheck ] && extra=", $nleak leak(s)"
+    echo "gpu-sanitize: ${opts[*]}: $nerr error(s)$extra in $nproc process(es); tests $passed passed, $((failed + errored)) failed; rc $rc; ${secs}s: $status (log $log)"
+done
+if [ "$bad" -ne 0 ]; then
+    echo "gpu-sanitize: FAILED: see the logs above (grep -n '=========' on them shows each report)" >&2
+    exit 1
+fi
+echo "gpu-sanitize: clean ($tools)"
