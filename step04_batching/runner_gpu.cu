@@ -117,6 +117,151 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
     attn_split_block<C>(q + (size_t)rows[w] * ldq, kc + (size_t)bases[w] * kd, vc + (size_t)bases[w] * kd, lens[w], H,
                         KV, hd, scale, part_o + w * per * hd, part_ml + w * per * 2, blockIdx.x, blockIdx.y, nsplit);
 }
+// The same work (one block = one work item's kv head over ATTN_CHUNK keys, the same partial
+// layout), with every K and V row read by LPR lanes together: lane c of a row holds the 16-byte
+// vector c (N elements) of it, so a warp's load instruction covers 32 / LPR whole rows (512
+// contiguous bytes). attn_split_block gives each thread a whole K row (one 16-byte piece of 32
+// rows 2 KB apart per warp load): at batch 1 the weights hide that, at batch 64 the K/V reads
+// of every sequence are a third of the step. q (scaled) sits in registers; a score is the
+// LPR-lane shuffle sum of the partial dots; P V accumulates each lane's N elements for the g
+// heads in registers, then across the lanes of a warp (shuffles) and the warps (shared).
+// Needs hd = LPR * N with LPR a power of two <= 32. Dynamic shared: (g*CHUNK + 4*g*hd) floats.
+template <class C, int LPR>
+__global__ void __launch_bounds__(ATTN_CHUNK)
+    k_attn_rows_vec(const float *q, int ldq, const C *kc, const C *vc, const int *rows, const int *lens,
+                    const int *bases, int H, int KV, int hd, float scale, float *part_o, float *part_ml) {
+    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = ATTN_CHUNK / 32, RPI = NW * RPW, NIT = ATTN_CHUNK / RPI;
+    constexpr int U = NIT >= 4 ? 4 : NIT;  // rows in flight per lane
+    extern __shared__ float sm[];
+    const int w = blockIdx.z, kvh = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y;
+    const int len = lens[w], j0 = split * ATTN_CHUNK;
+    if (j0 >= len) return;
+    const int jn = min(ATTN_CHUNK, len - j0), g = H / KV;
+    float *ps = sm, *red = sm + g * ATTN_CHUNK;  // (g, CHUNK) (NW, g, hd)
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, c = lane % LPR, sub = lane / LPR;
+    const size_t kd = (size_t)KV * hd, row0 = (size_t)bases[w] + j0;
+    const C *kb = kc + row0 * kd + (size_t)kvh * hd + c * N, *vb = vc + row0 * kd + (size_t)kvh * hd + c * N;
+    const float *qr = q + (size_t)rows[w] * ldq + (size_t)kvh * g * hd + c * N;
+    float qf[ATTN_MAXG][N];
+#pragma unroll
+    for (int hh = 0; hh < ATTN_MAXG; hh++)
+#pragma unroll
+        for (int i = 0; i < N; i++) qf[hh][i] = hh < g ? qr[hh * hd + i] * scale : 0.0f;
+    // ---- scores: row j = it*RPI + warp*RPW + sub
+    for (int it0 = 0; it0 < NIT; it0 += U) {
+        uint4 u[U];
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int j = (it0 + k) * RPI + warp * RPW + sub;
+            u[k] = j < jn ? *(const uint4 *)(kb + (size_t)j * kd) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int j = (it0 + k) * RPI + warp * RPW + sub;
+            float kf[N], dot[ATTN_MAXG];
+            Vec16<C>::unpack(u[k], kf);
+#pragma unroll
+            for (int hh = 0; hh < ATTN_MAXG; hh++) {
+                dot[hh] = 0;
+                if (hh < g)
+#pragma unroll
+                    for (int i = 0; i < N; i++) dot[hh] = fmaf(qf[hh][i], kf[i], dot[hh]);
+#pragma unroll
+                for (int o = LPR / 2; o > 0; o >>= 1) dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], o);
+            }
+            if (c == 0 && j < jn)
+#pragma unroll
+                for (int hh = 0; hh < ATTN_MAXG; hh++)
+                    if (hh < g) ps[hh * ATTN_CHUNK + j] = dot[hh];
+        }
+    }
+    __syncthreads();
+    // ---- softmax over the block's keys, one warp per head: local max m, p = exp(s - m), sum l
+    __shared__ float m_s[ATTN_MAXG], l_s[ATTN_MAXG];
+    for (int hh = warp; hh < g; hh += NW) {
+        float m = -INFINITY;
+        for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0;
+        for (int j = lane; j < jn; j += 32) {
+            const float p = expf(ps[hh * ATTN_CHUNK + j] - m);
+            ps[hh * ATTN_CHUNK + j] = p;
+            l += p;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) m_s[hh] = m, l_s[hh] = l;
+    }
+    __syncthreads();
+    // ---- P V: each lane its N elements of its rows, for the g heads
+    float acc[ATTN_MAXG][N];
+#pragma unroll
+    for (int hh = 0; hh < ATTN_MAXG; hh++)
+#pragma unroll
+        for (int i = 0; i < N; i++) acc[hh][i] = 0;
+    for (int it0 = 0; it0 < NIT; it0 += U) {
+        uint4 u[U];
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int j = (it0 + k) * RPI + warp * RPW + sub;
+            u[k] = j < jn ? *(const uint4 *)(vb + (size_t)j * kd) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int j = (it0 + k) * RPI + warp * RPW + sub;
+            if (j >= jn) continue;
+            float vf[N];
+            Vec16<C>::unpack(u[k], vf);
+#pragma unroll
+            for (int hh = 0; hh < ATTN_MAXG; hh++)
+                if (hh < g) {
+                    const float p = ps[hh * ATTN_CHUNK + j];
+#pragma unroll
+                    for (int i = 0; i < N; i++) acc[hh][i] = fmaf(p, vf[i], acc[hh][i]);
+                }
+        }
+    }
+#pragma unroll
+    for (int hh = 0; hh < ATTN_MAXG; hh++)
+        if (hh < g)
+#pragma unroll
+            for (int i = 0; i < N; i++) {
+                float a = acc[hh][i];
+#pragma unroll
+                for (int o = LPR; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+                if (sub == 0) red[((size_t)warp * g + hh) * hd + c * N + i] = a;
+            }
+    __syncthreads();
+    float *po = part_o + (size_t)w * H * nsplit * hd, *pm = part_ml + (size_t)w * H * nsplit * 2;
+    for (int o = t; o < g * hd; o += ATTN_CHUNK) {
+        float s = 0;
+        for (int wi = 0; wi < NW; wi++) s += red[(size_t)wi * g * hd + o];
+        const int h = kvh * g + o / hd;
+        po[((size_t)h * nsplit + split) * hd + o % hd] = s;
+    }
+    if (t < g) {
+        const int h = kvh * g + t;
+        pm[((size_t)h * nsplit + split) * 2] = m_s[t];
+        pm[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
+    }
+}
+
+// Launch k_attn_rows_vec for hd = LPR * N; 0 when this hd has no such LPR (the caller falls back).
+template <class C>
+static int attn_rows_vec(dim3 grid, size_t smem, const float *q, int ldq, const C *kc, const C *vc, const int *rows,
+                         const int *lens, const int *bases, int H, int KV, int hd, float scale, float *po, float *pm) {
+    constexpr int N = Vec16<C>::N;
+    if (hd % N) return 0;
+#define VEC_CASE(L)                                                                                                   \
+    case L:                                                                                                           \
+        k_attn_rows_vec<C, L><<<grid, ATTN_CHUNK, smem>>>(q, ldq, kc, vc, rows, lens, bases, H, KV, hd, scale, po, pm); \
+        return 1;
+    switch (hd / N) {
+        VEC_CASE(1) VEC_CASE(2) VEC_CASE(4) VEC_CASE(8) VEC_CASE(16) VEC_CASE(32)
+    default: return 0;
+    }
+#undef VEC_CASE
+}
+
 // Grid (H, items): out row rows[w] (ld ldo elements), head blockIdx.x.
 template <class O>
 __global__ void k_attn_combine_rows(const float *part_o, const float *part_ml, const int *rows, const int *lens,
@@ -175,6 +320,7 @@ struct AttnCtx {
     StDtype dt;  // q16 / K / V / GEMM-path output dtype
     int H, KV, hd;
     int small_ok;              // the decode kernel supports this shape (H/KV <= 8, hd <= 256)
+    int vec_attn;              // use k_attn_rows_vec where hd allows (else step03's attn_split_block)
     float *S;                  // long path scores, s_cap elements
     void *P;                   // probabilities (== S for fp32)
     size_t s_cap;
@@ -231,13 +377,21 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
         int grp = (int)(c->part_cap / per_item);
         if (grp > 65535) grp = 65535;
         const size_t smem = attn_smem_bytes(H / KV, hd);
+        const size_t vsmem = (size_t)(H / KV) * (ATTN_CHUNK + (ATTN_CHUNK / 32) * hd) * sizeof(float);
         const int cthreads = hd <= 64 ? 64 : 128;
         for (int w0 = 0; w0 < p->ns; w0 += grp) {
             const int n = p->ns - w0 < grp ? p->ns - w0 : grp;
-            DISPATCH(c->dt, C,
-                     k_attn_split_rows<C><<<dim3(KV, nsplit, n), ATTN_CHUNK, smem>>>(
-                         q, ldq, (const C *)kc, (const C *)vc, d_srow + w0, d_slen + w0, d_sbase + w0, H, KV, hd, scale,
-                         c->part_o, c->part_ml));
+            int vec = 0;
+            if (c->vec_attn)
+                DISPATCH(c->dt, C,
+                         vec = attn_rows_vec<C>(dim3(KV, nsplit, n), vsmem, q, ldq, (const C *)kc, (const C *)vc,
+                                                d_srow + w0, d_slen + w0, d_sbase + w0, H, KV, hd, scale, c->part_o,
+                                                c->part_ml));
+            if (!vec)
+                DISPATCH(c->dt, C,
+                         k_attn_split_rows<C><<<dim3(KV, nsplit, n), ATTN_CHUNK, smem>>>(
+                             q, ldq, (const C *)kc, (const C *)vc, d_srow + w0, d_slen + w0, d_sbase + w0, H, KV, hd,
+                             scale, c->part_o, c->part_ml));
             CUDA_CHECK_LAST();
             if (out_f32) {
                 k_attn_combine_rows<float><<<dim3(H, n), cthreads>>>(c->part_o, c->part_ml, d_srow + w0, d_slen + w0,
@@ -396,7 +550,7 @@ extern "C" GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int 
     CUDA_CHECK(cudaMemcpy(r->inv_freq, inv, half * 4, cudaMemcpyHostToDevice));
     free(inv);
     AttnCtx *a = &r->ac;
-    a->blas = g->blas, a->dt = dt, a->H = H, a->KV = KV, a->hd = hd, a->small_ok = small_ok;
+    a->blas = g->blas, a->dt = dt, a->H = H, a->KV = KV, a->hd = hd, a->small_ok = small_ok, a->vec_attn = 1;
     a->s_cap = s_cap;
     a->S = (float *)dalloc_r(s_cap * 4, NULL);
     a->P = dt == ST_F32 ? (void *)a->S : dalloc_r(s_cap * es, NULL);
@@ -644,6 +798,7 @@ extern "C" int batch_attention_gpu_check(const float *q, const float *kc, const 
     CUBLAS_CHECK(cublasCreate(&a.blas));
     a.dt = dt, a.H = H, a.KV = KV, a.hd = hd;
     a.small_ok = (H / KV) <= ATTN_MAXG && hd <= 32 * ATTN_MAXE;
+    a.vec_attn = 1;
     a.s_cap = (size_t)H * (T < maxL ? T : maxL) * maxL;
     a.S = (float *)dalloc_r(a.s_cap * 4, NULL);
     a.P = dt == ST_F32 ? (void *)a.S : dalloc_r(a.s_cap * es, NULL);
