@@ -201,15 +201,16 @@ static void make_trace(int poisson, int n, int in_a, int in_b, int out_a, int ou
 
 // ---------------------------------------------------------------- statistics
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static double pctl(const double *v, int n, double q) {  // linear interpolation, as numpy's default
     if (n == 0) return NAN;
     double *s = xmalloc((size_t)n * sizeof(double));
     memcpy(s, v, (size_t)n * sizeof(double));
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && s[j] < s[j - 1]; j--) {
-            const double t = s[j];
-            s[j] = s[j - 1], s[j - 1] = t;
-        }
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
     const double pos = q * (n - 1);
     const int lo = (int)floor(pos), hi = lo + 1 < n ? lo + 1 : lo;
     const double r = s[lo] + (s[hi] - s[lo]) * (pos - lo);
@@ -429,6 +430,8 @@ int main(int argc, char **argv) {
         JNUM("tpot_ms_p50", pctl(tpot, n_tpot, 0.5));
         JNUM("tpot_ms_p99", pctl(tpot, n_tpot, 0.99));
         JNUM("e2e_ms_p50", pctl(e2e, n_ttft, 0.5));
+        JNUM("itl_ms_p50", pctl(os.itl_ms, (int)os.n_itl, 0.5));
+        JNUM("itl_ms_p99", pctl(os.itl_ms, (int)os.n_itl, 0.99));
         JNUM("idle_slot_share", idle_share);
         JINT("steps", st->steps);
         JNUM("mean_seqs_per_step", st->steps ? (double)st->seq_steps / st->steps : 0);
@@ -469,6 +472,7 @@ int main(int argc, char **argv) {
             {"TTFT p99 ms", pctl(ttft, n_ttft, 0.99), "(linear interpolation between ranks)"},
             {"TPOT p50 ms", pctl(tpot, n_tpot, 0.5), "(finish - first token) / (output tokens - 1), per request"},
             {"TPOT p99 ms", pctl(tpot, n_tpot, 0.99), ""},
+            {"ITL p99 ms", pctl(os.itl_ms, (int)os.n_itl, 0.99), "every gap between two tokens of a request"},
             {"duration s", dur, "start to the last finish"},
             {"steps", (double)st->steps, "forwards run (each one flat batch)"},
             {"mean seqs / step", st->steps ? (double)st->seq_steps / st->steps : 0, "sequences in a step's batch"},
@@ -492,7 +496,7 @@ int main(int argc, char **argv) {
         table_free(t);
     }
 
-    free(ttft), free(tpot), free(e2e);
+    free(ttft), free(tpot), free(e2e), free(os.itl_ms);
     runner_free(run);
     sched_free(&s);
     for (int i = 0; i < rl.n; i++) request_free(&rl.r[i]);

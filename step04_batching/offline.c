@@ -31,6 +31,9 @@ int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, Offlin
     const double t0 = now_sec();
     double sim = 0, last_progress = t0, first = -1, last = 0;
     int rc = 0;
+    double *last_tok = xmalloc((size_t)(s->n_reqs > 0 ? s->n_reqs : 1) * sizeof(double));
+    long cap_itl = 1024;
+    st->itl_ms = xmalloc((size_t)cap_itl * sizeof(double));
     while (!sched_done(s)) {
         const double now = o->real_clock ? now_sec() - t0 : sim;
         sched_schedule(s, now, &plan);
@@ -74,6 +77,18 @@ int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, Offlin
         const double end = o->real_clock ? now_sec() - t0 : sim;
         sched_update(s, &plan, tokens, end);
         last = end;
+        for (int i = 0; i < plan.n; i++) {  // inter-token latency: the gap since the request's previous token
+            if (!plan.samples[i]) continue;
+            const Request *q = &s->reqs[plan.req[i]];
+            if (q->num_tokens - q->num_prompt >= 2) {
+                if (st->n_itl == cap_itl) {
+                    st->itl_ms = realloc(st->itl_ms, (size_t)(cap_itl *= 2) * sizeof(double));
+                    if (!st->itl_ms) die("out of memory");
+                }
+                st->itl_ms[st->n_itl++] = (end - last_tok[plan.req[i]]) * 1e3;
+            }
+            last_tok[plan.req[i]] = end;
+        }
         if (o->progress && now_sec() - last_progress > 2.0) {
             last_progress = now_sec();
             fprintf(stderr, "[batch] step %ld, %d/%d requests finished, %d running, t = %.1f s\n", st->steps,
@@ -82,6 +97,7 @@ int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, Offlin
     }
     st->wall_s = first < 0 ? 0 : last;  // from the engine start (time 0 of arrival_s)
     sampler_free(&sampler);
+    free(last_tok);
     free(logits), free(argmax), free(tokens);
     plan_free(&plan);
     batch_free(&b);

@@ -30,9 +30,12 @@ typedef struct {
     double wall_s;        // engine start (arrival time 0) to the last finish (engine clock)
     double forward_s;     // inside runner_forward (host wall clock)
     long steps, logit_copies;  // steps; steps whose logits were copied to the host
+    double *itl_ms;       // (n_itl) every inter-token gap of every request (ms), malloc'ed
+    long n_itl;
 } OfflineStats;
 
 // Runs every request of s to completion. 0, or -1 when a forward failed (message on stderr).
+// The caller frees st->itl_ms.
 int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, OfflineStats *st);
 
 #ifdef __cplusplus

@@ -409,6 +409,7 @@ static void run_specs(const CpuModel *m, const Spec *spec, int n, SchedPolicy po
     OfflineOpts def = {0};
     OfflineStats st;
     cr_assert_eq(offline_run(run, m->cfg.vocab, &s, o ? o : &def, &st), 0);
+    free(st.itl_ms);
     for (int i = 0; i < n; i++) {
         cr_assert_eq(r[i].finish, FINISH_LENGTH);
         out[i] = malloc((size_t)spec[i].mt * sizeof(int));
@@ -449,6 +450,7 @@ static void check_invariance(const char *model, int sampled) {
         OfflineOpts def = {0};
         OfflineStats st;
         cr_assert_eq(offline_run(run, m.cfg.vocab, &s, &def, &st), 0);
+        free(st.itl_ms);
         alone[i] = malloc((size_t)one.mt * sizeof(int));
         memcpy(alone[i], r.tokens + r.num_prompt, (size_t)one.mt * sizeof(int));
         runner_free(run), sched_free(&s), request_free(&r);
