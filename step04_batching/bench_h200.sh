@@ -40,3 +40,16 @@ for shape in qwen3-0.6b llama-3.1-8b; do
     done
   done
 done
+
+# ---- batch_bench: what the token budget trades (TTFT vs inter-token latency), Poisson arrivals at
+# 20 requests/s, 200 requests, prompts 100..1024, outputs 100..512, Qwen3-0.6B shape, 64 seats.
+#   batch_bench_qwen3-0.6b_poisson_b<budget>_h200.json
+for budget in ${BUDGETS:-256 2048 8192}; do
+  echo "== batch_bench --trace poisson, qwen3-0.6b, budget $budget"
+  $B/batch_bench --preset qwen3-0.6b --trace poisson --rate 20 --num-requests 200 --input-len 100:1024 \
+      --output-len 100:512 --device cuda --max-num-seqs 64 --max-num-batched-tokens "$budget" \
+      2>/dev/null > "$OUT/batch_bench_qwen3-0.6b_poisson_b${budget}_h200.json" \
+    && python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print({k: round(s[k], 2) for k in ("output_tok_s","ttft_ms_p50","ttft_ms_p99","itl_ms_p50","itl_ms_p99","tpot_ms_p99")})' \
+           "$OUT/batch_bench_qwen3-0.6b_poisson_b${budget}_h200.json" \
+    || echo "batch_bench poisson budget $budget failed"
+done
