@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
 // LPR-lane shuffle sum of the partial dots; P V accumulates each lane's N elements for the g
 // heads in registers, then across the lanes of a warp (shuffles) and the warps (shared).
 // Needs hd = LPR * N with LPR a power of two <= 32. Dynamic shared: (g*CHUNK + 4*g*hd) floats.
-template <class C, int LPR>
+template <class C, int LPR, int G>
 __global__ void __launch_bounds__(ATTN_CHUNK)
     k_attn_rows_vec(const float *q, int ldq, const C *kc, const C *vc, const int *rows, const int *lens,
                     const int *bases, int H, int KV, int hd, float scale, float *part_o, float *part_ml) {
@@ -142,9 +142,9 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
     const size_t kd = (size_t)KV * hd, row0 = (size_t)bases[w] + j0;
     const C *kb = kc + row0 * kd + (size_t)kvh * hd + c * N, *vb = vc + row0 * kd + (size_t)kvh * hd + c * N;
     const float *qr = q + (size_t)rows[w] * ldq + (size_t)kvh * g * hd + c * N;
-    float qf[ATTN_MAXG][N];
+    float qf[G][N];
 #pragma unroll
-    for (int hh = 0; hh < ATTN_MAXG; hh++)
+    for (int hh = 0; hh < G; hh++)
 #pragma unroll
         for (int i = 0; i < N; i++) qf[hh][i] = hh < g ? qr[hh * hd + i] * scale : 0.0f;
     // ---- scores: row j = it*RPI + warp*RPW + sub
@@ -158,10 +158,10 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
 #pragma unroll
         for (int k = 0; k < U; k++) {
             const int j = (it0 + k) * RPI + warp * RPW + sub;
-            float kf[N], dot[ATTN_MAXG];
+            float kf[N], dot[G];
             Vec16<C>::unpack(u[k], kf);
 #pragma unroll
-            for (int hh = 0; hh < ATTN_MAXG; hh++) {
+            for (int hh = 0; hh < G; hh++) {
                 dot[hh] = 0;
                 if (hh < g)
 #pragma unroll
@@ -171,13 +171,13 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
             }
             if (c == 0 && j < jn)
 #pragma unroll
-                for (int hh = 0; hh < ATTN_MAXG; hh++)
+                for (int hh = 0; hh < G; hh++)
                     if (hh < g) ps[hh * ATTN_CHUNK + j] = dot[hh];
         }
     }
     __syncthreads();
     // ---- softmax over the block's keys, one warp per head: local max m, p = exp(s - m), sum l
-    __shared__ float m_s[ATTN_MAXG], l_s[ATTN_MAXG];
+    __shared__ float m_s[G], l_s[G];
     for (int hh = warp; hh < g; hh += NW) {
         float m = -INFINITY;
         for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
@@ -193,9 +193,9 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
     }
     __syncthreads();
     // ---- P V: each lane its N elements of its rows, for the g heads
-    float acc[ATTN_MAXG][N];
+    float acc[G][N];
 #pragma unroll
-    for (int hh = 0; hh < ATTN_MAXG; hh++)
+    for (int hh = 0; hh < G; hh++)
 #pragma unroll
         for (int i = 0; i < N; i++) acc[hh][i] = 0;
     for (int it0 = 0; it0 < NIT; it0 += U) {
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
             float vf[N];
             Vec16<C>::unpack(u[k], vf);
 #pragma unroll
-            for (int hh = 0; hh < ATTN_MAXG; hh++)
+            for (int hh = 0; hh < G; hh++)
                 if (hh < g) {
                     const float p = ps[hh * ATTN_CHUNK + j];
 #pragma unroll
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
         }
     }
 #pragma unroll
-    for (int hh = 0; hh < ATTN_MAXG; hh++)
+    for (int hh = 0; hh < G; hh++)
         if (hh < g)
 #pragma unroll
             for (int i = 0; i < N; i++) {
@@ -245,21 +245,31 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
     }
 }
 
-// Launch k_attn_rows_vec for hd = LPR * N; 0 when this hd has no such LPR (the caller falls back).
-template <class C>
-static int attn_rows_vec(dim3 grid, size_t smem, const float *q, int ldq, const C *kc, const C *vc, const int *rows,
-                         const int *lens, const int *bases, int H, int KV, int hd, float scale, float *po, float *pm) {
+// Launch k_attn_rows_vec for hd = LPR * N and G >= g; 0 when this hd has no such LPR (the caller
+// falls back to attn_split_block).
+template <class C, int G>
+static int attn_rows_vec_g(dim3 grid, size_t smem, const float *q, int ldq, const C *kc, const C *vc, const int *rows,
+                           const int *lens, const int *bases, int H, int KV, int hd, float scale, float *po, float *pm) {
     constexpr int N = Vec16<C>::N;
     if (hd % N) return 0;
 #define VEC_CASE(L)                                                                                                   \
     case L:                                                                                                           \
-        k_attn_rows_vec<C, L><<<grid, ATTN_CHUNK, smem>>>(q, ldq, kc, vc, rows, lens, bases, H, KV, hd, scale, po, pm); \
+        k_attn_rows_vec<C, L, G><<<grid, ATTN_CHUNK, smem>>>(q, ldq, kc, vc, rows, lens, bases, H, KV, hd, scale, po, pm); \
         return 1;
     switch (hd / N) {
-        VEC_CASE(1) VEC_CASE(2) VEC_CASE(4) VEC_CASE(8) VEC_CASE(16) VEC_CASE(32)
+        VEC_CASE(2) VEC_CASE(4) VEC_CASE(8) VEC_CASE(16) VEC_CASE(32)
     default: return 0;
     }
 #undef VEC_CASE
+}
+template <class C>
+static int attn_rows_vec(dim3 grid, size_t smem, const float *q, int ldq, const C *kc, const C *vc, const int *rows,
+                         const int *lens, const int *bases, int H, int KV, int hd, float scale, float *po, float *pm) {
+    const int g = H / KV;
+    if (g <= 1) return attn_rows_vec_g<C, 1>(grid, smem, q, ldq, kc, vc, rows, lens, bases, H, KV, hd, scale, po, pm);
+    if (g <= 2) return attn_rows_vec_g<C, 2>(grid, smem, q, ldq, kc, vc, rows, lens, bases, H, KV, hd, scale, po, pm);
+    if (g <= 4) return attn_rows_vec_g<C, 4>(grid, smem, q, ldq, kc, vc, rows, lens, bases, H, KV, hd, scale, po, pm);
+    return attn_rows_vec_g<C, ATTN_MAXG>(grid, smem, q, ldq, kc, vc, rows, lens, bases, H, KV, hd, scale, po, pm);
 }
 
 // Grid (H, items): out row rows[w] (ld ldo elements), head blockIdx.x.
