@@ -188,12 +188,21 @@ static void drop_finished_running(Scheduler *s) {
 
 void sched_schedule(Scheduler *s, double now, SchedPlan *p) {
     p->n = 0, p->n_tokens = 0, p->n_samples = 0;
-    // a client's cancel takes effect at the step boundary
+    // a client's cancel takes effect at the step boundary, running or waiting
     for (int k = 0; k < s->n_running; k++) {
         Request *r = &s->reqs[s->running[k]];
         if (r->cancel) finish(s, r, FINISH_ERROR, now);
     }
     drop_finished_running(s);
+    int m = s->n_reqs;
+    for (int k = s->n_reqs - 1; k >= s->w_head; k--) {  // compact the waiting list from its end
+        Request *r = &s->reqs[s->waiting[k]];
+        if (r->cancel) {
+            r->status = REQ_FINISHED, r->finish = FINISH_ERROR, r->finish_s = now;
+            s->n_finished++;
+        } else s->waiting[--m] = s->waiting[k];
+    }
+    s->w_head = m;
     long budget = s->cfg.max_num_batched_tokens;
     if (s->cfg.policy == POLICY_STATIC && s->n_running == 0) {
         // a new batch: up to max_num_seqs arrived requests in arrival order, all at once

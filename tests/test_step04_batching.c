@@ -7,7 +7,8 @@
 // completes the sequence, first-come-first-served admission, nobody admitted before arriving,
 // KV reservations within budget and slots unique, static batches closed while running; every
 // request finishes with exactly the fake model's tokens and the right finish reason. Hand-made
-// cases pin the chunked-prefill plan and static padding counts.
+// cases pin the chunked-prefill plan, static padding counts, and requests that cannot fit, are
+// cancelled (running or waiting) or are capped by max_len.
 // Runner (CPU, fp32): linear_rows_cpu gives every row bit-identical results for any row count
 // (OpenBLAS does not: counted and printed); a sequence's logits are bit-identical alone and in a
 // chunked batch with mates; each request's greedy and sampled tokens are identical alone and
@@ -690,4 +691,43 @@ Test(step04, batch_bench_rejects_bad_jsonl_and_options) {
         cr_expect(strstr(out, opts[i].want) != NULL, "%s: message \"%s\"", opts[i].args, out);
         free(out);
     }
+}
+
+// A request that can never fit (prompt >= max_len, or a reservation beyond the KV budget) ends
+// at once with an error and blocks nobody; a cancelled request ends at the next step boundary
+// and frees its slot; a reservation capped by max_len ends with "length" at max_len tokens.
+Test(step04, unfit_cancelled_and_capped_requests_end) {
+    Request r[5] = {mk(0, 40, 4, 0), mk(1, 5, 30, 0), mk(2, 6, 4, 0), mk(3, 3, 3, 0), mk(4, 2, 2, 0)};
+    SchedConfig c = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 3, .max_num_batched_tokens = 64, .max_len = 32, .kv_tokens = 44};
+    Scheduler s;
+    char err[128];
+    cr_assert_eq(sched_init(&s, &c, r, 5, err, sizeof err), 0);
+    cr_expect(r[0].status == REQ_FINISHED && r[0].finish == FINISH_ERROR, "a 40-token prompt cannot fit 32 positions");
+    SchedPlan p = {0};
+    int tok[3] = {9, 9, 9}, steps = 0;
+    while (!sched_done(&s)) {
+        cr_assert(++steps < 100, "no end");
+        if (steps == 2) r[4].cancel = 1;  // waiting (behind request 3, which waits for KV)
+        if (steps == 3) r[2].cancel = 1;  // running
+        sched_schedule(&s, steps, &p);
+        cr_assert(p.n > 0, "step %d: nothing runnable", steps);
+        for (int i = 0; i < p.n; i++) {
+            cr_expect(!(p.req[i] == 2 && steps >= 3), "cancelled request 2 still scheduled");
+            cr_expect(p.req[i] != 4, "cancelled request 4 scheduled");
+        }
+        cr_expect(s.kv.reserved <= c.kv_tokens);
+        sched_update(&s, &p, tok, steps);
+    }
+    cr_expect_eq(r[1].finish, FINISH_LENGTH);
+    cr_expect_eq(r[1].num_tokens, 32, "5 + 30 capped at max_len 32");
+    cr_expect_eq(r[2].finish, FINISH_ERROR, "cancelled while running");
+    cr_expect_eq(r[2].num_tokens - r[2].num_prompt, 2, "request 2 produced 2 tokens before its cancel took effect");
+    cr_expect(r[3].finish == FINISH_LENGTH && r[3].num_tokens == 6);
+    cr_expect_eq(r[3].first_sched_s, 3, "request 3 waits for KV (32 + 10 + 6 > 44) until request 2 is gone");
+    cr_expect(r[4].finish == FINISH_ERROR && r[4].num_tokens == 2 && r[4].first_sched_s < 0, "cancelled while waiting");
+    cr_expect_eq(s.kv.n_free, 3);
+    cr_expect_eq(s.kv.reserved, 0);
+    plan_free(&p);
+    sched_free(&s);
+    for (int i = 0; i < 5; i++) request_free(&r[i]);
 }
