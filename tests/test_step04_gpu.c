@@ -47,7 +47,7 @@ typedef struct {
     int H, KV, hd;
 } Shape;
 
-Test(step04_gpu, batched_attention_matches_cpu_on_odd_shapes, .timeout = 120) {
+Test(step04_gpu, batched_attention_matches_cpu_on_odd_shapes, .timeout = 300) {
     NEED_GPU();
     const Shape shapes[] = {{4, 4, 64}, {32, 8, 128}, {6, 2, 80}, {14, 2, 64}, {16, 2, 128}, {3, 1, 36}};
     // per sequence: new rows n, context L (0 = padding sequence)
@@ -320,7 +320,7 @@ Test(step04_gpu, mixed_batch_matches_cpu_reference, .timeout = 300) {
         for (int p = 0; p < 3; p++) mixed_batch(&ck[i], p == 0 ? 16 : p == 1 ? 0 : 1000, 0);
 }
 
-Test(step04_gpu, kv_rows_written_through_slot_mapping, .timeout = 120) {
+Test(step04_gpu, kv_rows_written_through_slot_mapping, .timeout = 300) {
     NEED_GPU();
     Ckpt ck[64];
     const int n = list_checkpoints(ck, 64);
