@@ -83,7 +83,6 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, 
         s->waiting[nw++] = i;
     }
     qsort_r(s->waiting, (size_t)nw, sizeof(int), by_arrival, reqs);
-    s->n_reqs = n_reqs;
     s->w_head = n_reqs - nw;  // waiting[w_head..n_reqs) hold the admissible requests
     memmove(s->waiting + s->w_head, s->waiting, (size_t)nw * sizeof(int));
     s->running = xmalloc((size_t)cfg->max_num_seqs * sizeof(int));

@@ -25,7 +25,9 @@
 // request is admitted only if prompt + max_tokens (capped at max_len) fits into the KV token
 // budget next to what the running requests reserved, so a running request never runs out of KV
 // and nothing is ever preempted. What is reserved but not (yet) written is the waste step05's
-// paging removes.
+// paging removes. A request that can never fit (prompt >= max_len, reservation > the budget)
+// ends at once with FINISH_ERROR; a cancel flag ends a request (running or waiting) at the next
+// step boundary, also with FINISH_ERROR.
 #pragma once
 #include "step04_batching/batch.h"
 
