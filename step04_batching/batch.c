@@ -59,11 +59,15 @@ int batch_check(const Batch *b, int n_slots, int max_len, int vocab) {
         }
     }
     if (b->n_logits < 0 || b->n_logits > b->n_seqs) return BAD("n_logits = %d outside 0..%d", b->n_logits, b->n_seqs);
-    for (int i = 0; i < b->n_logits; i++) {
+    for (int i = 0, seq = 0; i < b->n_logits; i++) {
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
             return BAD("logit_rows[%d] = %d outside 0..%d", i, b->logit_rows[i], b->n_tokens - 1);
         if (i > 0 && b->logit_rows[i] <= b->logit_rows[i - 1])
             return BAD("logit_rows not increasing at %d (%d after %d)", i, b->logit_rows[i], b->logit_rows[i - 1]);
+        // the last row of a real sequence (sequences and logit rows are both in row order)
+        while (seq < b->n_seqs && b->cu_seqlens_q[seq + 1] - 1 < b->logit_rows[i]) seq++;
+        if (seq == b->n_seqs || b->cu_seqlens_q[seq + 1] - 1 != b->logit_rows[i] || b->seq_lens_k[seq] == 0)
+            return BAD("logit_rows[%d] = %d is not the last row of a sequence", i, b->logit_rows[i]);
     }
     return 0;
 }

@@ -266,6 +266,11 @@ Test(step04, chunked_prefill_plan_by_hand) {
     cr_expect(b.slot_mapping[5] == r[1].slot * 32 + 0 && b.slot_mapping[7] == r[1].slot * 32 + 2);
     b.positions[6] = 9;  // a corrupted batch is caught, naming the field
     cr_expect_eq(batch_check(&b, 4, c.max_len, 100), -1);
+    b.positions[6] = 1;
+    b.logit_rows[0] = 3;  // a logit row that is not a sequence's last row
+    cr_expect_eq(batch_check(&b, 4, c.max_len, 100), -1);
+    b.logit_rows[0] = 4;
+    cr_expect_eq(batch_check(&b, 4, c.max_len, 100), 0);
     sched_update(&s, &p, tok, 0.1);
     sched_schedule(&s, 0.1, &p);
     cr_assert_eq(p.n, 2);
