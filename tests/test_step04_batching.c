@@ -14,7 +14,8 @@
 // chunked batch with mates; each request's greedy and sampled tokens are identical alone and
 // with random batch mates for budgets {1, 7, 64, unlimited} and both policies; every
 // transformers golden still matches (vLLM's top-5 rule) through the batched path.
-// batch_bench: JSONL in / --json out round trip (input order, tokens = the in-process engine's),
+// batch_bench: JSONL in / --json out round trip (input order, tokens = the in-process engine's,
+// the --timeline rows), --trace nano through both policies (same tokens, static needs more steps),
 // a clear error naming the line and field for bad JSONL, strict numeric options.
 #include <cblas.h>
 #include <criterion/criterion.h>
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "rng.h"
@@ -611,9 +613,14 @@ Test(step04, batch_bench_jsonl_round_trip, .timeout = 300) {
     int *want[N];
     run_specs(&m, spec, N, POLICY_CONTINUOUS, UNLIMITED, 4, want, NULL);
     char cmd[1024], *out;
+    char tl[] = "/tmp/step04_tl_XXXXXX";
+    const int tfd = mkstemp(tl);
+    cr_assert(tfd >= 0);
+    close(tfd);
     snprintf(cmd, sizeof cmd,
-             "%s/batch_bench --model %s --requests %s --json --device cpu --max-num-seqs 2 --max-num-batched-tokens 7 2>/dev/null",
-             BUILD_BIN_DIR, model, path);
+             "OMP_NUM_THREADS=1 %s/batch_bench --model %s --requests %s --json --device cpu --max-num-seqs 2 --max-num-batched-tokens 7 "
+             "--timeline %s 2>/dev/null",
+             BUILD_BIN_DIR, model, path, tl);
     cr_assert_eq(run_cmd(cmd, &out), 0, "%s failed", cmd);
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);
@@ -638,9 +645,61 @@ Test(step04, batch_bench_jsonl_round_trip, .timeout = 300) {
     cr_expect(json_number_value(json_object_get(sum, "output_tok_s")) > 0);
     json_decref(j);
     free(out);
+    // the timeline: one row per request in input order, arrival <= first scheduled <= first token <= finish
+    FILE *tf = fopen(tl, "r");
+    cr_assert(tf);
+    char line[512];
+    cr_assert(fgets(line, sizeof line, tf) && !strncmp(line, "index,arrival_s,first_sched_s,first_token_s,finish_s", 52));
+    for (int i = 0; i < N; i++) {
+        int idx, np, no;
+        double a, fs, ft, fin;
+        char why[32];
+        cr_assert(fgets(line, sizeof line, tf), "timeline: %d rows, expected %d", i, N);
+        cr_assert_eq(sscanf(line, "%d,%lf,%lf,%lf,%lf,%d,%d,%31s", &idx, &a, &fs, &ft, &fin, &np, &no, why), 8, "%s", line);
+        cr_expect(idx == i && np == spec[i].np && no == spec[i].mt && !strcmp(why, "length"), "timeline row %d: %s", i, line);
+        cr_expect(fabs(a - spec[i].arrival) < 1e-9 && a <= fs && fs <= ft && ft <= fin, "timeline row %d: %s", i, line);
+    }
+    cr_expect(!fgets(line, sizeof line, tf), "timeline has extra rows");
+    fclose(tf);
+    remove(tl);
     remove(path);
     cpu_model_free(&m);
     model_free(&w);
+}
+
+// --trace nano (scaled down) through both policies: 256 requests, the same tokens, static needs
+// more steps and idles slots, continuous none.
+Test(step04, batch_bench_nano_trace_both_policies, .timeout = 300) {
+    json_t *run[2];
+    for (int pol = 0; pol < 2; pol++) {
+        char cmd[1024], *out;
+        snprintf(cmd, sizeof cmd,
+                 "OMP_NUM_THREADS=1 %s/batch_bench --preset tiny --trace nano --input-len 4:16 --output-len 4:16 --max-num-seqs 16 --device cpu "
+                 "--policy %s --json 2>/dev/null",
+                 BUILD_BIN_DIR, pol ? "static" : "continuous");
+        cr_assert_eq(run_cmd(cmd, &out), 0, "%s failed", cmd);
+        json_error_t je;
+        run[pol] = json_loads(out, 0, &je);
+        cr_assert(run[pol], "not JSON: %s", je.text);
+        free(out);
+    }
+    const json_t *rq[2] = {json_object_get(run[0], "requests"), json_object_get(run[1], "requests")};
+    const json_t *sm[2] = {json_object_get(run[0], "summary"), json_object_get(run[1], "summary")};
+    cr_assert(json_array_size(rq[0]) == 256 && json_array_size(rq[1]) == 256);
+    for (int i = 0; i < 256; i++) {
+        const json_t *a = json_object_get(json_array_get(rq[0], i), "output_ids"), *b = json_object_get(json_array_get(rq[1], i), "output_ids");
+        const int n = (int)json_array_size(a);
+        cr_expect(n >= 4 && n <= 16, "request %d: %d output tokens, outside 4..16", i, n);
+        cr_expect(json_equal(a, b), "request %d: different tokens under the two policies", i);
+    }
+    const long steps_c = (long)json_integer_value(json_object_get(sm[0], "steps"));
+    const long steps_s = (long)json_integer_value(json_object_get(sm[1], "steps"));
+    cr_expect(steps_s > steps_c, "static %ld steps, continuous %ld", steps_s, steps_c);
+    cr_expect_eq(json_real_value(json_object_get(sm[0], "idle_slot_share")), 0.0);
+    cr_expect(json_real_value(json_object_get(sm[1], "idle_slot_share")) > 0.1);
+    cr_expect_eq(json_integer_value(json_object_get(sm[1], "static_batches")), 16, "256 requests / 16 seats");
+    cr_expect_eq(json_integer_value(json_object_get(sm[0], "output_tokens")), json_integer_value(json_object_get(sm[1], "output_tokens")));
+    json_decref(run[0]), json_decref(run[1]);
 }
 
 Test(step04, batch_bench_rejects_bad_jsonl_and_options) {
@@ -666,7 +725,7 @@ Test(step04, batch_bench_rejects_bad_jsonl_and_options) {
         fprintf(f, "{\"prompt_ids\": [1, 2, 3], \"max_tokens\": 2}\n%s\n", bad[i].line);
         fclose(f);
         char cmd[1024], *out, want_line[600];
-        snprintf(cmd, sizeof cmd, "%s/batch_bench --model %s/llama_mha_f32 --requests %s --device cpu 2>&1", BUILD_BIN_DIR,
+        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/batch_bench --model %s/llama_mha_f32 --requests %s --device cpu 2>&1", BUILD_BIN_DIR,
                  MODELS_DIR, path);
         const int rc = run_cmd(cmd, &out);
         snprintf(want_line, sizeof want_line, "%s:2:", path);
@@ -690,7 +749,7 @@ Test(step04, batch_bench_rejects_bad_jsonl_and_options) {
     };
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
         char cmd[1024], *out;
-        snprintf(cmd, sizeof cmd, "%s/batch_bench --preset tiny --trace nano --device cpu %s 2>&1", BUILD_BIN_DIR, opts[i].args);
+        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/batch_bench --preset tiny --trace nano --device cpu %s 2>&1", BUILD_BIN_DIR, opts[i].args);
         const int rc = run_cmd(cmd, &out);
         cr_expect_neq(rc, 0, "%s accepted", opts[i].args);
         cr_expect(strstr(out, opts[i].want) != NULL, "%s: message \"%s\"", opts[i].args, out);
