@@ -17,7 +17,6 @@
 // batch_bench: JSONL in / --json out round trip (input order, tokens = the in-process engine's,
 // the --timeline rows), --trace nano through both policies (same tokens, static needs more steps),
 // a clear error naming the line and field for bad JSONL, strict numeric options.
-#include <cblas.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <jansson.h>
