@@ -13,7 +13,6 @@
 // counts prompt tokens too. On CUDA a greedy step copies only the argmax of each sampling row
 // (computed on the device); a step with a sampled row copies the logits of its sampling rows.
 // One warm-up forward runs before the clock starts.
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -61,36 +60,19 @@ static void usage(FILE *f) {
             "  --timeline      per request: arrival, first scheduled, first token, finish (seconds), lengths\n");
 }
 
-// ---------------------------------------------------------------- strict option values
-
-static long opt_long(const char *flag, const char *s, long lo, long hi) {
-    char *end;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (end == s || *end || errno) die("%s: \"%s\" is not an integer", flag, s);
-    if (v < lo || v > hi) die("%s: %ld is outside %ld..%ld", flag, v, lo, hi);
-    return v;
-}
-
-static double opt_double(const char *flag, const char *s, double lo, double hi) {
-    char *end;
-    const double v = strtod(s, &end);
-    if (end == s || *end || !isfinite(v)) die("%s: \"%s\" is not a number", flag, s);
-    if (v < lo || v > hi) die("%s: %g is outside %g..%g", flag, v, lo, hi);
-    return v;
-}
+// ---------------------------------------------------------------- option values (common/args.h: strict)
 
 static void opt_range(const char *flag, const char *s, int lo, int hi, int *a, int *b) {
     const char *colon = strchr(s, ':');
-    if (!colon || colon == s || !colon[1]) die("%s: \"%s\" is not A:B", flag, s);
+    if (!colon || colon == s || !colon[1]) arg_die("%s: '%s' is not A:B", flag, s);
     char left[64];
     const size_t n = (size_t)(colon - s);
-    if (n >= sizeof left) die("%s: \"%s\" is not A:B", flag, s);
+    if (n >= sizeof left) arg_die("%s: '%s' is not A:B", flag, s);
     memcpy(left, s, n);
     left[n] = 0;
-    *a = (int)opt_long(flag, left, lo, hi);
-    *b = (int)opt_long(flag, colon + 1, lo, hi);
-    if (*a > *b) die("%s: %d:%d: A must be <= B", flag, *a, *b);
+    *a = (int)arg_int(flag, left, lo, hi);
+    *b = (int)arg_int(flag, colon + 1, lo, hi);
+    if (*a > *b) arg_die("%s: '%s': A must be <= B", flag, s);
 }
 
 // ---------------------------------------------------------------- requests
@@ -234,44 +216,44 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--json")) json = 1;
         else if (!more) {
             usage(stderr);
-            die("unknown or incomplete argument: %s", a);
+            arg_die("unknown or incomplete argument: %s", a);
         } else if (!strcmp(a, "--model")) model_dir = argv[++i];
         else if (!strcmp(a, "--preset")) preset = argv[++i];
         else if (!strcmp(a, "--requests")) req_path = argv[++i];
         else if (!strcmp(a, "--trace")) trace = argv[++i];
         else if (!strcmp(a, "--device")) device = argv[++i];
         else if (!strcmp(a, "--timeline")) timeline = argv[++i];
-        else if (!strcmp(a, "--rate")) rate = opt_double(a, argv[++i], 1e-6, 1e9);
-        else if (!strcmp(a, "--num-requests")) n_req = (int)opt_long(a, argv[++i], 1, 1000000);
+        else if (!strcmp(a, "--rate")) rate = arg_float(a, argv[++i], 0, 1e9, ARG_LO_OPEN);
+        else if (!strcmp(a, "--num-requests")) n_req = (int)arg_int(a, argv[++i], 1, 1000000);
         else if (!strcmp(a, "--input-len")) opt_range(a, argv[++i], 1, 1 << 20, &in_a, &in_b), lens_given |= 1;
         else if (!strcmp(a, "--output-len")) opt_range(a, argv[++i], 1, 1 << 20, &out_a, &out_b), lens_given |= 2;
-        else if (!strcmp(a, "--max-num-seqs")) max_seqs = (int)opt_long(a, argv[++i], 1, 65536);
-        else if (!strcmp(a, "--max-num-batched-tokens")) budget = opt_long(a, argv[++i], 1, 1 << 24);
-        else if (!strcmp(a, "--max-model-len")) max_len = (int)opt_long(a, argv[++i], 2, 1 << 22);
+        else if (!strcmp(a, "--max-num-seqs")) max_seqs = (int)arg_int(a, argv[++i], 1, 65536);
+        else if (!strcmp(a, "--max-num-batched-tokens")) budget = (long)arg_int(a, argv[++i], 1, 1 << 24);
+        else if (!strcmp(a, "--max-model-len")) max_len = (int)arg_int(a, argv[++i], 2, 1 << 22);
         else if (!strcmp(a, "--policy")) {
             const char *p = argv[++i];
             if (!strcmp(p, "continuous")) policy = POLICY_CONTINUOUS;
             else if (!strcmp(p, "static")) policy = POLICY_STATIC;
-            else die("--policy must be continuous or static, not %s", p);
+            else arg_die("--policy: '%s' is not continuous or static", p);
         } else {
             usage(stderr);
-            die("unknown argument: %s", a);
+            arg_die("unknown argument: %s", a);
         }
     }
     if (!model_dir == !preset) {
         usage(stderr);
-        die("need exactly one of --model and --preset");
+        arg_die("need exactly one of --model and --preset");
     }
     if (!req_path == !trace) {
         usage(stderr);
-        die("need exactly one of --requests and --trace");
+        arg_die("need exactly one of --requests and --trace");
     }
     const int poisson = trace && !strcmp(trace, "poisson");
-    if (trace && !poisson && strcmp(trace, "nano")) die("--trace must be nano or poisson, not %s", trace);
+    if (trace && !poisson && strcmp(trace, "nano")) arg_die("--trace must be nano or poisson, not %s", trace);
     if (poisson && (rate < 0 || n_req < 0 || lens_given != 3))
-        die("--trace poisson needs --rate, --num-requests, --input-len and --output-len");
-    if (!poisson && rate >= 0) die("--rate goes with --trace poisson");
-    if (req_path && (n_req >= 0 || lens_given)) die("--num-requests/--input-len/--output-len go with --trace");
+        arg_die("--trace poisson needs --rate, --num-requests, --input-len and --output-len");
+    if (!poisson && rate >= 0) arg_die("--rate goes with --trace poisson");
+    if (req_path && (n_req >= 0 || lens_given)) arg_die("--num-requests/--input-len/--output-len go with --trace");
     GpuInfo gi;
     int have_gpu;
     const int use_cuda = choose_device(device, &gi, &have_gpu);
@@ -285,7 +267,7 @@ int main(int argc, char **argv) {
         cfg = w.cfg;
     } else {
         const char *js = !strcmp(preset, "tiny") ? TINY_JSON : preset_config_json(preset);
-        if (!js) die("--preset: unknown name %s", preset);
+        if (!js) arg_die("--preset: unknown name %s", preset);
         if (hf_config_parse(js, preset, &cfg, err, sizeof err) != 0) die("%s", err);
     }
 
