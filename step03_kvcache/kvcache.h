@@ -72,6 +72,7 @@ typedef struct {
     Rng rng;
     int *idx;     // (vocab) candidate ids, most probable first
     float *prob;  // (vocab) their probabilities
+    float *pr;    // (vocab) work: softmax(logits / T) of every id
 } Sampler;
 
 void sampler_init(Sampler *s, const SamplerParams *p, int vocab);
