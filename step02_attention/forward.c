@@ -215,13 +215,8 @@ int main(int argc, char **argv) {
             if (tok) {
                 int32_t one = top[r];
                 char *txt = tokenizer_decode(tok, &one, 1, 0, NULL);
-                char shown[64];
-                size_t o = 0;  // escape newlines and tabs so the table stays one line per row
-                for (const char *p = txt ? txt : ""; *p && o + 3 < sizeof shown; p++) {
-                    if (*p == '\n' || *p == '\t') shown[o++] = '\\', shown[o++] = *p == '\n' ? 'n' : 't';
-                    else shown[o++] = *p;
-                }
-                shown[o] = 0;
+                char shown[96];  // control bytes escaped (\n, \xNN) so the terminal shows what the token is
+                text_printable(shown, sizeof shown, txt ? txt : "", txt ? strlen(txt) : 0);
                 table_str(tb, "token", shown);
                 free(txt);
             }
