@@ -1,5 +1,5 @@
 # step03_kvcache: programs (main in step03_kvcache/<name>.c), demo and H200 benchmark recipes.
-PROGS_step03_kvcache := generate kv_bench
+PROGS_step03_kvcache := generate kv_bench sample_bench
 
 STEP03_DEMO_MODEL ?= tests/data/models/llama_mha_bf16
 STEP03_DEVICE = $(shell nvidia-smi -L >/dev/null 2>&1 && [ "$(HAVE_CUDA)" = 1 ] && echo cuda || echo cpu)
