@@ -53,7 +53,7 @@ static int core_level(const char *c) {
     const char *const *lv[] = {l0, l1, l2, l3};
     for (int l = 0; l < 4; l++)
         for (const char *const *n = lv[l]; *n; n++)
-            if (!strncasecmp(c, *n, strlen(*n))) return l;
+            if (!strcasecmp(c, *n)) return l;
     return -1;
 }
 

@@ -20,6 +20,7 @@
 #include "ceilings.h"
 #include "check.h"
 #include "compare.h"
+#include "cpu_env.h"
 #include "gpu.h"
 #include "matmul_cpu.h"
 #include "matmul_gpu.h"
@@ -176,7 +177,7 @@ static void table_setup(Table *t) {
     table_col(t, "N", "%.0f");
     table_col(t, "K", "%.0f");
     table_col(t, "ms", "%.3f");
-    table_col(t, "TFLOP/s", "%.3f");
+    table_col(t, "TFLOP/s", "%.4g");
     table_col(t, "pct_of_library", "%.1f");
     table_col(t, "pct_of_peak", "%.1f");
     table_col(t, "max_rel_err", "%.2e");
@@ -376,6 +377,7 @@ static void cpu_model(char *out, size_t n) {
 }
 
 int main(int argc, char **argv) {
+    cpu_env_init(argv);
     Opts o;
     parse_args(argc, argv, &o);
     OutFmt fmt = outfmt_from_args(argc, argv);
@@ -399,6 +401,12 @@ int main(int argc, char **argv) {
         int n = o.M ? o.M : 1024;
         table_meta(t, "cpu_shape", "%dx%dx%d (MxNxK), fp32", o.M ? o.M : n, o.N ? o.N : n, o.K ? o.K : n);
         table_meta(t, "cpu_timing", "median of %d runs after 1 warm-up, wall clock", o.reps ? o.reps : 3);
+        table_meta(t, "cpu_threads", "%s", cpu_env_describe());
+        char warn[640];
+        if (blas_core_warning(warn, sizeof warn)) {
+            table_meta(t, "cpu_warning", "%s (pct_of_library on the CPU is of that slow library)", warn);
+            fprintf(stderr, "warning: %s\n", warn);
+        }
     }
     if (do_gpu) {
         table_meta(t, "gpu", "%s (compute capability %d.%d, %d SMs)", gi.name, gi.cc_major, gi.cc_minor, gi.sms);

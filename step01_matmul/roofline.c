@@ -26,6 +26,7 @@
 
 #include "ceilings.h"
 #include "check.h"
+#include "cpu_env.h"
 #include "gpu.h"
 #include "rng.h"
 #include "step01_matmul/roofline_gpu.h"
@@ -206,6 +207,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    cpu_env_init(argv);
     const char *device = "all";
     int quick = 0, reps = 0, save = 1;
     static struct option opts[] = {{"device", 1, 0, 'd'}, {"quick", 0, 0, 'q'}, {"reps", 1, 0, 'r'},
@@ -240,7 +242,7 @@ int main(int argc, char **argv) {
     table_col(T, "B", "%.0f");
     table_col(T, "ms", "%.4f");
     table_col(T, "GB/s", "%.1f");
-    table_col(T, "TFLOP/s", "%.3f");
+    table_col(T, "TFLOP/s", "%.4g");
     table_col(T, "FLOP/byte", "%.1f");
     table_col(T, "pct_of_ceiling", "%.1f");
     table_col(T, "note", NULL);
@@ -250,6 +252,14 @@ int main(int argc, char **argv) {
         cpu_model_name(name, sizeof name);
         int threads = omp_get_max_threads();
         table_meta(T, "cpu", "%s, %d OpenMP threads", name, threads);
+        table_meta(T, "cpu_threads", "%s", cpu_env_describe());
+        char warn[640];
+        if (blas_core_warning(warn, sizeof warn)) {
+            table_meta(T, "cpu_warning", "%s", warn);
+            fprintf(stderr, "warning: %s\n", warn);
+        }
+        snprintf(ce.cpu_blas_core, sizeof ce.cpu_blas_core, "%s", blas_core_name());
+        snprintf(ce.cpu_blas_warning, sizeof ce.cpu_blas_warning, "%s", warn);
         size_t bytes = (quick ? 64ul : 512ul) << 20;
         BwCtx c = {xmalloc(bytes), xmalloc(bytes), bytes / 4, 0};
         Rng r;
@@ -272,8 +282,8 @@ int main(int argc, char **argv) {
         int n = quick ? 1024 : 2048;
         double ms_g = cpu_sgemm_ms(n, n, n, 1, quick ? 3 : 10);
         double sg = 2.0 * n * n * (double)n / (ms_g * 1e-3) / 1e12;
-        char note[96];
-        snprintf(note, sizeof note, "OpenBLAS sgemm %d^3; pct: of the FMA peak", n);
+        char note[160];
+        snprintf(note, sizeof note, "OpenBLAS sgemm %d^3 (%s kernels); pct: of the FMA peak", n, blas_core_name());
         add("cpu", "sgemm (library)", 0, 0, 2.0 * n * n * (double)n, ms_g, 100.0 * sg / (fma_flops / (ms_f * 1e-3) / 1e12),
             note);
         snprintf(ce.cpu_name, sizeof ce.cpu_name, "%s", name);
@@ -311,6 +321,8 @@ int main(int argc, char **argv) {
         snprintf(note, sizeof note, "cuBLAS GemmEx %d^3, fp32 accumulate, random data", n);
         add("gpu", "gemm fp16 (cuBLAS)", 0, 0, fl, ms16, NAN, note);
         if (msbf > 0) add("gpu", "gemm bf16 (cuBLAS)", 0, 0, fl, msbf, NAN, note);
+        else table_meta(T, "gpu_bf16", "no bf16 GEMM on sm_%d%d (bf16 tensor cores start at sm_80): the batch scan and "
+                        "account use the fp16 ceiling for bf16 weights", g.cc_major, g.cc_minor);
         snprintf(ce.gpu_name, sizeof ce.gpu_name, "%.127s", g.name);
         ce.gpu_copy_gbps = copy, ce.gpu_read_gbps = rd, ce.gpu_write_gbps = wr;
         ce.gpu_fp32_tflops = fma;

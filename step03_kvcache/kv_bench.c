@@ -201,11 +201,10 @@ int main(int argc, char **argv) {
     mha.n_kv_heads = c->n_heads;
     const double kv_mha = kv_bytes_per_token(&mha, kv_elem);
 
-    // ---- bytes a decode step must read: every weight once (the embedding table: one row)
+    // ---- bytes a decode step must read: step01's account_decode_step (every weight once, the
+    // embedding table one row unless it is the tied lm_head; the KV rows of every position so far)
     const double es = use_cuda ? kv_elem : 4.0;
-    const ParamCount pc = account_params(c);
-    const double emb = (double)c->vocab * c->hidden * es;
-    const double weights_read = (double)pc.total * es - (c->tie_embeddings ? 0 : emb) + c->hidden * es;
+    const double weights_read = account_decode_step(c, 1, 0, es, kv_elem).weights;
     if (copy_gbps <= 0) {
         if (use_cuda) {
             double rd, wr;
@@ -265,7 +264,7 @@ int main(int argc, char **argv) {
                kv_mha / kv_tok);
     table_meta(t, "weights_read_per_token", "%.4g bytes (all weights once; the embedding table one row)", weights_read);
     table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps,
-               copy_gbps > 0 ? (use_cuda ? "measured now: device copy, read+write counted" : "build/ceilings.json")
+               copy_gbps > 0 ? (use_cuda ? "measured now: device copy, read+write counted" : ceilings_path())
                              : "unknown: pct columns empty");
     if (use_cuda) {  // the GEMV alone on this model's weight shapes (cold weights), vs the copy ceiling
         const int d = c->hidden, qkv = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim, qd = c->n_heads * c->head_dim;
@@ -319,7 +318,8 @@ int main(int argc, char **argv) {
         const TimeStats nst = time_stats(nt, reps);
         const double nms = nst.median;
         free(nt);
-        const double kvb = kv_tok * (p + 1), bytes = weights_read + kvb;
+        const DecodeStep ds = account_decode_step(c, 1, p + 1, es, kv_elem);  // position p reads p + 1 K/V rows
+        const double kvb = ds.kv, bytes = ds.bytes;
         table_row(t);
         table_num(t, "position", p);
         table_num(t, "cached_ms", cms);
@@ -344,12 +344,15 @@ int main(int argc, char **argv) {
         const TimeStats hs = time_stats(h, hn * runs);
         const double hm = hs.median;
         free(h);
-        const double hb = weights_read + kv_tok * (1 + hn / 2.0);
+        const int mid_ctx = 1 + (hn + 1) / 2;  // the middle of positions 1..hn, as a context length
+        const double hb = account_decode_step(c, 1, mid_ctx, es, kv_elem).bytes;
         table_meta(t, "decode_batch1", "median step %.4f ms over positions 1..%d = %.1f tok/s; %.4g bytes/token -> %.1f GB/s = %.1f%% of copy",
                    hm, hn, 1e3 / hm, hb, hb / hm * 1e-6, copy_gbps > 0 ? 100.0 * hb / hm * 1e-6 / copy_gbps : 0.0);
         table_meta(t, "decode_batch1_spread", "p10 %.4f, p90 %.4f ms over %d steps (%d run%s)", hs.p10, hs.p90, hs.n, runs,
                    runs > 1 ? "s" : "");
-        if (copy_gbps > 0) table_meta(t, "roofline_tok_s", "%.1f (copy bandwidth / bytes per token)", copy_gbps * 1e9 / hb);
+        if (copy_gbps > 0)
+            table_meta(t, "roofline_tok_s", "%.1f (copy bandwidth / bytes of a decode step at context %d: the same as "
+                       "account --batch 1 --context %d --peak-gbps %.0f)", copy_gbps * 1e9 / hb, mid_ctx, mid_ctx, copy_gbps);
     }
     table_print(t, outfmt_from_args(argc, argv), stdout);
     table_free(t);
