@@ -67,7 +67,9 @@ int blas_core_warning(char *buf, size_t n) {
                                                                                              : 0;
     const char *core = blas_core_name();
     const int lib = core_level(core);
-    if (lib < 0 || lib >= cpu) return 0;
+    // Only SSE- or AVX-only kernels on a CPU with AVX2 (or AVX on an AVX CPU) are "generic": AVX2
+    // kernels on an AVX-512 CPU (OpenBLAS's choice on some AMD parts) cost far less and are not reported.
+    if (lib < 0 || lib >= cpu || lib >= 2) return 0;
     static const char *const isa[] = {"SSE", "AVX", "AVX2", "AVX-512"};
     static const char *const fix[] = {"", "Sandybridge", "Haswell", "SkylakeX"};
     const char *forced = getenv("OPENBLAS_CORETYPE");

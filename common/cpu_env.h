@@ -29,8 +29,8 @@ void cpu_env_init(char **argv);
 const char *cpu_env_describe(void);
 // The kernel family OpenBLAS runs (openblas_get_corename), e.g. "SkylakeX", "Haswell", "Prescott".
 const char *blas_core_name(void);
-// 1 and a one-line warning with the fix in buf when OpenBLAS runs kernels older than this CPU
-// supports (e.g. "Prescott" on an AVX-512 CPU); 0 and buf = "" otherwise.
+// 1 and a one-line warning with the fix in buf when OpenBLAS runs SSE- or AVX-only kernels on a
+// CPU that has more (e.g. "Prescott" on an AVX-512 CPU); 0 and buf = "" otherwise.
 int blas_core_warning(char *buf, size_t n);
 
 #ifdef __cplusplus
