@@ -16,8 +16,16 @@ char *openblas_get_config(void);
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 
+// --device cuda: the CPU pools do no timed work, so the one extra program start is not worth it.
+static int gpu_only(char **argv) {
+    for (int i = 1; argv[i]; i++)
+        if ((!strcmp(argv[i], "--device") && argv[i + 1] && !strcmp(argv[i + 1], "cuda")) || !strcmp(argv[i], "--device=cuda"))
+            return 1;
+    return 0;
+}
+
 void cpu_env_init(char **argv) {
-    if (!getenv("OMP_WAIT_POLICY") && !getenv("LLM_CPU_ENV_DONE")) {
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("LLM_CPU_ENV_DONE") && !gpu_only(argv)) {
         setenv("OMP_WAIT_POLICY", "passive", 1);
         setenv("LLM_CPU_ENV_DONE", "1", 1);  // never loop, whatever exec does
         execv("/proc/self/exe", argv);

@@ -10,7 +10,8 @@
 // unless the user chose a policy, and gives OpenBLAS as many threads as OpenMP so the two pools
 // (never active at the same time: no BLAS call is made inside a parallel region) never ask for
 // more cores than there are. libgomp reads OMP_WAIT_POLICY once, when it is loaded, so
-// cpu_env_init re-executes the program once with the variable set.
+// cpu_env_init re-executes the program once with the variable set (one more program start:
+// milliseconds, more where the CUDA libraries are linked; skipped for --device cuda).
 //
 // Kernels. A DYNAMIC_ARCH OpenBLAS picks its kernels for the CPU it finds at load time; in a VM
 // or container that hides CPU features, or with OPENBLAS_CORETYPE set, it may run generic SSE
