@@ -9,6 +9,7 @@
 // cumulative probability first exceeds u. Only the survivors are sorted (see below): the tokens
 // are exactly those a sort of the whole vocabulary gives (tests/test_step03_kvcache.c checks it).
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,6 +101,29 @@ static int grow(const float *pr, int *a, int n, int done, int want) {
     return want;
 }
 
+// Float exponent of a probability: ids in a higher bucket always come first in the order.
+static inline int pr_bucket(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return (int)(bits >> 23);
+}
+
+// Keep in a[0..cnt) only the ids of the highest exponent buckets that together hold >= k ids:
+// the k best are all among them. One counting pass and one compacting pass; returns the count.
+static int keep_top_buckets(const float *pr, int *a, int cnt, int k) {
+    int count[256] = {0}, ecut = 0, acc = 0;
+    for (int i = 0; i < cnt; i++) count[pr_bucket(pr[a[i]])]++;
+    for (int e = 255; e >= 0; e--)
+        if ((acc += count[e]) >= k) {
+            ecut = e;
+            break;
+        }
+    int m = 0;
+    for (int i = 0; i < cnt; i++)
+        if (pr_bucket(pr[a[i]]) >= ecut) a[m++] = a[i];
+    return m;
+}
+
 // top-p over the first n ids of the sorted order (all of them sorted): the smallest prefix
 // whose mass reaches top_p of their total.
 static int top_p_prefix(const float *pr, const int *a, int n, float top_p) {
@@ -151,6 +175,7 @@ int sampler_candidates(Sampler *s, const float *logits) {
         cnt = V;
     }
     const int K = p->top_k > 0 && p->top_k < cnt ? p->top_k : cnt;
+    if (K < cnt / 8) cnt = keep_top_buckets(pr, a, cnt, K);  // top-k: order only the top buckets
     int n;
     if (!top_p_on) {
         n = grow(pr, a, cnt, 0, K);  // top-k, or the min-p set, or (no filter) everything
@@ -163,14 +188,40 @@ int sampler_candidates(Sampler *s, const float *logits) {
         // sorted order (as a full sort does) it can differ by at most 2 * V * 2^-53 of itself, so
         // a step is decided here only when it is decided for either total, else the vocabulary
         // is sorted after all and the cut made exactly as the full sort makes it.
-        double tot = 0;
-        for (int i = 0; i < V; i++) tot += pr[i];
+        //   Which ids can be in the prefix at all: bucket every probability by its float exponent
+        // (one pass: count and mass per power of two); walking the buckets from the top, the
+        // first ones whose mass passes the cut hold the whole prefix, and only their ids are
+        // ordered. (If the walk runs past them after all, the full sort below decides.)
+        double tot = 0, bmass[256] = {0};
+        int bcount[256] = {0};
+        for (int i = 0; i < V; i++) {
+            uint32_t bits;
+            memcpy(&bits, &pr[i], sizeof bits);
+            tot += pr[i];
+            bmass[bits >> 23] += pr[i];
+            bcount[bits >> 23]++;
+        }
         const double eps = (2.0 * (V + 2) + 8.0) * 0x1p-53, thr = p->top_p * tot;
         const double lo = thr * (1 - eps), hi = thr * (1 + eps);
+        int ecut = 0;
+        double acc = 0;
+        for (int e = 255; e > 0; e--) {
+            acc += bmass[e];
+            if (acc >= hi * (1 + 4 * eps)) {
+                ecut = e;
+                break;
+            }
+        }
+        cnt = 0;
+        for (int i = 0; i < V; i++) {
+            uint32_t bits;
+            memcpy(&bits, &pr[i], sizeof bits);
+            if ((int)(bits >> 23) >= ecut) a[cnt++] = i;
+        }
         double kept = 0;
         int m = 0, done = 0, decided = 0;
-        while (m < V) {
-            if (m == done) done = grow(pr, a, V, done, done < 64 ? 64 : 4 * done);
+        while (m < cnt) {
+            if (m == done) done = grow(pr, a, cnt, done, done < 64 ? 64 : 4 * done);
             kept += pr[a[m++]];
             if (kept >= hi) {
                 decided = 1;
@@ -178,8 +229,9 @@ int sampler_candidates(Sampler *s, const float *logits) {
             }
             if (kept >= lo) break;  // too close to call
         }
-        if (!decided) {
-            grow(pr, a, V, done, V);
+        if (!decided) {  // the exact way: every id, sorted, cut as a full sort cuts
+            for (int i = 0; i < V; i++) a[i] = i;
+            grow(pr, a, V, 0, V);
             m = top_p_prefix(pr, a, V, p->top_p);
         }
         n = m;
