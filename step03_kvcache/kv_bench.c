@@ -71,16 +71,28 @@ static double rss_bytes(void) {
     return (double)res * (double)sysconf(_SC_PAGESIZE);
 }
 
-// The steps p-w .. p+w of every run: v is (runs, n).
-static TimeStats window_stats(const double *v, int runs, int n, int p, int w) {
-    int a = p - w < 0 ? 0 : p - w, b = p + w >= n ? n - 1 : p + w;
-    const int m = (b - a + 1) * runs;
-    double *t = xmalloc((size_t)m * sizeof(double));
-    for (int r = 0; r < runs; r++)
-        for (int i = a; i <= b; i++) t[r * (b - a + 1) + i - a] = v[(size_t)r * n + i];
-    TimeStats st = time_stats(t, m);
-    free(t);
+// The steps a .. b of every run (v is (runs, n)): min/p10/p90/max over all of them; the median
+// is the median of the runs' own medians, so one run hit by a burst of other load does not move
+// it (with 3 runs it is the middle run).
+static TimeStats steps_stats(const double *v, int runs, int n, int a, int b) {
+    const int k = b - a + 1;
+    double *t = xmalloc((size_t)k * runs * sizeof(double)), *med = xmalloc((size_t)runs * sizeof(double));
+    for (int r = 0; r < runs; r++) {
+        for (int i = a; i <= b; i++) t[r * k + i - a] = v[(size_t)r * n + i];
+        double *one = xmalloc((size_t)k * sizeof(double));
+        memcpy(one, t + r * k, (size_t)k * sizeof(double));
+        med[r] = median_d(one, k);
+        free(one);
+    }
+    TimeStats st = time_stats(t, k * runs);
+    st.median = median_d(med, runs);
+    free(t), free(med);
     return st;
+}
+
+// The steps p-w .. p+w of every run.
+static TimeStats window_stats(const double *v, int runs, int n, int p, int w) {
+    return steps_stats(v, runs, n, p - w < 0 ? 0 : p - w, p + w >= n ? n - 1 : p + w);
 }
 
 int main(int argc, char **argv) {
@@ -275,7 +287,8 @@ int main(int argc, char **argv) {
     if (!use_cuda) table_meta(t, "cpu_threads", "%s", cpu_env_describe());
     table_meta(t, "timing", "%s", use_cuda ? "CUDA events; one cached run after a warm-up run"
                                            : "wall clock; a warm-up round, then --reps rounds of (one cached run, one uncached "
-                                             "forward per position); medians with their spread");
+                                             "forward per position); cached: median of the rounds' medians; "
+                                             "spread: p10/p90 of all steps, min/max of the rounds");
     table_meta(t, "kv_bytes_per_token_formula", "%.0f (2 * %d layers * %d kv_heads * %d head_dim * %.0f bytes)", kv_tok,
                c->n_layers, c->n_kv_heads, c->head_dim, kv_elem);
     table_meta(t, "kv_bytes_per_token_measured", "%.0f (%s over %d positions)", kv_meas_tok,
@@ -344,12 +357,8 @@ int main(int argc, char **argv) {
     // headline: the median decode step over positions 1 .. min(128, nsteps-1)
     const int hn = nsteps - 1 < 128 ? nsteps - 1 : 128;
     if (hn >= 1) {
-        double *h = xmalloc((size_t)hn * runs * sizeof(double));
-        for (int r = 0; r < runs; r++)
-            for (int i = 0; i < hn; i++) h[r * hn + i] = step_ms[(size_t)r * nsteps + 1 + i];
-        const TimeStats hs = time_stats(h, hn * runs);
+        const TimeStats hs = steps_stats(step_ms, runs, nsteps, 1, hn);
         const double hm = hs.median;
-        free(h);
         const int mid_ctx = 1 + (hn + 1) / 2;  // the middle of positions 1..hn, as a context length
         const double hb = account_decode_step(c, 1, mid_ctx, es, kv_elem).bytes;
         table_meta(t, "decode_batch1", "median step %.4f ms over positions 1..%d = %.1f tok/s; %.4g bytes/token -> %.1f GB/s = %.1f%% of copy",
