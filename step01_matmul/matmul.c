@@ -177,6 +177,8 @@ static void table_setup(Table *t) {
     table_col(t, "N", "%.0f");
     table_col(t, "K", "%.0f");
     table_col(t, "ms", "%.3f");
+    table_col(t, "min_ms", "%.3f");
+    table_col(t, "max_ms", "%.3f");
     table_col(t, "TFLOP/s", "%.4g");
     table_col(t, "pct_of_library", "%.1f");
     table_col(t, "pct_of_peak", "%.1f");
@@ -252,8 +254,11 @@ static int run_cpu(Table *t, const Opts *o, const Peaks *ce, Rng *rng) {
         fprintf(stderr, "[cpu] %s: timing at %dx%dx%d ...\n", v->name, M, N, K);
         CpuCtx c = {v->fn, M, N, K, bA, bB, is_lib ? libC : bC};
         for (long j = 0; j < (long)M * N; j++) c.C[j] = NAN;
-        double ms = 1e3 * bench_cpu(cpu_call, &c, 1, reps);
+        const TimeStats ts = bench_cpu_stats(cpu_call, &c, 1, reps);
+        double ms = 1e3 * ts.median;
         table_num(t, "ms", ms);
+        table_num(t, "min_ms", 1e3 * ts.min);
+        table_num(t, "max_ms", 1e3 * ts.max);
         table_num(t, "TFLOP/s", tflops(M, N, K, ms));
         if (is_lib) lib_ms = ms, have_lib = 1;
         if (have_lib) {

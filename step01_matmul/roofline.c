@@ -33,6 +33,14 @@
 #include "table.h"
 #include "timer.h"
 
+static TimeStats g_spread;  // of the last CPU measurement, shown in the next row (min_ms, max_ms)
+static int g_have_spread;
+static double timed_ms(void (*fn)(void *), void *ctx, int warmup, int reps) {
+    g_spread = bench_cpu_stats(fn, ctx, warmup, reps);
+    g_have_spread = 1;
+    return g_spread.median * 1e3;
+}
+
 // ---------------------------------------------------------------- CPU bandwidth
 typedef struct {
     float *a, *b;
@@ -118,10 +126,10 @@ static double cpu_sgemm_ms(int M, int N, int K, int nsets, int reps) {
         c.B[s] = xmalloc((size_t)K * N * 4);
         rng_fill_uniform(&r, c.B[s], (size_t)K * N, -1, 1);
     }
-    double t = bench_cpu(cpu_sgemm, &c, 1, reps);
+    double t = timed_ms(cpu_sgemm, &c, 1, reps);
     for (int s = 0; s < nsets; s++) free(c.B[s]);
     free(c.A), free(c.C), free(c.B);
-    return t * 1e3;
+    return t;
 }
 
 static void cpu_model_name(char *buf, size_t n) {
@@ -151,6 +159,8 @@ static void add(const char *dev, const char *test, int B, double bytes, double f
     table_str(T, "test", test);
     if (B > 0) table_num(T, "B", B);
     table_num(T, "ms", ms);
+    if (g_have_spread) table_num(T, "min_ms", g_spread.min * 1e3), table_num(T, "max_ms", g_spread.max * 1e3);
+    g_have_spread = 0;
     if (bytes > 0) table_num(T, "GB/s", bytes / (ms * 1e-3) / 1e9);
     if (flops > 0) table_num(T, "TFLOP/s", flops / (ms * 1e-3) / 1e12);
     if (flops > 0 && bytes > 0) table_num(T, "FLOP/byte", flops / bytes);
@@ -241,6 +251,8 @@ int main(int argc, char **argv) {
     table_col(T, "test", NULL);
     table_col(T, "B", "%.0f");
     table_col(T, "ms", "%.4f");
+    table_col(T, "min_ms", "%.4f");
+    table_col(T, "max_ms", "%.4f");
     table_col(T, "GB/s", "%.1f");
     table_col(T, "TFLOP/s", "%.4g");
     table_col(T, "FLOP/byte", "%.1f");
@@ -268,15 +280,21 @@ int main(int argc, char **argv) {
         cpu_write(&c);
         cpu_copy(&c);  // validate before timing
         if (memcmp(c.a, c.b, bytes)) die("cpu copy produced wrong data");
-        double ms_c = bench_cpu(cpu_copy, &c, 1, reps) * 1e3;
-        double ms_r = bench_cpu(cpu_read, &c, 1, reps) * 1e3;
-        double ms_w = bench_cpu(cpu_write, &c, 1, reps) * 1e3;
+        double ms_c = timed_ms(cpu_copy, &c, 1, reps);
+        const TimeStats sp_c = g_spread;
+        double ms_r = timed_ms(cpu_read, &c, 1, reps);
+        const TimeStats sp_r = g_spread;
+        double ms_w = timed_ms(cpu_write, &c, 1, reps);
+        const TimeStats sp_w = g_spread;
         free(c.a), free(c.b);
         double copy = 2.0 * bytes / (ms_c * 1e-3) / 1e9;
+        g_spread = sp_c, g_have_spread = 1;
         add("cpu", "copy (read+write counted)", 0, 2.0 * bytes, 0, ms_c, NAN, "the bandwidth ceiling used below");
+        g_spread = sp_r, g_have_spread = 1;
         add("cpu", "read", 0, bytes, 0, ms_r, 100.0 * (bytes / (ms_r * 1e-3) / 1e9) / copy, "pct: of copy");
+        g_spread = sp_w, g_have_spread = 1;
         add("cpu", "write", 0, bytes, 0, ms_w, 100.0 * (bytes / (ms_w * 1e-3) / 1e9) / copy, "pct: of copy");
-        double ms_f = bench_cpu(cpu_fma, NULL, 1, quick ? 3 : 10) * 1e3;
+        double ms_f = timed_ms(cpu_fma, NULL, 1, quick ? 3 : 10);
         double fma_flops = 2.0 * CPU_FMA_LANES * CPU_FMA_ITERS * threads;
         add("cpu", "fp32 FMA peak", 0, 0, fma_flops, ms_f, NAN, "independent FMA chains, all threads");
         int n = quick ? 1024 : 2048;

@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
     // Timing: median of reps forwards without the logits copy (it is not part of the prefill).
     double med_ms = NAN, attn_ms = NAN;
     char ceil_note[640] = "";
+    TimeStats spread = {0};
     Flops fl = account_flops(c, T);
     if (reps > 0) {
         double *tt = xmalloc((size_t)reps * sizeof(double)), *ta = xmalloc((size_t)reps * sizeof(double));
@@ -155,7 +156,8 @@ int main(int argc, char **argv) {
             tt[r] = ft.total_ms;
             ta[r] = ft.attn_ms;
         }
-        med_ms = median_d(tt, reps);
+        spread = time_stats(tt, reps);
+        med_ms = spread.median;
         attn_ms = median_d(ta, reps);
         free(tt);
         free(ta);
@@ -184,8 +186,8 @@ int main(int argc, char **argv) {
     if (logits_out) table_meta(tb, "logits_out", "%s (float32, %d x %d)", logits_out, T, c->vocab);
     if (reps > 0) {
         double tflops = fl.prefill_total / (med_ms * 1e-3) / 1e12;
-        table_meta(tb, "prefill_ms", "%.3f (median of %d, %s)", med_ms, reps,
-                   use_cuda ? "CUDA events" : "wall clock");
+        table_meta(tb, "prefill_ms", "%.3f (median of %d after the checked run, %s; min %.3f, max %.3f)", med_ms, reps,
+                   use_cuda ? "CUDA events" : "wall clock", spread.min, spread.max);
         table_meta(tb, "attention_ms", "%.3f (QK^T + causal softmax + PV, all layers)", attn_ms);
         table_meta(tb, "prefill_flops", "%.4e (step01 account_flops: weights x T + causal attention)", fl.prefill_total);
         char f1[64], f2[64];
