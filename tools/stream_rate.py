@@ -7,28 +7,26 @@ tok/s that generate prints can be checked against what a reader of its output wa
 
 N is the number of generated tokens. generate prints "generated:" before the first token and
 "   [stopped" after the last one, flushing after every token."""
-import subprocess, sys, time
+import os, subprocess, sys, time
 
 n = int(sys.argv[1])
 cmd = sys.argv[2:]
 t_start = time.monotonic()
 p = subprocess.Popen(cmd, stdout=subprocess.PIPE, bufsize=0)
-buf, t_first, t_last, out = b"", None, None, []
+fd = p.stdout.fileno()
+buf, t_first, t_last = b"", None, None
+START, END = b"generated:", b"   [stopped"
 while True:
-    chunk = p.stdout.read(1)
+    chunk = os.read(fd, 65536)  # whatever has arrived; timestamped on arrival
     if not chunk:
         break
     now = time.monotonic()
     buf += chunk
-    if t_first is None and buf.endswith(b"generated:"):
-        # the label is padded with spaces; the first token's text follows them
-        while True:
-            c = p.stdout.read(1)
-            buf += c
-            if c != b" ":
-                t_first = time.monotonic()
-                break
-    elif t_first is not None and t_last is None and buf.endswith(b"   [stopped"):
+    if t_first is None:
+        k = buf.find(START)
+        if k >= 0 and buf[k + len(START):].lstrip(b" "):  # a byte of the first token is here
+            t_first = now
+    if t_first is not None and t_last is None and END in buf:
         t_last = now
 rc = p.wait()
 t_end = time.monotonic()
