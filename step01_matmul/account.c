@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
             json_object_set_new(j, "decode_tokens_per_s_ceiling", json_real((double)batch / dec_time));
             json_object_set_new(j, "prefill_floor_s", json_real(pre_time));
             json_object_set_new(j, "ceilings_source", json_string(ceil_src));
-            json_object_set_new(j, "ceilings_file", json_string(peak_tflops > 0 && ceil_src != ceil_buf ? "" : ceilings_path()));
+            json_object_set_new(j, "ceilings_file", json_string(ceil_src == ceil_buf ? ceilings_path() : ""));
         }
         char *s = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
         printf("%s\n", s);

@@ -180,6 +180,7 @@ int main(int argc, char **argv) {
     const char *finish = "length";
     const double load_s = now_sec() - t_start;
     double sample_s = 0, forward_s = 0, t_first = 0, t_last = 0;
+    double *gap_ms = xcalloc((size_t)max_new, sizeof(double));  // (max_new) time between consecutive tokens out
     double t0 = now_sec();
     if (no_cache) rc = use_cuda ? forward_last_cuda(gm, seq, n, logits, NULL) : forward_last_cpu(&cm, seq, n, logits);
     else if (use_cuda)
@@ -203,8 +204,10 @@ int main(int argc, char **argv) {
         int is_eos = 0;
         for (int e = 0; e < n_eos; e++) is_eos |= next == eos[e];
         if (ts && is_eos) printf("[EOS]");
-        t_last = now_sec();  // this token is out: what the user waited for ends here
-        if (ngen == 1) t_first = t_last;
+        const double t_out = now_sec();  // this token is out: what the user waited for ends here
+        if (ngen == 1) t_first = t_out;
+        else gap_ms[ngen - 2] = (t_out - t_last) * 1e3;
+        t_last = t_out;
         if (is_eos && !ignore_eos) {
             finish = "eos";
             break;
@@ -226,6 +229,7 @@ int main(int argc, char **argv) {
         tokstream_free(ts);
     }
     const double tpot = ngen > 1 ? (t_last - t_first) / (ngen - 1) : 0;
+    const TimeStats gaps = time_stats(gap_ms, ngen - 1);  // the spread behind the mean TPOT
     const double e2e_tok_s = total_s > 0 ? ngen / total_s : 0;
     const double kv_tok = kv_bytes_per_token(c, kv_elem);
     const double kv_alloc = no_cache ? 0 : use_cuda ? gpu_decoder_kv_bytes(dec) : cpu_kv_bytes(&kv);
@@ -262,6 +266,8 @@ int main(int argc, char **argv) {
         json_object_set_new(o, "tpot_ms", json_real(tpot * 1e3));
         json_object_set_new(o, "tok_per_s", json_real(tpot > 0 ? 1.0 / tpot : 0));
         json_object_set_new(o, "total_ms", json_real(total_s * 1e3));
+        json_object_set_new(o, "tpot_p10_ms", json_real(gaps.p10));
+        json_object_set_new(o, "tpot_p90_ms", json_real(gaps.p90));
         json_object_set_new(o, "tok_per_s_end_to_end", json_real(e2e_tok_s));
         json_object_set_new(o, "prefill_ms", json_real(prefill_s * 1e3));
         json_object_set_new(o, "forward_ms_per_token", json_real(ngen > 1 ? forward_s / (ngen - 1) * 1e3 : 0));
@@ -288,6 +294,9 @@ int main(int argc, char **argv) {
         table_meta(t, "timing", "one wall clock; TTFT: prefill start -> first token out; TPOT: first -> last token "
                                 "out / (tokens - 1): forward + sampling + detokenize + print");
         if (!use_cuda) table_meta(t, "cpu_threads", "%s", cpu_env_describe());
+        if (ngen > 1)
+            table_meta(t, "tpot_spread", "per-token gaps: min %.4g, p10 %.4g, median %.4g, p90 %.4g, max %.4g ms", gaps.min,
+                       gaps.p10, gaps.median, gaps.p90, gaps.max);
         const char *names[] = {"TTFT (prefill + first token)", "TPOT (per token, all it waits for)", "decode tok/s",
                                "total (prefill + all tokens)", "end-to-end tok/s", "  of which: prefill", "  decode forward per token",
                                "  sampling per token", "load (before the prefill)", "KV bytes per token", "KV bytes held",
@@ -313,7 +322,7 @@ int main(int argc, char **argv) {
         table_free(t);
     }
     sampler_free(&smp);
-    free(seq), free(logits), free(lp_ids), free(lp), free(prompt_ids);
+    free(seq), free(logits), free(lp_ids), free(lp), free(prompt_ids), free(gap_ms);
     if (dec) gpu_decoder_free(dec);
     if (gm) gpu_model_free(gm);
     if (cm.layers) cpu_model_free(&cm);
