@@ -24,7 +24,11 @@ static int gpu_only(char **argv) {
     return 0;
 }
 
+static double g_load_at_start = -1;  // 1-minute load average when the program started
+
 void cpu_env_init(char **argv) {
+    double l[1];
+    if (getloadavg(l, 1) == 1) g_load_at_start = l[0];
     if (!getenv("OMP_WAIT_POLICY") && !getenv("LLM_CPU_ENV_DONE") && !gpu_only(argv)) {
         setenv("OMP_WAIT_POLICY", "passive", 1);
         setenv("LLM_CPU_ENV_DONE", "1", 1);  // never loop, whatever exec does
@@ -37,10 +41,17 @@ void cpu_env_init(char **argv) {
 }
 
 const char *cpu_env_describe(void) {
-    static char buf[256];
+    static char buf[512];
     const char *wp = getenv("OMP_WAIT_POLICY");
-    snprintf(buf, sizeof buf, "%d OpenMP threads (OMP_WAIT_POLICY=%s) + OpenBLAS %d threads, kernels %s",
-             omp_get_max_threads(), wp ? wp : "unset: active spinning", openblas_get_num_threads(), blas_core_name());
+    int k = snprintf(buf, sizeof buf, "%d OpenMP threads (OMP_WAIT_POLICY=%s) + OpenBLAS %d threads, kernels %s",
+                     omp_get_max_threads(), wp ? wp : "unset: active spinning", openblas_get_num_threads(), blas_core_name());
+    // Other programs running on the same cores: the one thing no thread policy fixes. Say so.
+    // (Measured when the program started, before its own threads count in it.)
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (k > 0 && (size_t)k < sizeof buf && g_load_at_start >= 0 && ncpu > 0)
+        snprintf(buf + k, sizeof buf - (size_t)k, "; load average %.2f on %ld CPUs at start%s", g_load_at_start, ncpu,
+                 g_load_at_start > 0.5 * (double)ncpu + 0.25 ? ": other programs share the cores, expect a wide spread between runs"
+                                                             : "");
     return buf;
 }
 
