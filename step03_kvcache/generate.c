@@ -195,15 +195,15 @@ int main(int argc, char **argv) {
         if (n_logprobs) logprobs_topk(logits, V, n_logprobs, lp_ids + (size_t)ngen * n_logprobs, lp + (size_t)ngen * n_logprobs);
         seq[n++] = next;
         ngen++;
+        int is_eos = 0;
+        for (int e = 0; e < n_eos; e++) is_eos |= next == eos[e];
         if (ts) {
             size_t len;
             const char *piece = tokstream_step(ts, next, &len);
             if (piece) fput_printable(piece, len, stdout);
+            if (is_eos) printf("[EOS]");
             fflush(stdout);
         }
-        int is_eos = 0;
-        for (int e = 0; e < n_eos; e++) is_eos |= next == eos[e];
-        if (ts && is_eos) printf("[EOS]");
         const double t_out = now_sec();  // this token is out: what the user waited for ends here
         if (ngen == 1) t_first = t_out;
         else gap_ms[ngen - 2] = (t_out - t_last) * 1e3;
