@@ -12,6 +12,8 @@
 // more cores than there are. libgomp reads OMP_WAIT_POLICY once, when it is loaded, so
 // cpu_env_init re-executes the program once with the variable set (one more program start:
 // milliseconds, more where the CUDA libraries are linked; skipped for --device cuda).
+// OMP_WAIT_POLICY set by the user is kept; LLM_CPU_ENV_DONE=1 skips the re-exec (libgomp's default
+// spinning, for comparison: step03_kvcache/results/kv_bench_tiny_cpu_twice.txt).
 //
 // Kernels. A DYNAMIC_ARCH OpenBLAS picks its kernels for the CPU it finds at load time; in a VM
 // or container that hides CPU features, or with OPENBLAS_CORETYPE set, it may run generic SSE
