@@ -1,6 +1,7 @@
 # Makefile — the one entry point.
 #   make                 build every program into build/bin/ (CUDA parts when nvcc is found)
-#   make step01          build one step's programs (step01 .. step08, final)
+#   make step01          build one step's programs: step01 .. step04 (later steps get a
+#                        target as each one lands: a stepNN/step.mk names its programs)
 #   make test            install missing deps, build, run the Criterion tests and the notebooks
 #   make test SANITIZE=1 the CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make demo            install missing deps, build, run every step with its defaults

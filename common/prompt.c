@@ -33,3 +33,39 @@ int *prompt_to_ids(Tokenizer *tok, const char *tok_path, const char *text, int *
     tokids_free(&v);
     return ids;
 }
+
+// The escape of one byte, or NULL when it prints as itself.
+static const char *escape_byte(unsigned char c, char tmp[8]) {
+    if (c == '\n') return "\\n";
+    if (c == '\t') return "\\t";
+    if (c == '\r') return "\\r";
+    if (c < 0x20 || c == 0x7F) {
+        snprintf(tmp, 8, "\\x%02X", c);
+        return tmp;
+    }
+    return NULL;
+}
+
+void text_printable(char *dst, size_t cap, const char *s, size_t n) {
+    size_t k = 0;
+    char tmp[8];
+    if (!cap) return;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = escape_byte((unsigned char)s[i], tmp);
+        const size_t len = e ? strlen(e) : 1;
+        if (k + len >= cap) break;
+        if (e) memcpy(dst + k, e, len);
+        else dst[k] = s[i];
+        k += len;
+    }
+    dst[k] = 0;
+}
+
+void fput_printable(const char *s, size_t n, FILE *f) {
+    char tmp[8];
+    for (size_t i = 0; i < n; i++) {
+        const char *e = escape_byte((unsigned char)s[i], tmp);
+        if (e) fputs(e, f);
+        else fputc(s[i], f);
+    }
+}

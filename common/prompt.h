@@ -1,7 +1,8 @@
 // prompt.h — the model directory's tokenizer, and turning a --prompt text into token ids.
-// defines: tokenizer_for_model, prompt_to_ids
+// defines: tokenizer_for_model, prompt_to_ids, text_printable, fput_printable
 #pragma once
 #include <stddef.h>
+#include <stdio.h>
 
 #include "tokenizer.h"
 #ifdef __cplusplus
@@ -16,6 +17,11 @@ Tokenizer *tokenizer_for_model(const char *model_dir, int required, char *path, 
 // Encode `text` with special tokens (BOS as the tokenizer's post-processor adds it) into a
 // malloc'ed id array; exits with a message when there is no tokenizer or no tokens.
 int *prompt_to_ids(Tokenizer *tok, const char *tok_path, const char *text, int *n);
+// Token text made safe for a terminal: control bytes (a random-weight model emits plenty) become
+// \n, \t, \r and \xNN; every other byte (UTF-8 included) is kept. text_printable writes a
+// NUL-terminated string into dst (cut at cap); fput_printable streams to f.
+void text_printable(char *dst, size_t cap, const char *s, size_t n);
+void fput_printable(const char *s, size_t n, FILE *f);
 
 #ifdef __cplusplus
 }

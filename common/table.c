@@ -235,3 +235,11 @@ void table_std_meta(Table *t) {
     table_meta(t, "commit", "%s", BUILD_COMMIT);
     table_meta(t, "host", "%s", host);
 }
+
+const char *fmt_flops(double f, char *buf, size_t n) {
+    static const char *const unit[] = {"FLOP/s", "kFLOP/s", "MFLOP/s", "GFLOP/s", "TFLOP/s", "PFLOP/s"};
+    int u = 0;
+    while (u < 5 && fabs(f) >= 1000) f /= 1000, u++;
+    snprintf(buf, n, "%.*f %s", fabs(f) >= 100 ? 0 : fabs(f) >= 10 ? 1 : 2, f, unit[u]);
+    return buf;
+}

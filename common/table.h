@@ -1,6 +1,6 @@
 // table.h — every program's output: one table, as aligned text, CSV or JSON.
 // defines: OutFmt, Table, table_new, table_meta, table_col, table_row, table_num, table_str,
-//          table_print, table_free, outfmt_from_args, table_std_meta
+//          table_print, table_free, outfmt_from_args, table_std_meta, fmt_flops
 //
 // Usage:
 //   Table *t = table_new("matmul ladder");
@@ -41,6 +41,9 @@ OutFmt outfmt_from_args(int argc, char **argv);
 void table_std_meta(Table *t);
 // The commit this binary was built from.
 const char *build_commit(void);
+// A FLOP/s rate in the unit that fits it, 3-4 significant digits: "786 TFLOP/s", "152 GFLOP/s",
+// "32.1 GFLOP/s" (so a CPU's 0.15 TFLOP/s never prints as "0 TFLOP/s"). Returns buf.
+const char *fmt_flops(double flops_per_s, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,18 @@ double median_d(double *v, int n) {
     return (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-double bench_cpu(void (*fn)(void *ctx), void *ctx, int warmup, int reps) {
+TimeStats time_stats(double *v, int n) {
+    TimeStats s = {0, 0, 0, 0, 0, n};
+    if (n <= 0) return s;
+    s.median = median_d(v, n);  // sorts v
+    s.min = v[0];
+    s.max = v[n - 1];
+    s.p10 = v[(int)(0.1 * (n - 1) + 0.5)];
+    s.p90 = v[(int)(0.9 * (n - 1) + 0.5)];
+    return s;
+}
+
+TimeStats bench_cpu_stats(void (*fn)(void *ctx), void *ctx, int warmup, int reps) {
     if (reps < 1) reps = 1;
     if (reps > 1000) reps = 1000;
     for (int i = 0; i < warmup; i++) fn(ctx);
@@ -32,5 +43,9 @@ double bench_cpu(void (*fn)(void *ctx), void *ctx, int warmup, int reps) {
         fn(ctx);
         t[i] = now_sec() - t0;
     }
-    return median_d(t, reps);
+    return time_stats(t, reps);
+}
+
+double bench_cpu(void (*fn)(void *ctx), void *ctx, int warmup, int reps) {
+    return bench_cpu_stats(fn, ctx, warmup, reps).median;
 }

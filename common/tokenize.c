@@ -18,6 +18,7 @@
 
 #include "args.h"
 #include "check.h"
+#include "prompt.h"
 #include "table.h"
 #include "timer.h"
 #include "tokenizer.h"
@@ -60,18 +61,7 @@ static char *read_file(const char *path, size_t *n) {
 }
 
 // A piece or decoded text made printable for a terminal table: control bytes as \n, \t, \xNN.
-static void printable(char *dst, size_t cap, const char *s, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n && k + 5 < cap; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\n') k += (size_t)snprintf(dst + k, cap - k, "\\n");
-        else if (c == '\t') k += (size_t)snprintf(dst + k, cap - k, "\\t");
-        else if (c == '\r') k += (size_t)snprintf(dst + k, cap - k, "\\r");
-        else if (c < 0x20 || c == 0x7F) k += (size_t)snprintf(dst + k, cap - k, "\\x%02X", c);
-        else dst[k++] = (char)c;
-    }
-    dst[k] = 0;
-}
+static void printable(char *dst, size_t cap, const char *s, size_t n) { text_printable(dst, cap, s, n); }
 
 int main(int argc, char **argv) {
     const char *tok_path = NULL, *text = NULL, *file = NULL, *decode = NULL, *check = NULL;

@@ -108,16 +108,17 @@ int main(int argc, char **argv) {
 
     // Ceilings: explicit flags win, else what roofline measured on this machine.
     const char *ceil_src = "--peak-tflops/--peak-gbps";
-    char ceil_buf[256];
+    char ceil_buf[1200], ceil_note[256] = "", blas_warn[640] = "";
     Ceilings ce;
     if ((peak_tflops <= 0 || peak_gbps <= 0) && ceilings_load(&ce) == 0) {
         int gpu = ce.gpu_copy_gbps > 0;
-        double tf = gpu ? (wb == 4 ? ce.gpu_sgemm_tflops : ce.gpu_bf16_tflops) : ce.cpu_sgemm_gflops / 1e3;
+        double tf = ceilings_gemm_tflops(&ce, gpu, dtype, ceil_note, sizeof ceil_note);
         double bw = gpu ? ce.gpu_copy_gbps : ce.cpu_copy_gbps;
         if (peak_tflops <= 0) peak_tflops = tf;
         if (peak_gbps <= 0) peak_gbps = bw;
-        snprintf(ceil_buf, sizeof ceil_buf, "measured by roofline on %s (%s)", gpu ? ce.gpu_name : ce.cpu_name,
-                 ceilings_path());
+        if (!gpu) snprintf(blas_warn, sizeof blas_warn, "%s", ce.cpu_blas_warning);
+        snprintf(ceil_buf, sizeof ceil_buf, "measured by roofline on %s (file %s)%s%s", gpu ? ce.gpu_name : ce.cpu_name,
+                 ceilings_path(), ceil_note[0] ? "; " : "", ceil_note);
         ceil_src = ceil_buf;
     }
     int have_roof = peak_tflops > 0 && peak_gbps > 0;
@@ -125,13 +126,15 @@ int main(int argc, char **argv) {
     ParamCount p = account_params(&cfg);
     Flops f = account_flops(&cfg, context);
     MemUsage m = account_memory(&cfg, batch, context, wb, kvb, ab);
-    // Roofline placement. Decode step at batch B: every weight is read once and B tokens use
-    // it; each sequence reads its whole KV cache. Prefill of the context: weights read once for
-    // B*T tokens, the KV cache written once.
-    double dec_flops = (double)batch * f.decode_per_token;
-    double dec_bytes = m.weights + m.kv_cache;
+    // Roofline placement. Decode step at batch B (account_decode_step, the one formula): every
+    // weight is read once and B tokens use it (of the embedding table only B rows, unless tied);
+    // each sequence reads its whole KV cache. Prefill of the context: weights read once for B*T
+    // tokens, the KV cache written once.
+    const DecodeStep ds = account_decode_step(&cfg, batch, context, wb, kvb);
+    double dec_flops = ds.flops;
+    double dec_bytes = ds.bytes;
     double pre_flops = (double)batch * f.prefill_total;
-    double pre_bytes = m.weights + m.kv_cache + m.activations * cfg.n_layers;
+    double pre_bytes = weight_bytes_read(&cfg, wb, batch * context) + m.kv_cache + m.activations * cfg.n_layers;
     double dec_ai = dec_flops / dec_bytes, pre_ai = pre_flops / pre_bytes;
     double ridge = have_roof ? peak_tflops * 1e12 / (peak_gbps * 1e9) : NAN;
     double dec_time = have_roof ? fmax(dec_flops / (peak_tflops * 1e12), dec_bytes / (peak_gbps * 1e9)) : NAN;
@@ -169,7 +172,12 @@ int main(int argc, char **argv) {
         json_object_set_new(j, "flops_per_token_weights", json_real(f.weights_per_token));
         json_object_set_new(j, "flops_attention_per_token_per_context", json_real(f.attn_per_token_per_ctx));
         json_object_set_new(j, "flops_per_token_prefill", json_real(f.prefill_per_token));
-        json_object_set_new(j, "flops_prefill_total", json_real(f.prefill_total));
+        json_object_set_new(j, "flops_prefill_per_sequence", json_real(f.prefill_total));
+        json_object_set_new(j, "flops_prefill_total", json_real(pre_flops));  // all `batch` sequences, as the text
+        json_object_set_new(j, "decode_weight_bytes_read", json_real(ds.weights));
+        json_object_set_new(j, "decode_kv_bytes_read", json_real(ds.kv));
+        json_object_set_new(j, "decode_bytes_read", json_real(ds.bytes));
+        if (blas_warn[0]) json_object_set_new(j, "warning", json_string(blas_warn));
         json_object_set_new(j, "intensity_decode", json_real(dec_ai));
         json_object_set_new(j, "intensity_prefill", json_real(pre_ai));
         if (have_roof) {
@@ -182,6 +190,7 @@ int main(int argc, char **argv) {
             json_object_set_new(j, "decode_tokens_per_s_ceiling", json_real((double)batch / dec_time));
             json_object_set_new(j, "prefill_floor_s", json_real(pre_time));
             json_object_set_new(j, "ceilings_source", json_string(ceil_src));
+            json_object_set_new(j, "ceilings_file", json_string(ceil_src == ceil_buf ? ceilings_path() : ""));
         }
         char *s = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
         printf("%s\n", s);
@@ -202,13 +211,15 @@ int main(int argc, char **argv) {
         table_meta(t, "note", "counted anyway; the engine cannot run this model yet: %s", cfg.unsupported);
     table_meta(t, "setting", "batch %lld, context %lld, weights %s, kv %s, activations %s", batch, context, dtype,
                kv_dtype, act_dtype);
-    table_meta(t, "ceilings", "%s", have_roof ? ceil_src : "none: run build/bin/roofline or pass --peak-tflops/--peak-gbps");
+    if (have_roof) table_meta(t, "ceilings", "%s", ceil_src);
+    else table_meta(t, "ceilings", "none: %s not found; run build/bin/roofline or pass --peak-tflops/--peak-gbps", ceilings_path());
+    if (blas_warn[0]) table_meta(t, "warning", "%s", blas_warn);
     table_col(t, "section", NULL);
     table_col(t, "item", NULL);
     table_col(t, "value", "%.10g");
     table_col(t, "unit", NULL);
     table_col(t, "note", NULL);
-    char b1[64], note[256];
+    char b1[64], b2[64], note[256];
     const double P = (double)p.total;
 #define PCT(x) (snprintf(note, sizeof note, "%.1f%% of params", 100.0 * (double)(x) / P), note)
     row(t, "params", "embedding", (double)p.embedding, "params", PCT(p.embedding));
@@ -227,7 +238,7 @@ int main(int argc, char **argv) {
     row(t, "flops", "decode, attention", f.attn_per_token_per_ctx * (double)context, "FLOP/token", note);
     row(t, "flops", "decode, total at context", f.decode_per_token, "FLOP/token", NULL);
     row(t, "flops", "prefill, per token", f.prefill_per_token, "FLOP/token", "causal: average over the prompt");
-    row(t, "flops", "prefill, whole prompt", f.prefill_total * (double)batch, "FLOP", NULL);
+    row(t, "flops", "prefill, whole prompt", pre_flops, "FLOP", batch > 1 ? "all sequences of the batch" : NULL);
     snprintf(note, sizeof note, "2 x %d layers x %d kv_heads x %d head_dim x %g B = %s", cfg.n_layers, cfg.n_kv_heads,
              cfg.head_dim, kvb, fmt_bytes(m.kv_per_token, b1, sizeof b1));
     row(t, "memory", "KV cache per token", m.kv_per_token, "bytes", note);
@@ -245,10 +256,13 @@ int main(int argc, char **argv) {
     MEMROW("workspace", m.workspace, "naive attention scores (fp32) + logits");
     snprintf(note, sizeof note, "%s", fmt_bytes(m.total, b1, sizeof b1));
     row(t, "memory", "total", m.total, "bytes", note);
-    row(t, "roofline", "decode intensity", dec_ai, "FLOP/byte", "batch x decode FLOPs / (weights + KV read)");
+    snprintf(note, sizeof note, "weights %s (embedding: %s) + KV %s", fmt_bytes(ds.weights, b1, sizeof b1),
+             cfg.tie_embeddings ? "read whole, as the tied lm_head" : "one row per sequence", fmt_bytes(ds.kv, b2, sizeof b2));
+    row(t, "roofline", "decode bytes per step", ds.bytes, "bytes", note);
+    row(t, "roofline", "decode intensity", dec_ai, "FLOP/byte", "batch x decode FLOPs / decode bytes per step");
     row(t, "roofline", "prefill intensity", pre_ai, "FLOP/byte", "prompt FLOPs / (weights + KV written + activations)");
     if (have_roof) {
-        snprintf(note, sizeof note, "%.0f TFLOP/s / %.0f GB/s", peak_tflops, peak_gbps);
+        snprintf(note, sizeof note, "%s / %.4g GB/s", fmt_flops(peak_tflops * 1e12, b1, sizeof b1), peak_gbps);
         row(t, "roofline", "ridge point", ridge, "FLOP/byte", note);
         row(t, "roofline", "decode is", NAN, "", dec_ai < ridge ? "MEMORY-bound (left of the ridge)" : "COMPUTE-bound (right of the ridge)");
         row(t, "roofline", "prefill is", NAN, "", pre_ai < ridge ? "MEMORY-bound (left of the ridge)" : "COMPUTE-bound (right of the ridge)");

@@ -75,6 +75,22 @@ MemUsage account_memory(const ModelConfig *c, int64_t batch, int64_t context, do
     return m;
 }
 
+double weight_bytes_read(const ModelConfig *c, double w_bytes, int64_t tokens) {
+    const ParamCount p = account_params(c);
+    const double rows = (double)(tokens < c->vocab ? tokens : c->vocab);
+    const double table = c->tie_embeddings ? 0.0 : (double)p.embedding - rows * c->hidden;  // rows not looked up
+    return ((double)p.total - table) * w_bytes;
+}
+
+DecodeStep account_decode_step(const ModelConfig *c, int64_t batch, int64_t context, double w_bytes, double kv_bytes) {
+    DecodeStep d;
+    d.weights = weight_bytes_read(c, w_bytes, batch);
+    d.kv = (double)batch * (double)context * kv_bytes_per_token(c, kv_bytes);
+    d.bytes = d.weights + d.kv;
+    d.flops = (double)batch * account_flops(c, context).decode_per_token;
+    return d;
+}
+
 // ---- presets: the config.json fields that matter, as published with each model.
 typedef struct {
     const char *name;

@@ -1,6 +1,7 @@
 // accounting.h — parameters, FLOPs and memory of a Llama-family model, on paper.
 // defines: ParamCount, account_params, Flops, account_flops, MemUsage, account_memory,
-//          kv_bytes_per_token, dtype_bytes, preset_config_json, preset_names
+//          kv_bytes_per_token, weight_bytes_read, DecodeStep, account_decode_step, dtype_bytes,
+//          preset_config_json, preset_names
 //
 // Everything here is a formula over ModelConfig (common/hf_config.h); the tests check the
 // formulas against published parameter counts and against hand-computed cases.
@@ -56,6 +57,22 @@ typedef struct {
 
 MemUsage account_memory(const ModelConfig *c, int64_t batch, int64_t context, double w_bytes, double kv_bytes,
                         double act_bytes);
+
+// Weight bytes one forward pass over `tokens` tokens reads: every multiplied weight and norm
+// once, and of the embedding table only the `tokens` rows it looks up (all of it when it is also
+// the lm_head, i.e. tied: then it is read whole as the lm_head).
+double weight_bytes_read(const ModelConfig *c, double w_bytes, int64_t tokens);
+
+// One decode step of `batch` sequences at `context` tokens each (the new token's position is
+// context - 1, so each sequence reads `context` K/V rows, its own included). THE formula for
+// decode bytes: account, kv_bench and the READMEs all use it.
+typedef struct {
+    double weights;  // weight_bytes_read(c, w_bytes, batch): once for the whole batch
+    double kv;       // batch * context * kv_bytes_per_token
+    double bytes;    // weights + kv
+    double flops;    // batch * account_flops(c, context).decode_per_token
+} DecodeStep;
+DecodeStep account_decode_step(const ModelConfig *c, int64_t batch, int64_t context, double w_bytes, double kv_bytes);
 
 // Built-in presets: config.json text of well-known models (so no download is needed).
 const char *preset_config_json(const char *name);  // NULL if unknown

@@ -21,6 +21,7 @@
 #include "ceilings.h"
 #include "check.h"
 #include "compare.h"
+#include "cpu_env.h"
 #include "gpu.h"
 #include "matmul_cpu.h"
 #include "matmul_gpu.h"
@@ -212,7 +213,9 @@ static void table_setup(Table *t) {
     table_col(t, "N", "%.0f");
     table_col(t, "K", "%.0f");
     table_col(t, "ms", "%.3f");
-    table_col(t, "TFLOP/s", "%.3f");
+    table_col(t, "min_ms", "%.3f");
+    table_col(t, "max_ms", "%.3f");
+    table_col(t, "TFLOP/s", "%.4g");
     table_col(t, "pct_of_library", "%.1f");
     table_col(t, "pct_of_peak", "%.1f");
     table_col(t, "max_rel_err", "%.2e");
@@ -287,8 +290,11 @@ static int run_cpu(Table *t, const Opts *o, const Peaks *ce, Rng *rng) {
         fprintf(stderr, "[cpu] %s: timing at %dx%dx%d ...\n", v->name, M, N, K);
         CpuCtx c = {v->fn, M, N, K, bA, bB, is_lib ? libC : bC};
         for (long j = 0; j < (long)M * N; j++) c.C[j] = NAN;
-        double ms = 1e3 * bench_cpu(cpu_call, &c, 1, reps);
+        const TimeStats ts = bench_cpu_stats(cpu_call, &c, 1, reps);
+        double ms = 1e3 * ts.median;
         table_num(t, "ms", ms);
+        table_num(t, "min_ms", 1e3 * ts.min);
+        table_num(t, "max_ms", 1e3 * ts.max);
         table_num(t, "TFLOP/s", tflops(M, N, K, ms));
         if (is_lib) lib_ms = ms, have_lib = 1;
         if (have_lib) {
@@ -412,6 +418,7 @@ static void cpu_model(char *out, size_t n) {
 }
 
 int main(int argc, char **argv) {
+    cpu_env_init(argv);
     Opts o;
     parse_args(argc, argv, &o);
     check_versions(o.versions);
@@ -436,6 +443,12 @@ int main(int argc, char **argv) {
         int n = o.M ? o.M : 1024;
         table_meta(t, "cpu_shape", "%dx%dx%d (MxNxK), fp32", o.M ? o.M : n, o.N ? o.N : n, o.K ? o.K : n);
         table_meta(t, "cpu_timing", "median of %d runs after 1 warm-up, wall clock", o.reps ? o.reps : 3);
+        table_meta(t, "cpu_threads", "%s", cpu_env_describe());
+        char warn[640];
+        if (blas_core_warning(warn, sizeof warn)) {
+            table_meta(t, "cpu_warning", "%s (pct_of_library on the CPU is of that slow library)", warn);
+            fprintf(stderr, "warning: %s\n", warn);
+        }
     }
     if (do_gpu) {
         table_meta(t, "gpu", "%s (compute capability %d.%d, %d SMs)", gi.name, gi.cc_major, gi.cc_minor, gi.sms);

@@ -27,11 +27,20 @@
 #include "args.h"
 #include "ceilings.h"
 #include "check.h"
+#include "cpu_env.h"
 #include "gpu.h"
 #include "rng.h"
 #include "step01_matmul/roofline_gpu.h"
 #include "table.h"
 #include "timer.h"
+
+static TimeStats g_spread;  // of the last CPU measurement, shown in the next row (min_ms, max_ms)
+static int g_have_spread;
+static double timed_ms(void (*fn)(void *), void *ctx, int warmup, int reps) {
+    g_spread = bench_cpu_stats(fn, ctx, warmup, reps);
+    g_have_spread = 1;
+    return g_spread.median * 1e3;
+}
 
 // ---------------------------------------------------------------- CPU bandwidth
 typedef struct {
@@ -118,10 +127,10 @@ static double cpu_sgemm_ms(int M, int N, int K, int nsets, int reps) {
         c.B[s] = xmalloc((size_t)K * N * 4);
         rng_fill_uniform(&r, c.B[s], (size_t)K * N, -1, 1);
     }
-    double t = bench_cpu(cpu_sgemm, &c, 1, reps);
+    double t = timed_ms(cpu_sgemm, &c, 1, reps);
     for (int s = 0; s < nsets; s++) free(c.B[s]);
     free(c.A), free(c.C), free(c.B);
-    return t * 1e3;
+    return t;
 }
 
 static void cpu_model_name(char *buf, size_t n) {
@@ -151,6 +160,8 @@ static void add(const char *dev, const char *test, int B, double bytes, double f
     table_str(T, "test", test);
     if (B > 0) table_num(T, "B", B);
     table_num(T, "ms", ms);
+    if (g_have_spread) table_num(T, "min_ms", g_spread.min * 1e3), table_num(T, "max_ms", g_spread.max * 1e3);
+    g_have_spread = 0;
     if (bytes > 0) table_num(T, "GB/s", bytes / (ms * 1e-3) / 1e9);
     if (flops > 0) table_num(T, "TFLOP/s", flops / (ms * 1e-3) / 1e12);
     if (flops > 0 && bytes > 0) table_num(T, "FLOP/byte", flops / bytes);
@@ -207,6 +218,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    cpu_env_init(argv);
     const char *device = "all";
     int quick = 0, reps = 0, save = 1;
     static struct option opts[] = {{"device", 1, 0, 'd'}, {"quick", 0, 0, 'q'}, {"reps", 1, 0, 'r'},
@@ -240,8 +252,10 @@ int main(int argc, char **argv) {
     table_col(T, "test", NULL);
     table_col(T, "B", "%.0f");
     table_col(T, "ms", "%.4f");
+    table_col(T, "min_ms", "%.4f");
+    table_col(T, "max_ms", "%.4f");
     table_col(T, "GB/s", "%.1f");
-    table_col(T, "TFLOP/s", "%.3f");
+    table_col(T, "TFLOP/s", "%.4g");
     table_col(T, "FLOP/byte", "%.1f");
     table_col(T, "pct_of_ceiling", "%.1f");
     table_col(T, "note", NULL);
@@ -251,6 +265,14 @@ int main(int argc, char **argv) {
         cpu_model_name(name, sizeof name);
         int threads = omp_get_max_threads();
         table_meta(T, "cpu", "%s, %d OpenMP threads", name, threads);
+        table_meta(T, "cpu_threads", "%s", cpu_env_describe());
+        char warn[640];
+        if (blas_core_warning(warn, sizeof warn)) {
+            table_meta(T, "cpu_warning", "%s", warn);
+            fprintf(stderr, "warning: %s\n", warn);
+        }
+        snprintf(ce.cpu_blas_core, sizeof ce.cpu_blas_core, "%s", blas_core_name());
+        snprintf(ce.cpu_blas_warning, sizeof ce.cpu_blas_warning, "%s", warn);
         size_t bytes = (quick ? 64ul : 512ul) << 20;
         BwCtx c = {xmalloc(bytes), xmalloc(bytes), bytes / 4, 0};
         Rng r;
@@ -259,22 +281,28 @@ int main(int argc, char **argv) {
         cpu_write(&c);
         cpu_copy(&c);  // validate before timing
         if (memcmp(c.a, c.b, bytes)) die("cpu copy produced wrong data");
-        double ms_c = bench_cpu(cpu_copy, &c, 1, reps) * 1e3;
-        double ms_r = bench_cpu(cpu_read, &c, 1, reps) * 1e3;
-        double ms_w = bench_cpu(cpu_write, &c, 1, reps) * 1e3;
+        double ms_c = timed_ms(cpu_copy, &c, 1, reps);
+        const TimeStats sp_c = g_spread;
+        double ms_r = timed_ms(cpu_read, &c, 1, reps);
+        const TimeStats sp_r = g_spread;
+        double ms_w = timed_ms(cpu_write, &c, 1, reps);
+        const TimeStats sp_w = g_spread;
         free(c.a), free(c.b);
         double copy = 2.0 * bytes / (ms_c * 1e-3) / 1e9;
+        g_spread = sp_c, g_have_spread = 1;
         add("cpu", "copy (read+write counted)", 0, 2.0 * bytes, 0, ms_c, NAN, "the bandwidth ceiling used below");
+        g_spread = sp_r, g_have_spread = 1;
         add("cpu", "read", 0, bytes, 0, ms_r, 100.0 * (bytes / (ms_r * 1e-3) / 1e9) / copy, "pct: of copy");
+        g_spread = sp_w, g_have_spread = 1;
         add("cpu", "write", 0, bytes, 0, ms_w, 100.0 * (bytes / (ms_w * 1e-3) / 1e9) / copy, "pct: of copy");
-        double ms_f = bench_cpu(cpu_fma, NULL, 1, quick ? 3 : 10) * 1e3;
+        double ms_f = timed_ms(cpu_fma, NULL, 1, quick ? 3 : 10);
         double fma_flops = 2.0 * CPU_FMA_LANES * CPU_FMA_ITERS * threads;
         add("cpu", "fp32 FMA peak", 0, 0, fma_flops, ms_f, NAN, "independent FMA chains, all threads");
         int n = quick ? 1024 : 2048;
         double ms_g = cpu_sgemm_ms(n, n, n, 1, quick ? 3 : 10);
         double sg = 2.0 * n * n * (double)n / (ms_g * 1e-3) / 1e12;
-        char note[96];
-        snprintf(note, sizeof note, "OpenBLAS sgemm %d^3; pct: of the FMA peak", n);
+        char note[160];
+        snprintf(note, sizeof note, "OpenBLAS sgemm %d^3 (%s kernels); pct: of the FMA peak", n, blas_core_name());
         add("cpu", "sgemm (library)", 0, 0, 2.0 * n * n * (double)n, ms_g, 100.0 * sg / (fma_flops / (ms_f * 1e-3) / 1e12),
             note);
         snprintf(ce.cpu_name, sizeof ce.cpu_name, "%s", name);
@@ -312,6 +340,8 @@ int main(int argc, char **argv) {
         snprintf(note, sizeof note, "cuBLAS GemmEx %d^3, fp32 accumulate, random data", n);
         add("gpu", "gemm fp16 (cuBLAS)", 0, 0, fl, ms16, NAN, note);
         if (msbf > 0) add("gpu", "gemm bf16 (cuBLAS)", 0, 0, fl, msbf, NAN, note);
+        else table_meta(T, "gpu_bf16", "no bf16 GEMM on sm_%d%d (bf16 tensor cores start at sm_80): the batch scan and "
+                        "account use the fp16 ceiling for bf16 weights", g.cc_major, g.cc_minor);
         snprintf(ce.gpu_name, sizeof ce.gpu_name, "%.127s", g.name);
         ce.gpu_copy_gbps = copy, ce.gpu_read_gbps = rd, ce.gpu_write_gbps = wr;
         ce.gpu_fp32_tflops = fma;

@@ -20,6 +20,7 @@
 #include "step01_matmul/ceilings.h"
 #include "args.h"
 #include "check.h"
+#include "cpu_env.h"
 #include "forward.h"
 #include "gpu.h"
 #include "model.h"
@@ -34,10 +35,12 @@ static void usage(FILE *f) {
             "                  [--dtype bf16|fp16|fp32] [--tmin T] [--tmax T] [--reps R] [--ceiling-tflops X]\n"
             "                  [--csv | --json]\n"
             "  defaults: cuda (when usable): llama-3.1-8b, bf16, T 128..8192, 3 reps;\n"
-            "            cpu: llama-3.2-1b shape with --layers 1 --vocab 32000, fp32, T 64..512, 1 rep\n");
+            "            cpu: llama-3.2-1b shape with --layers 1 --vocab 32000, fp32, T 64..512, 3 reps\n"
+            "  every T: 1 warm-up run, then the median of --reps runs (min and max beside it)\n");
 }
 
 int main(int argc, char **argv) {
+    cpu_env_init(argv);
     const char *device = NULL, *preset = NULL, *model_dir = NULL, *dtype = "bf16";
     int layers = 0, vocab = 0, tmin = 0, tmax = 0, reps = 0;
     double ceiling = 0;
@@ -73,7 +76,7 @@ int main(int argc, char **argv) {
     }
     if (!tmin) tmin = use_cuda ? 128 : 64;
     if (!tmax) tmax = use_cuda ? 8192 : 512;
-    if (!reps) reps = use_cuda ? 3 : 1;
+    if (!reps) reps = 3;
     if (tmax < tmin) arg_die("--tmin %d is larger than --tmax %d", tmin, tmax);
     StDtype wdt = !strcmp(dtype, "bf16") ? ST_BF16 : !strcmp(dtype, "fp16") ? ST_F16 : ST_F32;
     if (wdt == ST_F32 && strcmp(dtype, "fp32")) arg_die("--dtype: '%s' is not a dtype (allowed: bf16, fp16, fp32)", dtype);
@@ -101,6 +104,7 @@ int main(int argc, char **argv) {
     CpuModel cm;
     GpuModel *gm = NULL;
     const char *how;
+    char ceil_note[640] = "";
     if (use_cuda) {
         gm = have_w ? gpu_model_load(&w, err, sizeof err) : gpu_model_random(&cfg, wdt, 1, err, sizeof err);
         if (!gm) die("%s", err);
@@ -108,7 +112,8 @@ int main(int argc, char **argv) {
         if (ceiling <= 0) {
             Ceilings ce;
             if (ceilings_load(&ce) == 0)
-                ceiling = wdt == ST_F32 ? ce.gpu_sgemm_tflops : wdt == ST_F16 ? ce.gpu_fp16_tflops : ce.gpu_bf16_tflops;
+                ceiling = ceilings_gemm_tflops(&ce, 1, wdt == ST_F32 ? "fp32" : wdt == ST_F16 ? "fp16" : "bf16", ceil_note,
+                                               sizeof ceil_note);
         }
     } else {
         if (have_w) {
@@ -119,7 +124,10 @@ int main(int argc, char **argv) {
         how = "fp32 CPU reference";
         if (ceiling <= 0) {
             Ceilings ce;
-            if (ceilings_load(&ce) == 0) ceiling = ce.cpu_sgemm_gflops / 1e3;
+            if (ceilings_load(&ce) == 0) {
+                ceiling = ce.cpu_sgemm_gflops / 1e3;
+                snprintf(ceil_note, sizeof ceil_note, "%s", ce.cpu_blas_warning);
+            }
         }
     }
 
@@ -130,13 +138,22 @@ int main(int argc, char **argv) {
                model_arch_name(cfg.arch), cfg.n_layers, cfg.hidden, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
                cfg.intermediate, cfg.vocab);
     table_meta(tb, "precision", "%s", how);
-    table_meta(tb, "timing", "median of %d (%s)", reps, use_cuda ? "CUDA events, after 1 warm-up" : "wall clock, no warm-up");
+    table_meta(tb, "timing", "median of %d after 1 warm-up (%s); min and max beside it", reps,
+               use_cuda ? "CUDA events" : "wall clock");
+    if (!use_cuda) table_meta(tb, "cpu_threads", "%s", cpu_env_describe());
     table_meta(tb, "flops", "step01 account_flops: weights = 2*matmul_params*T; attn = 4*L*H*hd*T(T+1)/2 (causal); "
                             "attn_computed = what the kernels do: 4*L*H*hd*T^2 on the GPU (full GEMMs, "
                             "mask applied after), the causal count on the CPU (the loop skips j > i)");
-    if (ceiling > 0) table_meta(tb, "ceiling_tflops", "%.1f (measured, build/ceilings.json or --ceiling-tflops)", ceiling);
+    if (ceiling > 0) {
+        char fb[64];
+        table_meta(tb, "ceiling_tflops", "%.4g = %s (measured: %s, or --ceiling-tflops)", ceiling,
+                   fmt_flops(ceiling * 1e12, fb, sizeof fb), ceilings_path());
+    }
+    if (ceil_note[0]) table_meta(tb, use_cuda ? "ceiling_note" : "cpu_warning", "%s", ceil_note);
     table_col(tb, "T", "%.0f");
     table_col(tb, "prefill_ms", "%.3f");
+    table_col(tb, "prefill_min_ms", "%.3f");
+    table_col(tb, "prefill_max_ms", "%.3f");
     table_col(tb, "attn_ms", "%.3f");
     table_col(tb, "attn_pct", "%.1f");
     table_col(tb, "weights_gflop", "%.1f");
@@ -159,12 +176,13 @@ int main(int argc, char **argv) {
         float *logits = use_cuda ? NULL : xmalloc((size_t)T * cfg.vocab * sizeof(float));
         ForwardTimes ft;
         double *tt = xmalloc((size_t)reps * sizeof(double)), *ta = xmalloc((size_t)reps * sizeof(double));
-        for (int i = use_cuda ? -1 : 0; i < reps; i++) {  // i = -1: GPU warm-up (allocates the workspace)
+        for (int i = -1; i < reps; i++) {  // i = -1: warm-up (the GPU allocates its workspace there)
             int rc = use_cuda ? forward_cuda(gm, ids, T, NULL, &ft) : forward_cpu(&cm, ids, T, logits, &ft);
             if (rc) die("forward failed at T = %d", T);
             if (i >= 0) tt[i] = ft.total_ms, ta[i] = ft.attn_ms;
         }
-        const double ms = median_d(tt, reps), ams = median_d(ta, reps);
+        const TimeStats st = time_stats(tt, reps);
+        const double ms = st.median, ams = median_d(ta, reps);
         Flops f = account_flops(&cfg, T);
         const double attn_pred = f.attn_per_token_per_ctx * (double)T * (T + 1) / 2.0;
         // The GPU's naive GEMMs compute every score and mask afterwards; the CPU loop skips j > i.
@@ -173,6 +191,8 @@ int main(int argc, char **argv) {
         table_row(tb);
         table_num(tb, "T", T);
         table_num(tb, "prefill_ms", ms);
+        table_num(tb, "prefill_min_ms", st.min);
+        table_num(tb, "prefill_max_ms", st.max);
         table_num(tb, "attn_ms", ams);
         table_num(tb, "attn_pct", 100.0 * ams / ms);
         table_num(tb, "weights_gflop", wflops / 1e9);

@@ -7,7 +7,7 @@
 set -u -o pipefail
 OUT=${1:?usage: bench_h200.sh OUTDIR}
 CKPT=${CKPT:-/tmp/llama8b}
-CEIL=${CEIL:-753}   # measured dense bf16 GEMM peak of this H200 (DESIGN.md; build/bin/roofline)
+CEIL=${CEIL:-753}   # dense bf16 GEMM peak measured on an H200 of this kind (top README; build/bin/roofline)
 mkdir -p "$OUT"
 B=build/bin
 

@@ -19,6 +19,7 @@
 #include "args.h"
 #include "prompt.h"
 #include "check.h"
+#include "cpu_env.h"
 #include "forward.h"
 #include "gpu.h"
 #include "model.h"
@@ -72,6 +73,7 @@ static int *load_ids_npy(const char *path, int *T) {
 }
 
 int main(int argc, char **argv) {
+    cpu_env_init(argv);
     const char *model_dir = NULL, *ids_arg = NULL, *ids_npy = NULL, *prompt = NULL, *device = NULL, *logits_out = NULL;
     int random_T = 0, reps = 0;
     double ceiling = 0;
@@ -160,6 +162,8 @@ int main(int argc, char **argv) {
 
     // Timing: median of reps forwards without the logits copy (it is not part of the prefill).
     double med_ms = NAN, attn_ms = NAN;
+    char ceil_note[640] = "";
+    TimeStats spread = {0};
     Flops fl = account_flops(c, T);
     if (reps > 0) {
         double *tt = xmalloc((size_t)reps * sizeof(double)), *ta = xmalloc((size_t)reps * sizeof(double));
@@ -169,16 +173,18 @@ int main(int argc, char **argv) {
             tt[r] = ft.total_ms;
             ta[r] = ft.attn_ms;
         }
-        med_ms = median_d(tt, reps);
+        spread = time_stats(tt, reps);
+        med_ms = spread.median;
         attn_ms = median_d(ta, reps);
         free(tt);
         free(ta);
         if (ceiling <= 0) {
             Ceilings ce;
             if (ceilings_load(&ce) == 0) {
-                if (!use_cuda) ceiling = ce.cpu_sgemm_gflops / 1e3;
-                else if (!strcmp(c->torch_dtype, "float32") || w.layers[0].wq->dtype == ST_F32) ceiling = ce.gpu_sgemm_tflops;
-                else ceiling = w.layers[0].wq->dtype == ST_F16 ? ce.gpu_fp16_tflops : ce.gpu_bf16_tflops;
+                const int f32 = !strcmp(c->torch_dtype, "float32") || w.layers[0].wq->dtype == ST_F32;
+                ceiling = ceilings_gemm_tflops(&ce, use_cuda, f32 ? "fp32" : w.layers[0].wq->dtype == ST_F16 ? "fp16" : "bf16",
+                                               ceil_note, sizeof ceil_note);
+                if (!use_cuda) snprintf(ceil_note, sizeof ceil_note, "%s", ce.cpu_blas_warning);
             }
         }
     }
@@ -197,13 +203,17 @@ int main(int argc, char **argv) {
     if (logits_out) table_meta(tb, "logits_out", "%s (float32, %d x %d)", logits_out, T, c->vocab);
     if (reps > 0) {
         double tflops = fl.prefill_total / (med_ms * 1e-3) / 1e12;
-        table_meta(tb, "prefill_ms", "%.3f (median of %d, %s)", med_ms, reps,
-                   use_cuda ? "CUDA events" : "wall clock");
+        table_meta(tb, "prefill_ms", "%.3f (median of %d after the checked run, %s; min %.3f, max %.3f)", med_ms, reps,
+                   use_cuda ? "CUDA events" : "wall clock", spread.min, spread.max);
         table_meta(tb, "attention_ms", "%.3f (QK^T + causal softmax + PV, all layers)", attn_ms);
         table_meta(tb, "prefill_flops", "%.4e (step01 account_flops: weights x T + causal attention)", fl.prefill_total);
-        table_meta(tb, "achieved_tflops", "%.2f", tflops);
-        if (ceiling > 0) table_meta(tb, "pct_of_ceiling", "%.1f%% of %.1f TFLOP/s", 100.0 * tflops / ceiling, ceiling);
-        else table_meta(tb, "pct_of_ceiling", "unknown (run build/bin/roofline or pass --ceiling-tflops)");
+        char f1[64], f2[64];
+        table_meta(tb, "achieved_tflops", "%.4g (%s)", tflops, fmt_flops(tflops * 1e12, f1, sizeof f1));
+        if (ceiling > 0)
+            table_meta(tb, "pct_of_ceiling", "%.1f%% of %s (%s)", 100.0 * tflops / ceiling, fmt_flops(ceiling * 1e12, f2, sizeof f2),
+                       ceilings_path());
+        else table_meta(tb, "pct_of_ceiling", "unknown (no %s: run build/bin/roofline or pass --ceiling-tflops)", ceilings_path());
+        if (ceil_note[0]) table_meta(tb, use_cuda ? "ceiling_note" : "cpu_warning", "%s", ceil_note);
         table_meta(tb, "tokens_per_s", "%.0f", T / (med_ms * 1e-3));
         table_meta(tb, "scores_bytes_per_layer", "%.0f", ft.scores_bytes);
     }
@@ -232,13 +242,8 @@ int main(int argc, char **argv) {
             if (tok) {
                 int32_t one = top[r];
                 char *txt = tokenizer_decode(tok, &one, 1, 0, NULL);
-                char shown[64];
-                size_t o = 0;  // escape newlines and tabs so the table stays one line per row
-                for (const char *p = txt ? txt : ""; *p && o + 3 < sizeof shown; p++) {
-                    if (*p == '\n' || *p == '\t') shown[o++] = '\\', shown[o++] = *p == '\n' ? 'n' : 't';
-                    else shown[o++] = *p;
-                }
-                shown[o] = 0;
+                char shown[96];  // control bytes escaped (\n, \xNN) so the terminal shows what the token is
+                text_printable(shown, sizeof shown, txt ? txt : "", txt ? strlen(txt) : 0);
                 table_str(tb, "token", shown);
                 free(txt);
             }

@@ -7,6 +7,7 @@ STEP02_DEMO_MODEL ?= tests/data/models/llama_mha_bf16
 STEP02_DEVICE = $(shell nvidia-smi -L >/dev/null 2>&1 && [ "$(HAVE_CUDA)" = 1 ] && echo cuda || echo cpu)
 
 demo-step02_attention: $(BIN)/forward $(BIN)/attn_bench
+	@echo "== $(STEP02_DEMO_MODEL) is a tiny test checkpoint with RANDOM weights: its text is noise; the numbers and the checks are the lesson"
 	$(BIN)/forward --model $(STEP02_DEMO_MODEL) --ids-npy $(STEP02_DEMO_MODEL)/goldens/prompt_T33.npy \
 	    --device $(STEP02_DEVICE) --logits-out $(BUILD)/step02_demo_logits.npy --reps 3
 	$(BIN)/forward --model $(STEP02_DEMO_MODEL) --prompt "The quick brown fox" --device $(STEP02_DEVICE)

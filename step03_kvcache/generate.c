@@ -8,6 +8,12 @@
 // What it teaches: TTFT (time to first token) is the prefill, one pass over the prompt; TPOT
 // (time per output token) is one decode step. With the cache a decode step costs the same at
 // every position (plus a small attention term); with --no-cache step t recomputes all t tokens.
+//
+// The times are what the user waits for, on one wall clock: TTFT = start of the prefill to the
+// first token sampled and printed; TPOT = (last token printed - first token printed) / (tokens - 1),
+// so it holds the forward, the sampling, the top-k logprobs and the detokenize + print of every
+// token; decode tok/s = 1 / TPOT; end-to-end tok/s = tokens / (start of prefill to last token).
+// The forward and the sampling alone are printed beside them, per token.
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +23,7 @@
 #include "args.h"
 #include "prompt.h"
 #include "check.h"
+#include "cpu_env.h"
 #include "gpu.h"
 #include "kvcache.h"
 #include "model.h"
@@ -90,6 +97,8 @@ static void check_logits(const float *logits, int V, int step, const char *model
 }
 
 int main(int argc, char **argv) {
+    cpu_env_init(argv);
+    const double t_start = now_sec();
     const char *model_dir = NULL, *ids_arg = NULL, *prompt = NULL, *device = NULL;
     int max_new = 16, no_cache = 0, ignore_eos = 0, n_logprobs = 0, json = 0, max_seq = 0, sampling = 0;
     SamplerParams sp = {.greedy = 1, .temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 0};
@@ -183,39 +192,53 @@ int main(int argc, char **argv) {
     float *logits = xmalloc((size_t)V * sizeof(float));
     int *lp_ids = xcalloc((size_t)max_new * (n_logprobs ? n_logprobs : 1), sizeof(int));
     float *lp = xcalloc((size_t)max_new * (n_logprobs ? n_logprobs : 1), sizeof(float));
-    double *step_s = xcalloc((size_t)max_new, sizeof(double));
     Sampler smp;
     sampler_init(&smp, &sp, V);
     TokStream *ts = (tok && !json) ? tokstream_new(tok, 0) : NULL;
-    if (!json && tok) {
+    int prompt_ends_eos = 0;
+    for (int e = 0; e < n_eos; e++) prompt_ends_eos |= np > 0 && prompt_ids[np - 1] == eos[e];
+    if (!json && tok) {  // the prompt, then the generated text on its own line, control bytes escaped
         char *txt = tokenizer_decode(tok, prompt_ids, (size_t)np, 0, NULL);
-        if (txt) printf("%s", txt);
+        printf("prompt (%d ids):    ", np);
+        if (txt) fput_printable(txt, strlen(txt), stdout);
+        if (prompt_ends_eos) printf("   [the prompt ends with EOS id %d: the tokenizer's post-processor appended it]", prompt_ids[np - 1]);
+        printf("\ngenerated:          ");
         free(txt);
     }
 
     int n = np, ngen = 0, rc = 0;
     const char *finish = "length";
+    const double load_s = now_sec() - t_start;
+    double sample_s = 0, forward_s = 0, t_first = 0, t_last = 0;
+    double *gap_ms = xcalloc((size_t)max_new, sizeof(double));  // (max_new) time between consecutive tokens out
     double t0 = now_sec();
     if (no_cache) rc = use_cuda ? forward_last_cuda(gm, seq, n, logits, NULL) : forward_last_cpu(&cm, seq, n, logits);
     else if (use_cuda)
         for (int i = 0; i < np && rc == 0; i++) rc = gpu_decoder_step(dec, seq[i], i == np - 1 ? logits : NULL);
     else rc = forward_cached_cpu(&cm, &kv, seq, np, logits);
     if (rc != 0) die("prefill failed");
+    const double prefill_s = now_sec() - t0;
     check_logits(logits, V, 0, model_dir);
-    const double ttft = now_sec() - t0;
     for (;;) {
+        const double s0 = now_sec();
         const int next = sampler_sample(&smp, logits);
+        sample_s += now_sec() - s0;
         if (n_logprobs) logprobs_topk(logits, V, n_logprobs, lp_ids + (size_t)ngen * n_logprobs, lp + (size_t)ngen * n_logprobs);
         seq[n++] = next;
         ngen++;
+        int is_eos = 0;
+        for (int e = 0; e < n_eos; e++) is_eos |= next == eos[e];
         if (ts) {
             size_t len;
             const char *piece = tokstream_step(ts, next, &len);
-            if (piece) fwrite(piece, 1, len, stdout);
+            if (piece) fput_printable(piece, len, stdout);
+            if (is_eos) printf("[EOS]");
             fflush(stdout);
         }
-        int is_eos = 0;
-        for (int e = 0; e < n_eos; e++) is_eos |= next == eos[e];
+        const double t_out = now_sec();  // this token is out: what the user waited for ends here
+        if (ngen == 1) t_first = t_out;
+        else gap_ms[ngen - 2] = (t_out - t_last) * 1e3;
+        t_last = t_out;
         if (is_eos && !ignore_eos) {
             finish = "eos";
             break;
@@ -226,20 +249,20 @@ int main(int argc, char **argv) {
         else if (use_cuda) rc = gpu_decoder_step(dec, next, logits);
         else rc = forward_cached_cpu(&cm, &kv, &next, 1, logits);
         if (rc != 0) die("decode step %d failed", ngen);
+        forward_s += now_sec() - ts0;
         check_logits(logits, V, ngen, model_dir);
-        step_s[ngen - 1] = now_sec() - ts0;
     }
-    const double total_s = now_sec() - t0;
+    const double ttft = t_first - t0, total_s = t_last - t0;
     if (ts) {
         size_t len;
         const char *piece = tokstream_flush(ts, &len);
-        if (piece) fwrite(piece, 1, len, stdout);
-        printf("\n");
+        if (piece) fput_printable(piece, len, stdout);
+        printf("   [%s: %d tokens]\n", !strcmp(finish, "eos") ? "stopped at EOS" : "stopped at --max-new-tokens", ngen);
         tokstream_free(ts);
     }
-    double dec_sum = 0;
-    for (int i = 0; i < ngen - 1; i++) dec_sum += step_s[i];
-    const double tpot = ngen > 1 ? dec_sum / (ngen - 1) : 0;
+    const double tpot = ngen > 1 ? (t_last - t_first) / (ngen - 1) : 0;
+    const TimeStats gaps = time_stats(gap_ms, ngen - 1);  // the spread behind the mean TPOT
+    const double e2e_tok_s = total_s > 0 ? ngen / total_s : 0;
     const double kv_tok = kv_bytes_per_token(c, kv_elem);
     const double kv_alloc = no_cache ? 0 : use_cuda ? gpu_decoder_kv_bytes(dec) : cpu_kv_bytes(&kv);
 
@@ -274,6 +297,14 @@ int main(int argc, char **argv) {
         json_object_set_new(o, "ttft_ms", json_real(ttft * 1e3));
         json_object_set_new(o, "tpot_ms", json_real(tpot * 1e3));
         json_object_set_new(o, "tok_per_s", json_real(tpot > 0 ? 1.0 / tpot : 0));
+        json_object_set_new(o, "total_ms", json_real(total_s * 1e3));
+        json_object_set_new(o, "tpot_p10_ms", json_real(gaps.p10));
+        json_object_set_new(o, "tpot_p90_ms", json_real(gaps.p90));
+        json_object_set_new(o, "tok_per_s_end_to_end", json_real(e2e_tok_s));
+        json_object_set_new(o, "prefill_ms", json_real(prefill_s * 1e3));
+        json_object_set_new(o, "forward_ms_per_token", json_real(ngen > 1 ? forward_s / (ngen - 1) * 1e3 : 0));
+        json_object_set_new(o, "sampling_ms_per_token", json_real(sample_s / ngen * 1e3));
+        json_object_set_new(o, "load_ms", json_real(load_s * 1e3));
         json_object_set_new(o, "kv_bytes_per_token", json_real(kv_tok));
         json_object_set_new(o, "kv_bytes", json_real(no_cache ? 0 : kv_tok * (n - 1)));
         json_object_set_new(o, "kv_bytes_allocated", json_real(kv_alloc));
@@ -292,15 +323,25 @@ int main(int argc, char **argv) {
         table_col(t, "quantity", NULL);
         table_col(t, "value", "%.4g");
         table_col(t, "unit", NULL);
-        const char *names[] = {"TTFT (prefill)", "TPOT (mean decode step)", "decode tok/s", "total", "KV bytes per token",
-                               "KV bytes held", "KV bytes allocated"};
-        const double vals[] = {ttft * 1e3, tpot * 1e3, tpot > 0 ? 1.0 / tpot : 0, total_s * 1e3, kv_tok,
+        table_meta(t, "timing", "one wall clock; TTFT: prefill start -> first token out; TPOT: first -> last token "
+                                "out / (tokens - 1): forward + sampling + detokenize + print");
+        if (!use_cuda) table_meta(t, "cpu_threads", "%s", cpu_env_describe());
+        if (ngen > 1)
+            table_meta(t, "tpot_spread", "per-token gaps: min %.4g, p10 %.4g, median %.4g, p90 %.4g, max %.4g ms", gaps.min,
+                       gaps.p10, gaps.median, gaps.p90, gaps.max);
+        const char *names[] = {"TTFT (prefill + first token)", "TPOT (per token, all it waits for)", "decode tok/s",
+                               "total (prefill + all tokens)", "end-to-end tok/s", "  of which: prefill", "  decode forward per token",
+                               "  sampling per token", "load (before the prefill)", "KV bytes per token", "KV bytes held",
+                               "KV bytes allocated"};
+        const double vals[] = {ttft * 1e3, tpot * 1e3, tpot > 0 ? 1.0 / tpot : 0, total_s * 1e3, e2e_tok_s, prefill_s * 1e3,
+                               ngen > 1 ? forward_s / (ngen - 1) * 1e3 : 0, sample_s / ngen * 1e3, load_s * 1e3, kv_tok,
                                no_cache ? 0 : kv_tok * (n - 1), kv_alloc};
         char kv_unit[128];
         snprintf(kv_unit, sizeof kv_unit, "B = 2*layers*kv_heads*head_dim*%g bytes%s", kv_elem,
                  no_cache ? " (fp32; this run keeps no cache)" : "");
-        const char *units[] = {"ms", "ms", "tok/s", "ms", kv_unit, "B", "B"};
-        for (int i = 0; i < 7; i++) {
+        const char *units[] = {"ms", "ms", "tok/s = 1 / TPOT", "ms", "tok/s = tokens / total", "ms", "ms", "ms", "ms",
+                               kv_unit, "B", "B"};
+        for (int i = 0; i < 12; i++) {
             table_row(t);
             table_str(t, "quantity", names[i]);
             table_num(t, "value", vals[i]);
@@ -313,7 +354,7 @@ int main(int argc, char **argv) {
         table_free(t);
     }
     sampler_free(&smp);
-    free(seq), free(logits), free(lp_ids), free(lp), free(step_s), free(prompt_ids);
+    free(seq), free(logits), free(lp_ids), free(lp), free(prompt_ids), free(gap_ms);
     if (dec) gpu_decoder_free(dec);
     if (gm) gpu_model_free(gm);
     if (cm.layers) cpu_model_free(&cm);

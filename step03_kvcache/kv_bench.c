@@ -7,12 +7,14 @@
 //   build/bin/kv_bench --device cuda --model /tmp/llama8b --positions 1,128,256,512,1024 --csv
 //   build/bin/kv_bench --device cuda --preset llama-3.1-8b               (random bf16 weights on the device)
 //
-// How it measures: one greedy run from position 0 to the largest position, every step timed
+// How it measures: greedy runs from position 0 to the largest position, every step timed
 // (CUDA events between graph replays on the GPU, wall clock on the CPU); the latency at position
-// p is the median of the steps p-w .. p+w (--window). Without the cache, the step at position p
-// is step02's forward over p+1 tokens (median of --reps after one warm-up). The `agree` column
-// checks, before believing any time, that the uncached forward's argmax at p is the token the
-// cached run produced there.
+// p is the median of the steps p-w .. p+w (--window) over all runs (the GPU: one run after a
+// warm-up; the CPU: a warm-up run, then --reps runs). Without the cache, the step at position p
+// is step02's forward over p+1 tokens (median of --reps after one warm-up). p10/p90 (cached) and
+// min/max (uncached) columns show the spread behind each median. The `agree` column checks,
+// before believing any time, that the uncached forward's argmax at p is the token the cached
+// run produced there. CPU threads: common/cpu_env.h (one policy, no spinning pools).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@
 
 #include "args.h"
 #include "check.h"
+#include "cpu_env.h"
 #include "gpu.h"
 #include "kvcache.h"
 #include "model.h"
@@ -42,7 +45,7 @@ static void usage(FILE *f) {
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
             "  --window     latency at p = median of the cached steps p-W .. p+W (default 8)\n"
-            "  --reps       uncached forwards timed per position (median; default 3)\n"
+            "  --reps       uncached forwards timed per position, and CPU cached runs (median; default 3)\n"
             "  --copy-gbps  the bandwidth ceiling (default: measured now on the GPU, build/ceilings.json on the CPU)\n"
             "  --gemv V     GPU: GEMV version 1..4 for the table (default: the fastest decode of the ladder, measured first)\n");
 }
@@ -66,16 +69,32 @@ static double rss_bytes(void) {
     return (double)res * (double)sysconf(_SC_PAGESIZE);
 }
 
-static double median_window(const double *v, int n, int p, int w) {
-    int a = p - w < 0 ? 0 : p - w, b = p + w >= n ? n - 1 : p + w;
-    double *t = xmalloc((size_t)(b - a + 1) * sizeof(double));
-    for (int i = a; i <= b; i++) t[i - a] = v[i];
-    double m = median_d(t, b - a + 1);
-    free(t);
-    return m;
+// The steps a .. b of every run (v is (runs, n)): min/p10/p90/max over all of them; the median
+// is the median of the runs' own medians, so one run hit by a burst of other load does not move
+// it (with 3 runs it is the middle run).
+static TimeStats steps_stats(const double *v, int runs, int n, int a, int b) {
+    const int k = b - a + 1;
+    double *t = xmalloc((size_t)k * runs * sizeof(double)), *med = xmalloc((size_t)runs * sizeof(double));
+    for (int r = 0; r < runs; r++) {
+        for (int i = a; i <= b; i++) t[r * k + i - a] = v[(size_t)r * n + i];
+        double *one = xmalloc((size_t)k * sizeof(double));
+        memcpy(one, t + r * k, (size_t)k * sizeof(double));
+        med[r] = median_d(one, k);
+        free(one);
+    }
+    TimeStats st = time_stats(t, k * runs);
+    st.median = median_d(med, runs);
+    free(t), free(med);
+    return st;
+}
+
+// The steps p-w .. p+w of every run.
+static TimeStats window_stats(const double *v, int runs, int n, int p, int w) {
+    return steps_stats(v, runs, n, p - w < 0 ? 0 : p - w, p + w >= n ? n - 1 : p + w);
 }
 
 int main(int argc, char **argv) {
+    cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
     int window = 8, reps = 3, gemv_ver = -1;
     double copy_gbps = 0;
@@ -196,11 +215,10 @@ int main(int argc, char **argv) {
     mha.n_kv_heads = c->n_heads;
     const double kv_mha = kv_bytes_per_token(&mha, kv_elem);
 
-    // ---- bytes a decode step must read: every weight once (the embedding table: one row)
+    // ---- bytes a decode step must read: step01's account_decode_step (every weight once, the
+    // embedding table one row unless it is the tied lm_head; the KV rows of every position so far)
     const double es = use_cuda ? kv_elem : 4.0;
-    const ParamCount pc = account_params(c);
-    const double emb = (double)c->vocab * c->hidden * es;
-    const double weights_read = (double)pc.total * es - (c->tie_embeddings ? 0 : emb) + c->hidden * es;
+    const double weights_read = account_decode_step(c, 1, 0, es, kv_elem).weights;
     if (copy_gbps <= 0) {
         if (use_cuda) {
             double rd, wr;
@@ -211,8 +229,9 @@ int main(int argc, char **argv) {
         }
     }
 
-    // ---- cached: one greedy run, every step timed (after a warm-up run)
-    double *step_ms = xcalloc((size_t)nsteps, sizeof(double));
+    // ---- cached: greedy runs, every step timed (after a warm-up run); step_ms is (runs, nsteps)
+    const int runs = use_cuda ? 1 : reps;
+    double *step_ms = xcalloc((size_t)runs * nsteps, sizeof(double));
     int *toks = xcalloc((size_t)nsteps + 1, sizeof(int));  // toks[p] = the token fed at position p
     toks[0] = 1 % c->vocab;
     float *logits = xmalloc((size_t)c->vocab * sizeof(float));
@@ -224,12 +243,38 @@ int main(int argc, char **argv) {
         if (gpu_decoder_greedy(dec, toks[0], nsteps, toks + 1, ms) != 0) die("decode failed");
         for (int i = 0; i < nsteps; i++) step_ms[i] = ms[i];
         free(ms);
-    } else {
-        for (int p = 0; p < nsteps; p++) {
-            const double t0 = now_sec();
-            if (forward_cached_cpu(&cm, &kv, &toks[p], 1, logits) != 0) die("decode failed");
-            step_ms[p] = (now_sec() - t0) * 1e3;
-            toks[p + 1] = argmax_f32(logits, c->vocab);
+    }
+    // ---- uncached: step02's forward over p+1 tokens; nocache_ms is (npos, reps). First a warm-up
+    // that also checks the argmax. On the CPU the rounds interleave: round r = cached run r, then
+    // one uncached forward per position, so a burst of other load on the machine lands in one
+    // round of every statistic instead of in all the samples of one.
+    double *nocache_ms = xcalloc((size_t)npos * reps, sizeof(double));
+    int *agree = xcalloc((size_t)npos, sizeof(int));
+    for (int r = -1; r < reps; r++) {
+        if (!use_cuda && r < runs) {  // the cached run of this round (r = -1: the warm-up run)
+            kv.len = 0;
+            for (int p = 0; p < nsteps; p++) {
+                const double t0 = now_sec();
+                if (forward_cached_cpu(&cm, &kv, &toks[p], 1, logits) != 0) die("decode failed");
+                const double ms = (now_sec() - t0) * 1e3;
+                if (r >= 0) step_ms[(size_t)r * nsteps + p] = ms;
+                const int next = argmax_f32(logits, c->vocab);
+                if (r > -1 && next != toks[p + 1]) die("cached run %d: position %d gave token %d, the first run %d", r, p, next, toks[p + 1]);
+                toks[p + 1] = next;
+            }
+        }
+        for (int i = 0; i < npos; i++) {
+            const int p = pos[i];
+            double ms = 0;
+            if (use_cuda) {
+                if (forward_last_cuda(gm, toks, p + 1, r < 0 ? logits : NULL, &ms) != 0) die("forward failed");
+            } else {
+                const double t0 = now_sec();
+                if (forward_last_cpu(&cm, toks, p + 1, logits) != 0) die("forward failed");
+                ms = (now_sec() - t0) * 1e3;
+            }
+            if (r < 0) agree[i] = argmax_f32(logits, c->vocab) == toks[p + 1];
+            else nocache_ms[(size_t)i * reps + r] = ms;
         }
     }
 
@@ -241,6 +286,11 @@ int main(int argc, char **argv) {
                model_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->intermediate,
                c->vocab);
     table_meta(t, "precision", "%s", dtype);
+    if (!use_cuda) table_meta(t, "cpu_threads", "%s", cpu_env_describe());
+    table_meta(t, "timing", "%s", use_cuda ? "CUDA events; one cached run after a warm-up run"
+                                           : "wall clock; a warm-up round, then --reps rounds of (one cached run, one uncached "
+                                             "forward per position); cached: median of the rounds' medians; "
+                                             "spread: p10/p90 of all steps, min/max of the rounds");
     table_meta(t, "kv_bytes_per_token_formula", "%.0f (2 * %d layers * %d kv_heads * %d head_dim * %.0f bytes)", kv_tok,
                c->n_layers, c->n_kv_heads, c->head_dim, kv_elem);
     table_meta(t, "kv_bytes_per_token_measured", "%.0f (%s over %d positions)", kv_meas_tok,
@@ -250,7 +300,7 @@ int main(int argc, char **argv) {
                kv_mha / kv_tok);
     table_meta(t, "weights_read_per_token", "%.4g bytes (all weights once; the embedding table one row)", weights_read);
     table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps,
-               copy_gbps > 0 ? (use_cuda ? "measured now: device copy, read+write counted" : "build/ceilings.json")
+               copy_gbps > 0 ? (use_cuda ? "measured now: device copy, read+write counted" : ceilings_path())
                              : "unknown: pct columns empty");
     if (use_cuda) {  // the GEMV alone on this model's weight shapes (cold weights), vs the copy ceiling
         const int d = c->hidden, qkv = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim, qd = c->n_heads * c->head_dim;
@@ -272,7 +322,11 @@ int main(int argc, char **argv) {
     }
     table_col(t, "position", "%.0f");
     table_col(t, "cached_ms", "%.4f");
+    table_col(t, "cached_p10_ms", "%.4f");
+    table_col(t, "cached_p90_ms", "%.4f");
     table_col(t, "nocache_ms", "%.4f");
+    table_col(t, "nocache_min_ms", "%.4f");
+    table_col(t, "nocache_max_ms", "%.4f");
     table_col(t, "nocache_over_cached", "%.2f");
     table_col(t, "kv_bytes_read", "%.4g");
     table_col(t, "bytes_per_token", "%.4g");
@@ -281,50 +335,45 @@ int main(int argc, char **argv) {
     table_col(t, "agree", "%.0f");
     for (int i = 0; i < npos; i++) {
         const int p = pos[i];
-        const double cms = median_window(step_ms, nsteps, p, window);
-        double *nt = xmalloc((size_t)reps * sizeof(double));
-        int agree = 1;
-        for (int r = 0; r <= reps; r++) {  // r = 0: warm-up and the argmax check
-            double ms = 0;
-            if (use_cuda) {
-                if (forward_last_cuda(gm, toks, p + 1, r == 0 ? logits : NULL, &ms) != 0) die("forward failed");
-            } else {
-                const double t0 = now_sec();
-                if (forward_last_cpu(&cm, toks, p + 1, logits) != 0) die("forward failed");
-                ms = (now_sec() - t0) * 1e3;
-            }
-            if (r == 0) agree = argmax_f32(logits, c->vocab) == toks[p + 1];
-            else nt[r - 1] = ms;
-        }
-        const double nms = median_d(nt, reps);
-        free(nt);
-        const double kvb = kv_tok * (p + 1), bytes = weights_read + kvb;
+        const TimeStats cst = window_stats(step_ms, runs, nsteps, p, window);
+        const double cms = cst.median;
+        const TimeStats nst = time_stats(nocache_ms + (size_t)i * reps, reps);
+        const double nms = nst.median;
+        const DecodeStep ds = account_decode_step(c, 1, p + 1, es, kv_elem);  // position p reads p + 1 K/V rows
+        const double kvb = ds.kv, bytes = ds.bytes;
         table_row(t);
         table_num(t, "position", p);
         table_num(t, "cached_ms", cms);
+        table_num(t, "cached_p10_ms", cst.p10);
+        table_num(t, "cached_p90_ms", cst.p90);
         table_num(t, "nocache_ms", nms);
+        table_num(t, "nocache_min_ms", nst.min);
+        table_num(t, "nocache_max_ms", nst.max);
         table_num(t, "nocache_over_cached", nms / cms);
         table_num(t, "kv_bytes_read", kvb);
         table_num(t, "bytes_per_token", bytes);
         table_num(t, "cached_gbps", bytes / cms * 1e-6);
         table_num(t, "pct_of_copy", copy_gbps > 0 ? 100.0 * bytes / cms * 1e-6 / copy_gbps : 0.0 / 0.0);
-        table_num(t, "agree", agree);
+        table_num(t, "agree", agree[i]);
     }
     // headline: the median decode step over positions 1 .. min(128, nsteps-1)
     const int hn = nsteps - 1 < 128 ? nsteps - 1 : 128;
     if (hn >= 1) {
-        double *h = xmalloc((size_t)hn * sizeof(double));
-        for (int i = 0; i < hn; i++) h[i] = step_ms[1 + i];
-        const double hm = median_d(h, hn);
-        free(h);
-        const double hb = weights_read + kv_tok * (1 + hn / 2.0);
+        const TimeStats hs = steps_stats(step_ms, runs, nsteps, 1, hn);
+        const double hm = hs.median;
+        const int mid_ctx = 1 + (hn + 1) / 2;  // the middle of positions 1..hn, as a context length
+        const double hb = account_decode_step(c, 1, mid_ctx, es, kv_elem).bytes;
         table_meta(t, "decode_batch1", "median step %.4f ms over positions 1..%d = %.1f tok/s; %.4g bytes/token -> %.1f GB/s = %.1f%% of copy",
                    hm, hn, 1e3 / hm, hb, hb / hm * 1e-6, copy_gbps > 0 ? 100.0 * hb / hm * 1e-6 / copy_gbps : 0.0);
-        if (copy_gbps > 0) table_meta(t, "roofline_tok_s", "%.1f (copy bandwidth / bytes per token)", copy_gbps * 1e9 / hb);
+        table_meta(t, "decode_batch1_spread", "p10 %.4f, p90 %.4f ms over %d steps (%d run%s)", hs.p10, hs.p90, hs.n, runs,
+                   runs > 1 ? "s" : "");
+        if (copy_gbps > 0)
+            table_meta(t, "roofline_tok_s", "%.1f (copy bandwidth / bytes of a decode step at context %d: the same as "
+                       "account --batch 1 --context %d --peak-gbps %.0f)", copy_gbps * 1e9 / hb, mid_ctx, mid_ctx, copy_gbps);
     }
     table_print(t, outfmt_from_args(argc, argv), stdout);
     table_free(t);
-    free(step_ms), free(toks), free(logits);
+    free(step_ms), free(toks), free(logits), free(nocache_ms), free(agree);
     if (dec) gpu_decoder_free(dec);
     if (gm) gpu_model_free(gm);
     if (cm.layers) cpu_model_free(&cm);

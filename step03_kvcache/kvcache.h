@@ -2,6 +2,7 @@
 // defines: CpuKvCache, cpu_kv_init, cpu_kv_free, cpu_kv_bytes,
 //          forward_cached_cpu, forward_last_cpu,
 //          SamplerParams, Sampler, sampler_init, sampler_free, sampler_sample, sampler_candidates,
+//          sampler_candidates_full_sort,
 //          logprobs_topk, argmax_f32,
 //          GpuDecoder, gpu_decoder_new, gpu_decoder_free, gpu_decoder_reset, gpu_decoder_len,
 //          gpu_decoder_step, gpu_decoder_greedy, gpu_decoder_kv_bytes, gpu_decoder_kv_elem_bytes,
@@ -72,6 +73,7 @@ typedef struct {
     Rng rng;
     int *idx;     // (vocab) candidate ids, most probable first
     float *prob;  // (vocab) their probabilities
+    float *pr;    // (vocab) work: softmax(logits / T) of every id
 } Sampler;
 
 void sampler_init(Sampler *s, const SamplerParams *p, int vocab);
@@ -80,6 +82,9 @@ int sampler_sample(Sampler *s, const float *logits);
 // The set a draw may pick from (after the filters), most probable first: writes ids to s->idx
 // and probabilities (renormalized) to s->prob, returns its size. sampler_sample draws from it.
 int sampler_candidates(Sampler *s, const float *logits);
+// The same set by sorting the whole vocabulary first (O(V log V)): the reference sample_bench
+// times sampler_candidates against.
+int sampler_candidates_full_sort(Sampler *s, const float *logits);
 // The k most probable ids and their log-probabilities (log_softmax of the raw logits).
 void logprobs_topk(const float *logits, int vocab, int k, int *ids, float *logprobs);
 int argmax_f32(const float *x, int n);  // first index of the maximum

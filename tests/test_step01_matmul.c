@@ -185,6 +185,101 @@ Test(step01, account_cli_json) {
     cr_expect_neq(system(cmd), 0, "an unknown preset must fail");
 }
 
+// Decode bytes by hand: Llama-3.1-8B bf16 (untied): every parameter but the 128256 x 4096
+// embedding table, plus the one row a token looks up; KV 4096 positions x 128 KiB.
+// Llama-3.2-1B (tied): the table is the lm_head, read whole.
+Test(step01, decode_step_bytes_by_hand) {
+    ModelConfig c = preset("llama-3.1-8b");
+    DecodeStep d = account_decode_step(&c, 1, 4096, 2, 2);
+    cr_expect_float_eq(d.weights, (8030261248.0 - 128256.0 * 4096 + 4096) * 2, 1e-3);
+    cr_expect_float_eq(d.kv, 4096.0 * 131072, 1e-3);
+    cr_expect_float_eq(d.bytes, d.weights + d.kv, 1e-3);
+    d = account_decode_step(&c, 16, 100, 2, 2);  // 16 rows of the table, 16 caches
+    cr_expect_float_eq(d.weights, (8030261248.0 - 128256.0 * 4096 + 16 * 4096) * 2, 1e-3);
+    cr_expect_float_eq(d.kv, 16.0 * 100 * 131072, 1e-3);
+    ModelConfig t = preset("llama-3.2-1b");
+    cr_expect_float_eq(account_decode_step(&t, 1, 1, 2, 2).weights, (double)account_params(&t).total * 2, 1e-3);
+}
+
+// account's JSON and text give one answer: at --batch 16 the prefill total is 16 sequences'
+// FLOPs in both, and the decode ceiling is batch / max(FLOPs / peak, bytes / bandwidth) with the
+// bytes of account_decode_step.
+Test(step01, account_json_batch_totals_and_roofline) {
+    json_t *j = run_json("--preset llama-3.1-8b --batch 16 --context 1024 --peak-tflops 100 --peak-gbps 1000");
+    const double per_seq = json_number_value(json_object_get(j, "flops_prefill_per_sequence"));
+    cr_expect_float_eq(json_number_value(json_object_get(j, "flops_prefill_total")), 16 * per_seq, 16 * per_seq * 1e-10);
+    ModelConfig c = preset("llama-3.1-8b");
+    const DecodeStep d = account_decode_step(&c, 16, 1024, 2, 2);
+    cr_expect_float_eq(json_number_value(json_object_get(j, "decode_bytes_read")), d.bytes, d.bytes * 1e-10);
+    const double floor_s = fmax(d.flops / 100e12, d.bytes / 1000e9);
+    cr_expect_float_eq(json_number_value(json_object_get(j, "decode_tokens_per_s_ceiling")), 16 / floor_s, 16 / floor_s * 1e-10);
+    json_decref(j);
+    char cmd[512];  // the text table prints the same whole-batch prefill total
+    snprintf(cmd, sizeof cmd, "%s/account --preset llama-3.1-8b --batch 16 --context 1024 --csv", BUILD_BIN_DIR);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[512];
+    double text_total = NAN;
+    while (fgets(line, sizeof line, p))
+        if (!strncmp(line, "flops,\"prefill, whole prompt\",", 30) || !strncmp(line, "flops,prefill, whole prompt,", 28))
+            text_total = atof(strchr(line + 25, ',') + 1);
+    pclose(p);
+    cr_expect_float_eq(text_total, 16 * per_seq, 16 * per_seq * 1e-8, "text prefill total %g, json %g", text_total,
+                       16 * per_seq);
+}
+
+// A ceilings file from a GPU without bf16 tensor cores (a T4: bf16 0) gives account the fp16
+// ceiling for bf16 weights, and says so; the file is found from any working directory.
+Test(step01, account_uses_fp16_ceiling_without_bf16_and_finds_the_file) {
+    char dir[] = "/tmp/ceil_t4_XXXXXX", path[256], cmd[1024];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ceilings.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"gpu_name\": \"Tesla T4\", \"gpu_copy_gbps\": 250.0, \"gpu_fp16_tflops\": 40.0, \"gpu_bf16_tflops\": 0.0}");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cd %s && LLM_CEILINGS=%s %s/%s/account --preset llama-3.2-1b --json", dir, path,
+             getcwd((char[1024]){0}, 1024), BUILD_BIN_DIR);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    static char buf[1 << 16];
+    buf[fread(buf, 1, sizeof buf - 1, p)] = 0;
+    cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+    json_error_t e;
+    json_t *j = json_loads(buf, 0, &e);
+    cr_assert_not_null(j, "not JSON: %s", e.text);
+    cr_expect_float_eq(json_number_value(json_object_get(j, "peak_tflops")), 40.0, 1e-9);
+    cr_expect_float_eq(json_number_value(json_object_get(j, "ridge_flops_per_byte")), 40e12 / 250e9, 1e-6);
+    const char *src = json_string_value(json_object_get(j, "ceilings_source"));
+    cr_expect(src && strstr(src, "fp16 ceiling"), "the source must say the fp16 ceiling is used: %s", src ? src : "(none)");
+    cr_expect_not_null(json_object_get(j, "decode_step_floor_s"));
+    json_decref(j);
+    unlink(path);
+    rmdir(dir);
+}
+
+// OpenBLAS forced onto its generic SSE kernels (OPENBLAS_CORETYPE=Prescott) on a CPU with AVX:
+// the CPU table says so and how to fix it; left alone (the kernels the library picks) it does not.
+static int matmul_warns(const char *env) {
+    char cmd[512], line[2048];
+    snprintf(cmd, sizeof cmd, "%s %s/matmul --device cpu --size 64 --check 33,17,20 --csv 2>/dev/null", env, BUILD_BIN_DIR);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    int warned = 0;
+    while (fgets(line, sizeof line, p)) warned |= !strncmp(line, "# cpu_warning:", 14) && strstr(line, "OPENBLAS_CORETYPE");
+    cr_expect_eq(pclose(p), 0, "%s failed", cmd);
+    return warned;
+}
+Test(step01, generic_openblas_kernels_are_reported) {
+#if defined(__x86_64__)
+    if (!__builtin_cpu_supports("avx")) cr_skip_test("this CPU has no AVX: the generic kernels are its own");
+    cr_expect(matmul_warns("OPENBLAS_CORETYPE=Prescott"), "no warning with OPENBLAS_CORETYPE=Prescott");
+    if (!getenv("OPENBLAS_CORETYPE")) cr_expect(!matmul_warns(""), "a warning with the kernels OpenBLAS picked itself");
+#else
+    cr_skip_test("the kernel check is for x86 OpenBLAS builds");
+#endif
+}
+
 // roofline: the CPU half runs, every ceiling it reports is positive and finite, and the saved
 // ceilings file round-trips (a temporary path, so the real build/ceilings.json is untouched).
 Test(step01, roofline_cpu_measures_and_saves_ceilings, .timeout = 120) {

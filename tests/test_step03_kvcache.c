@@ -11,7 +11,9 @@
 // cached GEMV and the uncached cuBLAS GEMM round differently); the device-side greedy loop
 // (CUDA graph replays) gives the tokens of the host-side loop.
 // Sampling: a seed reproduces its draws; draws never leave the top-k / top-p / min-p set
-// (computed here independently); temperature -> 0 and greedy give the argmax.
+// (computed here independently); temperature -> 0 and greedy give the argmax; the sampler, which
+// sorts only what the filters keep, gives the candidates, probabilities and draws of a sort of the
+// whole vocabulary on thousands of random cases (peaked, flat, tied logits).
 // KV bytes: the cache holds exactly the formula 2 * layers * kv_heads * head_dim * bytes per token.
 // generate: stops right after an EOS id of generation_config.json, and not with --ignore-eos.
 #include <criterion/criterion.h>
@@ -417,6 +419,117 @@ Test(step03, sampling_never_leaves_the_topk_topp_minp_set) {
         sampler_free(&s);
         free(seen), free(allowed), free(ord), free(pr), free(l);
     }
+}
+
+// The straightforward sampler the partial selection must agree with: sort the whole vocabulary
+// (qsort, probability descending, ties lower id first), cut top-k, top-p, min-p on the sorted
+// list, renormalize, draw. Same float/double arithmetic as step03's sampler, written here.
+static const float *g_ref_key;
+static int ref_by_prob(const void *a, const void *b) {
+    const int i = *(const int *)a, j = *(const int *)b;
+    const float x = g_ref_key[i], y = g_ref_key[j];
+    if (x != y) return x > y ? -1 : 1;
+    return i - j;
+}
+static int ref_candidates(const SamplerParams *p, const float *logits, int V, int *idx, float *prob) {
+    float *pr = malloc((size_t)V * sizeof(float));
+    const float inv_t = 1.0f / p->temperature;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++) mx = fmaxf(mx, logits[i] * inv_t);
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += pr[i] = expf(logits[i] * inv_t - mx);
+    for (int i = 0; i < V; i++) pr[i] = (float)(pr[i] / sum);
+    for (int i = 0; i < V; i++) idx[i] = i;
+    g_ref_key = pr;
+    qsort(idx, (size_t)V, sizeof(int), ref_by_prob);
+    int n = V;
+    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+    if (p->top_p > 0 && p->top_p < 1) {
+        double kept = 0, tot = 0;
+        for (int i = 0; i < n; i++) tot += pr[idx[i]];
+        int m = 0;
+        while (m < n) {
+            kept += pr[idx[m++]];
+            if (kept >= p->top_p * tot) break;
+        }
+        n = m;
+    }
+    if (p->min_p > 0) {
+        const float cut = p->min_p * pr[idx[0]];
+        int m = 1;
+        while (m < n && pr[idx[m]] >= cut) m++;
+        n = m;
+    }
+    double tot = 0;
+    for (int i = 0; i < n; i++) tot += pr[idx[i]];
+    for (int i = 0; i < n; i++) prob[i] = (float)(pr[idx[i]] / tot);
+    free(pr);
+    return n;
+}
+static int ref_draw(const int *idx, const float *prob, int n, Rng *r) {
+    if (n == 1) return idx[0];
+    const double u = rng_uniform(r);
+    double c = 0;
+    for (int i = 0; i < n; i++) {
+        c += prob[i];
+        if (u < c) return idx[i];
+    }
+    return idx[n - 1];
+}
+
+Test(step03, partial_selection_samples_what_a_full_sort_samples) {
+    Rng r;
+    rng_seed(&r, 80);
+    const int Vs[] = {1, 2, 17, 300, 4096, 50000};
+    const float Ts[] = {0.6f, 1.0f, 1.7f};
+    const int Ks[] = {0, 1, 7, 50, 1000};
+    const float Ps[] = {1.0f, 0.3f, 0.9f, 0.999f};
+    const float Ms[] = {0.0f, 0.02f, 0.3f};
+    int cases = 0, draws = 0, sizes_differ = 0;
+    for (size_t vi = 0; vi < sizeof Vs / sizeof Vs[0]; vi++) {
+        const int V = Vs[vi];
+        float *l = malloc((size_t)V * sizeof(float));
+        int *ridx = malloc((size_t)V * sizeof(int));
+        float *rprob = malloc((size_t)V * sizeof(float));
+        for (int shape = 0; shape < 3; shape++) {
+            // peaked (std 4), flat (std 0.3), and many exact ties (logits on a coarse grid)
+            for (int i = 0; i < V; i++) {
+                const float z = rng_normal(&r);
+                l[i] = shape == 0 ? 4.0f * z : shape == 1 ? 0.3f * z : floorf(2.0f * z);
+            }
+            for (size_t ti = 0; ti < 3; ti++)
+                for (size_t ki = 0; ki < 5; ki++)
+                    for (size_t pi = 0; pi < 4; pi++)
+                        for (size_t mi = 0; mi < 3; mi++) {
+                            if (V > 1000 && (ti != 1 || (ki + pi + mi) % 3)) continue;  // keep the big vocabularies quick
+                            SamplerParams sp = {.temperature = Ts[ti], .top_k = Ks[ki], .top_p = Ps[pi], .min_p = Ms[mi],
+                                                .seed = 1000u + (unsigned)cases};
+                            Sampler s;
+                            sampler_init(&s, &sp, V);
+                            const int n = sampler_candidates(&s, l);
+                            const int rn = ref_candidates(&sp, l, V, ridx, rprob);
+                            sizes_differ += n != rn;
+                            cr_assert_eq(n, rn, "V=%d shape %d T=%g k=%d p=%g m=%g: %d candidates, the full sort %d", V,
+                                         shape, sp.temperature, sp.top_k, sp.top_p, sp.min_p, n, rn);
+                            for (int i = 0; i < n; i++) {
+                                cr_assert_eq(s.idx[i], ridx[i], "V=%d T=%g k=%d p=%g m=%g: candidate %d is id %d, full sort %d",
+                                             V, sp.temperature, sp.top_k, sp.top_p, sp.min_p, i, s.idx[i], ridx[i]);
+                                cr_assert(s.prob[i] == rprob[i], "candidate %d: probability %.9g vs %.9g", i, s.prob[i], rprob[i]);
+                            }
+                            Rng rr;
+                            rng_seed(&rr, sp.seed);
+                            for (int d = 0; d < 4; d++, draws++) {
+                                const int want = ref_draw(ridx, rprob, rn, &rr), got = sampler_sample(&s, l);
+                                cr_assert_eq(got, want, "V=%d T=%g k=%d p=%g m=%g draw %d: %d, the full sort draws %d", V,
+                                             sp.temperature, sp.top_k, sp.top_p, sp.min_p, d, got, want);
+                            }
+                            sampler_free(&s);
+                            cases++;
+                        }
+        }
+        free(l), free(ridx), free(rprob);
+    }
+    cr_expect(cases > 500 && draws == 4 * cases && sizes_differ == 0, "%d cases, %d draws", cases, draws);
 }
 
 Test(step03, greedy_and_zero_temperature_give_the_argmax) {
