@@ -73,22 +73,35 @@ int batch_check(const Batch *b, int n_slots, int max_len, int vocab) {
 }
 
 void batch_from_plan(Batch *b, const SchedPlan *p, const Request *reqs, int max_len) {
-    int row = 0;
-    b->n_seqs = p->n;
+    int row = 0, seq = 0, n_pad_prompt = 0;
     b->n_logits = 0;
     b->cu_seqlens_q[0] = 0;
     for (int i = 0; i < p->n; i++) {
+        if (p->pad[i] == PLAN_PAD_PROMPT) {  // rows of the padding sequence, added last
+            n_pad_prompt += p->n_new[i];
+            continue;
+        }
         const Request *r = &reqs[p->req[i]];
         for (int j = 0; j < p->n_new[i]; j++, row++) {
             const int pos = p->start[i] + j;
-            b->token_ids[row] = r->tokens[pos];
+            // a padding decode (a finished static member) feeds its last token at its next position
+            b->token_ids[row] = r->tokens[pos < r->num_tokens ? pos : r->num_tokens - 1];
             b->positions[row] = pos;
             b->slot_mapping[row] = r->slot * max_len + pos;
         }
-        b->cu_seqlens_q[i + 1] = row;
-        b->seq_lens_k[i] = p->start[i] + p->n_new[i];
-        b->seq_slot[i] = r->slot;
+        b->cu_seqlens_q[seq + 1] = row;
+        b->seq_lens_k[seq] = p->start[i] + p->n_new[i];
+        b->seq_slot[seq] = r->slot;
+        seq++;
         if (p->samples[i]) b->logit_rows[b->n_logits++] = row - 1;
     }
+    if (n_pad_prompt > 0) {  // prompt padding: computed rows that touch no KV and give no logits
+        for (int j = 0; j < n_pad_prompt; j++, row++) b->token_ids[row] = 0, b->positions[row] = 0, b->slot_mapping[row] = -1;
+        b->cu_seqlens_q[seq + 1] = row;
+        b->seq_lens_k[seq] = 0;
+        b->seq_slot[seq] = -1;
+        seq++;
+    }
+    b->n_seqs = seq;
     b->n_tokens = row;
 }

@@ -55,7 +55,8 @@ static void usage(FILE *f) {
             "                  in arrival order, each run until its longest request ends\n"
             "  --max-num-seqs  sequences per step at most (default 256; also the number of KV slots)\n"
             "  --max-num-batched-tokens  the token budget of a step (default 8192)\n"
-            "  --max-model-len positions per KV slot (default: the longest prompt + max_tokens of the workload)\n"
+            "  --max-model-len positions per KV slot (default: the longest prompt + max_tokens of a request;\n"
+            "                  static: the longest prompt + the longest max_tokens, a padded batch's row length)\n"
             "  --json          {\"requests\": [...in input order], \"summary\": {...}} instead of the table\n"
             "  --timeline      per request: arrival, first scheduled, first token, finish (seconds), lengths\n");
 }
@@ -276,8 +277,17 @@ int main(int argc, char **argv) {
     if (req_path) read_jsonl(req_path, cfg.vocab, &rl);
     else make_trace(poisson, n_req > 0 ? n_req : 256, in_a, in_b, out_a, out_b, rate, cfg.vocab, &rl);
     if (max_len == 0) {
-        for (int i = 0; i < rl.n; i++)
+        // continuous: the longest prompt + max_tokens of one request. static: the longest prompt +
+        // the longest max_tokens, the length of a padded batch's rows, so that a finished member's
+        // padding decodes have room in its slot until the batch's longest request ends (the
+        // scheduler stops a padding row at max_len when the slots are shorter)
+        int lp = 0, lo = 0;
+        for (int i = 0; i < rl.n; i++) {
             if (rl.r[i].num_prompt + rl.r[i].max_tokens > max_len) max_len = rl.r[i].num_prompt + rl.r[i].max_tokens;
+            if (rl.r[i].num_prompt > lp) lp = rl.r[i].num_prompt;
+            if (rl.r[i].max_tokens > lo) lo = rl.r[i].max_tokens;
+        }
+        if (policy == POLICY_STATIC) max_len = lp + lo;
         if (max_len > cfg.max_pos) max_len = cfg.max_pos;
     }
     SchedConfig sc = {.policy = policy, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len};
@@ -416,6 +426,9 @@ int main(int argc, char **argv) {
         JNUM("itl_ms_p99", pctl(os.itl_ms, (int)os.n_itl, 0.99));
         JNUM("idle_slot_share", idle_share);
         JINT("steps", st->steps);
+        JINT("rows_computed", st->tokens + st->idle_slots);
+        JINT("padding_rows", st->idle_slots);
+        JINT("prompt_padding_rows", st->pad_slots);
         JNUM("mean_seqs_per_step", st->steps ? (double)st->seq_steps / st->steps : 0);
         JNUM("mean_tokens_per_step", st->steps ? (double)st->tokens / st->steps : 0);
         JINT("static_batches", st->batches);
@@ -459,7 +472,8 @@ int main(int argc, char **argv) {
             {"steps", (double)st->steps, "forwards run (each one flat batch)"},
             {"mean seqs / step", st->steps ? (double)st->seq_steps / st->steps : 0, "sequences in a step's batch"},
             {"mean tokens / step", st->steps ? (double)st->tokens / st->steps : 0, "new tokens (rows) in a step's batch"},
-            {"idle slot share", idle_share, "static: (prompt padding + seats of finished members) / (those + real tokens)"},
+            {"rows computed", (double)(st->tokens + st->idle_slots), "rows run through the model, padding included"},
+            {"idle slot share", idle_share, "static: padding rows (prompt padding + finished members' rows) / rows computed"},
             {"peak KV used tokens", (double)st->peak_used, "max over steps of K/V rows written by slot holders"},
             {"peak KV reserved tokens", (double)st->peak_reserved, "max over steps of the sum of min(prompt + max_tokens, max_len)"},
             {"peak KV used MB", st->peak_used * kv_tok / 1e6, "x 2 * layers * kv_heads * head_dim * bytes"},

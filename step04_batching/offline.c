@@ -21,10 +21,10 @@ int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, Offlin
     long cap_rows = s->cfg.max_num_batched_tokens;
     if (cap_rows > (long)cap_seqs * s->cfg.max_len) cap_rows = (long)cap_seqs * s->cfg.max_len;
     Batch b;
-    batch_alloc(&b, cap_seqs, (int)cap_rows);
+    batch_alloc(&b, cap_seqs + 1, (int)cap_rows);  // + the padding sequence of a static batch
     SchedPlan plan = {0};
     float *logits = NULL;  // (cap_seqs, vocab), allocated when a row samples
-    int *argmax = xmalloc((size_t)cap_seqs * sizeof(int)), *tokens = xmalloc((size_t)cap_seqs * sizeof(int));
+    int *argmax = xmalloc((size_t)cap_seqs * sizeof(int)), *tokens = xmalloc((size_t)2 * cap_seqs * sizeof(int));  // plan entries: static padding too
     Sampler sampler;
     const SamplerParams sp0 = {.greedy = 1, .temperature = 0, .top_p = 1};
     sampler_init(&sampler, &sp0, vocab);

@@ -87,6 +87,9 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, 
     memmove(s->waiting + s->w_head, s->waiting, (size_t)nw * sizeof(int));
     s->running = xmalloc((size_t)cfg->max_num_seqs * sizeof(int));
     s->batch = xmalloc((size_t)cfg->max_num_seqs * sizeof(int));
+    s->pad_left = xcalloc((size_t)(n_reqs > 0 ? n_reqs : 1), sizeof(int));
+    s->pad_pos = xmalloc((size_t)(n_reqs > 0 ? n_reqs : 1) * sizeof(int));
+    for (int i = 0; i < n_reqs; i++) s->pad_pos[i] = -1;
     KvSlots *kv = &s->kv;
     kv->n_slots = cfg->max_num_seqs;
     kv->max_len = cfg->max_len;
@@ -99,28 +102,31 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, 
 }
 
 void sched_free(Scheduler *s) {
-    free(s->waiting), free(s->running), free(s->batch);
+    free(s->waiting), free(s->running), free(s->batch), free(s->pad_left), free(s->pad_pos);
     free(s->kv.free_slots), free(s->kv.reservation);
     memset(s, 0, sizeof *s);
 }
 
 void plan_free(SchedPlan *p) {
-    free(p->req), free(p->n_new), free(p->start), free(p->samples);
+    free(p->req), free(p->n_new), free(p->start), free(p->samples), free(p->pad);
     memset(p, 0, sizeof *p);
 }
 
-static void plan_add(SchedPlan *p, int req, int n_new, int start, int samples) {
+static void plan_add(SchedPlan *p, int req, int n_new, int start, int samples, int pad) {
     if (p->n == p->cap) {
         p->cap = p->cap ? 2 * p->cap : 16;
         p->req = realloc(p->req, (size_t)p->cap * sizeof(int));
         p->n_new = realloc(p->n_new, (size_t)p->cap * sizeof(int));
         p->start = realloc(p->start, (size_t)p->cap * sizeof(int));
         p->samples = realloc(p->samples, (size_t)p->cap * sizeof(int));
-        if (!p->req || !p->n_new || !p->start || !p->samples) die("out of memory");
+        p->pad = realloc(p->pad, (size_t)p->cap * sizeof(int));
+        if (!p->req || !p->n_new || !p->start || !p->samples || !p->pad) die("out of memory");
     }
     p->req[p->n] = req, p->n_new[p->n] = n_new, p->start[p->n] = start, p->samples[p->n] = samples;
+    p->pad[p->n] = pad;
     p->n++;
     p->n_tokens += n_new;
+    if (pad) p->n_pad += n_new;
     p->n_samples += samples;
 }
 
@@ -148,8 +154,20 @@ static void schedule_one(Scheduler *s, int i, long *budget, double now, SchedPla
     const long n = rem < *budget ? rem : *budget;
     if (n <= 0) return;
     if (r->first_sched_s < 0) r->first_sched_s = now;
-    plan_add(p, i, (int)n, r->num_computed, n == rem);
+    plan_add(p, i, (int)n, r->num_computed, n == rem, PLAN_REAL);
     *budget -= n;
+}
+
+// static: a member's prompt padding rows (left padding: before its real prompt rows), then its
+// real tokens
+static void schedule_member(Scheduler *s, int i, long *budget, double now, SchedPlan *p) {
+    if (s->pad_left[i] > 0) {
+        const long n = s->pad_left[i] < *budget ? s->pad_left[i] : *budget;
+        if (s->reqs[i].first_sched_s < 0) s->reqs[i].first_sched_s = now;
+        plan_add(p, i, (int)n, 0, 0, PLAN_PAD_PROMPT);
+        *budget -= n;
+    }
+    if (*budget > 0) schedule_one(s, i, budget, now, p);
 }
 
 static int admit(Scheduler *s, double now) {
@@ -171,7 +189,13 @@ static void finish(Scheduler *s, Request *r, FinishReason why, double now) {
     r->finish = why;
     r->finish_s = now;
     s->n_finished++;
-    if (s->cfg.policy == POLICY_CONTINUOUS) kv_release(&s->kv, r);  // static: at the end of the batch
+    if (s->cfg.policy == POLICY_CONTINUOUS) {
+        kv_release(&s->kv, r);
+    } else {  // static: the slot is freed at the end of the batch; until then the row is padding
+        const int i = (int)(r - s->reqs);
+        s->pad_left[i] = 0;
+        s->pad_pos[i] = r->num_computed;  // its next position (the last token's, after a sampled finish)
+    }
 }
 
 static void drop_finished_running(Scheduler *s) {
@@ -180,13 +204,16 @@ static void drop_finished_running(Scheduler *s) {
         if (s->reqs[s->running[k]].status == REQ_RUNNING) s->running[m++] = s->running[k];
     s->n_running = m;
     if (s->cfg.policy == POLICY_STATIC && m == 0 && s->n_batch > 0) {
-        for (int k = 0; k < s->n_batch; k++) kv_release(&s->kv, &s->reqs[s->batch[k]]);
+        for (int k = 0; k < s->n_batch; k++) {
+            kv_release(&s->kv, &s->reqs[s->batch[k]]);
+            s->pad_pos[s->batch[k]] = -1;
+        }
         s->n_batch = 0;
     }
 }
 
 void sched_schedule(Scheduler *s, double now, SchedPlan *p) {
-    p->n = 0, p->n_tokens = 0, p->n_samples = 0;
+    p->n = 0, p->n_tokens = 0, p->n_pad = 0, p->n_samples = 0;
     // a client's cancel takes effect at the step boundary, running or waiting
     for (int k = 0; k < s->n_running; k++) {
         Request *r = &s->reqs[s->running[k]];
@@ -210,29 +237,45 @@ void sched_schedule(Scheduler *s, double now, SchedPlan *p) {
             s->batch[s->n_batch++] = i;
             if (s->reqs[i].num_prompt > longest) longest = s->reqs[i].num_prompt;
         }
-        if (s->n_batch > 0) {
-            long pad = 0;
-            for (int k = 0; k < s->n_batch; k++) pad += longest - s->reqs[s->batch[k]].num_prompt;
-            s->st.batches++;
-            s->st.pad_slots += pad;
-            s->st.idle_slots += pad;
-        }
+        for (int k = 0; k < s->n_batch; k++) s->pad_left[s->batch[k]] = longest - s->reqs[s->batch[k]].num_prompt;
+        if (s->n_batch > 0) s->st.batches++;
     }
-    for (int k = 0; k < s->n_running && budget > 0; k++) schedule_one(s, s->running[k], &budget, now, p);
-    if (s->cfg.policy == POLICY_CONTINUOUS) {
+    if (s->cfg.policy == POLICY_STATIC) {
+        for (int k = 0; k < s->n_running && budget > 0; k++) schedule_member(s, s->running[k], &budget, now, p);
+        // finished members' rows, while the batch runs: one padding decode each, budget permitting.
+        // A row that would pass the slot's end (max_len) stops there: it is not computed.
+        for (int k = 0; k < s->n_batch && budget > 0 && s->n_running > 0; k++) {
+            const int i = s->batch[k];
+            if (s->reqs[i].status != REQ_FINISHED || s->pad_pos[i] < 0 || s->pad_pos[i] >= s->cfg.max_len) continue;
+            plan_add(p, i, 1, s->pad_pos[i], 0, PLAN_PAD_DECODE);
+            budget--;
+        }
+    } else {
+        for (int k = 0; k < s->n_running && budget > 0; k++) schedule_one(s, s->running[k], &budget, now, p);
         int i;
         while (budget > 0 && (i = admit(s, now)) >= 0) schedule_one(s, i, &budget, now, p);
     }
     if (p->n == 0) return;
     s->st.steps++;
-    s->st.tokens += p->n_tokens;
-    s->st.seq_steps += p->n;
-    if (s->cfg.policy == POLICY_STATIC) s->st.idle_slots += s->n_batch - s->n_running;  // finished members' seats
+    s->st.tokens += p->n_tokens - p->n_pad;
+    s->st.idle_slots += p->n_pad;
+    for (int i = 0; i < p->n; i++) {
+        if (p->pad[i] == PLAN_PAD_PROMPT) s->st.pad_slots += p->n_new[i];
+        else s->st.seq_steps++;
+    }
 }
 
 void sched_update(Scheduler *s, const SchedPlan *p, const int *tokens, double now) {
     for (int i = 0; i < p->n; i++) {
         Request *r = &s->reqs[p->req[i]];
+        if (p->pad[i] == PLAN_PAD_PROMPT) {  // padding: nothing of the request changes
+            s->pad_left[p->req[i]] -= p->n_new[i];
+            continue;
+        }
+        if (p->pad[i] == PLAN_PAD_DECODE) {
+            s->pad_pos[p->req[i]]++;
+            continue;
+        }
         r->num_computed += p->n_new[i];
         if (!p->samples[i]) continue;
         const int tok = tokens[i];
@@ -244,7 +287,8 @@ void sched_update(Scheduler *s, const SchedPlan *p, const int *tokens, double no
         else if (r->num_tokens >= reservation(r, s->cfg.max_len)) finish(s, r, FINISH_LENGTH, now);
     }
     drop_finished_running(s);
-    // KV in use after the step: tokens written by the requests that hold a slot
+    // KV in use after the step: tokens written by the requests that hold a slot (real tokens;
+    // a finished static member's padding K/V goes to positions of its slot nothing reads)
     long used = 0;
     const int *holders = s->cfg.policy == POLICY_STATIC ? s->batch : s->running;
     const int n_holders = s->cfg.policy == POLICY_STATIC ? s->n_batch : s->n_running;

@@ -16,10 +16,16 @@
 //
 // Static batching (the baseline): the same per-step rule inside a batch, but a batch of up to
 // max_num_seqs requests is formed only when the previous batch has completely finished, and it
-// runs until its longest request ends. The seats of requests that finished early, and the prompt
-// padding a rectangular batch tensor needs (every prompt padded to the batch's longest), are
-// counted as idle slots; they are not run through the model (so static's measured throughput
-// is, if anything, better than a padded implementation would get).
+// runs until its longest request ends. Its padding is computed, as in a padded batch tensor
+// (what a model's generate() runs): every member's prompt is left-padded to the batch's
+// longest, each padding row going through the model as a row of a padding sequence (slot -1,
+// seq_lens_k 0: GEMM rows that touch no KV and give no logits) ahead of the member's real
+// prompt rows; a member that has finished keeps its row until the batch ends, decoding its last
+// token at its next position in its own slot (its K/V written there, so its attention grows as
+// in the padded tensor) without logits: what it would produce is discarded, its output, finish
+// reason and times stay as they were at its real finish. Padding rows share the token budget;
+// real work is scheduled first, a finished member's row takes what is left. A padding decode
+// row stops at max_len (batch_bench sizes slots for the longest prompt + the longest output).
 //
 // KV in step04 (KvSlots): one contiguous slot of max_len positions per running sequence; a
 // request is admitted only if prompt + max_tokens (capped at max_len) fits into the KV token
@@ -47,12 +53,19 @@ typedef struct {
     int eos[8];
 } SchedConfig;
 
-// One step's plan: n sequences, sequence i is request req[i] with n_new[i] new tokens starting
-// at position start[i]; samples[i] = 1 when it is fully computed after the step.
+// Kinds of plan entries: a real chunk of a request, or (static batching only) padding rows.
+enum { PLAN_REAL = 0, PLAN_PAD_PROMPT, PLAN_PAD_DECODE };
+
+// One step's plan: n entries, entry i is request req[i] with n_new[i] new rows starting at
+// position start[i]; samples[i] = 1 when it is fully computed after the step. pad[i]:
+// PLAN_REAL; PLAN_PAD_PROMPT = n_new[i] rows of prompt padding for batch member req[i] (start
+// 0, no KV, flattened into one padding sequence); PLAN_PAD_DECODE = one padding decode row of
+// the finished member req[i] at position start[i] in its slot (its output is discarded).
 typedef struct {
     int n, cap;
-    int *req, *n_new, *start, *samples;
-    long n_tokens;  // Σ n_new
+    int *req, *n_new, *start, *samples, *pad;
+    long n_tokens;  // Σ n_new: the rows of the step, padding included
+    long n_pad;     // of n_tokens, padding rows
     int n_samples;
 } SchedPlan;
 
@@ -68,10 +81,10 @@ typedef struct {
 
 typedef struct {
     long steps;           // steps that ran a forward
-    long tokens;          // Σ scheduled (real) tokens = computed slots holding a token
-    long idle_slots;      // static: seats of finished batch members, per step; + prompt padding
+    long tokens;          // Σ scheduled real tokens = computed rows holding a token of a request
+    long idle_slots;      // static: padding rows computed (prompt padding + finished members' rows)
     long pad_slots;       // static: of idle_slots, the prompt padding to the batch's longest prompt
-    long seq_steps;       // Σ over steps of sequences in the step (batch occupancy)
+    long seq_steps;       // Σ over steps of sequences with a KV slot in the step (padding decodes too)
     long peak_used;       // max over steps of Σ num_computed of slot holders (KV tokens written)
     long peak_reserved;   // max over steps of Σ reservations
     double used_sum, reserved_sum;  // Σ over steps, for the reserved-but-unused fraction
@@ -88,6 +101,8 @@ typedef struct {
     int n_running;
     int *batch;     // static: the current batch's members (finished ones stay until the batch ends)
     int n_batch;
+    int *pad_left;  // static, per request: prompt padding rows not yet computed
+    int *pad_pos;   // static, per request: a finished member's next padding position (-1: none)
     int n_finished;
     KvSlots kv;
     SchedStats st;
@@ -108,17 +123,18 @@ void sched_free(Scheduler *s);
 // The plan of the next step at engine time now (seconds); plan->n == 0 when nothing can run
 // (nothing arrived yet, or everything finished). Sets first_sched_s of newly scheduled requests.
 void sched_schedule(Scheduler *s, double now, SchedPlan *plan);
-// After the forward: tokens[i] is the token sampled for plan sequence i (read only where
-// plan->samples[i]). Advances num_computed, appends, finishes (EOS / max_tokens / max_len), frees
-// slots, records first_token_s and finish_s = now.
+// After the forward: tokens[i] is the token sampled for plan entry i (read only where
+// plan->samples[i]; padding entries never sample). Advances num_computed, appends, finishes
+// (EOS / max_tokens / max_len), frees slots, records first_token_s and finish_s = now.
 void sched_update(Scheduler *s, const SchedPlan *plan, const int *tokens, double now);
 int sched_done(const Scheduler *s);             // every request finished
 double sched_next_arrival(const Scheduler *s);  // arrival_s of the first not yet admitted, or -1
 void plan_free(SchedPlan *p);
 
 // The flat batch of a plan (batch.h): rows in plan order, slot_mapping = slot * max_len + pos,
-// logit_rows = the last row of every sequence that samples. b must hold plan->n seqs and
-// plan->n_tokens rows.
+// logit_rows = the last row of every sequence that samples; the PLAN_PAD_PROMPT rows of all
+// entries go last, as one padding sequence (token 0, position 0, slot -1, seq_lens_k 0). b must
+// hold plan->n + 1 seqs and plan->n_tokens rows.
 void batch_from_plan(Batch *b, const SchedPlan *plan, const Request *reqs, int max_len);
 
 #ifdef __cplusplus

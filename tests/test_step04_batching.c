@@ -113,7 +113,7 @@ static void drive_fake(const SchedConfig *cfg, Reqs *q, int V, const char *what)
     for (int i = s.w_head; i < q->n; i++) order[n_order++] = s.waiting[i];
     int *seen = calloc((size_t)q->n, sizeof(int));
     SchedPlan p = {0};
-    int *tokens = malloc((size_t)cfg->max_num_seqs * sizeof(int));
+    int *tokens = malloc((size_t)2 * cfg->max_num_seqs * sizeof(int));  // static padding entries too
     double now = 0;
     long step = 0;
     while (!sched_done(&s)) {
@@ -137,12 +137,28 @@ static void drive_fake(const SchedConfig *cfg, Reqs *q, int V, const char *what)
         }
         cr_assert(p.n_tokens <= cfg->max_num_batched_tokens, "%s: %ld tokens > budget %ld", what, p.n_tokens,
                   cfg->max_num_batched_tokens);
-        cr_assert(s.n_running <= cfg->max_num_seqs && p.n <= cfg->max_num_seqs, "%s: %d running, %d in plan > %d", what,
-                  s.n_running, p.n, cfg->max_num_seqs);
-        long sum = 0;
-        int in_plan[4096] = {0};
+        long sum = 0, pad = 0;
+        int in_plan[4096] = {0}, padded[4096] = {0}, n_real = 0;
         for (int i = 0; i < p.n; i++) {
             const Request *r = &q->r[p.req[i]];
+            sum += p.n_new[i];
+            if (p.pad[i] != PLAN_REAL) {  // static padding rows of a batch member
+                cr_assert(cfg->policy == POLICY_STATIC, "%s: padding in a continuous plan", what);
+                cr_assert(!padded[p.req[i]]++, "%s: request %d padded twice in one plan", what, p.req[i]);
+                int member = 0;
+                for (int k = 0; k < s.n_batch; k++) member |= s.batch[k] == p.req[i];
+                cr_assert(member && r->slot >= 0 && p.n_new[i] >= 1, "%s: padding of request %d outside the batch", what, p.req[i]);
+                if (p.pad[i] == PLAN_PAD_DECODE)
+                    cr_assert(r->status == REQ_FINISHED && p.n_new[i] == 1 && !p.samples[i] && p.start[i] >= r->num_computed &&
+                                  p.start[i] < cfg->max_len,
+                              "%s: padding decode of request %d at %d", what, p.req[i], p.start[i]);
+                else
+                    cr_assert(r->status == REQ_RUNNING && r->num_computed == 0 && !p.samples[i],
+                              "%s: prompt padding of request %d after its prompt started", what, p.req[i]);
+                pad += p.n_new[i];
+                continue;
+            }
+            n_real++;
             cr_assert(!in_plan[p.req[i]]++, "%s: request %d twice in one plan", what, p.req[i]);
             cr_assert(r->status == REQ_RUNNING && r->slot >= 0, "%s: request %d planned but not running", what, p.req[i]);
             cr_assert(p.n_new[i] >= 1 && p.start[i] == before[p.req[i]], "%s: plan entry %d starts at %d, computed %d", what,
@@ -151,9 +167,11 @@ static void drive_fake(const SchedConfig *cfg, Reqs *q, int V, const char *what)
             cr_assert_eq(p.samples[i], p.start[i] + p.n_new[i] == r->num_tokens, "%s: samples flag wrong", what);
             cr_assert(r->arrival_s <= now, "%s: request %d scheduled at %.2f before it arrives at %.2f", what, p.req[i], now,
                       r->arrival_s);
-            sum += p.n_new[i];
         }
         cr_assert_eq(sum, p.n_tokens);
+        cr_assert_eq(pad, p.n_pad);
+        cr_assert(s.n_running <= cfg->max_num_seqs && n_real <= cfg->max_num_seqs, "%s: %d running, %d in plan > %d", what,
+                  s.n_running, n_real, cfg->max_num_seqs);
         // FCFS: requests leave the waiting state exactly in arrival order
         for (int i = 0; i < q->n; i++)
             if (q->r[i].status != REQ_WAITING && !seen[i] && q->r[i].finish != FINISH_ERROR) seen[i] = 1, n_admitted++;
@@ -286,7 +304,8 @@ Test(step04, chunked_prefill_plan_by_hand) {
 }
 
 // Static: batches of 3 in arrival order; the 4th request waits for the whole first batch; the
-// prompt padding of a batch {3, 5, 9} is 6 + 4 + 0 and finished members idle until the longest ends.
+// prompt padding of a batch {3, 5, 9} is 6 + 4 + 0 rows, and finished members run padding rows until
+// the longest ends.
 Test(step04, static_batches_by_hand) {
     Request r[4] = {mk(0, 3, 1, 0), mk(1, 5, 4, 0), mk(2, 9, 2, 0), mk(3, 2, 1, 0)};
     SchedConfig c = {.policy = POLICY_STATIC, .max_num_seqs = 3, .max_num_batched_tokens = 100, .max_len = 32};
@@ -294,7 +313,7 @@ Test(step04, static_batches_by_hand) {
     char err[128];
     cr_assert_eq(sched_init(&s, &c, r, 4, err, sizeof err), 0);
     SchedPlan p = {0};
-    int tok[3] = {5, 5, 5}, steps = 0;
+    int tok[6] = {5, 5, 5, 5, 5, 5}, steps = 0;  // one per plan entry: members and their padding
     while (r[1].status != REQ_FINISHED) {
         sched_schedule(&s, steps, &p);
         cr_assert(p.n > 0);
@@ -310,6 +329,88 @@ Test(step04, static_batches_by_hand) {
     plan_free(&p);
     sched_free(&s);
     for (int i = 0; i < 4; i++) request_free(&r[i]);
+}
+
+// Static padding is computed: the batch {3, 5, 9} (max_tokens 1, 4, 2) runs its prefill as
+// 3 x 9 rows (10 of them a padding sequence: no slot, no logits), then 3 rows per step until
+// its longest request ends (finished members decode in their own slot, sampling nothing);
+// every request's tokens, finish reason and finish time are those of an unpadded run.
+Test(step04, static_batch_computes_its_padding_rows) {
+    static const char *cfg_json =
+        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
+        "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,\"vocab_size\":300,"
+        "\"max_position_embeddings\":512,\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"tie_word_embeddings\":true}";
+    ModelConfig cfg;
+    char err[256];
+    cr_assert_eq(hf_config_parse(cfg_json, "test", &cfg, err, sizeof err), 0, "%s", err);
+    CpuModel m;
+    cpu_model_random(&cfg, 5, &m);
+    enum { N = 4, L = 32 };
+    static const int np[N] = {3, 5, 9, 2}, mt[N] = {1, 4, 2, 1};
+    int *want[N];
+    double want_finish[N];
+    for (int pol = 1; pol >= 0; pol--) {  // static first, then continuous (no padding) with the same requests
+        Request r[N];
+        for (int i = 0; i < N; i++) {
+            r[i] = mk(i, np[i], mt[i], 0);
+            for (int j = 0; j < np[i]; j++) r[i].tokens[j] = (7 * i + 3 * j + 1) % cfg.vocab;
+        }
+        SchedConfig c = {.policy = pol, .max_num_seqs = 3, .max_num_batched_tokens = UNLIMITED, .max_len = L};
+        Scheduler s;
+        cr_assert_eq(sched_init(&s, &c, r, N, err, sizeof err), 0, "%s", err);
+        Runner *run = runner_new_cpu(&m, 3, L, 3 * L, err, sizeof err);
+        cr_assert(run, "%s", err);
+        Batch b;
+        batch_alloc(&b, 4, 3 * L);
+        SchedPlan p = {0};
+        int argmax[3], tok[8], rows[16], n_steps = 0;
+        while (!sched_done(&s)) {
+            cr_assert(n_steps < 16);
+            sched_schedule(&s, n_steps, &p);
+            cr_assert(p.n > 0);
+            batch_from_plan(&b, &p, r, L);
+            cr_assert_eq(batch_check(&b, 3, L, cfg.vocab), 0);
+            cr_assert_eq(b.n_tokens, p.n_tokens);
+            cr_assert_eq(runner_forward(run, &b, NULL, argmax), 0);
+            for (int i = 0, k = 0; i < p.n; i++)
+                if (p.samples[i]) tok[i] = argmax[k++];
+            rows[n_steps++] = b.n_tokens;
+            sched_update(&s, &p, tok, n_steps);
+        }
+        if (pol == POLICY_STATIC) {
+            static const int want_rows[] = {27, 3, 3, 3, 2};
+            cr_assert_eq(n_steps, 5, "static: 4 steps of the first batch, 1 of the second");
+            for (int k = 0; k < 5; k++) cr_expect_eq(rows[k], want_rows[k], "static step %d: %d rows", k, rows[k]);
+            cr_expect_eq(s.st.pad_slots, 10, "prompt padding 6 + 4 + 0");
+            cr_expect_eq(s.st.idle_slots, 10 + 1 + 2 + 2, "+ finished members' rows: 1, 2, 2 in decode steps 2..4");
+            cr_expect_eq(s.st.tokens, (3 + 5 + 9 + 2) + (0 + 3 + 1 + 0), "real rows: prompts + decodes");
+        } else {
+            cr_expect_eq(s.st.idle_slots, 0);
+        }
+        for (int i = 0; i < N; i++) {
+            cr_expect_eq(r[i].finish, FINISH_LENGTH);
+            cr_assert_eq(r[i].num_tokens - r[i].num_prompt, mt[i], "%s: request %d produced %d tokens", policy_name(c.policy), i,
+                         r[i].num_tokens - r[i].num_prompt);
+            if (pol == POLICY_STATIC) {
+                want[i] = malloc((size_t)mt[i] * sizeof(int));
+                memcpy(want[i], r[i].tokens + np[i], (size_t)mt[i] * sizeof(int));
+                want_finish[i] = r[i].finish_s;
+            } else {
+                cr_expect(!memcmp(want[i], r[i].tokens + np[i], (size_t)mt[i] * sizeof(int)),
+                          "request %d: static (padded) and continuous tokens differ", i);
+                free(want[i]);
+            }
+            request_free(&r[i]);
+        }
+        if (pol == POLICY_STATIC)  // finish times are the real ones: 1 step, 4 steps, 2 steps; the 2nd batch's 1
+            cr_expect(want_finish[0] == 1 && want_finish[1] == 4 && want_finish[2] == 2 && want_finish[3] == 5,
+                      "finish times %g %g %g %g", want_finish[0], want_finish[1], want_finish[2], want_finish[3]);
+        plan_free(&p);
+        batch_free(&b);
+        runner_free(run);
+        sched_free(&s);
+    }
+    cpu_model_free(&m);
 }
 
 // ---------------------------------------------------------------- the batched CPU runner
@@ -699,6 +800,14 @@ Test(step04, batch_bench_nano_trace_both_policies, .timeout = 300) {
     cr_expect(json_real_value(json_object_get(sm[1], "idle_slot_share")) > 0.1);
     cr_expect_eq(json_integer_value(json_object_get(sm[1], "static_batches")), 16, "256 requests / 16 seats");
     cr_expect_eq(json_integer_value(json_object_get(sm[0], "output_tokens")), json_integer_value(json_object_get(sm[1], "output_tokens")));
+    // rows computed: every token but each request's last (never fed back), + static's padding rows
+    const json_int_t real = json_integer_value(json_object_get(sm[0], "prompt_tokens")) +
+                            json_integer_value(json_object_get(sm[0], "output_tokens")) - 256;
+    cr_expect_eq(json_integer_value(json_object_get(sm[0], "rows_computed")), real);
+    cr_expect_eq(json_integer_value(json_object_get(sm[0], "padding_rows")), 0);
+    const json_int_t pad_s = json_integer_value(json_object_get(sm[1], "padding_rows"));
+    cr_expect(pad_s > 0 && json_integer_value(json_object_get(sm[1], "rows_computed")) == real + pad_s, "static: %lld padding rows",
+              (long long)pad_s);
     json_decref(run[0]), json_decref(run[1]);
 }
 
