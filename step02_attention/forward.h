@@ -1,7 +1,8 @@
 // forward.h — the Llama-family forward pass (prefill, no KV cache), on the CPU and on CUDA.
 // defines: CpuLayer, CpuModel, cpu_model_load, cpu_model_random, cpu_model_free,
 //          embed_cpu, rmsnorm_cpu, rope_inv_freq, rope_table_cpu, rope_apply_cpu, linear_cpu,
-//          attention_cpu, attention_at_cpu, swiglu_cpu, add_cpu, mlp_block_cpu, forward_cpu,
+//          attention_cpu, attention_at_cpu, swiglu_cpu, add_cpu, LinearFn, mlp_block_cpu,
+//          mlp_block_lin_cpu, forward_cpu,
 //          ForwardTimes, GpuModel, gpu_model_load, gpu_model_random, gpu_model_free,
 //          gpu_model_describe, gpu_model_weight_bytes, gpu_mem_used_bytes, forward_cuda, attention_gpu_check,
 //          forward_topk
@@ -92,6 +93,11 @@ void add_cpu(float *x, const float *y, long n);
 // x (T, hidden) is updated in place; xn, tmp (T, hidden) and gate, up (T, intermediate) are scratch.
 void mlp_block_cpu(const CpuLayer *L, const ModelConfig *c, float *x, int T, float *xn, float *gate, float *up,
                    float *tmp);
+// A projection with linear_cpu's contract (step04 passes its row-deterministic linear_rows_cpu).
+typedef void (*LinearFn)(const float *x, const float *W, const float *b, int T, int n_in, int n_out, float *y);
+// mlp_block_cpu with the projection lin instead of linear_cpu.
+void mlp_block_lin_cpu(const CpuLayer *L, const ModelConfig *c, LinearFn lin, float *x, int T, float *xn, float *gate,
+                       float *up, float *tmp);
 
 // Where the time went (CPU: wall clock; GPU: CUDA events), filled when a pointer is passed.
 typedef struct {

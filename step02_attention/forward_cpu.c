@@ -149,15 +149,20 @@ void add_cpu(float *x, const float *y, long n) {
     for (long i = 0; i < n; i++) x[i] += y[i];
 }
 
-void mlp_block_cpu(const CpuLayer *L, const ModelConfig *c, float *x, int T, float *xn, float *gate, float *up,
-                   float *tmp) {
+void mlp_block_lin_cpu(const CpuLayer *L, const ModelConfig *c, LinearFn lin, float *x, int T, float *xn, float *gate,
+                       float *up, float *tmp) {
     const int d = c->hidden, ff = c->intermediate;
     rmsnorm_cpu(x, L->mlp_norm, T, d, c->rms_eps, xn);
-    linear_cpu(xn, L->w_gate, NULL, T, d, ff, gate);
-    linear_cpu(xn, L->w_up, NULL, T, d, ff, up);
+    lin(xn, L->w_gate, NULL, T, d, ff, gate);
+    lin(xn, L->w_up, NULL, T, d, ff, up);
     swiglu_cpu(gate, up, (long)T * ff, gate);
-    linear_cpu(gate, L->w_down, NULL, T, ff, d, tmp);
+    lin(gate, L->w_down, NULL, T, ff, d, tmp);
     add_cpu(x, tmp, (long)T * d);
+}
+
+void mlp_block_cpu(const CpuLayer *L, const ModelConfig *c, float *x, int T, float *xn, float *gate, float *up,
+                   float *tmp) {
+    mlp_block_lin_cpu(L, c, linear_cpu, x, T, xn, gate, up, tmp);
 }
 
 void forward_topk(const float *x, int n, int k, int *idx) {

@@ -101,7 +101,7 @@ static int forward_cpu_batch(Runner *r, const Batch *b, float *logits_out, int *
         return -1;
     }
     const int T = b->n_tokens, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
-    const int qd = H * hd, kd = KV * hd, ff = c->intermediate, half = hd / 2, V = c->vocab;
+    const int qd = H * hd, kd = KV * hd, half = hd / 2, V = c->vocab;
     const size_t layer_rows = (size_t)r->n_slots * r->max_len;
     if (T == 0) return 0;
 
@@ -145,13 +145,8 @@ static int forward_cpu_batch(Runner *r, const Batch *b, float *logits_out, int *
         }
         linear_rows_cpu(r->att, L->wo, L->bo, T, qd, d, r->tmp);
         add_cpu(r->x, r->tmp, (long)T * d);
-        // the MLP block of step02 (mlp_block_cpu), with the row-deterministic projection
-        rmsnorm_cpu(r->x, L->mlp_norm, T, d, c->rms_eps, r->xn);
-        linear_rows_cpu(r->xn, L->w_gate, NULL, T, d, ff, r->gate);
-        linear_rows_cpu(r->xn, L->w_up, NULL, T, d, ff, r->up);
-        swiglu_cpu(r->gate, r->up, (long)T * ff, r->gate);
-        linear_rows_cpu(r->gate, L->w_down, NULL, T, ff, d, r->tmp);
-        add_cpu(r->x, r->tmp, (long)T * d);
+        // the MLP block of step02, with the row-deterministic projection
+        mlp_block_lin_cpu(L, c, linear_rows_cpu, r->x, T, r->xn, r->gate, r->up, r->tmp);
     }
     // final norm and lm_head only for the rows that sample
     const int nl = b->n_logits;
