@@ -22,8 +22,9 @@ $B/batch_scan --preset llama-3.1-8b --prefill 2048 --steps 10 2>&1 | tee "$OUT/p
 #   timeline_<shape>_<policy>_s<seqs>_h200.csv       per request: arrival, first scheduled, first token, finish
 # max_num_seqs 32 and 64: with 256 requests static batching forms 8 or 4 batches (at 256 both policies
 # would run the same single batch). The schedule does not depend on the device: static needs
-# 7918 steps against continuous' 5117 at 32 seats (1.55x), 4058 against 2767 at 64 (1.47x) — the
-# ceiling of the throughput ratio, reached when a step costs the same with more sequences in it.
+# 7922 steps against continuous' 5117 at 32 seats (1.55x), 4063 against 2767 at 64 (1.47x), and
+# computes its padding as a padded batch does (prompts padded to the batch's longest, finished
+# members' rows until the batch ends: 507267 and 516609 rows against continuous' 292701).
 # SEQS="64" picks others; BUDGET the token budget per step.
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,memory.used --format=csv \
     > "$OUT/gpu_state_batch_bench_h200.txt" 2>&1
@@ -38,7 +39,7 @@ for shape in qwen3-0.6b llama-3.1-8b; do
         || echo "batch_bench $tag failed (see $OUT/batch_bench_${tag}_h200.txt)"
       python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("\n".join(f"{k}: {v}" for k,v in s.items()))' \
           "$OUT/batch_bench_${tag}_h200.json" >> "$OUT/batch_bench_${tag}_h200.txt" 2>/dev/null \
-        && grep -E "^(output_tok_s|total_tok_s|ttft_ms_p50|ttft_ms_p99|tpot_ms_p50|tpot_ms_p99|idle_slot_share|steps):" \
+        && grep -E "^(output_tok_s|total_tok_s|ttft_ms_p50|ttft_ms_p99|tpot_ms_p50|tpot_ms_p99|idle_slot_share|steps|rows_computed|padding_rows):" \
                "$OUT/batch_bench_${tag}_h200.txt"
     done
   done
