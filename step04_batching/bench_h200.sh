@@ -34,7 +34,7 @@ for shape in qwen3-0.6b llama-3.1-8b; do
       tag="${shape}_${policy}_s${seqs}"
       echo "== batch_bench --trace nano, $shape, $policy, max_num_seqs $seqs"
       $B/batch_bench --preset "$shape" --trace nano --device cuda --policy "$policy" --max-num-seqs "$seqs" \
-          --max-num-batched-tokens "${BUDGET:-8192}" --timeline "$OUT/timeline_${tag}_h200.csv" \
+          --max-num-batched-tokens "${BUDGET:-8192}" --json --timeline "$OUT/timeline_${tag}_h200.csv" \
           2> "$OUT/batch_bench_${tag}_h200.txt" > "$OUT/batch_bench_${tag}_h200.json" \
         || echo "batch_bench $tag failed (see $OUT/batch_bench_${tag}_h200.txt)"
       python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("\n".join(f"{k}: {v}" for k,v in s.items()))' \
@@ -51,7 +51,7 @@ done
 for budget in ${BUDGETS:-256 2048 8192}; do
   echo "== batch_bench --trace poisson, qwen3-0.6b, budget $budget"
   $B/batch_bench --preset qwen3-0.6b --trace poisson --rate 20 --num-requests 200 --input-len 100:1024 \
-      --output-len 100:512 --device cuda --max-num-seqs 64 --max-num-batched-tokens "$budget" \
+      --output-len 100:512 --device cuda --max-num-seqs 64 --max-num-batched-tokens "$budget" --json \
       2>/dev/null > "$OUT/batch_bench_qwen3-0.6b_poisson_b${budget}_h200.json" \
     && python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print({k: round(s[k], 2) for k in ("output_tok_s","ttft_ms_p50","ttft_ms_p99","itl_ms_p50","itl_ms_p99","tpot_ms_p99")})' \
            "$OUT/batch_bench_qwen3-0.6b_poisson_b${budget}_h200.json" \
