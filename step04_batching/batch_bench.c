@@ -21,6 +21,7 @@
 
 #include "args.h"
 #include "check.h"
+#include "cpu_env.h"
 #include "gpu.h"
 #include "model.h"
 #include "rng.h"
@@ -202,6 +203,7 @@ static double pctl(const double *v, int n, double q) {  // linear interpolation,
 }
 
 int main(int argc, char **argv) {
+    cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *req_path = NULL, *trace = NULL, *device = NULL, *timeline = NULL;
     SchedPolicy policy = POLICY_CONTINUOUS;
     int max_seqs = 256, max_len = 0, n_req = -1, json = 0, in_a = 100, in_b = 1024, out_a = 100, out_b = 1024;
@@ -451,6 +453,7 @@ int main(int argc, char **argv) {
         table_meta(t, "run", "device %s | model %s | %s | policy %s | %s", dev_desc, model_dir ? model_dir : preset,
                    runner_describe(run), policy_name(policy), settings);
         if (use_cuda) table_meta(t, "compute_capability", "%d.%d", gi.cc_major, gi.cc_minor);
+        else table_meta(t, "cpu_threads", "%s", cpu_env_describe());
         table_meta(t, "model", "%s", model_desc);
         table_meta(t, "workload", "%s (%ld prompt + %ld output tokens; %d could not run)", workload, prompt, gen, n_err);
         table_col(t, "metric", NULL);
