@@ -132,8 +132,8 @@ $(GEN)/build_info.h: FORCE
 	@cmp -s $@.tmp $@ || mv $@.tmp $@
 	@rm -f $@.tmp
 
-# ---- tests: every tests/test_*.c in one Criterion binary
-TEST_SRC := $(wildcard tests/test_*.c)
+# ---- tests: every tests/test_*.c (and the helpers they share, tests/*_util.c) in one Criterion binary
+TEST_SRC := $(wildcard tests/test_*.c tests/*_util.c)
 TEST_BIN := $(BUILD)/tests/run_tests
 $(TEST_BIN): $(TEST_SRC:%=$(OBJ)/%.o) $(ALL_LIBS)
 	@mkdir -p $(@D)

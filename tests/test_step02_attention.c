@@ -17,22 +17,19 @@
 //               and GPU vs CPU on every checkpoint          TOL_BF16 (f32: 1e-3)
 // GPU tests skip (and say why) without a CUDA device.
 #include <criterion/criterion.h>
-#include <dirent.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "compare.h"
+#include "golden_util.h"
 #include "gpu.h"
 #include "model.h"
 #include "npy.h"
 #include "rng.h"
 #include "step02_attention/forward.h"
 
-#define MODELS_DIR "tests/data/models"
 #define TOL_F32 1e-3   // max|diff| / max|logit|: fp32 engine vs fp32 transformers
 #define TOL_BF16 4e-2  // bf16 transformers (bf16 activations, bf16 residual) vs fp32-residual engines
 
@@ -305,38 +302,6 @@ Test(step02, gpu_attention_matches_cpu) {
 
 // ---------------------------------------------------------------- full model vs goldens
 
-typedef struct {
-    char dir[300];
-    char name[256];
-} Ckpt;
-
-// Every tests/data/models/<name>/ that has goldens/, sorted by name.
-static int list_checkpoints(Ckpt *out, int max) {
-    DIR *d = opendir(MODELS_DIR);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
-        if (e->d_name[0] == '.') continue;
-        char g[300];
-        struct stat st;
-        if (strlen(e->d_name) > 200) continue;
-        snprintf(g, sizeof g, "%s/%s/goldens", MODELS_DIR, e->d_name);
-        if (stat(g, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-        snprintf(out[n].dir, sizeof out[n].dir, "%s/%s", MODELS_DIR, e->d_name);
-        snprintf(out[n].name, sizeof out[n].name, "%s", e->d_name);
-        n++;
-    }
-    closedir(d);
-    for (int i = 1; i < n; i++)  // insertion sort by name
-        for (int j = i; j > 0 && strcmp(out[j - 1].name, out[j].name) > 0; j--) {
-            Ckpt t = out[j];
-            out[j] = out[j - 1];
-            out[j - 1] = t;
-        }
-    return n;
-}
-
 static int load_npy_ids(const char *path, int **ids) {
     NpyArray a;
     if (npy_load(path, &a) != 0) return -1;
@@ -403,29 +368,18 @@ static float *check_prompt(const Run *r, const int *ids, int T, const NpyArray *
     return gpu;
 }
 
-static int in_top5(const json_t *top5, int id) {
-    for (size_t k = 0; k < json_array_size(top5); k++)
-        if ((int)json_integer_value(json_array_get(top5, k)) == id) return 1;
-    return 0;
-}
-
 // The 39-token sequence prompt_T7 + the 32 tokens transformers generated greedily: one
 // uncached forward over it must give logits_full.npy, and its argmax at each generated position
 // must follow the vLLM rule against greedy.json: identical until the first difference, where
 // each side's token is in the other's top-5 (then stop: the sequences have diverged).
 static void check_full(const Run *r, const char *dir) {
-    char p[700];
-    snprintf(p, sizeof p, "%.300s/goldens/greedy.json", dir);
-    json_error_t je;
-    json_t *g = json_load_file(p, 0, &je);
-    if (!g) return;  // older goldens without greedy.json
-    const json_t *pid = json_object_get(g, "prompt_ids"), *gen = json_object_get(g, "generated_ids");
-    const json_t *top5 = json_object_get(g, "top5_ids");
-    cr_assert(json_is_array(pid) && json_is_array(gen) && json_is_array(top5), "%s: malformed", p);
-    const int np = (int)json_array_size(pid), ng = (int)json_array_size(gen), T = np + ng;
+    Golden g;
+    if (!golden_read(dir, &g, 0)) return;  // older goldens without greedy.json
+    const int np = g.np, ng = g.ng, T = np + ng;
     int *ids = malloc((size_t)T * sizeof(int));
-    for (int i = 0; i < np; i++) ids[i] = (int)json_integer_value(json_array_get(pid, i));
-    for (int i = 0; i < ng; i++) ids[np + i] = (int)json_integer_value(json_array_get(gen, i));
+    memcpy(ids, g.prompt, (size_t)np * sizeof(int));
+    memcpy(ids + np, g.gen, (size_t)ng * sizeof(int));
+    char p[700];
     NpyArray gold, ref32;
     snprintf(p, sizeof p, "%.300s/goldens/logits_full.npy", dir);
     cr_assert_eq(npy_load(p, &gold), 0, "%s", p);
@@ -434,36 +388,28 @@ static void check_full(const Run *r, const char *dir) {
     char label[32];
     snprintf(label, sizeof label, "full T=%d", T);
     float *ours = check_prompt(r, ids, T, &gold, have32 ? &ref32 : NULL, label);
-    int agreed = 0;
+    int *best = malloc((size_t)ng * sizeof(int)), *best5 = malloc((size_t)ng * 5 * sizeof(int));
     for (int i = 0; i < ng; i++) {  // position np-1+i predicts generated token i
-        int best;
-        forward_topk(ours + (size_t)(np - 1 + i) * r->vocab, r->vocab, 1, &best);
-        if (best == ids[np + i]) {
-            agreed++;
-            continue;
-        }
-        int ours5[5];
-        forward_topk(ours + (size_t)(np - 1 + i) * r->vocab, r->vocab, 5, ours5);
-        int theirs_in_ours = 0;
-        for (int k = 0; k < 5; k++) theirs_in_ours |= ours5[k] == ids[np + i];
-        cr_expect(theirs_in_ours && in_top5(json_array_get(top5, i), best),
-                  "%s %s: greedy step %d: ours %d, transformers %d, not in each other's top-5", r->name,
-                  r->use_cuda ? "gpu" : "cpu", i, best, ids[np + i]);
-        break;
+        forward_topk(ours + (size_t)(np - 1 + i) * r->vocab, r->vocab, 5, best5 + 5 * i);
+        best[i] = best5[5 * i];
     }
+    char what[400];
+    snprintf(what, sizeof what, "%s %s greedy vs transformers", r->name, r->use_cuda ? "gpu" : "cpu");
+    const int agreed = vllm_expect(what, best, best5, g.gen, g.top5, ng);
     fprintf(stderr, "[greedy] %s %s: %d of %d greedy tokens identical before the first difference\n", r->name,
             r->use_cuda ? "gpu" : "cpu", agreed, ng);
     free(ours);
     free(ids);
+    free(best), free(best5);
     npy_free(&gold);
     if (have32) npy_free(&ref32);
-    json_decref(g);
+    golden_free(&g);
 }
 
 // Run every checkpoint's golden prompts on the CPU (use_cuda 0) or the GPU and check them.
 static void check_goldens(int use_cuda) {
     Ckpt ck[64];
-    int n = list_checkpoints(ck, 64);
+    int n = ckpt_list(ck, 64, "goldens");
     if (n == 0) cr_skip_test("no checkpoints with goldens under %s (tools/make_goldens.py)", MODELS_DIR);
     int checked = 0;
     for (int i = 0; i < n; i++) {

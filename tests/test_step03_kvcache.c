@@ -17,15 +17,14 @@
 // KV bytes: the cache holds exactly the formula 2 * layers * kv_heads * head_dim * bytes per token.
 // generate: stops right after an EOS id of generation_config.json, and not with --ignore-eos.
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "compare.h"
+#include "golden_util.h"
 #include "gpu.h"
 #include "model.h"
 #include "rng.h"
@@ -33,7 +32,6 @@
 #include "step01_matmul/matmul_gpu.h"  // matmul_round_to_dtype
 #include "step03_kvcache/kvcache.h"
 
-#define MODELS_DIR "tests/data/models"
 
 // ---------------------------------------------------------------- KV bytes
 
@@ -154,57 +152,6 @@ Test(step03, gpu_decode_attention_matches_cpu) {
 
 // ---------------------------------------------------------------- greedy generation vs goldens
 
-typedef struct {
-    char dir[300], name[256];
-} Ckpt;
-
-static int list_checkpoints(Ckpt *out, int max) {
-    DIR *d = opendir(MODELS_DIR);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
-        char g[600];
-        struct stat st;
-        if (e->d_name[0] == '.' || strlen(e->d_name) > 200) continue;
-        snprintf(g, sizeof g, "%s/%s/goldens/greedy.json", MODELS_DIR, e->d_name);
-        if (stat(g, &st) != 0) continue;
-        snprintf(out[n].dir, sizeof out[n].dir, "%s/%s", MODELS_DIR, e->d_name);
-        snprintf(out[n].name, sizeof out[n].name, "%s", e->d_name);
-        n++;
-    }
-    closedir(d);
-    return n;
-}
-
-typedef struct {
-    int np, ng;
-    int *prompt, *gen, *top5;  // (np) (ng) (ng, 5)
-} Golden;
-
-static void golden_load(const char *dir, Golden *g) {
-    char p[700];
-    snprintf(p, sizeof p, "%s/goldens/greedy.json", dir);
-    json_error_t je;
-    json_t *j = json_load_file(p, 0, &je);
-    cr_assert(j, "%s: %s", p, je.text);
-    const json_t *pid = json_object_get(j, "prompt_ids"), *gen = json_object_get(j, "generated_ids");
-    const json_t *t5 = json_object_get(j, "top5_ids");
-    cr_assert(json_is_array(pid) && json_is_array(gen) && json_is_array(t5), "%s: malformed", p);
-    g->np = (int)json_array_size(pid), g->ng = (int)json_array_size(gen);
-    g->prompt = malloc((size_t)g->np * sizeof(int));
-    g->gen = malloc((size_t)g->ng * sizeof(int));
-    g->top5 = malloc((size_t)g->ng * 5 * sizeof(int));
-    for (int i = 0; i < g->np; i++) g->prompt[i] = (int)json_integer_value(json_array_get(pid, i));
-    for (int i = 0; i < g->ng; i++) {
-        g->gen[i] = (int)json_integer_value(json_array_get(gen, i));
-        for (int k = 0; k < 5; k++) g->top5[i * 5 + k] = (int)json_integer_value(json_array_get(json_array_get(t5, i), k));
-    }
-    json_decref(j);
-}
-
-static void golden_free(Golden *g) { free(g->prompt), free(g->gen), free(g->top5); }
-
 // Greedy generation of n tokens after prompt; ours (n) ids, ours5 (n, 5) our top-5 per step.
 // mode 0: CPU cached, 1: CPU uncached, 2: GPU cached (decoder), 3: GPU uncached (step02 forward).
 static void run_greedy(int mode, const CpuModel *cm, GpuModel *gm, const int *prompt, int np, int n, int *ours,
@@ -243,27 +190,9 @@ static void run_greedy(int mode, const CpuModel *cm, GpuModel *gm, const int *pr
     free(logits);
 }
 
-static int in5(const int *top5, int id) {
-    for (int k = 0; k < 5; k++)
-        if (top5[k] == id) return 1;
-    return 0;
-}
-
-// vLLM's rule between two greedy runs a and b (each with its top-5): identical until the first
-// difference, where each side's token is in the other's top-5. Returns the agreed prefix length.
-static int vllm_rule(const char *what, const int *a, const int *a5, const int *b, const int *b5, int n) {
-    for (int i = 0; i < n; i++) {
-        if (a[i] == b[i]) continue;
-        cr_expect(in5(b5 + 5 * i, a[i]) && in5(a5 + 5 * i, b[i]), "%s: step %d: %d vs %d, not in each other's top-5",
-                  what, i, a[i], b[i]);
-        return i;
-    }
-    return n;
-}
-
 static void check_generation(int use_cuda) {
     Ckpt ck[64];
-    const int n = list_checkpoints(ck, 64);
+    const int n = ckpt_list(ck, 64, "goldens/greedy.json");
     if (n == 0) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
     for (int i = 0; i < n; i++) {
         char err[512], what[400];
@@ -284,10 +213,10 @@ static void check_generation(int use_cuda) {
         run_greedy(use_cuda ? 3 : 1, &cm, gm, g.prompt, g.np, g.ng, u_ids, u5);
         const char *dev = use_cuda ? "gpu" : "cpu";
         snprintf(what, sizeof what, "%s %s cached vs transformers", ck[i].name, dev);
-        const int agreed = vllm_rule(what, c_ids, c5, g.gen, g.top5, g.ng);
+        const int agreed = vllm_expect(what, c_ids, c5, g.gen, g.top5, g.ng);
         if (use_cuda) {
             snprintf(what, sizeof what, "%s gpu cached vs uncached", ck[i].name);
-            vllm_rule(what, c_ids, c5, u_ids, u5, g.ng);
+            vllm_expect(what, c_ids, c5, u_ids, u5, g.ng);
             // the device-side greedy loop (graph replays, argmax on the device) = the host loop
             GpuDecoder *d = gpu_decoder_new(gm, g.np + g.ng, err, sizeof err);
             cr_assert(d, "%s", err);

@@ -17,15 +17,13 @@
 // 7 and 64 per step, staggered arrivals), by vLLM's rule, the first divergence reported.
 // Every test skips (and says why) without a CUDA device.
 #include <criterion/criterion.h>
-#include <dirent.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "compare.h"
+#include "golden_util.h"
 #include "gpu.h"
 #include "model.h"
 #include "rng.h"
@@ -33,7 +31,6 @@
 #include "step03_kvcache/kvcache.h"
 #include "step04_batching/runner_gpu.h"
 
-#define MODELS_DIR "tests/data/models"
 #define TOL_F32 1e-3   // max|diff| / max|logit|, GPU fp32 vs CPU fp32 (as step02)
 #define TOL_BF16 4e-2  // GPU bf16 vs CPU fp32 (as step02)
 
@@ -166,32 +163,6 @@ static double max_rel_diff(const float *a, const float *b, int n) {
 // ---------------------------------------------------------------- checkpoints
 
 typedef struct {
-    char dir[300], name[256];
-    int has_golden;
-} Ckpt;
-
-static int list_checkpoints(Ckpt *out, int max) {
-    DIR *d = opendir(MODELS_DIR);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
-        char p[600];
-        struct stat st;
-        if (e->d_name[0] == '.' || strlen(e->d_name) > 200) continue;
-        snprintf(p, sizeof p, "%s/%s/config.json", MODELS_DIR, e->d_name);
-        if (stat(p, &st) != 0) continue;
-        snprintf(out[n].dir, sizeof out[n].dir, "%s/%s", MODELS_DIR, e->d_name);
-        snprintf(out[n].name, sizeof out[n].name, "%s", e->d_name);
-        snprintf(p, sizeof p, "%s/%s/goldens/greedy.json", MODELS_DIR, e->d_name);
-        out[n].has_golden = stat(p, &st) == 0;
-        n++;
-    }
-    closedir(d);
-    return n;
-}
-
-typedef struct {
     ModelWeights w;
     CpuModel cm;
     GpuModel *gm;
@@ -314,7 +285,7 @@ static void mixed_batch(const Ckpt *ck, int small_chunk, int check_kv) {
 Test(step04_gpu, mixed_batch_matches_cpu_reference, .timeout = 300) {
     NEED_GPU();
     Ckpt ck[64];
-    const int n = list_checkpoints(ck, 64);
+    const int n = ckpt_list(ck, 64, "config.json");
     if (n == 0) cr_skip_test("no checkpoints under %s", MODELS_DIR);
     for (int i = 0; i < n; i++)
         for (int p = 0; p < 3; p++) mixed_batch(&ck[i], p == 0 ? 16 : p == 1 ? 0 : 1000, 0);
@@ -323,30 +294,11 @@ Test(step04_gpu, mixed_batch_matches_cpu_reference, .timeout = 300) {
 Test(step04_gpu, kv_rows_written_through_slot_mapping, .timeout = 300) {
     NEED_GPU();
     Ckpt ck[64];
-    const int n = list_checkpoints(ck, 64);
+    const int n = ckpt_list(ck, 64, "config.json");
     int done = 0;
     for (int i = 0; i < n; i++)
         if (strstr(ck[i].name, "gqa") || strstr(ck[i].name, "qwen3")) mixed_batch(&ck[i], 16, 1), done++;
     if (!done) cr_skip_test("no gqa / qwen3 checkpoint under %s", MODELS_DIR);
-}
-
-// ---------------------------------------------------------------- vLLM's rule
-
-static int in5(const int *top5, int id) {
-    for (int k = 0; k < 5; k++)
-        if (top5[k] == id) return 1;
-    return 0;
-}
-// Identical until the first difference, where each side's token must be in the other's top-5.
-// Returns the first differing index (n when identical); *ok = 0 when the rule is broken.
-static int vllm_rule(const int *a, const int *a5, const int *b, const int *b5, int n, int *ok) {
-    *ok = 1;
-    for (int i = 0; i < n; i++)
-        if (a[i] != b[i]) {
-            *ok = in5(b5 + 5 * i, a[i]) && in5(a5 + 5 * i, b[i]);
-            return i;
-        }
-    return n;
 }
 
 // ---------------------------------------------------------------- goldens through the batched path
@@ -354,28 +306,18 @@ static int vllm_rule(const int *a, const int *a5, const int *b, const int *b5, i
 Test(step04_gpu, goldens_match_through_the_batched_path, .timeout = 300) {
     NEED_GPU();
     Ckpt ck[64];
-    const int n = list_checkpoints(ck, 64);
+    const int n = ckpt_list(ck, 64, "config.json");
     int tested = 0;
     for (int i = 0; i < n; i++) {
         if (!ck[i].has_golden) continue;
-        char p[700], err[512];
-        snprintf(p, sizeof p, "%.299s/goldens/greedy.json", ck[i].dir);
-        json_error_t je;
-        json_t *j = json_load_file(p, 0, &je);
-        cr_assert(j, "%s: %s", p, je.text);
-        const json_t *pid = json_object_get(j, "prompt_ids"), *gen = json_object_get(j, "generated_ids");
-        const json_t *t5 = json_object_get(j, "top5_ids");
-        cr_assert(json_is_array(pid) && json_is_array(gen) && json_is_array(t5), "%s: malformed", p);
-        const int np = (int)json_array_size(pid), ng = (int)json_array_size(gen);
-        int *seq = malloc((size_t)(np + ng) * sizeof(int)), *gold = malloc((size_t)ng * sizeof(int));
-        int *gold5 = malloc((size_t)ng * 5 * sizeof(int)), *ours = malloc((size_t)ng * sizeof(int));
+        char err[512];
+        Golden G;
+        golden_load(ck[i].dir, &G);
+        const int np = G.np, ng = G.ng;
+        const int *gold = G.gen, *gold5 = G.top5;
+        int *seq = malloc((size_t)(np + ng) * sizeof(int)), *ours = malloc((size_t)ng * sizeof(int));
         int *ours5 = malloc((size_t)ng * 5 * sizeof(int));
-        for (int t = 0; t < np; t++) seq[t] = (int)json_integer_value(json_array_get(pid, t));
-        for (int t = 0; t < ng; t++) {
-            gold[t] = (int)json_integer_value(json_array_get(gen, t));
-            for (int k = 0; k < 5; k++) gold5[t * 5 + k] = (int)json_integer_value(json_array_get(json_array_get(t5, t), k));
-        }
-        json_decref(j);
+        memcpy(seq, G.prompt, (size_t)np * sizeof(int));
         Loaded L;
         load(&ck[i], &L);
         const int V = L.cm.cfg.vocab, max_len = np + ng + 1;
@@ -408,13 +350,13 @@ Test(step04_gpu, goldens_match_through_the_batched_path, .timeout = 300) {
             cr_expect_eq(am, ours5[5 * s], "%s step %d: device argmax %d, host %d", ck[i].name, s, am, ours5[5 * s]);
             seq[np + s] = am;
         }
-        int ok;
-        const int first = vllm_rule(ours, ours5, gold, gold5, ng, &ok);
-        cr_expect(ok, "%s: batched GPU vs transformers: step %d: %d vs %d, not in each other's top-5", ck[i].name, first,
-                  first < ng ? ours[first] : -1, first < ng ? gold[first] : -1);
+        char what[400];
+        snprintf(what, sizeof what, "%s: batched GPU vs transformers", ck[i].name);
+        const int first = vllm_expect(what, ours, ours5, gold, gold5, ng);
         fprintf(stderr, "[golden-batched] %s gpu: %d of %d tokens identical to transformers\n", ck[i].name, first, ng);
         tested++;
-        free(logits), free(seq), free(gold), free(gold5), free(ours), free(ours5);
+        free(logits), free(seq), free(ours), free(ours5);
+        golden_free(&G);
         gpu_runner_free(g);
         unload(&L);
     }
@@ -469,7 +411,7 @@ static void iv_run(GpuRunner *g, int V, IvReq *rq, int budget, int stagger, int 
 Test(step04_gpu, greedy_tokens_do_not_depend_on_batch_mates, .timeout = 300) {
     NEED_GPU();
     Ckpt ck[64];
-    const int n = list_checkpoints(ck, 64);
+    const int n = ckpt_list(ck, 64, "config.json");
     int tested = 0;
     for (int ci = 0; ci < n; ci++) {
         if (!strstr(ck[ci].name, "bf16") || strstr(ck[ci].name, "v4cfg")) continue;
@@ -494,7 +436,7 @@ Test(step04_gpu, greedy_tokens_do_not_depend_on_batch_mates, .timeout = 300) {
             int identical = 0;
             for (int i = 0; i < IV_REQ; i++) {
                 int ok;
-                const int first = vllm_rule(mixed[i].out, mixed[i].out5, alone[i].out, alone[i].out5, IV_GEN, &ok);
+                const int first = vllm_first_diff(mixed[i].out, mixed[i].out5, alone[i].out, alone[i].out5, IV_GEN, &ok);
                 identical += first == IV_GEN;
                 if (first < IV_GEN)
                     fprintf(stderr, "[invariance] %s budget %d: request %d first differs at token %d (%d batched vs %d "
