@@ -2,7 +2,7 @@
 # install-deps.sh — installs what building, testing and the demo need, only what is missing.
 # Called by `make test` and `make demo`; safe to run again (it checks first, installs nothing
 # when everything is there, and never touches a package you already have).
-#   Debian/Ubuntu packages: gcc make pkg-config git, Criterion, jansson, Oniguruma, utf8proc,
+#   Debian/Ubuntu packages: gcc make pkg-config git, Criterion, jansson, Oniguruma, utf8proc, xxHash,
 #                           OpenBLAS, libmicrohttpd (apt-get; sudo when not root)
 #   Python (notebook tests): python3 and numpy matplotlib nbclient nbformat ipykernel.
 #     When `python3` is the system's (or absent), they come from the distribution's packages
@@ -33,13 +33,31 @@ apt_install() {  # apt_install PKG...: one apt-get install of what is asked, wit
         "${SUDO[@]}" apt-get update -qq
         apt_ready=1
     fi
+    # Ubuntu keeps Criterion and OpenBLAS in its "universe" component, on by default in an
+    # installed system but not in a minimal root: add it when a package has no candidate.
+    local p nocand=()
+    for p in "$@"; do
+        apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [^(]' || nocand+=("$p")
+    done
+    if ((${#nocand[@]})) && grep -qs '^ID=ubuntu' /etc/os-release; then
+        local codename mirror
+        codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+        mirror=$(grep -hsoE '^deb [^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | head -1 | cut -d' ' -f2)
+        [ -n "$mirror" ] || mirror=$(grep -hsoE '^URIs: [^ ]+' /etc/apt/sources.list.d/*.sources | head -1 | cut -d' ' -f2)
+        if [ -n "$codename" ] && [ -n "$mirror" ]; then
+            say "no candidate for ${nocand[*]}: enabling Ubuntu's universe component ($mirror $codename universe)"
+            echo "deb $mirror $codename universe" | "${SUDO[@]}" tee /etc/apt/sources.list.d/universe-for-llm-course.list >/dev/null
+            "${SUDO[@]}" apt-get update -qq
+        fi
+    fi
     say "apt-get installing $*"
     "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 # ---- C toolchain and libraries: pkg-config module -> Debian package
 declare -A PKG=([criterion]=libcriterion-dev [jansson]=libjansson-dev [oniguruma]=libonig-dev
-                [libutf8proc]=libutf8proc-dev [openblas]=libopenblas-dev [libmicrohttpd]=libmicrohttpd-dev)
+                [libutf8proc]=libutf8proc-dev [openblas]=libopenblas-dev [libmicrohttpd]=libmicrohttpd-dev
+                [libxxhash]=libxxhash-dev)
 missing=()
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
