@@ -48,12 +48,12 @@ BIN := $(BUILD)/bin
 GEN := $(BUILD)/gen
 
 # ---- libraries (pkg-config names; tools/install-deps.sh installs the Debian packages)
-PKGS := jansson openblas oniguruma libutf8proc
+PKGS := jansson openblas oniguruma libutf8proc libxxhash
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 OPENBLAS_LIBDIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null)
 ifeq ($(PKG_LIBS),)
-PKG_LIBS := -ljansson -lopenblas -lonig -lutf8proc
+PKG_LIBS := -ljansson -lopenblas -lonig -lutf8proc -lxxhash
 endif
 
 COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)

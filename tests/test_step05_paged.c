@@ -1,0 +1,651 @@
+// test_step05_paged.c — step05's KV block manager (kv_blocks.h), on the CPU.
+//
+// A randomized simulation drives the manager as a scheduler would (requests arriving with random
+// prompts, many sharing prefixes, prefill in chunks, growing by decode tokens, finishing, being
+// preempted and re-admitted from scratch, pools small enough to run out), for block sizes 1, 16
+// and 256, prefix caching on and off, xxHash and a deliberately colliding hash; kvb_validate runs
+// after every operation. The test keeps its own record of which (request, position) wrote every
+// K/V slot, so a prefix hit is checked against the tokens themselves, not against the hashes:
+// every cached position must have been computed for exactly the same prefix. Hand-made cases pin
+// the prefix hit counts (against an independent longest-common-prefix computation), the last
+// token never being covered, hash collisions (a constant hash, and one that ignores the parent),
+// the LRU eviction order, the slot mapping, a refused allocation changing nothing, and the
+// validator catching each kind of corruption.
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+#include "step05_paged/kv_blocks.h"
+
+static const int BLOCK_SIZES[] = {1, 16, 256};
+
+#define VALID(kv)                                                             \
+    do {                                                                      \
+        char verr_[256] = "";                                                 \
+        int vrc_ = kvb_validate((kv), verr_, sizeof verr_);                   \
+        cr_assert_eq(vrc_, 0, "invariant broken (line %d): %s", __LINE__, verr_); \
+    } while (0)
+
+static int rnd(Rng *r, int n) { return (int)(rng_u32(r) % (uint32_t)n); }
+
+// hashes for the collision tests
+static uint64_t hash_constant(uint64_t parent, const int *tokens, int n) {
+    (void)parent, (void)tokens, (void)n;
+    return 7;
+}
+static uint64_t hash_ignores_parent(uint64_t parent, const int *tokens, int n) {
+    (void)parent, (void)n;
+    return (uint64_t)tokens[0];
+}
+static uint64_t hash_weak(uint64_t parent, const int *tokens, int n) {  // 4 keys: collisions everywhere
+    return (kvb_block_hash(parent, tokens, n) ^ (uint64_t)tokens[0]) & 3;
+}
+
+// ---------------------------------------------------------------- helpers
+
+// Run one request alone: look up, allocate and compute its prompt, decode until it holds
+// total tokens (the last one sampled, not computed), commit as it goes, finish. Returns the hit.
+static int run_alone(KvBlocks *kv, int id, const int *tokens, int n_prompt, int total) {
+    const int cached = kvb_lookup(kv, id, tokens, n_prompt);
+    VALID(kv);
+    cr_assert_eq(kvb_allocate(kv, id, n_prompt), 0, "request %d: prompt of %d does not fit", id, n_prompt);
+    kvb_commit(kv, id, tokens, n_prompt);
+    VALID(kv);
+    for (int n = n_prompt + 1; n < total; n++) {  // token n-1 sampled, now computed
+        cr_assert_eq(kvb_allocate(kv, id, n), 0);
+        kvb_commit(kv, id, tokens, n);
+        VALID(kv);
+    }
+    kvb_free_seq(kv, id);
+    VALID(kv);
+    return cached;
+}
+
+static int lcp(const int *a, int na, const int *b, int nb) {
+    int i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
+}
+
+// ---------------------------------------------------------------- basics
+
+Test(step05, init_rejects_bad_sizes) {
+    KvBlocks kv;
+    char err[128];
+    cr_expect_eq(kvb_init(&kv, 1, 16, 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "num_blocks") != NULL, "%s", err);
+    cr_expect_eq(kvb_init(&kv, 8, 0, 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "block_size") != NULL, "%s", err);
+    cr_assert_eq(kvb_init(&kv, 2, 16, 1, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(kvb_num_free(&kv), 1, "one usable block next to the null block");
+    VALID(&kv);
+    kvb_free(&kv);
+}
+
+Test(step05, null_block_is_never_handed_out) {
+    for (size_t bi = 0; bi < 3; bi++) {
+        const int B = BLOCK_SIZES[bi];
+        KvBlocks kv;
+        cr_assert_eq(kvb_init(&kv, 9, B, 0, NULL, 0), 0);
+        // take every block, one request per block
+        for (int id = 0; id < 8; id++) cr_assert_eq(kvb_allocate(&kv, id, B), 0);
+        cr_expect_eq(kvb_allocate(&kv, 8, 1), -1, "pool exhausted");
+        int seen[9] = {0};
+        for (int id = 0; id < 8; id++) {
+            const KvTable *t = kvb_table(&kv, id);
+            cr_assert_eq(t->n, 1);
+            cr_expect_neq(t->blocks[0], 0, "block 0 handed out");
+            cr_expect_eq(seen[t->blocks[0]]++, 0, "block %d handed out twice", t->blocks[0]);
+        }
+        VALID(&kv);
+        for (int id = 0; id < 8; id++) kvb_free_seq(&kv, id);
+        VALID(&kv);
+        cr_expect_eq(kvb_counts(&kv).in_use, 0);
+        kvb_free(&kv);
+    }
+}
+
+// Slots of several interleaved requests, from the blocks the test saw each one get.
+Test(step05, slot_mapping_matches_an_independent_computation) {
+    for (size_t bi = 0; bi < 3; bi++) {
+        const int B = BLOCK_SIZES[bi], NB = 40, NR = 5;
+        KvBlocks kv;
+        cr_assert_eq(kvb_init(&kv, NB, B, 0, NULL, 0), 0);
+        Rng r;
+        rng_seed(&r, 500 + B);
+        int len[5] = {0}, got[5][40], n_got[5] = {0};
+        for (int round = 0; round < 12; round++)
+            for (int id = 0; id < NR; id++) {
+                const int grow = 1 + rnd(&r, 2 * B);
+                const int before = kvb_table(&kv, id) ? kvb_table(&kv, id)->n : 0;
+                if (kvb_allocate(&kv, id, len[id] + grow) != 0) continue;
+                len[id] += grow;
+                const KvTable *t = kvb_table(&kv, id);
+                for (int i = before; i < t->n; i++) got[id][n_got[id]++] = t->blocks[i];  // the new ones
+                VALID(&kv);
+            }
+        // every covered position: block it was given * B + offset; all slots distinct, none in block 0
+        char *used = calloc((size_t)NB * B, 1);
+        for (int id = 0; id < NR; id++) {
+            cr_assert_eq(n_got[id], (len[id] + B - 1) / B, "request %d: %d tokens in %d blocks", id, len[id], n_got[id]);
+            for (int pos = 0; pos < n_got[id] * B; pos++) {
+                const long want = (long)got[id][pos / B] * B + pos % B;
+                const long s = kvb_slot(&kv, id, pos);
+                cr_assert_eq(s, want, "B %d request %d pos %d: slot %ld, want %ld", B, id, pos, s, want);
+                cr_assert(s >= B && s < (long)NB * B, "slot %ld outside the usable pool", s);
+                cr_assert_eq(used[s]++, 0, "slot %ld given twice", s);
+            }
+            cr_expect_eq(kvb_slot(&kv, id, n_got[id] * B), -1, "past the table");
+            cr_expect_eq(kvb_slot(&kv, id, -1), -1);
+        }
+        free(used);
+        cr_expect_eq(kvb_slot(&kv, 99, 0), -1, "no such request");
+        kvb_free(&kv);
+    }
+}
+
+// A snapshot of everything observable, to show a refused allocation changed nothing.
+typedef struct {
+    int n_free, n_cached, lru_head, lru_tail, ht_n, tn, *ref, *free_stack, *next, *tblocks;
+    unsigned *epoch;
+} Snap;
+static void snap(const KvBlocks *kv, int id, Snap *s) {
+    const size_t n = (size_t)kv->num_blocks;
+    s->n_free = kv->n_free, s->n_cached = kv->n_cached, s->lru_head = kv->lru_head, s->lru_tail = kv->lru_tail;
+    s->ht_n = kv->ht_n;
+    s->ref = malloc(n * sizeof(int)), memcpy(s->ref, kv->ref, n * sizeof(int));
+    s->free_stack = malloc(n * sizeof(int)), memcpy(s->free_stack, kv->free_stack, n * sizeof(int));
+    s->next = malloc(n * sizeof(int)), memcpy(s->next, kv->next, n * sizeof(int));
+    s->epoch = malloc(n * sizeof(unsigned)), memcpy(s->epoch, kv->epoch, n * sizeof(unsigned));
+    const KvTable *t = kvb_table(kv, id);
+    s->tn = t ? t->n : 0;
+    s->tblocks = malloc((size_t)(s->tn + 1) * sizeof(int));
+    if (s->tn) memcpy(s->tblocks, t->blocks, (size_t)s->tn * sizeof(int));
+}
+static void snap_expect_same(const KvBlocks *kv, int id, const Snap *a) {
+    Snap b;
+    snap(kv, id, &b);
+    const size_t n = (size_t)kv->num_blocks;
+    cr_expect(a->n_free == b.n_free && a->n_cached == b.n_cached && a->lru_head == b.lru_head &&
+                  a->lru_tail == b.lru_tail && a->ht_n == b.ht_n && a->tn == b.tn,
+              "counts changed");
+    cr_expect(memcmp(a->ref, b.ref, n * sizeof(int)) == 0, "ref counts changed");
+    cr_expect(memcmp(a->free_stack, b.free_stack, (size_t)a->n_free * sizeof(int)) == 0, "free list changed");
+    cr_expect(memcmp(a->next, b.next, n * sizeof(int)) == 0, "LRU changed");
+    cr_expect(memcmp(a->epoch, b.epoch, n * sizeof(unsigned)) == 0, "blocks were handed out");
+    cr_expect(memcmp(a->tblocks, b.tblocks, (size_t)a->tn * sizeof(int)) == 0, "table changed");
+    free(b.ref), free(b.free_stack), free(b.next), free(b.epoch), free(b.tblocks);
+}
+static void snap_free(Snap *s) { free(s->ref), free(s->free_stack), free(s->next), free(s->epoch), free(s->tblocks); }
+
+Test(step05, refused_allocation_changes_nothing) {
+    for (size_t bi = 0; bi < 3; bi++) {
+        const int B = BLOCK_SIZES[bi];
+        KvBlocks kv;
+        cr_assert_eq(kvb_init(&kv, 11, B, 1, NULL, 0), 0);  // 10 usable
+        int *tok = malloc((size_t)12 * B * sizeof(int));
+        for (int i = 0; i < 12 * B; i++) tok[i] = i;
+        // request 0 computes 3 full blocks and finishes: 3 cached; request 1 holds 4; 3 free
+        run_alone(&kv, 0, tok, 3 * B, 3 * B);
+        cr_assert_eq(kvb_allocate(&kv, 1, 4 * B), 0);
+        cr_assert_eq(kvb_num_free(&kv), 6);
+        cr_expect(kvb_can_allocate(&kv, 6) && !kvb_can_allocate(&kv, 7));
+        Snap s;
+        snap(&kv, 1, &s);
+        cr_expect_eq(kvb_blocks_needed(&kv, 1, 11 * B), 7);
+        cr_expect_eq(kvb_allocate(&kv, 1, 11 * B), -1, "7 blocks needed, 6 to take");
+        snap_expect_same(&kv, 1, &s);
+        snap_free(&s);
+        snap(&kv, 2, &s);
+        cr_expect_eq(kvb_allocate(&kv, 2, 6 * B + 1), -1, "a new request needing 7");
+        snap_expect_same(&kv, 2, &s);
+        snap_free(&s);
+        cr_expect_eq(kv.st.alloc_fail, 2);
+        VALID(&kv);
+        cr_expect_eq(kvb_allocate(&kv, 1, 10 * B), 0, "exactly the 6 left (3 of them evicted)");
+        cr_expect_eq(kvb_num_free(&kv), 0);
+        cr_expect_eq(kv.st.evictions, 3);
+        VALID(&kv);
+        kvb_free_seq(&kv, 1);
+        VALID(&kv);
+        free(tok);
+        kvb_free(&kv);
+    }
+}
+
+// ---------------------------------------------------------------- prefix caching
+
+// Requests run one after another on a pool that never evicts: each one's hit must be what an
+// independent computation says (the longest common prefix with any earlier request's computed
+// tokens, whole blocks, never the last prompt token), and the hashed blocks must be the distinct
+// full-block prefixes computed so far.
+Test(step05, prefix_hits_match_an_independent_count) {
+    for (size_t bi = 0; bi < 3; bi++) {
+        const int B = BLOCK_SIZES[bi], NR = 24, MAXLEN = 5 * B + 3;
+        KvBlocks kv;
+        cr_assert_eq(kvb_init(&kv, NR * 6 + 2, B, 1, NULL, 0), 0);
+        Rng r;
+        rng_seed(&r, 77 + B);
+        int fam[3][5 * 256 + 3];
+        for (int f = 0; f < 3; f++)
+            for (int i = 0; i < MAXLEN; i++) fam[f][i] = 1000 * f + i;
+        int tok[24][5 * 256 + 3], np[24], total[24];
+        long want_hits = 0, want_query = 0;
+        for (int q = 0; q < NR; q++) {
+            // a family prefix of random length, then tokens of its own
+            const int f = rnd(&r, 3), shared = rnd(&r, MAXLEN - 1);
+            np[q] = 1 + rnd(&r, MAXLEN - 2);
+            if (q == 5) np[q] = np[4], memcpy(tok[q], tok[4], sizeof tok[4]);  // exactly a cached prompt again
+            else {
+                for (int i = 0; i < np[q]; i++) tok[q][i] = i < shared ? fam[f][i] : 100000 + q * 10000 + i;
+            }
+            total[q] = np[q] + 1 + rnd(&r, 3);
+            for (int i = np[q]; i < total[q]; i++) tok[q][i] = 200000 + q * 10000 + i;
+            if (q == 5) total[q] = total[4], memcpy(tok[q], tok[4], sizeof tok[4]);
+            // independent: an earlier request computed its first total - 1 tokens
+            int best = 0;
+            for (int e = 0; e < q; e++) {
+                const int l = lcp(tok[q], np[q], tok[e], total[e] - 1);
+                if (l > best) best = l;
+            }
+            if (best > np[q] - 1) best = np[q] - 1;
+            const int want = best / B * B;
+            const int got = run_alone(&kv, q, tok[q], np[q], total[q]);
+            cr_assert_eq(got, want, "B %d request %d (prompt %d): %d tokens cached, want %d", B, q, np[q], got, want);
+            cr_assert(got < np[q], "the last prompt token is covered");
+            want_hits += want;
+            want_query += np[q];
+            // the hashed blocks: distinct prefixes tok[e][0 .. (i+1)B) with (i+1)B <= total[e] - 1
+            int distinct = 0;
+            for (int e = 0; e <= q; e++)
+                for (int i = 0; (i + 1) * B <= total[e] - 1; i++) {
+                    int dup = 0;
+                    for (int d = 0; d < e && !dup; d++)
+                        dup = (i + 1) * B <= total[d] - 1 && lcp(tok[e], (i + 1) * B, tok[d], (i + 1) * B) == (i + 1) * B;
+                    distinct += !dup;
+                }
+            cr_assert_eq(kvb_counts(&kv).hashed, distinct, "B %d after request %d: %d hashed blocks, want %d", B, q,
+                         kvb_counts(&kv).hashed, distinct);
+            cr_assert_eq(kvb_counts(&kv).in_use, 0);
+        }
+        cr_expect_eq(kv.st.hit_tokens, want_hits);
+        cr_expect_eq(kv.st.query_tokens, want_query);
+        cr_expect_eq(kv.st.queries, NR);
+        cr_expect_eq(kv.st.evictions, 0);
+        kvb_free(&kv);
+    }
+}
+
+Test(step05, hit_never_covers_the_last_token) {
+    for (size_t bi = 0; bi < 3; bi++) {
+        const int B = BLOCK_SIZES[bi];
+        KvBlocks kv;
+        cr_assert_eq(kvb_init(&kv, 12, B, 1, NULL, 0), 0);
+        int *tok = malloc((size_t)4 * B * sizeof(int));
+        for (int i = 0; i < 4 * B; i++) tok[i] = 3 * i + 1;
+        run_alone(&kv, 0, tok, 3 * B, 4 * B);  // 3 full blocks cached
+        cr_expect_eq(kvb_lookup(&kv, 1, tok, 3 * B), 2 * B, "a prompt of exactly the cached 3 blocks: 2 hit");
+        cr_expect_eq(kvb_table(&kv, 1)->n, 2);
+        VALID(&kv);
+        kvb_free_seq(&kv, 1);
+        cr_expect_eq(kvb_lookup(&kv, 2, tok, 3 * B + 1), 3 * B, "one token more: all 3");
+        kvb_free_seq(&kv, 2);
+        cr_expect_eq(kvb_lookup(&kv, 3, tok, 1), 0);
+        kvb_free_seq(&kv, 3);
+        cr_expect_eq(kvb_lookup(&kv, 4, tok, B), 0, "a one-block prompt computes its block");
+        kvb_free_seq(&kv, 4);
+        VALID(&kv);
+        free(tok);
+        kvb_free(&kv);
+    }
+}
+
+Test(step05, prefix_cache_off_never_hits) {
+    KvBlocks kv;
+    cr_assert_eq(kvb_init(&kv, 12, 4, 0, NULL, 0), 0);
+    int tok[16];
+    for (int i = 0; i < 16; i++) tok[i] = i;
+    cr_expect_eq(run_alone(&kv, 0, tok, 12, 16), 0);
+    cr_expect_eq(run_alone(&kv, 1, tok, 12, 16), 0);
+    cr_expect_eq(kvb_counts(&kv).hashed, 0);
+    cr_expect_eq(kvb_counts(&kv).free, 11);
+    kvb_free(&kv);
+}
+
+// Hash collisions: a constant hash gives every block the same key; the tokens must still be
+// compared (no sharing), and one block per key is cached.
+Test(step05, colliding_hash_never_shares_a_block) {
+    KvBlocks kv;
+    cr_assert_eq(kvb_init(&kv, 20, 4, 1, NULL, 0), 0);
+    kvb_set_hash_fn(&kv, hash_constant);
+    int a[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, b[9] = {9, 9, 9, 9, 5, 6, 7, 8, 9};
+    run_alone(&kv, 0, a, 9, 9);
+    cr_expect_eq(kvb_counts(&kv).hashed, 1, "block 1 of a has the same key as block 0: not cached");
+    cr_expect_eq(kvb_lookup(&kv, 1, b, 9), 0, "same key, other tokens: a miss");
+    cr_expect_eq(kvb_table(&kv, 1)->n, 0);
+    kvb_free_seq(&kv, 1);
+    cr_expect_eq(kvb_lookup(&kv, 2, a, 9), 4, "a again: its first block");
+    kvb_free_seq(&kv, 2);
+    VALID(&kv);
+    kvb_free(&kv);
+
+    // a key that ignores the parent: block [5 6 7 8] cached under [1 2 3 4] must not be reused
+    // after [9 9 9 9], though its own tokens and key match
+    cr_assert_eq(kvb_init(&kv, 20, 4, 1, NULL, 0), 0);
+    kvb_set_hash_fn(&kv, hash_ignores_parent);
+    int c[9] = {2, 9, 9, 9, 5, 6, 7, 8, 9};
+    run_alone(&kv, 0, a, 9, 9);  // caches [1 2 3 4] (key 1) and [5 6 7 8] under it (key 5)
+    run_alone(&kv, 1, c, 9, 9);  // caches [2 9 9 9] (key 2); its [5 6 7 8] finds key 5 taken
+    cr_expect_eq(kvb_counts(&kv).hashed, 3);
+    cr_expect_eq(kvb_lookup(&kv, 2, c, 9), 4, "[2 9 9 9] hits; [5 6 7 8] was computed after [1 2 3 4]");
+    kvb_free_seq(&kv, 2);
+    cr_expect_eq(kvb_lookup(&kv, 3, a, 9), 8, "under its own parent it hits");
+    kvb_free_seq(&kv, 3);
+    VALID(&kv);
+    kvb_free(&kv);
+}
+
+// A cached block names its parent by (block, epoch): when the parent is evicted and its block
+// reused for another prefix with the same key, the child must not be reached through it.
+// Key = the block's first token (ignores the parent), so only the epoch tells them apart.
+Test(step05, evicted_parent_is_not_mistaken_for_its_successor) {
+    KvBlocks kv;
+    cr_assert_eq(kvb_init(&kv, 1 + 4, 4, 1, NULL, 0), 0);  // 4 usable
+    kvb_set_hash_fn(&kv, hash_ignores_parent);
+    int r1[5] = {1, 2, 3, 4, 9}, r2[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 9}, r3[5] = {1, 0, 0, 0, 7};
+    int r5[9] = {1, 0, 0, 0, 5, 6, 7, 8, 9};
+    run_alone(&kv, 0, r1, 5, 5);   // X = [1 2 3 4] cached
+    run_alone(&kv, 1, r2, 4, 10);  // computes [1 2 3 4] again (X has it: chains on X), then Z = [5 6 7 8] under X
+    cr_assert_eq(kvb_counts(&kv).cached, 2);
+    const int X = kv.lru_head, Z = kv.lru_tail;
+    cr_assert_eq(kv.parent[Z], X, "Z chained on X");
+    cr_assert_eq(kvb_allocate(&kv, 4, 8), 0);  // filler: takes the 2 free blocks
+    cr_assert_eq(kvb_lookup(&kv, 3, r3, 5), 0);
+    cr_assert_eq(kvb_allocate(&kv, 3, 4), 0);  // evicts the least recent: X
+    cr_assert_eq(kvb_table(&kv, 3)->blocks[0], X, "X reused");
+    kvb_commit(&kv, 3, r3, 4);  // X now caches [1 0 0 0] under the same key 1
+    kvb_free_seq(&kv, 3);
+    kvb_free_seq(&kv, 4);
+    VALID(&kv);
+    cr_expect_eq(kvb_lookup(&kv, 5, r5, 9), 4, "[1 0 0 0] hits; Z was computed after [1 2 3 4], not after it");
+    kvb_free_seq(&kv, 5);
+    VALID(&kv);
+    kvb_free(&kv);
+}
+
+// LRU: blocks are cached in release order, a finished request's last block first; a hit makes
+// blocks most recent again; allocation takes the free list first, then the least recent.
+Test(step05, lru_evicts_least_recently_used_first) {
+    const int B = 4;
+    KvBlocks kv;
+    cr_assert_eq(kvb_init(&kv, 1 + 7, B, 1, NULL, 0), 0);  // 7 usable
+    int t[3][9];
+    for (int q = 0; q < 3; q++)
+        for (int i = 0; i < 9; i++) t[q][i] = 100 * q + i;
+    int blk[3][2];
+    for (int q = 0; q < 3; q++) {
+        cr_assert_eq(kvb_lookup(&kv, q, t[q], 9), 0);
+        cr_assert_eq(kvb_allocate(&kv, q, 8), 0);
+        kvb_commit(&kv, q, t[q], 8);
+        blk[q][0] = kvb_table(&kv, q)->blocks[0];
+        blk[q][1] = kvb_table(&kv, q)->blocks[1];
+    }
+    VALID(&kv);
+    kvb_free_seq(&kv, 1);
+    kvb_free_seq(&kv, 0);
+    kvb_free_seq(&kv, 2);
+    cr_assert_eq(kvb_lookup(&kv, 3, t[0], 9), 8, "request 0's blocks hit");
+    kvb_free_seq(&kv, 3);
+    VALID(&kv);
+    // least recent first: 1's tail, 1's head, 2's tail, 2's head, 0's tail, 0's head
+    const int order[6] = {blk[1][1], blk[1][0], blk[2][1], blk[2][0], blk[0][1], blk[0][0]};
+    cr_assert_eq(kvb_counts(&kv).free, 1);
+    cr_assert_eq(kvb_counts(&kv).cached, 6);
+    int other[28];
+    for (int i = 0; i < 28; i++) other[i] = 5000 + i;
+    cr_assert_eq(kvb_lookup(&kv, 4, other, 28), 0);
+    cr_assert_eq(kvb_allocate(&kv, 4, B), 0);
+    cr_expect_eq(kv.st.evictions, 0, "the free block goes first");
+    for (int k = 0; k < 6; k++) {
+        cr_assert_eq(kvb_allocate(&kv, 4, (k + 2) * B), 0);
+        const KvTable *tb = kvb_table(&kv, 4);
+        cr_expect_eq(tb->blocks[tb->n - 1], order[k], "eviction %d took block %d, want %d", k, tb->blocks[tb->n - 1],
+                     order[k]);
+        cr_expect_eq(kv.st.evictions, k + 1);
+        VALID(&kv);
+    }
+    cr_expect_eq(kvb_counts(&kv).hashed, 0, "evicted blocks drop their keys");
+    kvb_free_seq(&kv, 4);
+    cr_expect_eq(kvb_lookup(&kv, 5, t[0], 9), 0, "request 0's prefix is gone");
+    kvb_free_seq(&kv, 5);
+    VALID(&kv);
+    kvb_free(&kv);
+}
+
+// The validator must be able to fail: each corruption is named.
+Test(step05, validate_names_each_violation) {
+    KvBlocks kv;
+    int tok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    char err[256];
+    struct { const char *what, *expect; } cases[] = {
+        {"ref", "held by"}, {"null", "null block"}, {"token", "recompute"}, {"free twice", "free"},
+        {"leak", "leaked"}, {"key", "keyed differently"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cr_assert_eq(kvb_init(&kv, 10, 4, 1, NULL, 0), 0);
+        run_alone(&kv, 0, tok, 9, 9);  // 2 cached
+        cr_assert_eq(kvb_lookup(&kv, 1, tok, 9), 8);
+        cr_assert_eq(kvb_allocate(&kv, 1, 12), 0);
+        VALID(&kv);
+        const KvTable *t = kvb_table(&kv, 1);
+        const int b0 = t->blocks[0], b2 = t->blocks[2];
+        switch (c) {
+        case 0: kv.ref[b2]++; break;
+        case 1: kv.tables[1].blocks[2] = 0; break;
+        case 2: kv.tokens[b0 * 4 + 1] ^= 1; break;
+        case 3: kv.free_stack[1] = kv.free_stack[0]; break;
+        case 4: kv.ref[b2] = 0, kv.tables[1].n = 2; break;
+        case 5: kv.key[b0] ^= 1; break;
+        }
+        err[0] = 0;
+        cr_expect_eq(kvb_validate(&kv, err, sizeof err), -1, "%s not caught", cases[c].what);
+        cr_expect(strstr(err, cases[c].expect) != NULL, "%s: message '%s' lacks '%s'", cases[c].what, err, cases[c].expect);
+        kvb_free(&kv);
+    }
+}
+
+// ---------------------------------------------------------------- the simulation
+
+typedef struct {
+    int *tok, n_prompt, total;  // the whole sequence is fixed in advance (a fake model)
+    int num_tokens, num_computed;
+    int state;  // 0 not arrived, 1 waiting, 2 running, 3 done
+} SimReq;
+
+typedef struct {
+    int B, num_blocks, n_reqs, prefix_cache, chunk;
+    KvBlockHashFn hash;
+    uint64_t seed;
+} SimCfg;
+
+typedef struct {
+    long preemptions, refusals, hit_tokens, steps, evictions;
+} SimOut;
+
+static void sim_preempt(KvBlocks *kv, SimReq *q, int id, int *waiting, int *nw, int *running, int *nr, int at) {
+    kvb_free_seq(kv, id);
+    VALID(kv);
+    q[id].num_computed = 0;
+    q[id].state = 1;
+    memmove(running + at, running + at + 1, (size_t)(*nr - at - 1) * sizeof(int));
+    (*nr)--;
+    memmove(waiting + 1, waiting, (size_t)*nw * sizeof(int));  // head of waiting
+    waiting[0] = id;
+    (*nw)++;
+}
+
+static SimOut simulate(const SimCfg *c) {
+    SimOut o = {0};
+    KvBlocks kv;
+    char err[128];
+    cr_assert_eq(kvb_init(&kv, c->num_blocks, c->B, c->prefix_cache, err, sizeof err), 0, "%s", err);
+    if (c->hash) kvb_set_hash_fn(&kv, c->hash);
+    Rng r;
+    rng_seed(&r, c->seed);
+    const int B = c->B, usable_tokens = (c->num_blocks - 1) * B;
+    // prompts: a few shared prefixes, a small vocabulary (so equal blocks happen by chance too)
+    const int maxlen = usable_tokens < 6 * B + 8 ? usable_tokens : 6 * B + 8;
+    int *fam = malloc((size_t)4 * maxlen * sizeof(int));
+    for (int i = 0; i < 4 * maxlen; i++) fam[i] = rnd(&r, 5);
+    SimReq *q = calloc((size_t)c->n_reqs, sizeof *q);
+    for (int i = 0; i < c->n_reqs; i++) {
+        q[i].total = 2 + rnd(&r, maxlen - 1);  // <= maxlen: fits the pool alone
+        q[i].n_prompt = 1 + rnd(&r, q[i].total - 1);
+        q[i].tok = malloc((size_t)q[i].total * sizeof(int));
+        const int f = rnd(&r, 4), shared = rnd(&r, 3) ? rnd(&r, q[i].total + 1) : 0;
+        for (int p = 0; p < q[i].total; p++) q[i].tok[p] = p < shared ? fam[f * maxlen + p] : rnd(&r, 5);
+        q[i].num_tokens = q[i].n_prompt;
+    }
+    // who wrote each K/V slot: (request, position); a hit must read only slots written for its prefix
+    int *w_req = malloc((size_t)c->num_blocks * B * sizeof(int)), *w_pos = malloc((size_t)c->num_blocks * B * sizeof(int));
+    for (long s = 0; s < (long)c->num_blocks * B; s++) w_req[s] = w_pos[s] = -1;
+    int *waiting = malloc((size_t)c->n_reqs * sizeof(int)), *running = malloc((size_t)c->n_reqs * sizeof(int));
+    int *sched_n = malloc((size_t)c->n_reqs * sizeof(int));
+    int nw = 0, nr = 0, arrived = 0, done = 0;
+    long query_tokens = 0;
+    while (done < c->n_reqs) {
+        cr_assert(o.steps < 200000, "no progress");
+        o.steps++;
+        for (int k = 1 + rnd(&r, 2); k > 0 && arrived < c->n_reqs; k--) waiting[nw++] = arrived, q[arrived++].state = 1;
+        // running requests first, in admission order; the newest is preempted when blocks run out
+        int preempted = 0, n_sched = 0;
+        for (int i = 0; i < nr; i++) {
+            const int id = running[i];
+            const int left = q[id].num_tokens - q[id].num_computed;
+            const int n = left < c->chunk ? left : c->chunk;
+            while (kvb_allocate(&kv, id, q[id].num_computed + n) != 0) {
+                VALID(&kv);
+                o.preemptions++;
+                preempted = 1;
+                const int victim = nr - 1;
+                sim_preempt(&kv, q, running[victim], waiting, &nw, running, &nr, victim);
+                if (victim == i) goto next_running;  // preempted itself
+            }
+            VALID(&kv);
+            sched_n[id] = n;
+            n_sched++;
+            continue;
+        next_running:
+            break;
+        }
+        // a random forced preemption now and then
+        if (nr > 0 && rnd(&r, 23) == 0) {
+            sim_preempt(&kv, q, running[nr - 1], waiting, &nw, running, &nr, nr - 1);
+            o.preemptions++;
+            preempted = 1;
+        }
+        // admissions, only in a step that preempted nobody
+        while (!preempted && nw > 0) {
+            const int id = waiting[0];
+            SimReq *x = &q[id];
+            const int cached = kvb_lookup(&kv, id, x->tok, x->num_tokens);
+            query_tokens += x->num_tokens;
+            VALID(&kv);
+            cr_assert(cached >= 0 && cached % B == 0 && cached < x->num_tokens, "cached %d of %d", cached, x->num_tokens);
+            if (!c->prefix_cache) cr_assert_eq(cached, 0);
+            for (int p = 0; p < cached; p++) {  // every cached position was computed for this very prefix
+                const long s = kvb_slot(&kv, id, p);
+                cr_assert(s >= B, "cached position %d at slot %ld", p, s);
+                const int wr = w_req[s];
+                cr_assert(wr >= 0 && w_pos[s] == p, "request %d pos %d: slot %ld holds (%d, %d)", id, p, s, wr, w_pos[s]);
+                cr_assert(lcp(x->tok, p + 1, q[wr].tok, p + 1) == p + 1,
+                          "request %d pos %d: cached K/V was computed for another prefix (by request %d)", id, p, wr);
+            }
+            const int left = x->num_tokens - cached;
+            const int n = left < c->chunk ? left : c->chunk;
+            const int need = kvb_blocks_needed(&kv, id, cached + n);
+            cr_assert_eq(need, (cached + n + B - 1) / B - cached / B);
+            if (!kvb_can_allocate(&kv, need)) {
+                cr_assert(need > kvb_counts(&kv).free + kvb_counts(&kv).cached);
+                cr_assert_eq(kvb_allocate(&kv, id, cached + n), -1);
+                kvb_free_seq(&kv, id);
+                VALID(&kv);
+                o.refusals++;
+                break;
+            }
+            cr_assert_eq(kvb_allocate(&kv, id, cached + n), 0);
+            VALID(&kv);
+            o.hit_tokens += cached;
+            x->num_computed = cached;
+            x->state = 2;
+            memmove(waiting, waiting + 1, (size_t)(nw - 1) * sizeof(int));
+            nw--;
+            running[nr++] = id;
+            sched_n[id] = n;
+            n_sched++;
+        }
+        // the "forward": each scheduled request writes its new positions (never into a shared block)
+        for (int i = 0; i < nr; i++) {
+            const int id = running[i];
+            SimReq *x = &q[id];
+            for (int p = x->num_computed; p < x->num_computed + sched_n[id]; p++) {
+                const long s = kvb_slot(&kv, id, p);
+                cr_assert(s >= B && s < (long)c->num_blocks * B, "request %d pos %d: slot %ld", id, p, s);
+                cr_assert_eq(kv.ref[s / B], 1, "request %d writes pos %d into block %ld shared by %d", id, p, s / B,
+                             kv.ref[s / B]);
+                w_req[s] = id, w_pos[s] = p;
+            }
+            x->num_computed += sched_n[id];
+            if (x->num_computed == x->num_tokens) x->num_tokens++;  // sampled
+            kvb_commit(&kv, id, x->tok, x->num_computed);
+            VALID(&kv);
+        }
+        for (int i = 0; i < nr; i++) {
+            const int id = running[i];
+            if (q[id].num_tokens < q[id].total) continue;
+            kvb_free_seq(&kv, id);
+            VALID(&kv);
+            q[id].state = 3;
+            done++;
+            memmove(running + i, running + i + 1, (size_t)(nr - i - 1) * sizeof(int));
+            nr--, i--;
+        }
+    }
+    VALID(&kv);
+    const KvBlockCounts cnt = kvb_counts(&kv);
+    cr_assert_eq(cnt.in_use, 0, "quiescent but %d blocks in use", cnt.in_use);
+    cr_assert_eq(cnt.free + cnt.cached, cnt.total);
+    cr_assert_eq(kv.st.query_tokens, query_tokens);
+    cr_assert_eq(kv.st.hit_tokens >= o.hit_tokens, 1);
+    o.evictions = kv.st.evictions;
+    for (int i = 0; i < c->n_reqs; i++) free(q[i].tok);
+    free(q), free(fam), free(w_req), free(w_pos), free(waiting), free(running), free(sched_n);
+    kvb_free(&kv);
+    return o;
+}
+
+Test(step05, random_simulation_keeps_every_invariant) {
+    long preempt = 0, refusals = 0, hits = 0, evictions = 0, runs = 0;
+    for (size_t bi = 0; bi < 3; bi++) {
+        const int B = BLOCK_SIZES[bi];
+        const int pools[2] = {8, 24};
+        for (int pi = 0; pi < 2; pi++)
+            for (int pc = 0; pc < 2; pc++)
+                for (int h = 0; h < (pc ? 3 : 1); h++) {
+                    KvBlockHashFn fns[3] = {NULL, hash_weak, hash_constant};
+                    SimCfg c = {B, pools[pi], B == 256 ? 30 : 60, pc, B == 1 ? 3 : B + 5, fns[h],
+                                (uint64_t)(1000 * B + 10 * pi + 3 * pc + h)};
+                    const SimOut o = simulate(&c);
+                    preempt += o.preemptions, refusals += o.refusals, hits += o.hit_tokens, evictions += o.evictions;
+                    runs++;
+                    if (pc && h == 0) cr_expect_gt(o.hit_tokens, 0, "B %d pool %d: no prefix hit at all", B, pools[pi]);
+                }
+    }
+    cr_log_info("step05 simulation: %ld runs, %ld preemptions, %ld refused admissions, %ld hit tokens, %ld evictions",
+                runs, preempt, refusals, hits, evictions);
+    cr_expect_gt(preempt, 0, "the pools never ran out");
+    cr_expect_gt(refusals, 0, "no admission was ever refused");
+    cr_expect_gt(evictions, 0, "no cached block was ever evicted");
+}
