@@ -35,15 +35,19 @@ apt_install() {  # apt_install PKG...: one apt-get install of what is asked, wit
     fi
     # Ubuntu keeps Criterion and OpenBLAS in its "universe" component, on by default in an
     # installed system but not in a minimal root: add it when a package has no candidate.
-    local p nocand=()
+    local p pol nocand=()
     for p in "$@"; do
-        apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [^(]' || nocand+=("$p")
+        pol=$(apt-cache policy "$p" 2>/dev/null)
+        if ! [[ $pol =~ Candidate:\ [^\(] ]]; then nocand+=("$p"); fi
     done
     if ((${#nocand[@]})) && grep -qs '^ID=ubuntu' /etc/os-release; then
-        local codename mirror
+        local codename mirror="" f
         codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-        mirror=$(grep -hsoE '^deb [^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | head -1 | cut -d' ' -f2)
-        [ -n "$mirror" ] || mirror=$(grep -hsoE '^URIs: [^ ]+' /etc/apt/sources.list.d/*.sources | head -1 | cut -d' ' -f2)
+        for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+            if [ -z "$mirror" ] && [ -r "$f" ]; then
+                mirror=$(awk '/^deb /{print $2; exit} /^URIs:/{print $2; exit}' "$f")
+            fi
+        done
         if [ -n "$codename" ] && [ -n "$mirror" ]; then
             say "no candidate for ${nocand[*]}: enabling Ubuntu's universe component ($mirror $codename universe)"
             echo "deb $mirror $codename universe" | "${SUDO[@]}" tee /etc/apt/sources.list.d/universe-for-llm-course.list >/dev/null
