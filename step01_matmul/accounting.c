@@ -4,6 +4,9 @@
 
 #include <string.h>
 
+#include "args.h"
+#include "check.h"
+
 ParamCount account_params(const ModelConfig *c) {
     ParamCount p;
     memset(&p, 0, sizeof p);
@@ -160,4 +163,17 @@ const char *const *preset_names(void) {
     static const char *names[sizeof PRESETS / sizeof PRESETS[0] + 1];
     for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++) names[i] = PRESETS[i].name;
     return names;
+}
+
+int model_or_preset(const char *model_dir, const char *preset, const char *tiny_json, ModelWeights *w, ModelConfig *cfg) {
+    char err[512];
+    if (model_dir) {
+        if (model_load(model_dir, w, err, sizeof err) != 0) die("%s", err);
+        *cfg = w->cfg;
+        return 1;
+    }
+    const char *js = tiny_json && !strcmp(preset, "tiny") ? tiny_json : preset_config_json(preset);
+    if (!js) arg_die("--preset: unknown name '%s'", preset);
+    if (hf_config_parse(js, preset, cfg, err, sizeof err) != 0) die("%s", err);
+    return 0;
 }

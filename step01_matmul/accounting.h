@@ -1,7 +1,7 @@
 // accounting.h — parameters, FLOPs and memory of a Llama-family model, on paper.
 // defines: ParamCount, account_params, Flops, account_flops, MemUsage, account_memory,
 //          kv_bytes_per_token, weight_bytes_read, DecodeStep, account_decode_step, dtype_bytes,
-//          preset_config_json, preset_names
+//          preset_config_json, preset_names, model_or_preset
 //
 // Everything here is a formula over ModelConfig (common/hf_config.h); the tests check the
 // formulas against published parameter counts and against hand-computed cases.
@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "hf_config.h"
+#include "model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,6 +78,12 @@ DecodeStep account_decode_step(const ModelConfig *c, int64_t batch, int64_t cont
 // Built-in presets: config.json text of well-known models (so no download is needed).
 const char *preset_config_json(const char *name);  // NULL if unknown
 const char *const *preset_names(void);             // NULL-terminated
+
+// The model of a program's --model DIR or --preset NAME (exactly one of them not NULL): DIR's
+// weights into *w and their config into *cfg (returns 1), or the preset's config into *cfg
+// (returns 0; the caller makes random weights of that shape); NAME "tiny" is tiny_json when that
+// is not NULL. Exits 1 when DIR does not load, 2 (a usage error) when NAME is unknown.
+int model_or_preset(const char *model_dir, const char *preset, const char *tiny_json, ModelWeights *w, ModelConfig *cfg);
 
 #ifdef __cplusplus
 }

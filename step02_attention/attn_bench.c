@@ -85,17 +85,11 @@ int main(int argc, char **argv) {
     char err[512], src[256];
     ModelConfig cfg;
     ModelWeights w;
-    int have_w = 0;
-    if (model_dir) {
-        if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
-        have_w = 1;
-        cfg = w.cfg;
+    const int have_w = model_or_preset(model_dir, preset, NULL, &w, &cfg);
+    if (have_w) {
         snprintf(src, sizeof src, "%s", model_dir);
         if (layers || vocab) arg_die("--layers / --vocab apply to --preset only");
     } else {
-        const char *js = preset_config_json(preset);
-        if (!js) arg_die("--preset: unknown name '%s'", preset);
-        if (hf_config_parse(js, preset, &cfg, err, sizeof err) != 0) die("%s", err);
         if (layers > 0) cfg.n_layers = layers;
         if (vocab > 0) cfg.vocab = vocab;
         snprintf(src, sizeof src, "preset %s%s, random weights", preset, layers || vocab ? " (resized)" : "");

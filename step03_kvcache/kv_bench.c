@@ -142,14 +142,7 @@ int main(int argc, char **argv) {
     ModelWeights w;
     ModelConfig cfg;
     const char *dtype = "fp32";
-    if (model_dir) {
-        if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
-        cfg = w.cfg;
-    } else {
-        const char *js = !strcmp(preset, "tiny") ? TINY_JSON : preset_config_json(preset);
-        if (!js) arg_die("--preset: unknown name '%s'", preset);
-        if (hf_config_parse(js, preset, &cfg, err, sizeof err) != 0) die("%s", err);
-    }
+    model_or_preset(model_dir, preset, TINY_JSON, &w, &cfg);
     if (nsteps > cfg.max_pos)
         arg_die("--positions: the largest position %d + --window %d runs past max_position_embeddings = %d of %s", maxp,
                 window, cfg.max_pos, model_dir ? model_dir : preset);

@@ -265,14 +265,7 @@ int main(int argc, char **argv) {
     char err[512];
     ModelWeights w;
     ModelConfig cfg;
-    if (model_dir) {
-        if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
-        cfg = w.cfg;
-    } else {
-        const char *js = !strcmp(preset, "tiny") ? TINY_JSON : preset_config_json(preset);
-        if (!js) arg_die("--preset: unknown name %s", preset);
-        if (hf_config_parse(js, preset, &cfg, err, sizeof err) != 0) die("%s", err);
-    }
+    model_or_preset(model_dir, preset, TINY_JSON, &w, &cfg);
 
     // ---- the requests
     ReqList rl = {0};

@@ -146,16 +146,8 @@ int main(int argc, char **argv) {
     ModelWeights w;
     ModelConfig cfg;
     GpuModel *gm;
-    if (model_dir) {
-        if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
-        cfg = w.cfg;
-        gm = gpu_model_load(&w, err, sizeof err);
-    } else {
-        const char *js = preset_config_json(preset);
-        if (!js) die("--preset: unknown name %s", preset);
-        if (hf_config_parse(js, preset, &cfg, err, sizeof err) != 0) die("%s", err);
-        gm = gpu_model_random(&cfg, ST_BF16, 1, err, sizeof err);
-    }
+    if (model_or_preset(model_dir, preset, NULL, &w, &cfg)) gm = gpu_model_load(&w, err, sizeof err);
+    else gm = gpu_model_random(&cfg, ST_BF16, 1, err, sizeof err);
     if (!gm) die("%s", err);
     const ModelConfig *c = &cfg;
     const char *wdesc = gpu_model_describe(gm);
