@@ -22,6 +22,15 @@ void arg_die(const char *fmt, ...) {
     exit(ARG_EXIT);
 }
 
+void arg_help_or_unknown(const char *a, void (*usage)(FILE *)) {
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        usage(stdout);
+        exit(0);
+    }
+    usage(stderr);
+    arg_die("unknown or incomplete argument: %s", a);
+}
+
 // The value as it goes into a one-line message: control bytes as \xNN, cut after 60 bytes.
 static const char *shown(const char *s, char *buf, size_t cap) {
     size_t k = 0;

@@ -1,5 +1,5 @@
 // args.h — command-line helpers shared by the programs: strict number parsing, id lists, --device.
-// defines: ARG_EXIT, ARG_LO_OPEN, ARG_HI_OPEN, arg_die, arg_int, arg_u64, arg_float, arg_int_list,
+// defines: ARG_EXIT, ARG_LO_OPEN, ARG_HI_OPEN, arg_die, arg_help_or_unknown, arg_int, arg_u64, arg_float, arg_int_list,
 //          parse_int_list, check_ids_in_vocab, choose_device
 //
 // Every option value is parsed whole and range checked: "8k", "1e3" (for an integer), "abc", "",
@@ -10,6 +10,7 @@
 // and the program exits with ARG_EXIT (2, a usage error; other failures exit 1).
 #pragma once
 #include <stdint.h>
+#include <stdio.h>
 
 #include "gpu.h"
 #ifdef __cplusplus
@@ -20,6 +21,10 @@ extern "C" {
 
 // Print "error: <message>" on stderr and exit(ARG_EXIT).
 __attribute__((noreturn, format(printf, 1, 2))) void arg_die(const char *fmt, ...);
+// The last branch of a program's option loop: -h / --help prints usage(stdout) and exits 0;
+// anything else prints usage(stderr), then "error: unknown or incomplete argument: A", and exits
+// ARG_EXIT.
+__attribute__((noreturn)) void arg_help_or_unknown(const char *a, void (*usage)(FILE *));
 
 // A decimal integer (an optional '-', then digits only) in lo..hi.
 long long arg_int(const char *opt, const char *s, long long lo, long long hi);

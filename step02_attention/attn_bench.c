@@ -58,13 +58,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--reps") && more) reps = (int)arg_int(a, argv[++i], 1, 1000);
         else if (!strcmp(a, "--ceiling-tflops") && more) ceiling = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            usage(stderr);
-            arg_die("unknown or incomplete argument: %s", a);
-        }
+        else arg_help_or_unknown(a, usage);
     }
     GpuInfo gi;
     int have_gpu;

@@ -92,13 +92,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ceiling-tflops") && more) ceiling = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--seed") && more) seed = arg_u64(a, argv[++i]);
         else if (!strcmp(a, "--json") || !strcmp(a, "--csv")) continue;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            usage(stderr);
-            arg_die("unknown or incomplete argument: %s", a);
-        }
+        else arg_help_or_unknown(a, usage);
     }
     if (!model_dir || (!!ids_arg + !!ids_npy + !!prompt + (random_T > 0)) != 1) {
         usage(stderr);

@@ -121,13 +121,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--logprobs") && more) n_logprobs = (int)arg_int(a, argv[++i], 0, 20);
         else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            usage(stderr);
-            arg_die("unknown or incomplete argument: %s", a);
-        }
+        else arg_help_or_unknown(a, usage);
     }
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--greedy") && sampling) arg_die("--greedy and sampling options exclude each other");

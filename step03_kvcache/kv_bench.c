@@ -110,13 +110,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--gemv") && more) gemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            usage(stderr);
-            arg_die("unknown or incomplete argument: %s", a);
-        }
+        else arg_help_or_unknown(a, usage);
     }
     if (!model_dir == !preset) {
         usage(stderr);

@@ -41,13 +41,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--tokens") && more) tokens = atoi(argv[++i]);
         else if (!strcmp(a, "--sigma") && more) sigma = atof(argv[++i]);
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            usage(stderr);
-            die("unknown or incomplete argument: %s", a);
-        }
+        else arg_help_or_unknown(a, usage);
     }
     if (tokens < 1 || tokens > 1000) die("--tokens must be in 1..1000");
     if (!(sigma > 0)) die("--sigma must be > 0");

@@ -112,13 +112,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ceiling-tflops") && more) ceiling = atof(argv[++i]);
         else if (!strcmp(a, "--small-chunk") && more) small_chunk = atoi(argv[++i]);
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            usage(stderr);
-            die("unknown or incomplete argument: %s", a);
-        }
+        else arg_help_or_unknown(a, usage);
     }
     if (!model_dir == !preset) {
         usage(stderr);
