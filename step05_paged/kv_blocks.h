@@ -114,7 +114,8 @@ int kvb_blocks_needed(const KvBlocks *kv, int id, int num_tokens);
 // A request with no blocks: its leading full blocks already cached (token ids and parents
 // compared), at most (num_tokens - 1) / B of them, join its table (ref + 1, out of the LRU).
 // Returns the cached tokens (a multiple of B, < num_tokens); 0 when prefix caching is off.
-// Counts the query and the hit. -1 if id already holds blocks.
+// Counts the query and the hit (a refused admission that looks up again later counts again).
+// -1 if id already holds blocks.
 int kvb_lookup(KvBlocks *kv, int id, const int *tokens, int num_tokens);
 // Grow id's table to cover num_tokens positions. 0, or -1 when the pool cannot give all the
 // blocks needed: then nothing changed.

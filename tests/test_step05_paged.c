@@ -496,7 +496,8 @@ static SimOut simulate(const SimCfg *c) {
     rng_seed(&r, c->seed);
     const int B = c->B, usable_tokens = (c->num_blocks - 1) * B;
     // prompts: a few shared prefixes, a small vocabulary (so equal blocks happen by chance too)
-    const int maxlen = usable_tokens < 6 * B + 8 ? usable_tokens : 6 * B + 8;
+    const int longest = B >= 256 ? 3 * B + 8 : 6 * B + 8;  // a few blocks each (B = 256: decode is long)
+    const int maxlen = usable_tokens < longest ? usable_tokens : longest;
     int *fam = malloc((size_t)4 * maxlen * sizeof(int));
     for (int i = 0; i < 4 * maxlen; i++) fam[i] = rnd(&r, 5);
     SimReq *q = calloc((size_t)c->n_reqs, sizeof *q);
@@ -635,7 +636,7 @@ Test(step05, random_simulation_keeps_every_invariant) {
             for (int pc = 0; pc < 2; pc++)
                 for (int h = 0; h < (pc ? 3 : 1); h++) {
                     KvBlockHashFn fns[3] = {NULL, hash_weak, hash_constant};
-                    SimCfg c = {B, pools[pi], B == 256 ? 30 : 60, pc, B == 1 ? 3 : B + 5, fns[h],
+                    SimCfg c = {B, pools[pi], B == 256 ? 20 : 60, pc, B == 1 ? 3 : B + 5, fns[h],
                                 (uint64_t)(1000 * B + 10 * pi + 3 * pc + h)};
                     const SimOut o = simulate(&c);
                     preempt += o.preemptions, refusals += o.refusals, hits += o.hit_tokens, evictions += o.evictions;
