@@ -15,11 +15,7 @@
 void arg_die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(ARG_EXIT);
+    vdie_code(ARG_EXIT, fmt, ap);
 }
 
 void arg_help_or_unknown(const char *a, void (*usage)(FILE *)) {

@@ -4,14 +4,17 @@
 #include <errno.h>
 #include <string.h>
 
-void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+void vdie_code(int code, const char *fmt, va_list ap) {
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
+    exit(code);
+}
+
+void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vdie_code(1, fmt, ap);
 }
 
 int errf(char *err, int errlen, const char *fmt, ...) {

@@ -1,5 +1,5 @@
 // check.h — fail loudly and early: error exits, checked allocation and file opening.
-// defines: die, errf, xmalloc, xcalloc, fopen_check
+// defines: die, vdie_code, errf, xmalloc, xcalloc, fopen_check
 // Every C program in this repository reports a problem with one line on stderr that
 // names what went wrong, then exits with a non-zero code. Nothing fails silently.
 #pragma once
@@ -14,6 +14,8 @@ extern "C" {
 
 // Print "error: <message>" to stderr and exit(1).
 __attribute__((noreturn, format(printf, 1, 2))) void die(const char *fmt, ...);
+// The same with the exit code given and the arguments as a va_list (die, arg_die).
+__attribute__((noreturn, format(printf, 2, 0))) void vdie_code(int code, const char *fmt, va_list ap);
 
 // For functions that report errors to their caller: format a one-line message into err
 // (if err is not NULL) and return -1, so `return errf(err, errlen, "...", ...);` reads naturally.
