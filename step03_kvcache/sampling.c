@@ -137,14 +137,17 @@ static int top_p_prefix(const float *pr, const int *a, int n, float top_p) {
     return m;
 }
 
+// Greedy, or temperature 0: the argmax alone, with probability 1.
+static int only_argmax(Sampler *s, const float *logits) {
+    s->idx[0] = argmax_f32(logits, s->vocab);
+    s->prob[0] = 1;
+    return 1;
+}
+
 int sampler_candidates(Sampler *s, const float *logits) {
     const int V = s->vocab;
     const SamplerParams *p = &s->p;
-    if (p->greedy || p->temperature <= 0) {
-        s->idx[0] = argmax_f32(logits, V);
-        s->prob[0] = 1;
-        return 1;
-    }
+    if (p->greedy || p->temperature <= 0) return only_argmax(s, logits);
     // softmax(logits / T) in double for the sum, stored as float
     float *pr = s->pr;
     int *a = s->idx;
@@ -262,11 +265,7 @@ static int by_prob_desc(const void *a, const void *b) {
 int sampler_candidates_full_sort(Sampler *s, const float *logits) {
     const int V = s->vocab;
     const SamplerParams *p = &s->p;
-    if (p->greedy || p->temperature <= 0) {
-        s->idx[0] = argmax_f32(logits, V);
-        s->prob[0] = 1;
-        return 1;
-    }
+    if (p->greedy || p->temperature <= 0) return only_argmax(s, logits);
     float *pr = s->pr;
     const float inv_t = 1.0f / p->temperature;
     float mx = -INFINITY;
