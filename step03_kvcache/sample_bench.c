@@ -38,15 +38,15 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
         if (!strcmp(a, "--vocab") && more) vocab_arg = argv[++i];
-        else if (!strcmp(a, "--tokens") && more) tokens = atoi(argv[++i]);
-        else if (!strcmp(a, "--sigma") && more) sigma = atof(argv[++i]);
+        else if (!strcmp(a, "--tokens") && more) tokens = (int)arg_int(a, argv[++i], 1, 1000);
+        else if (!strcmp(a, "--sigma") && more) sigma = arg_float(a, argv[++i], 0, 1e3, ARG_LO_OPEN);
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else arg_help_or_unknown(a, usage);
     }
     if (tokens < 1 || tokens > 1000) die("--tokens must be in 1..1000");
     if (!(sigma > 0)) die("--sigma must be > 0");
     int nv;
-    int *vocabs = parse_int_list(vocab_arg, "--vocab", &nv);
+    int *vocabs = arg_int_list("--vocab", vocab_arg, 2, 1 << 24, &nv);
     const struct {
         const char *name;
         SamplerParams p;

@@ -103,14 +103,14 @@ int main(int argc, char **argv) {
         const int more = i + 1 < argc;
         if (!strcmp(a, "--model") && more) model_dir = argv[++i];
         else if (!strcmp(a, "--preset") && more) preset = argv[++i];
-        else if (!strcmp(a, "--context") && more) context = atoi(argv[++i]);
+        else if (!strcmp(a, "--context") && more) context = (int)arg_int(a, argv[++i], 2, 1 << 20);
         else if (!strcmp(a, "--batches") && more) batches_arg = argv[++i];
-        else if (!strcmp(a, "--steps") && more) steps = atoi(argv[++i]);
-        else if (!strcmp(a, "--warmup") && more) warmup = atoi(argv[++i]);
-        else if (!strcmp(a, "--prefill") && more) prefill = atoi(argv[++i]);
-        else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = atof(argv[++i]);
-        else if (!strcmp(a, "--ceiling-tflops") && more) ceiling = atof(argv[++i]);
-        else if (!strcmp(a, "--small-chunk") && more) small_chunk = atoi(argv[++i]);
+        else if (!strcmp(a, "--steps") && more) steps = (int)arg_int(a, argv[++i], 1, 100000);
+        else if (!strcmp(a, "--warmup") && more) warmup = (int)arg_int(a, argv[++i], 0, 100000);
+        else if (!strcmp(a, "--prefill") && more) prefill = (int)arg_int(a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
+        else if (!strcmp(a, "--ceiling-tflops") && more) ceiling = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
+        else if (!strcmp(a, "--small-chunk") && more) small_chunk = (int)arg_int(a, argv[++i], 0, 1 << 20);
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else arg_help_or_unknown(a, usage);
     }
@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
     GpuInfo gi;
     if (gpu_info(&gi) != 0) die("batch_scan runs on a CUDA device: %s", gi.reason);
     int nb = 0, *batches;
-    if (batches_arg) batches = parse_int_list(batches_arg, "--batches", &nb);
+    if (batches_arg) batches = arg_int_list("--batches", batches_arg, 1, 4096, &nb);
     else {
         static const int def[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
         nb = 9;
