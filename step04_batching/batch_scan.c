@@ -119,8 +119,6 @@ int main(int argc, char **argv) {
         die("need exactly one of --model and --preset");
     }
     if (context < 2 || steps < 1 || warmup < 0 || prefill < 0) die("--context >= 2, --steps >= 1, --warmup >= 0, --prefill >= 1");
-    GpuInfo gi;
-    if (gpu_info(&gi) != 0) die("batch_scan runs on a CUDA device: %s", gi.reason);
     int nb = 0, *batches;
     if (batches_arg) batches = arg_int_list("--batches", batches_arg, 1, 4096, &nb);
     else {
@@ -129,6 +127,8 @@ int main(int argc, char **argv) {
         batches = xmalloc(sizeof def);
         memcpy(batches, def, sizeof def);
     }
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) die("batch_scan runs on a CUDA device: %s", gi.reason);
     int maxB = 0;
     for (int i = 0; i < nb; i++) {
         if (batches[i] < 1) die("--batches: every size must be >= 1");
