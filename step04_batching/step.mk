@@ -1,5 +1,5 @@
 # step04_batching: programs (main in step04_batching/<name>.c), demo and H200 benchmark recipes.
-PROGS_step04_batching := $(patsubst step04_batching/%.c,%,$(wildcard step04_batching/batch_bench.c step04_batching/batch_scan.c))
+PROGS_step04_batching := batch_bench batch_scan
 
 # The demo: the same 64 requests (scaled-down nano trace) through continuous and static batching
 # on the CPU with the built-in tiny model, 16 sequences at a time (a few seconds).
