@@ -198,11 +198,9 @@ int sampler_candidates(Sampler *s, const float *logits) {
         double tot = 0, bmass[256] = {0};
         int bcount[256] = {0};
         for (int i = 0; i < V; i++) {
-            uint32_t bits;
-            memcpy(&bits, &pr[i], sizeof bits);
             tot += pr[i];
-            bmass[bits >> 23] += pr[i];
-            bcount[bits >> 23]++;
+            bmass[pr_bucket(pr[i])] += pr[i];
+            bcount[pr_bucket(pr[i])]++;
         }
         const double eps = (2.0 * (V + 2) + 8.0) * 0x1p-53, thr = p->top_p * tot;
         const double lo = thr * (1 - eps), hi = thr * (1 + eps);
@@ -216,11 +214,8 @@ int sampler_candidates(Sampler *s, const float *logits) {
             }
         }
         cnt = 0;
-        for (int i = 0; i < V; i++) {
-            uint32_t bits;
-            memcpy(&bits, &pr[i], sizeof bits);
-            if ((int)(bits >> 23) >= ecut) a[cnt++] = i;
-        }
+        for (int i = 0; i < V; i++)
+            if (pr_bucket(pr[i]) >= ecut) a[cnt++] = i;
         double kept = 0;
         int m = 0, done = 0, decided = 0;
         while (m < cnt) {
