@@ -213,14 +213,9 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) json = 1;
-        else if (!more) {
-            usage(stderr);
-            arg_die("unknown or incomplete argument: %s", a);
-        } else if (!strcmp(a, "--model")) model_dir = argv[++i];
+        if (!strcmp(a, "--json")) json = 1;
+        else if (!more) arg_help_or_unknown(a, usage);
+        else if (!strcmp(a, "--model")) model_dir = argv[++i];
         else if (!strcmp(a, "--preset")) preset = argv[++i];
         else if (!strcmp(a, "--requests")) req_path = argv[++i];
         else if (!strcmp(a, "--trace")) trace = argv[++i];
@@ -238,10 +233,7 @@ int main(int argc, char **argv) {
             if (!strcmp(p, "continuous")) policy = POLICY_CONTINUOUS;
             else if (!strcmp(p, "static")) policy = POLICY_STATIC;
             else arg_die("--policy: '%s' is not continuous or static", p);
-        } else {
-            usage(stderr);
-            arg_die("unknown argument: %s", a);
-        }
+        } else arg_help_or_unknown(a, usage);
     }
     if (!model_dir == !preset) {
         usage(stderr);
