@@ -58,40 +58,21 @@ static double step_bytes(const ModelConfig *c, double es, int B, int context) {
     return weights + (double)B * context * kv_bytes_per_token(c, es);
 }
 
-// A batch of rows of sequences (slot s, positions p0 .. p0+n-1), built here: the runner is
-// driven directly, without a scheduler.
-typedef struct {
-    int cap_t, cap_s;
-    int *tok, *pos, *slot, *cu, *lens, *sslot, *lrows;
-    Batch b;
-} ScanBatch;
-
-static void sb_alloc(ScanBatch *s, int cap_t, int cap_s) {
-    s->cap_t = cap_t, s->cap_s = cap_s;
-    s->tok = xcalloc((size_t)cap_t, 4), s->pos = xcalloc((size_t)cap_t, 4), s->slot = xcalloc((size_t)cap_t, 4);
-    s->cu = xcalloc((size_t)cap_s + 1, 4), s->lens = xcalloc((size_t)cap_s, 4), s->sslot = xcalloc((size_t)cap_s, 4);
-    s->lrows = xcalloc((size_t)cap_s, 4);
+// Rows of sequences (slot s, positions p0 .. p0+n-1) added to a batch.h Batch here: the runner
+// is driven directly, without a scheduler.
+static void scan_reset(Batch *b) {
+    b->n_seqs = b->n_tokens = b->n_logits = 0;
+    b->cu_seqlens_q[0] = 0;
 }
-static void sb_free(ScanBatch *s) {
-    free(s->tok), free(s->pos), free(s->slot), free(s->cu), free(s->lens), free(s->sslot), free(s->lrows);
-}
-static void sb_reset(ScanBatch *s) {
-    memset(&s->b, 0, sizeof s->b);
-    s->b.token_ids = s->tok, s->b.positions = s->pos, s->b.slot_mapping = s->slot, s->b.cu_seqlens_q = s->cu;
-    s->b.seq_lens_k = s->lens, s->b.seq_slot = s->sslot, s->b.logit_rows = s->lrows;
-    s->b.cap_tokens = s->cap_t, s->b.cap_seqs = s->cap_s;
-    s->cu[0] = 0;
-}
-static void sb_add(ScanBatch *s, int slot, int p0, int n, const int *ids, int want_logits, int max_len) {
-    Batch *b = &s->b;
+static void scan_add(Batch *b, int slot, int p0, int n, const int *ids, int want_logits, int max_len) {
     for (int j = 0; j < n; j++) {
         const int r = b->n_tokens + j;
-        s->tok[r] = ids[j], s->pos[r] = p0 + j, s->slot[r] = slot * max_len + p0 + j;
+        b->token_ids[r] = ids[j], b->positions[r] = p0 + j, b->slot_mapping[r] = slot * max_len + p0 + j;
     }
     b->n_tokens += n;
-    s->lens[b->n_seqs] = p0 + n, s->sslot[b->n_seqs] = slot;
-    s->cu[++b->n_seqs] = b->n_tokens;
-    if (want_logits) s->lrows[b->n_logits++] = b->n_tokens - 1;
+    b->seq_lens_k[b->n_seqs] = p0 + n, b->seq_slot[b->n_seqs] = slot;
+    b->cu_seqlens_q[++b->n_seqs] = b->n_tokens;
+    if (want_logits) b->logit_rows[b->n_logits++] = b->n_tokens - 1;
 }
 
 int main(int argc, char **argv) {
@@ -192,15 +173,15 @@ int main(int argc, char **argv) {
         if (!r) die("%s", err);
         if (small_chunk >= 0) gpu_runner_set_small_chunk(r, small_chunk);
         table_meta(t, "runner", "%s", gpu_runner_describe(r));
-        ScanBatch sb;
-        sb_alloc(&sb, T, 1);
+        Batch sb;
+        batch_alloc(&sb, 1, T);
         int *ids = xmalloc((size_t)T * 4), am;
         for (int i = 0; i < T; i++) ids[i] = (int)(rng_u32(&rng) % (unsigned)c->vocab);
         double *ms = xmalloc((size_t)steps * sizeof(double));
         for (int s = 0; s < warmup + steps; s++) {
-            sb_reset(&sb);
-            sb_add(&sb, 0, 0, T, ids, 1, T);
-            if (gpu_runner_forward(r, &sb.b, NULL, &am) != 0) die("forward failed");
+            scan_reset(&sb);
+            scan_add(&sb, 0, 0, T, ids, 1, T);
+            if (gpu_runner_forward(r, &sb, NULL, &am) != 0) die("forward failed");
             if (s >= warmup) ms[s - warmup] = gpu_runner_last_ms(r);
         }
         const double med = median_d(ms, steps);
@@ -241,7 +222,7 @@ int main(int argc, char **argv) {
         table_num(t, "pct_of_ceiling", ceiling > 0 ? 100.0 * f.prefill_total / (m2 * 1e-3) / 1e12 / ceiling : NAN);
         table_num(t, "tok_s", T / (m2 * 1e-3));
         free(ms), free(ids);
-        sb_free(&sb);
+        batch_free(&sb);
     } else {
         const int max_len = context, chunk = 2048 > maxB ? 2048 : maxB;
         GpuRunner *r = gpu_runner_new(gm, maxB, max_len, chunk, err, sizeof err);
@@ -255,21 +236,21 @@ int main(int argc, char **argv) {
         table_meta(t, "bytes_per_step", "weights once (embedding: B rows) + B * context * %.0f KV bytes per token",
                    kv_bytes_per_token(c, es));
         // ---- prefill every sequence's first context-1 tokens, batched chunks of <= chunk rows
-        ScanBatch sb;
-        sb_alloc(&sb, chunk, maxB > chunk ? maxB : chunk);
+        Batch sb;
+        batch_alloc(&sb, maxB > chunk ? maxB : chunk, chunk);
         int *ids = xmalloc((size_t)context * 4), *am = xmalloc((size_t)maxB * 4), *next = xmalloc((size_t)maxB * 4);
         const double tp0 = now_sec();
-        sb_reset(&sb);
+        scan_reset(&sb);
         for (int s = 0; s < maxB; s++)
             for (int p0 = 0; p0 < context - 1;) {
                 int n = context - 1 - p0;
-                if (n > chunk - sb.b.n_tokens) n = chunk - sb.b.n_tokens;
+                if (n > chunk - sb.n_tokens) n = chunk - sb.n_tokens;
                 for (int j = 0; j < n; j++) ids[j] = (int)(rng_u32(&rng) % (unsigned)c->vocab);
-                sb_add(&sb, s, p0, n, ids, 0, max_len);
+                scan_add(&sb, s, p0, n, ids, 0, max_len);
                 p0 += n;
-                if (sb.b.n_tokens == chunk || (s == maxB - 1 && p0 == context - 1)) {
-                    if (gpu_runner_forward(r, &sb.b, NULL, NULL) != 0) die("prefill failed");
-                    sb_reset(&sb);
+                if (sb.n_tokens == chunk || (s == maxB - 1 && p0 == context - 1)) {
+                    if (gpu_runner_forward(r, &sb, NULL, NULL) != 0) die("prefill failed");
+                    scan_reset(&sb);
                 }
             }
         table_meta(t, "prefill_s", "%.2f (%d sequences x %d tokens, batched)", now_sec() - tp0, maxB, context - 1);
@@ -301,9 +282,9 @@ int main(int argc, char **argv) {
         for (int bi = 0; bi < nb; bi++) {
             const int B = batches[bi];
             for (int s = 0; s < warmup + steps; s++) {
-                sb_reset(&sb);
-                for (int q = 0; q < B; q++) sb_add(&sb, q, context - 1, 1, &next[q], 1, max_len);
-                if (gpu_runner_forward(r, &sb.b, NULL, am) != 0) die("decode step failed");
+                scan_reset(&sb);
+                for (int q = 0; q < B; q++) scan_add(&sb, q, context - 1, 1, &next[q], 1, max_len);
+                if (gpu_runner_forward(r, &sb, NULL, am) != 0) die("decode step failed");
                 for (int q = 0; q < B; q++) next[q] = am[q];
                 if (s >= warmup) ms[s - warmup] = gpu_runner_last_ms(r);
             }
@@ -325,7 +306,7 @@ int main(int argc, char **argv) {
             table_num(t, "launches", gpu_runner_launches(r));
         }
         free(ms), free(ids), free(am), free(next);
-        sb_free(&sb);
+        batch_free(&sb);
         gpu_runner_free(r);
     }
     table_print(t, outfmt_from_args(argc, argv), stdout);
