@@ -192,15 +192,13 @@ int sampler_candidates(Sampler *s, const float *logits) {
         // a step is decided here only when it is decided for either total, else the vocabulary
         // is sorted after all and the cut made exactly as the full sort makes it.
         //   Which ids can be in the prefix at all: bucket every probability by its float exponent
-        // (one pass: count and mass per power of two); walking the buckets from the top, the
+        // (one pass: the mass per power of two); walking the buckets from the top, the
         // first ones whose mass passes the cut hold the whole prefix, and only their ids are
         // ordered. (If the walk runs past them after all, the full sort below decides.)
         double tot = 0, bmass[256] = {0};
-        int bcount[256] = {0};
         for (int i = 0; i < V; i++) {
             tot += pr[i];
             bmass[pr_bucket(pr[i])] += pr[i];
-            bcount[pr_bucket(pr[i])]++;
         }
         const double eps = (2.0 * (V + 2) + 8.0) * 0x1p-53, thr = p->top_p * tot;
         const double lo = thr * (1 - eps), hi = thr * (1 + eps);
