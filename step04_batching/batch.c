@@ -20,21 +20,49 @@ void batch_alloc(Batch *b, int cap_seqs, int cap_tokens) {
     b->logit_rows = xmalloc((size_t)cap_seqs * sizeof(int));
 }
 
+void batch_alloc_paged(Batch *b, int cap_seqs, int cap_tokens, int block_size, int bt_stride) {
+    batch_alloc(b, cap_seqs, cap_tokens);
+    b->block_size = block_size, b->bt_stride = bt_stride;
+    b->block_tables = xcalloc((size_t)cap_seqs * bt_stride, sizeof(int));
+}
+
 void batch_free(Batch *b) {
     free(b->token_ids), free(b->positions), free(b->slot_mapping), free(b->cu_seqlens_q);
-    free(b->seq_lens_k), free(b->seq_slot), free(b->logit_rows);
+    free(b->seq_lens_k), free(b->seq_slot), free(b->logit_rows), free(b->block_tables);
     memset(b, 0, sizeof *b);
 }
 
 #define BAD(...) (fprintf(stderr, "batch_check: " __VA_ARGS__), fputc('\n', stderr), -1)
 
-int batch_check(const Batch *b, int n_slots, int max_len, int vocab) {
+// The checks both layouts share: counts within capacity, cu_seqlens_q from 0 to n_tokens.
+static int check_shape(const Batch *b) {
     if (b->n_seqs < 0 || b->n_seqs > b->cap_seqs) return BAD("n_seqs = %d outside 0..%d", b->n_seqs, b->cap_seqs);
     if (b->n_tokens < 0 || b->n_tokens > b->cap_tokens)
         return BAD("n_tokens = %d outside 0..%d", b->n_tokens, b->cap_tokens);
     if (b->cu_seqlens_q[0] != 0) return BAD("cu_seqlens_q[0] = %d, not 0", b->cu_seqlens_q[0]);
     if (b->cu_seqlens_q[b->n_seqs] != b->n_tokens)
         return BAD("cu_seqlens_q[%d] = %d, not n_tokens %d", b->n_seqs, b->cu_seqlens_q[b->n_seqs], b->n_tokens);
+    return 0;
+}
+
+// logit_rows: increasing, each the last row of a real (non-padding) sequence.
+static int check_logit_rows(const Batch *b) {
+    if (b->n_logits < 0 || b->n_logits > b->n_seqs) return BAD("n_logits = %d outside 0..%d", b->n_logits, b->n_seqs);
+    for (int i = 0, seq = 0; i < b->n_logits; i++) {
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+            return BAD("logit_rows[%d] = %d outside 0..%d", i, b->logit_rows[i], b->n_tokens - 1);
+        if (i > 0 && b->logit_rows[i] <= b->logit_rows[i - 1])
+            return BAD("logit_rows not increasing at %d (%d after %d)", i, b->logit_rows[i], b->logit_rows[i - 1]);
+        // the last row of a real sequence (sequences and logit rows are both in row order)
+        while (seq < b->n_seqs && b->cu_seqlens_q[seq + 1] - 1 < b->logit_rows[i]) seq++;
+        if (seq == b->n_seqs || b->cu_seqlens_q[seq + 1] - 1 != b->logit_rows[i] || b->seq_lens_k[seq] == 0)
+            return BAD("logit_rows[%d] = %d is not the last row of a sequence", i, b->logit_rows[i]);
+    }
+    return 0;
+}
+
+int batch_check(const Batch *b, int n_slots, int max_len, int vocab) {
+    if (check_shape(b) != 0) return -1;
     for (int i = 0; i < b->n_seqs; i++) {
         const int r0 = b->cu_seqlens_q[i], r1 = b->cu_seqlens_q[i + 1], len = b->seq_lens_k[i];
         if (r1 < r0) return BAD("cu_seqlens_q decreases at sequence %d (%d -> %d)", i, r0, r1);
@@ -58,18 +86,43 @@ int batch_check(const Batch *b, int n_slots, int max_len, int vocab) {
                 return BAD("token_ids[%d] = %d outside the vocabulary [0, %d)", t, b->token_ids[t], vocab);
         }
     }
-    if (b->n_logits < 0 || b->n_logits > b->n_seqs) return BAD("n_logits = %d outside 0..%d", b->n_logits, b->n_seqs);
-    for (int i = 0, seq = 0; i < b->n_logits; i++) {
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
-            return BAD("logit_rows[%d] = %d outside 0..%d", i, b->logit_rows[i], b->n_tokens - 1);
-        if (i > 0 && b->logit_rows[i] <= b->logit_rows[i - 1])
-            return BAD("logit_rows not increasing at %d (%d after %d)", i, b->logit_rows[i], b->logit_rows[i - 1]);
-        // the last row of a real sequence (sequences and logit rows are both in row order)
-        while (seq < b->n_seqs && b->cu_seqlens_q[seq + 1] - 1 < b->logit_rows[i]) seq++;
-        if (seq == b->n_seqs || b->cu_seqlens_q[seq + 1] - 1 != b->logit_rows[i] || b->seq_lens_k[seq] == 0)
-            return BAD("logit_rows[%d] = %d is not the last row of a sequence", i, b->logit_rows[i]);
+    return check_logit_rows(b);
+}
+
+int batch_check_paged(const Batch *b, int num_blocks, int max_model_len, int vocab) {
+    if (b->block_size < 1 || b->bt_stride < 1 || !b->block_tables)
+        return BAD("not a paged batch (block_size %d, bt_stride %d, block_tables %s)", b->block_size, b->bt_stride,
+                   b->block_tables ? "set" : "NULL");
+    if (check_shape(b) != 0) return -1;
+    const int B = b->block_size;
+    const long max_pos = (long)b->bt_stride * B < max_model_len ? (long)b->bt_stride * B : max_model_len;
+    for (int i = 0; i < b->n_seqs; i++) {
+        const int r0 = b->cu_seqlens_q[i], r1 = b->cu_seqlens_q[i + 1], len = b->seq_lens_k[i];
+        if (r1 < r0) return BAD("cu_seqlens_q decreases at sequence %d (%d -> %d)", i, r0, r1);
+        if (len == 0) {
+            for (int t = r0; t < r1; t++)
+                if (b->slot_mapping[t] != -1) return BAD("slot_mapping[%d] = %d in padding sequence %d, not -1", t, b->slot_mapping[t], i);
+            continue;
+        }
+        if (r1 == r0) return BAD("sequence %d has no rows", i);
+        if (len < r1 - r0 || len > max_pos)
+            return BAD("seq_lens_k[%d] = %d: fewer than its %d rows or more than %ld positions", i, len, r1 - r0, max_pos);
+        const int *bt = b->block_tables + (size_t)i * b->bt_stride;
+        for (int j = 0; j < (len + B - 1) / B; j++)
+            if (bt[j] < 1 || bt[j] >= num_blocks)
+                return BAD("block_tables[%d][%d] = %d outside 1..%d (block 0 is the null block)", i, j, bt[j], num_blocks - 1);
+        for (int t = r0; t < r1; t++) {
+            const int pos = len - (r1 - t);
+            const long slot = (long)bt[pos / B] * B + pos % B;
+            if (b->positions[t] != pos) return BAD("positions[%d] = %d, expected %d (sequence %d)", t, b->positions[t], pos, i);
+            if (b->slot_mapping[t] != slot)
+                return BAD("slot_mapping[%d] = %d, expected %ld = block %d * %d + %d", t, b->slot_mapping[t], slot,
+                           bt[pos / B], B, pos % B);
+            if (b->token_ids[t] < 0 || b->token_ids[t] >= vocab)
+                return BAD("token_ids[%d] = %d outside the vocabulary [0, %d)", t, b->token_ids[t], vocab);
+        }
     }
-    return 0;
+    return check_logit_rows(b);
 }
 
 void batch_from_plan(Batch *b, const SchedPlan *p, const Request *reqs, int max_len) {

@@ -1,6 +1,7 @@
 // batch.h — the shapes step04 shares with step05, step06, step07 and final/: the request, the
 // flat batch of one engine step, and the runner that turns a batch into logits.
 // defines: ReqStatus, FinishReason, Request, Batch, batch_alloc, batch_free, batch_check,
+//          batch_alloc_paged, batch_check_paged, runner_new_cpu_paged, runner_new_cuda_paged,
 //          Runner, runner_new_cpu, runner_new_cuda, runner_free, runner_forward, runner_describe,
 //          runner_kv_bytes, sample_keyed
 //
@@ -62,6 +63,12 @@ typedef struct {
     int *seq_slot;      // (n_seqs) the sequence's KV slot (step05: its block table)
     int n_logits;
     int *logit_rows;    // (n_logits) rows whose logits are computed, in order (a sequence's last row)
+    // step05's paged KV (block_size > 0): position p of sequence i lives at cache row
+    //   block_tables[i * bt_stride + p / block_size] * block_size + p % block_size
+    // and slot_mapping holds exactly that for the new rows; seq_slot is then unused. block_size 0
+    // (batch_alloc) = step04's slots: row seq_slot[i] * max_len + p.
+    int block_size, bt_stride;
+    int *block_tables;  // (cap_seqs, bt_stride), by batch_alloc_paged; NULL in a step04 batch
 } Batch;
 
 void batch_alloc(Batch *b, int cap_seqs, int cap_tokens);
@@ -70,6 +77,13 @@ void batch_free(Batch *b);
 // increasing, positions contiguous and ending at seq_lens_k - 1, slots in range, slot_mapping
 // equal to the formula); else -1 with a message naming the first bad field.
 int batch_check(const Batch *b, int n_slots, int max_len, int vocab);
+// step05: a batch with block tables of bt_stride entries per sequence (bt_stride * block_size
+// positions at most per sequence).
+void batch_alloc_paged(Batch *b, int cap_seqs, int cap_tokens, int block_size, int bt_stride);
+// As batch_check for a paged batch over a pool of num_blocks blocks (block 0, the null block,
+// in no table): positions below max_model_len, every table entry a sequence's context covers in
+// 1 .. num_blocks-1, slot_mapping equal to the block-table formula.
+int batch_check_paged(const Batch *b, int num_blocks, int max_model_len, int vocab);
 
 // ---------------------------------------------------------------- runner
 // Owns the weights (borrowed), the KV memory of n_slots * max_len positions and the workspaces;
@@ -80,6 +94,15 @@ typedef struct Runner Runner;
 
 Runner *runner_new_cpu(const CpuModel *m, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen);
 Runner *runner_new_cuda(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen);
+// step05: the KV memory as a pool of num_blocks blocks of block_size positions (num_blocks *
+// block_size rows per layer, block 0 the null block); batches carry block tables (batch_alloc_paged)
+// and positions stay below max_model_len. The CPU one gathers a sequence's context through its
+// block table and runs the same attention_at_cpu (so outputs do not depend on the block size);
+// the CUDA one runs step05's paged attention kernels.
+Runner *runner_new_cpu_paged(const CpuModel *m, int num_blocks, int block_size, int max_model_len,
+                             int max_tokens_per_step, char *err, int errlen);
+Runner *runner_new_cuda_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
+                              int max_tokens_per_step, char *err, int errlen);
 void runner_free(Runner *r);
 const char *runner_describe(const Runner *r);  // "cpu fp32" / "cuda bf16 weights, bf16 KV, cuBLAS GEMMs"
 double runner_kv_bytes(const Runner *r);       // bytes of K/V memory allocated

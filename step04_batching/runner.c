@@ -75,6 +75,24 @@ Runner *runner_new_cuda(GpuModel *g, int n_slots, int max_len, int max_tokens_pe
     return r;
 }
 
+Runner *runner_new_cpu_paged(const CpuModel *m, int num_blocks, int block_size, int max_model_len,
+                             int max_tokens_per_step, char *err, int errlen) {
+    (void)m, (void)num_blocks, (void)block_size, (void)max_model_len, (void)max_tokens_per_step;
+    errf(err, errlen, "runner_new_cpu_paged: the paged CPU runner is not written yet");
+    return NULL;
+}
+
+Runner *runner_new_cuda_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
+                              int max_tokens_per_step, char *err, int errlen) {
+    GpuRunner *gr = gpu_runner_new_paged(g, num_blocks, block_size, max_model_len, max_tokens_per_step, err, errlen);
+    if (!gr) return NULL;
+    Runner *r = xcalloc(1, sizeof *r);
+    r->cuda = 1;
+    r->gpu = gr;
+    r->n_slots = num_blocks, r->max_len = block_size, r->max_tokens = max_tokens_per_step;
+    return r;
+}
+
 void runner_free(Runner *r) {
     if (!r) return;
     if (r->gpu) gpu_runner_free(r->gpu);

@@ -582,6 +582,13 @@ extern "C" GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int 
     return r;
 }
 
+extern "C" GpuRunner *gpu_runner_new_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
+                                           int max_tokens_per_step, char *err, int errlen) {
+    (void)g, (void)num_blocks, (void)block_size, (void)max_model_len, (void)max_tokens_per_step;
+    snprintf(err, (size_t)errlen, "gpu_runner_new_paged: the paged CUDA runner is not written yet");
+    return NULL;
+}
+
 extern "C" void gpu_runner_free(GpuRunner *r) {
     if (!r) return;
     CUDA_CHECK(cudaDeviceSynchronize());

@@ -1,6 +1,6 @@
 // runner_gpu.h — the CUDA half of the step04 runner (runner_gpu.cu; runner_gpu_none.c when built
 // without nvcc). runner.c wraps it behind batch.h's Runner; programs and tests use Runner.
-// defines: GpuRunner, gpu_runner_new, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
+// defines: GpuRunner, gpu_runner_new, gpu_runner_new_paged, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
 //          gpu_runner_forward, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
 //          gpu_runner_read_kv, batch_attention_gpu_check
 //
@@ -17,6 +17,10 @@ typedef struct GpuRunner GpuRunner;
 
 // NULL + err on failure (no CUDA, out of device memory, bad sizes).
 GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen);
+// step05: K/V as a pool of num_blocks blocks of block_size positions; batches carry block
+// tables (batch.h) and attention reads the context through them (step05's paged kernels).
+GpuRunner *gpu_runner_new_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
+                                int max_tokens_per_step, char *err, int errlen);
 void gpu_runner_free(GpuRunner *r);
 const char *gpu_runner_describe(const GpuRunner *r);
 double gpu_runner_kv_bytes(const GpuRunner *r);

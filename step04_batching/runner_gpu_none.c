@@ -11,6 +11,12 @@ GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int max_tokens_
     snprintf(err, (size_t)errlen, "built without CUDA (nvcc was not found at build time)");
     return NULL;
 }
+GpuRunner *gpu_runner_new_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
+                                int max_tokens_per_step, char *err, int errlen) {
+    (void)g, (void)num_blocks, (void)block_size, (void)max_model_len, (void)max_tokens_per_step;
+    snprintf(err, (size_t)errlen, "built without CUDA (nvcc was not found at build time)");
+    return NULL;
+}
 void gpu_runner_free(GpuRunner *r) { (void)r; }
 const char *gpu_runner_describe(const GpuRunner *r) {
     (void)r;
