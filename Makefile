@@ -8,7 +8,7 @@
 #   make bench-h200      the GPU benchmarks whose tables are committed under stepNN/results/
 #   make gpu-sanitize    on a GPU machine: the GPU tests under compute-sanitizer memcheck (with leak
 #                        check), racecheck and synccheck; one line per tool, fails on any error
-#                        (GPU_SANITIZE_FILTER='@(*/gpu_*|step04_gpu/*)', GPU_SANITIZE_TOOLS="memcheck racecheck synccheck")
+#                        (GPU_SANITIZE_FILTER='@(*/gpu_*|step04_gpu/*|step05_gpu/*)', GPU_SANITIZE_TOOLS="memcheck racecheck synccheck")
 #   make clean
 # Knobs: CUDA_ARCHS="75 80 86 89 90" (or native), NO_CUDA=1, NOTEBOOKS=0, COMMIT=<hash>.
 SHELL := /bin/bash
@@ -179,7 +179,7 @@ clean:
 
 # ---- gpu-sanitize: tools/gpu_sanitize.sh runs the GPU tests once plainly (they must run, not skip,
 # and pass), then under each compute-sanitizer tool; logs in $(BUILD)/gpu-sanitize/.
-GPU_SANITIZE_FILTER ?= @(*/gpu_*|step04_gpu/*)
+GPU_SANITIZE_FILTER ?= @(*/gpu_*|step04_gpu/*|step05_gpu/*)
 GPU_SANITIZE_TOOLS ?= memcheck racecheck synccheck
 COMPUTE_SANITIZER ?= $(or $(shell command -v compute-sanitizer 2>/dev/null),$(if $(CUDA_HOME),$(CUDA_HOME)/bin/compute-sanitizer,/usr/local/cuda/bin/compute-sanitizer))
 gpu-sanitize:

@@ -38,6 +38,7 @@
 #include "step02_attention/forward_gpu.cuh"
 #include "step03_kvcache/decode_gpu.cuh"
 #include "step04_batching/runner_gpu.h"
+#include "step05_paged/paged_attention.h"
 
 #define DEFAULT_SMALL_CHUNK 16
 #define SCORE_BUDGET ((size_t)3 << 29)  // bytes for the long path's scores + probabilities (1.5 GiB)
@@ -336,6 +337,12 @@ struct AttnCtx {
     size_t s_cap;
     float *part_o, *part_ml;   // decode path partials, part_cap floats (part_ml: part_cap / hd * 2)
     size_t part_cap;
+    // step05's paged KV (block_size > 0): the cache is a pool of blocks; a work item's or long
+    // item's `base` is then its sequence's row of the block tables d_bt (bt_stride entries), and
+    // a long chunk's context is gathered into gk, gv (max_len rows) before the GEMM path.
+    int block_size, bt_stride, num_sms;
+    const int *d_bt;
+    void *gk, *gv;
 };
 
 struct LongItem {
@@ -345,6 +352,7 @@ struct LongItem {
 // What the host decided for this step's attention (the same for every layer).
 struct AttnPlan {
     int ns, nsplit;  // decode-path work items and key splits (the step's longest such row)
+    int maxlen;      // the longest decode-path item (keys)
     int *srow, *slen, *sbase;  // host (cap) arrays: row, keys, first cache row of each item
     LongItem *lg;
     int nlg;
@@ -364,6 +372,7 @@ static void plan_add(AttnPlan *p, int small_ok, int small_max, int row0, int n, 
         for (int j = 0; j < n; j++) {
             const int len = L - n + j + 1;
             p->srow[p->ns] = row0 + j, p->slen[p->ns] = len, p->sbase[p->ns] = base, p->ns++;
+            if (len > p->maxlen) p->maxlen = len;
             const int sp = (len + ATTN_CHUNK - 1) / ATTN_CHUNK;
             if (sp > p->nsplit) p->nsplit = sp;
         }
@@ -381,7 +390,16 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
     const size_t es = esize(c->dt), oes = out_f32 ? 4 : es;
     const float scale = 1.0f / sqrtf((float)hd);
     int launches = 0;
-    if (p->ns) {
+    if (p->ns && c->block_size > 0) {  // step05: paged decode attention, v1 or v2 by paged_decode_choose
+        PagedDecode a = {};
+        a.dt = c->dt, a.H = H, a.KV = KV, a.hd = hd, a.scale = scale, a.q = q, a.ldq = ldq, a.kc = kc, a.vc = vc;
+        a.block_tables = c->d_bt, a.bt_stride = c->bt_stride, a.block_size = c->block_size;
+        a.rows = d_srow, a.seqs = d_sbase, a.lens = d_slen, a.n = p->ns, a.max_len = p->maxlen;
+        a.out = out, a.ldo = qd, a.out_f32 = out_f32, a.part_o = c->part_o, a.part_ml = c->part_ml, a.part_cap = c->part_cap;
+        const int nl = paged_decode(&a, c->num_sms);
+        if (nl < 0) die("paged decode attention: launch refused (see above)");
+        launches += nl;
+    } else if (p->ns) {
         const int nsplit = p->nsplit < 1 ? 1 : p->nsplit;
         const size_t per_item = (size_t)H * nsplit * hd;
         int grp = (int)(c->part_cap / per_item);
@@ -417,14 +435,21 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
     }
     for (int i = 0; i < p->nlg; i++) {
         const LongItem *it = &p->lg[i];
+        const void *lk = kc, *lv = vc;
+        size_t base = (size_t)it->base;
+        if (c->block_size > 0) {  // step05: the context through the block table into a contiguous scratch
+            if (paged_gather(c->dt, kc, vc, c->d_bt, c->bt_stride, c->block_size, it->base, it->L, kd, c->gk, c->gv))
+                die("paged gather: refused");
+            lk = c->gk, lv = c->gv, base = 0, launches++;
+        }
         size_t sub = c->s_cap / ((size_t)H * it->L);
         if (sub < 1) sub = 1;
         for (int i0 = 0; i0 < it->n; i0 += (int)sub) {
             const int nq = it->n - i0 < (int)sub ? it->n - i0 : (int)sub;
             const int nk = it->L - it->n + i0 + nq;  // keys the last query of this sub-chunk sees
-            const size_t r0 = (size_t)it->row0 + i0, b0 = (size_t)it->base * kd * es;
-            attention_gpu(c->blas, c->dt, nq, nk, H, KV, hd, (const char *)q16 + r0 * qd * es, qd, (const char *)kc + b0,
-                          kd, (const char *)vc + b0, kd, c->S, c->P, (char *)out + r0 * qd * es);
+            const size_t r0 = (size_t)it->row0 + i0, b0 = base * kd * es;
+            attention_gpu(c->blas, c->dt, nq, nk, H, KV, hd, (const char *)q16 + r0 * qd * es, qd, (const char *)lk + b0,
+                          kd, (const char *)lv + b0, kd, c->S, c->P, (char *)out + r0 * qd * es);
             launches += 2 * (H / KV) + 1;
         }
     }
@@ -439,7 +464,9 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
 
 struct GpuRunner {
     GpuModel *g;
-    int n_slots, max_len, max_tok, lcap;
+    int n_slots, max_len, max_tok, lcap;  // paged: n_slots 0, max_len = max_model_len
+    int block_size, num_blocks, nbt;      // paged (block_size > 0): the pool; nbt = table entries per sequence
+    int kv_rows;                          // cache rows per layer: n_slots * max_len, or num_blocks * block_size
     StDtype cdt;  // cache dtype = weight dtype
     void *kc, *vc;  // (n_layers, n_slots * max_len, KV*hd)
     size_t lstride;  // bytes of one layer's K (or V)
@@ -465,24 +492,37 @@ static void *dalloc_r(size_t n, double *count) {
     return p;
 }
 
-extern "C" GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err,
-                                     int errlen) {
+// Both layouts: step04's n_slots slots of max_len rows (block_size 0), or step05's pool of
+// num_blocks blocks of block_size rows with contexts up to max_len (= max_model_len) positions.
+// The workspaces are the same; the paged runner adds the gather scratch of the long path and
+// its block tables in the per-step upload.
+static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int max_len, int num_blocks, int block_size,
+                                int max_tokens_per_step, char *err, int errlen) {
     if (!g) {
-        snprintf(err, (size_t)errlen, "gpu_runner_new: no model");
+        snprintf(err, (size_t)errlen, "%s: no model", who);
         return NULL;
     }
     const ModelConfig *c = &g->cfg;
     const int H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
-    if (n_slots < 1 || max_len < 1 || max_tokens_per_step < 1 || (double)n_slots * max_len > INT_MAX) {
-        snprintf(err, (size_t)errlen, "gpu_runner_new: need n_slots >= 1, max_len >= 1, max_tokens_per_step >= 1 and "
-                 "n_slots * max_len < 2^31 (got %d, %d, %d)", n_slots, max_len, max_tokens_per_step);
+    const int paged = block_size > 0;
+    if (!paged && (n_slots < 1 || max_len < 1 || max_tokens_per_step < 1 || (double)n_slots * max_len > INT_MAX)) {
+        snprintf(err, (size_t)errlen, "%s: need n_slots >= 1, max_len >= 1, max_tokens_per_step >= 1 and "
+                 "n_slots * max_len < 2^31 (got %d, %d, %d)", who, n_slots, max_len, max_tokens_per_step);
+        return NULL;
+    }
+    if (paged && (num_blocks < 2 || max_len < 1 || max_tokens_per_step < 1 || (double)num_blocks * block_size > INT_MAX)) {
+        snprintf(err, (size_t)errlen, "%s: need num_blocks >= 2 (block 0 is the null block), block_size >= 1, "
+                 "max_model_len >= 1, max_tokens_per_step >= 1 and num_blocks * block_size < 2^31 (got %d, %d, %d, %d)",
+                 who, num_blocks, block_size, max_len, max_tokens_per_step);
         return NULL;
     }
     if (H % KV || hd % 2) {
-        snprintf(err, (size_t)errlen, "gpu_runner_new: n_heads %% n_kv_heads must be 0 and head_dim even (%d, %d, %d)", H,
-                 KV, hd);
+        snprintf(err, (size_t)errlen, "%s: n_heads %% n_kv_heads must be 0 and head_dim even (%d, %d, %d)", who, H, KV, hd);
         return NULL;
     }
+    const int kv_rows = paged ? num_blocks * block_size : n_slots * max_len;
+    const int nbt = paged ? (max_len + block_size - 1) / block_size : 0;
+    const int nseq = paged ? (max_tokens_per_step < num_blocks - 1 ? max_tokens_per_step : num_blocks - 1) : n_slots;
     GpuInfo gi;
     if (gpu_info(&gi) != 0) {
         snprintf(err, (size_t)errlen, "%s", gi.reason);
@@ -491,12 +531,12 @@ extern "C" GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int 
     const StDtype dt = g->wdt;
     const size_t es = esize(dt), kd = (size_t)KV * hd, qd = (size_t)H * hd, nqkv = qd + 2 * kd;
     const size_t d = c->hidden, ff = c->intermediate, T = max_tokens_per_step, half = hd / 2;
-    const size_t lstride = (size_t)n_slots * max_len * kd * es;
+    const size_t lstride = (size_t)kv_rows * kd * es;
     const size_t kv_total = 2 * lstride * c->n_layers;
-    int lcap = max_tokens_per_step < (n_slots > 64 ? n_slots : 64) ? max_tokens_per_step : (n_slots > 64 ? n_slots : 64);
+    int lcap = max_tokens_per_step < (nseq > 64 ? nseq : 64) ? max_tokens_per_step : (nseq > 64 ? nseq : 64);
     const int lmax = (int)(LOGIT_BUDGET / ((size_t)c->vocab * 4));
     if (lcap > lmax) lcap = lmax < 1 ? 1 : lmax;
-    const int small_ok = (H / KV) <= ATTN_MAXG && hd <= 32 * ATTN_MAXE;
+    const int small_ok = paged ? paged_decode_supported(dt, H, KV, hd) : (H / KV) <= ATTN_MAXG && hd <= 32 * ATTN_MAXE;
     const int srows = max_tokens_per_step < max_len ? max_tokens_per_step : max_len;
     size_t s_cap = (size_t)H * srows * max_len;
     const size_t s_es = 4 + (dt == ST_F32 ? 0 : es);
@@ -504,25 +544,28 @@ extern "C" GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int 
     if (s_cap < (size_t)H * max_len) s_cap = (size_t)H * max_len;  // at least one query row over every key
     const int nsplit_max = (max_len + ATTN_CHUNK - 1) / ATTN_CHUNK;
     const size_t per_item = (size_t)H * nsplit_max * hd;
-    size_t part_cap = per_item * (size_t)(max_tokens_per_step < n_slots ? max_tokens_per_step : n_slots);
+    size_t part_cap = per_item * (size_t)(max_tokens_per_step < nseq ? max_tokens_per_step : nseq);
     if (part_cap > PART_BUDGET) part_cap = PART_BUDGET;
     if (part_cap < per_item) part_cap = per_item;
-    const size_t pack_cap = 7 * T + 8;
-    const size_t ws = T * d * 4 + T * d * es + T * nqkv * 4 + 2 * T * qd * es + T * 2 * ff * 4 + T * ff * es +
+    const size_t pack_cap = 7 * T + 8 + (size_t)T * nbt;  // + the block tables (at most T sequences)
+    const size_t gather = paged ? 2 * (size_t)max_len * kd * es : 0;
+    const size_t ws = gather + T * d * 4 + T * d * es + T * nqkv * 4 + 2 * T * qd * es + T * 2 * ff * 4 + T * ff * es +
                       (size_t)lcap * d * 4 + (size_t)lcap * c->vocab * 4 + 2 * T * half * 4 + s_cap * s_es +
                       part_cap * 4 + part_cap / hd * 8 + pack_cap * 4;
     CUDA_CHECK(cudaDeviceSynchronize());
     size_t fr = 0, tot = 0;
     CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
     if ((double)kv_total + ws + ((size_t)256 << 20) > (double)fr) {
-        snprintf(err, (size_t)errlen, "gpu_runner_new: the KV cache (%d slots x %d positions = %.2f GiB) and workspaces "
-                 "for %d tokens per step (%.2f GiB) do not fit in the %.2f GiB of free device memory",
-                 n_slots, max_len, kv_total / 1073741824.0, max_tokens_per_step, ws / 1073741824.0, fr / 1073741824.0);
+        snprintf(err, (size_t)errlen, "%s: the KV cache (%d %s x %d positions = %.2f GiB) and workspaces "
+                 "for %d tokens per step (%.2f GiB) do not fit in the %.2f GiB of free device memory", who,
+                 paged ? num_blocks : n_slots, paged ? "blocks" : "slots", paged ? block_size : max_len,
+                 kv_total / 1073741824.0, max_tokens_per_step, ws / 1073741824.0, fr / 1073741824.0);
         return NULL;
     }
     GpuRunner *r = (GpuRunner *)xcalloc(1, sizeof(GpuRunner));
     r->g = g;
-    r->n_slots = n_slots, r->max_len = max_len, r->max_tok = max_tokens_per_step, r->lcap = lcap;
+    r->n_slots = paged ? 0 : n_slots, r->max_len = max_len, r->max_tok = max_tokens_per_step, r->lcap = lcap;
+    r->block_size = paged ? block_size : 0, r->num_blocks = paged ? num_blocks : 0, r->nbt = nbt, r->kv_rows = kv_rows;
     r->cdt = dt;
     r->lstride = lstride;
     r->small_max = DEFAULT_SMALL_CHUNK;
@@ -567,6 +610,9 @@ extern "C" GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int 
     a->part_cap = part_cap;
     a->part_o = (float *)dalloc_r(part_cap * 4, NULL);
     a->part_ml = (float *)dalloc_r(part_cap / hd * 8, NULL);
+    a->block_size = r->block_size, a->bt_stride = nbt, a->num_sms = gi.sms;
+    a->gk = paged ? dalloc_r(gather / 2, NULL) : NULL;
+    a->gv = paged ? dalloc_r(gather / 2, NULL) : NULL;
     AttnPlan *p = &r->plan;
     p->srow = (int *)xmalloc(T * 4), p->slen = (int *)xmalloc(T * 4), p->sbase = (int *)xmalloc(T * 4);
     p->lg = (LongItem *)xmalloc(T * sizeof(LongItem));
@@ -574,26 +620,43 @@ extern "C" GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int 
     CUDA_CHECK(cudaEventCreate(&r->ev0));
     CUDA_CHECK(cudaEventCreate(&r->ev1));
     CUDA_CHECK(cudaDeviceSynchronize());
-    snprintf(r->desc, sizeof r->desc,
-             "cuda %s weights, %s KV (%d slots x %d positions, %.2f GiB), cuBLAS GEMMs over all rows (step03 GEMV "
-             "for a 1-row step), attention: split decode kernel for <= %d new rows per sequence, GEMM-softmax-GEMM "
-             "beyond",
-             dt_name(dt), dt_name(dt), n_slots, max_len, r->kv_bytes / 1073741824.0, small_ok ? DEFAULT_SMALL_CHUNK : 0);
+    if (paged)
+        snprintf(r->desc, sizeof r->desc,
+                 "cuda %s weights, %s paged KV (%d blocks x %d positions, %.2f GiB, max_model_len %d), cuBLAS GEMMs over "
+                 "all rows (step03 GEMV for a 1-row step), attention: paged decode v1/v2 for <= %d new rows per "
+                 "sequence, block-table gather + GEMM-softmax-GEMM beyond",
+                 dt_name(dt), dt_name(dt), num_blocks, block_size, r->kv_bytes / 1073741824.0, max_len,
+                 small_ok ? DEFAULT_SMALL_CHUNK : 0);
+    else
+        snprintf(r->desc, sizeof r->desc,
+                 "cuda %s weights, %s KV (%d slots x %d positions, %.2f GiB), cuBLAS GEMMs over all rows (step03 GEMV "
+                 "for a 1-row step), attention: split decode kernel for <= %d new rows per sequence, GEMM-softmax-GEMM "
+                 "beyond",
+                 dt_name(dt), dt_name(dt), n_slots, max_len, r->kv_bytes / 1073741824.0, small_ok ? DEFAULT_SMALL_CHUNK : 0);
     return r;
+}
+
+extern "C" GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err,
+                                     int errlen) {
+    return runner_create("gpu_runner_new", g, n_slots, max_len, 0, 0, max_tokens_per_step, err, errlen);
 }
 
 extern "C" GpuRunner *gpu_runner_new_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
                                            int max_tokens_per_step, char *err, int errlen) {
-    (void)g, (void)num_blocks, (void)block_size, (void)max_model_len, (void)max_tokens_per_step;
-    snprintf(err, (size_t)errlen, "gpu_runner_new_paged: the paged CUDA runner is not written yet");
-    return NULL;
+    if (block_size < 1) {
+        snprintf(err, (size_t)errlen, "gpu_runner_new_paged: block_size %d: need >= 1", block_size);
+        return NULL;
+    }
+    return runner_create("gpu_runner_new_paged", g, 0, max_model_len, num_blocks, block_size, max_tokens_per_step, err,
+                         errlen);
 }
 
 extern "C" void gpu_runner_free(GpuRunner *r) {
     if (!r) return;
     CUDA_CHECK(cudaDeviceSynchronize());
     void *ps[] = {r->kc, r->vc, r->x, r->xn, r->qkv, r->q16, r->att, r->gu, r->h, r->xg, r->logits, r->xnf, r->attf,
-                  r->hf, r->cos_t, r->sin_t, r->inv_freq, r->d_pack, r->d_argmax, r->ac.S, r->ac.part_o, r->ac.part_ml};
+                  r->hf, r->cos_t, r->sin_t, r->inv_freq, r->d_pack, r->d_argmax, r->ac.S, r->ac.part_o, r->ac.part_ml,
+                  r->ac.gk, r->ac.gv};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     if (r->ac.P != r->ac.S) CUDA_CHECK(cudaFree(r->ac.P));
     CUDA_CHECK(cudaFreeHost(r->h_pack));
@@ -626,9 +689,9 @@ static float half_to_f(StDtype dt, const void *p, size_t i) {
 
 extern "C" int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float *k, float *v) {
     const ModelConfig *c = &r->g->cfg;
-    if (layer < 0 || layer >= c->n_layers || row < 0 || row >= r->n_slots * r->max_len) {
+    if (layer < 0 || layer >= c->n_layers || row < 0 || row >= r->kv_rows) {
         fprintf(stderr, "gpu_runner_read_kv: layer %d / row %d out of range (%d layers, %d rows)\n", layer, row,
-                c->n_layers, r->n_slots * r->max_len);
+                c->n_layers, r->kv_rows);
         return -1;
     }
     const size_t kd = (size_t)c->n_kv_heads * c->head_dim, es = esize(r->cdt);
@@ -645,15 +708,20 @@ extern "C" int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float 
 
 // The checks that keep every device access in bounds (batch_check in batch.c checks the rest:
 // positions contiguous, slot_mapping equal to its formula). 0, or -1 with a message.
+// Paged: the batch's layout must be this pool's (block_size), and every block-table entry a
+// sequence's context covers must name a real block (1 .. num_blocks-1), since the kernels read
+// through the tables unchecked.
 static int validate(const GpuRunner *r, const Batch *b) {
-    const int T = b->n_tokens, S = b->n_seqs, V = r->g->cfg.vocab, rows = r->n_slots * r->max_len;
+    const int T = b->n_tokens, S = b->n_seqs, V = r->g->cfg.vocab, rows = r->kv_rows, paged = r->block_size > 0;
 #define BAD(...) do { fprintf(stderr, "gpu_runner_forward: " __VA_ARGS__); fputc('\n', stderr); return -1; } while (0)
     if (T < 1 || T > r->max_tok) BAD("n_tokens = %d: need 1 .. max_tokens_per_step = %d", T, r->max_tok);
     if (S < 1 || S > T) BAD("n_seqs = %d: need 1 .. n_tokens = %d", S, T);
     if (b->n_logits < 0 || b->n_logits > T) BAD("n_logits = %d: need 0 .. n_tokens = %d", b->n_logits, T);
-    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->cu_seqlens_q || !b->seq_lens_k || !b->seq_slot ||
-        (b->n_logits && !b->logit_rows))
+    if (!b->token_ids || !b->positions || !b->slot_mapping || !b->cu_seqlens_q || !b->seq_lens_k ||
+        (!paged && !b->seq_slot) || (paged && !b->block_tables) || (b->n_logits && !b->logit_rows))
         BAD("a batch array is NULL");
+    if (b->block_size != r->block_size)
+        BAD("batch block_size %d, runner %d (0 = step04 slots)", b->block_size, r->block_size);
     if (b->cu_seqlens_q[0] != 0 || b->cu_seqlens_q[S] != T)
         BAD("cu_seqlens_q must go from 0 to n_tokens = %d (got %d .. %d)", T, b->cu_seqlens_q[0], b->cu_seqlens_q[S]);
     for (int i = 0; i < S; i++) {
@@ -661,8 +729,17 @@ static int validate(const GpuRunner *r, const Batch *b) {
         if (n < 0) BAD("cu_seqlens_q decreases at sequence %d", i);
         if (L < 0 || L > r->max_len) BAD("seq_lens_k[%d] = %d: need 0 .. max_len = %d", i, L, r->max_len);
         if (L > 0 && n > L) BAD("sequence %d has %d new rows but a context of only %d", i, n, L);
-        if (L > 0 && (b->seq_slot[i] < 0 || b->seq_slot[i] >= r->n_slots))
+        if (!paged && L > 0 && (b->seq_slot[i] < 0 || b->seq_slot[i] >= r->n_slots))
             BAD("seq_slot[%d] = %d: need 0 .. %d", i, b->seq_slot[i], r->n_slots - 1);
+        if (paged && L > 0) {
+            const int nb = (L + r->block_size - 1) / r->block_size;
+            if (nb > b->bt_stride) BAD("sequence %d: a context of %d needs %d blocks, bt_stride is %d", i, L, nb, b->bt_stride);
+            for (int k = 0; k < nb; k++) {
+                const int blk = b->block_tables[(size_t)i * b->bt_stride + k];
+                if (blk < 1 || blk >= r->num_blocks)
+                    BAD("block_tables[%d][%d] = %d: need 1 .. num_blocks-1 = %d", i, k, blk, r->num_blocks - 1);
+            }
+        }
     }
     for (int t = 0; t < T; t++) {
         if (b->token_ids[t] < 0 || b->token_ids[t] >= V) BAD("token_ids[%d] = %d: outside the vocabulary [0, %d)", t, b->token_ids[t], V);
@@ -687,10 +764,11 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
 
     // ---- the plan, on the host
     AttnPlan *p = &r->plan;
-    p->ns = 0, p->nsplit = 0, p->nlg = 0, p->npad = 0;
+    p->ns = 0, p->nsplit = 0, p->maxlen = 0, p->nlg = 0, p->npad = 0;
+    const int paged = r->block_size > 0;  // then an item's base is its sequence (its block-table row)
     for (int i = 0; i < b->n_seqs; i++)
         plan_add(p, r->ac.small_ok, r->small_max, b->cu_seqlens_q[i], b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i],
-                 b->seq_lens_k[i], b->seq_lens_k[i] > 0 ? b->seq_slot[i] * r->max_len : 0);
+                 b->seq_lens_k[i], paged ? i : b->seq_lens_k[i] > 0 ? b->seq_slot[i] * r->max_len : 0);
     const int gemv1 = r->use_gemv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
     // ---- one packed upload: token ids, positions, slots, logit rows, decode items
     int *hp = r->h_pack;
@@ -702,7 +780,17 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
     const size_t o_sr = o; memcpy(hp + o, p->srow, (size_t)p->ns * 4), o += p->ns;
     const size_t o_sl = o; memcpy(hp + o, p->slen, (size_t)p->ns * 4), o += p->ns;
     const size_t o_sb = o; memcpy(hp + o, p->sbase, (size_t)p->ns * 4), o += p->ns;
+    const size_t o_bt = o;  // paged: the block tables, nbt entries per sequence (the entries past a context: 0)
+    if (paged) {
+        for (int i = 0; i < b->n_seqs; i++) {
+            const int L = b->seq_lens_k[i], nb = L > 0 ? (L + r->block_size - 1) / r->block_size : 0;
+            memcpy(hp + o, b->block_tables + (size_t)i * b->bt_stride, (size_t)nb * 4);
+            memset(hp + o + nb, 0, (size_t)(r->nbt - nb) * 4);
+            o += r->nbt;
+        }
+    }
     int *dp = r->d_pack;
+    r->ac.d_bt = paged ? dp + o_bt : NULL;
     int launches = 0;
     CUDA_CHECK(cudaEventRecord(r->ev0));
     CUDA_CHECK(cudaMemcpyAsync(dp, hp, o * 4, cudaMemcpyHostToDevice));
@@ -800,9 +888,11 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
 
 // ---------------------------------------------------------------- test entry point
 
-extern "C" int batch_attention_gpu_check(const float *q, const float *kc, const float *vc, int cache_rows, int n_seqs,
-                                         const int *cu_q, const int *seq_lens_k, const int *base, int H, int KV, int hd,
-                                         StDtype dt, int small_chunk, float *out) {
+// Both layouts: base (step04: each sequence's first cache row) or, when block_size > 0, the
+// block tables bt (n_seqs, bt_stride) on the host (step05).
+static int attention_check(const float *q, const float *kc, const float *vc, int cache_rows, int n_seqs,
+                           const int *cu_q, const int *seq_lens_k, const int *base, const int *bt, int bt_stride,
+                           int block_size, int H, int KV, int hd, StDtype dt, int small_chunk, float *out) {
     GpuInfo gi;
     if (gpu_info(&gi) != 0) return -1;
     if (H % KV || n_seqs < 1) return -1;
@@ -814,8 +904,17 @@ extern "C" int batch_attention_gpu_check(const float *q, const float *kc, const 
     AttnCtx a = {};
     CUBLAS_CHECK(cublasCreate(&a.blas));
     a.dt = dt, a.H = H, a.KV = KV, a.hd = hd;
-    a.small_ok = (H / KV) <= ATTN_MAXG && hd <= 32 * ATTN_MAXE;
+    const int paged = block_size > 0;
+    a.small_ok = paged ? paged_decode_supported(dt, H, KV, hd) : (H / KV) <= ATTN_MAXG && hd <= 32 * ATTN_MAXE;
     a.vec_attn = 1;
+    a.block_size = paged ? block_size : 0, a.bt_stride = bt_stride, a.num_sms = gi.sms;
+    int *dbt = NULL;
+    if (paged) {
+        a.gk = dalloc_r((size_t)maxL * kd * es, NULL), a.gv = dalloc_r((size_t)maxL * kd * es, NULL);
+        dbt = (int *)dalloc_r((size_t)n_seqs * bt_stride * 4, NULL);
+        CUDA_CHECK(cudaMemcpy(dbt, bt, (size_t)n_seqs * bt_stride * 4, cudaMemcpyHostToDevice));
+        a.d_bt = dbt;
+    }
     a.s_cap = (size_t)H * (T < maxL ? T : maxL) * maxL;
     a.S = (float *)dalloc_r(a.s_cap * 4, NULL);
     a.P = dt == ST_F32 ? (void *)a.S : dalloc_r(a.s_cap * es, NULL);
@@ -827,7 +926,8 @@ extern "C" int batch_attention_gpu_check(const float *q, const float *kc, const 
     p.srow = (int *)xmalloc((size_t)T * 4), p.slen = (int *)xmalloc((size_t)T * 4), p.sbase = (int *)xmalloc((size_t)T * 4);
     p.lg = (LongItem *)xmalloc((size_t)T * sizeof(LongItem));
     p.pad0 = (int *)xmalloc((size_t)T * 4), p.padn = (int *)xmalloc((size_t)T * 4);
-    for (int i = 0; i < n_seqs; i++) plan_add(&p, a.small_ok, small_chunk, cu_q[i], cu_q[i + 1] - cu_q[i], seq_lens_k[i], base[i]);
+    for (int i = 0; i < n_seqs; i++)
+        plan_add(&p, a.small_ok, small_chunk, cu_q[i], cu_q[i + 1] - cu_q[i], seq_lens_k[i], paged ? i : base[i]);
     // inputs: q fp32 (decode path) and rounded (GEMM path); the cache rounded to dt
     const size_t nq = (size_t)T * qd, nk = (size_t)cache_rows * kd, big = nq > nk ? nq : nk;
     float *tmp = (float *)dalloc_r(big * 4, NULL), *dq = (float *)dalloc_r(nq * 4, NULL);
@@ -854,10 +954,42 @@ extern "C" int batch_attention_gpu_check(const float *q, const float *kc, const 
     DISPATCH(dt, A, k_to_f32_rows<A><<<256, 256>>>((const A *)dout, tmp, nq));
     CUDA_CHECK_LAST();
     CUDA_CHECK(cudaMemcpy(out, tmp, nq * 4, cudaMemcpyDeviceToHost));
-    void *ps[] = {tmp, dq, dq16, dk, dv, dout, dplan, a.S, a.part_o, a.part_ml};
+    void *ps[] = {tmp, dq, dq16, dk, dv, dout, dplan, a.S, a.part_o, a.part_ml, a.gk, a.gv, dbt};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     if (a.P != a.S) CUDA_CHECK(cudaFree(a.P));
     CUBLAS_CHECK(cublasDestroy(a.blas));
     free(p.srow), free(p.slen), free(p.sbase), free(p.lg), free(p.pad0), free(p.padn);
     return 0;
+}
+
+extern "C" int batch_attention_gpu_check(const float *q, const float *kc, const float *vc, int cache_rows, int n_seqs,
+                                         const int *cu_q, const int *seq_lens_k, const int *base, int H, int KV, int hd,
+                                         StDtype dt, int small_chunk, float *out) {
+    return attention_check(q, kc, vc, cache_rows, n_seqs, cu_q, seq_lens_k, base, NULL, 0, 0, H, KV, hd, dt, small_chunk,
+                           out);
+}
+
+extern "C" int batch_attention_gpu_check_paged(const float *q, const float *kc, const float *vc, int cache_rows,
+                                               int n_seqs, const int *cu_q, const int *seq_lens_k, const int *block_tables,
+                                               int bt_stride, int block_size, int H, int KV, int hd, StDtype dt,
+                                               int small_chunk, float *out) {
+    if (block_size < 1 || bt_stride < 1) return -1;
+    return attention_check(q, kc, vc, cache_rows, n_seqs, cu_q, seq_lens_k, NULL, block_tables, bt_stride, block_size, H,
+                           KV, hd, dt, small_chunk, out);
+}
+
+// ---------------------------------------------------------------- step04's decode kernel alone (a baseline)
+
+extern "C" int step04_decode_attention_dev(StDtype dt, const float *q, int ldq, const void *kc, const void *vc,
+                                           const int *rows, const int *lens, const int *bases, int n, int max_len, int H,
+                                           int KV, int hd, void *out, float *part_o, float *part_ml, size_t part_cap) {
+    AttnCtx a = {};
+    a.dt = dt, a.H = H, a.KV = KV, a.hd = hd, a.vec_attn = 1;
+    a.small_ok = (H / KV) <= ATTN_MAXG && hd <= 32 * ATTN_MAXE;
+    a.part_o = part_o, a.part_ml = part_ml, a.part_cap = part_cap;
+    const int nsplit = (max_len + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    if (!a.small_ok || n < 1 || part_cap < (size_t)H * (nsplit < 1 ? 1 : nsplit) * hd) return -1;
+    AttnPlan p = {};
+    p.ns = n, p.nsplit = nsplit, p.maxlen = max_len;
+    return attn_layer(&a, &p, rows, lens, bases, q, ldq, NULL, kc, vc, out, 0);
 }

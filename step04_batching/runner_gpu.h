@@ -2,10 +2,12 @@
 // without nvcc). runner.c wraps it behind batch.h's Runner; programs and tests use Runner.
 // defines: GpuRunner, gpu_runner_new, gpu_runner_new_paged, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
 //          gpu_runner_forward, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
-//          gpu_runner_read_kv, batch_attention_gpu_check
+//          gpu_runner_read_kv, batch_attention_gpu_check, batch_attention_gpu_check_paged,
+//          step04_decode_attention_dev
 //
 // KV memory: per layer K and V of (n_slots * max_len, n_kv_heads * head_dim) in the weight
-// dtype; the new tokens' K/V rows are written at batch->slot_mapping[t] (-1: skipped).
+// dtype (step05's paged runner: (num_blocks * block_size, ...)); the new tokens' K/V rows are
+// written at batch->slot_mapping[t] (-1: skipped).
 #pragma once
 #include "step04_batching/batch.h"
 
@@ -18,7 +20,11 @@ typedef struct GpuRunner GpuRunner;
 // NULL + err on failure (no CUDA, out of device memory, bad sizes).
 GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen);
 // step05: K/V as a pool of num_blocks blocks of block_size positions; batches carry block
-// tables (batch.h) and attention reads the context through them (step05's paged kernels).
+// tables (batch.h) and attention reads the context through them (step05's paged kernels):
+// sequences with <= small_chunk new rows through paged decode v1/v2 (one work item per row),
+// longer chunks through a block-table gather into a contiguous scratch + the GEMM path. Every
+// forward checks the batch's block_size, positions < max_model_len and that every table entry a
+// context covers is in 1 .. num_blocks-1. gpu_runner_read_kv's row is then block * B + offset.
 GpuRunner *gpu_runner_new_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
                                 int max_tokens_per_step, char *err, int errlen);
 void gpu_runner_free(GpuRunner *r);
@@ -46,6 +52,20 @@ int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float *k, float *
 int batch_attention_gpu_check(const float *q, const float *kc, const float *vc, int cache_rows, int n_seqs,
                               const int *cu_q, const int *seq_lens_k, const int *base, int H, int KV, int hd,
                               StDtype dtype, int small_chunk, float *out);
+
+// The same for step05's paged layout: kc, vc the pool (cache_rows = num_blocks * block_size),
+// sequence i's position p at row block_tables[i * bt_stride + p / block_size] * block_size +
+// p % block_size; short chunks run paged decode v1/v2, long ones the gather + GEMM path.
+int batch_attention_gpu_check_paged(const float *q, const float *kc, const float *vc, int cache_rows, int n_seqs,
+                                    const int *cu_q, const int *seq_lens_k, const int *block_tables, int bt_stride,
+                                    int block_size, int H, int KV, int hd, StDtype dtype, int small_chunk, float *out);
+// step04's decode path alone (its vectorized split kernel + combine) on device data, for
+// step05's ladder baseline: item w = query row rows[w] of q (fp32, ld ldq) over lens[w] keys at
+// cache rows bases[w] ...; out (dtype, ld H*hd). part_o / part_ml: part_cap floats and
+// part_cap / hd * 2 floats, at least H * ceil(max_len / 128) * hd. Launches, or -1.
+int step04_decode_attention_dev(StDtype dtype, const float *q, int ldq, const void *kc, const void *vc, const int *rows,
+                                const int *lens, const int *bases, int n, int max_len, int H, int KV, int hd, void *out,
+                                float *part_o, float *part_ml, size_t part_cap);
 
 #ifdef __cplusplus
 }

@@ -51,6 +51,20 @@ int batch_attention_gpu_check(const float *q, const float *kc, const float *vc, 
     (void)H, (void)KV, (void)hd, (void)dtype, (void)small_chunk, (void)out;
     return -1;
 }
+int batch_attention_gpu_check_paged(const float *q, const float *kc, const float *vc, int cache_rows, int n_seqs,
+                                    const int *cu_q, const int *seq_lens_k, const int *block_tables, int bt_stride,
+                                    int block_size, int H, int KV, int hd, StDtype dtype, int small_chunk, float *out) {
+    (void)q, (void)kc, (void)vc, (void)cache_rows, (void)n_seqs, (void)cu_q, (void)seq_lens_k, (void)block_tables;
+    (void)bt_stride, (void)block_size, (void)H, (void)KV, (void)hd, (void)dtype, (void)small_chunk, (void)out;
+    return -1;
+}
+int step04_decode_attention_dev(StDtype dtype, const float *q, int ldq, const void *kc, const void *vc, const int *rows,
+                                const int *lens, const int *bases, int n, int max_len, int H, int KV, int hd, void *out,
+                                float *part_o, float *part_ml, size_t part_cap) {
+    (void)dtype, (void)q, (void)ldq, (void)kc, (void)vc, (void)rows, (void)lens, (void)bases, (void)n, (void)max_len;
+    (void)H, (void)KV, (void)hd, (void)out, (void)part_o, (void)part_ml, (void)part_cap;
+    return -1;
+}
 #else
 typedef int runner_gpu_none_is_empty_with_cuda;  // ISO C forbids an empty translation unit
 #endif

@@ -1,0 +1,435 @@
+// paged_attention.cu — step05's paged K/V kernels (the C API and the kernels are described in
+// paged_attention.h): the K/V write through the slot mapping, paged decode attention v1 (one
+// CTA per (item, kv head)) and v2 (split-K partitions + a rescaling reduce), and the gather that
+// lets chunked prefill run step02's GEMM path over a paged context.
+// Tests: build/tests/run_tests --filter 'step05_gpu/*'; ladder: build/bin/paged_attn_bench.
+//
+// How the decode CTA reads K and V: lane c of a key row holds 16-byte vector c of it (8 bf16 or
+// fp16, 4 fp32), LPR lanes per row (hd/8 rounded up to a power of two; lanes past the row idle),
+// so one warp load instruction covers 32 / LPR rows. Consecutive positions of a sequence are
+// consecutive rows of one block, so for B >= 2 a warp still reads whole contiguous rows; the
+// block table costs one lookup per key per tile (kept in shared memory for the tile), and a
+// block of B = 1 makes every row its own scattered 256-byte read. Each lane keeps up to 8 rows
+// in flight (independent loads issued before any is used). Scores: the q . k partial dots of a
+// row's lanes summed with shuffles; softmax per tile with the running max m and sum l of each
+// head (online softmax: the accumulators are rescaled by exp(m_old - m_new)); P V: each lane
+// accumulates its vector's elements for the g heads in registers, summed across lanes and
+// warps once at the end.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "cuda_check.h"
+#include "step03_kvcache/decode_gpu.cuh"  // Vec16; forward_gpu.cuh: tof, fromf, DISPATCH, block_sum/max
+#include "step05_paged/paged_attention.h"
+
+// ---------------------------------------------------------------- K/V write
+
+// Grid (T), row t of k and v (fp32, ld floats) to pool row slots[t]; slot -1 skipped.
+template <class C>
+__global__ void k_paged_kv_write(const float *k, const float *v, int ld, const int *slots, int kd, C *kc, C *vc) {
+    const int t = blockIdx.x, s = slots[t];
+    if (s < 0) return;
+    for (int e = threadIdx.x; e < kd; e += blockDim.x) {
+        kc[(size_t)s * kd + e] = fromf<C>(k[(size_t)t * ld + e]);
+        vc[(size_t)s * kd + e] = fromf<C>(v[(size_t)t * ld + e]);
+    }
+}
+
+extern "C" int paged_kv_write(StDtype dt, const float *k, const float *v, int ld, const int *slots, int T, int kd,
+                              void *kc, void *vc) {
+    if (T < 0 || kd < 1 || ld < kd) return -1;
+    if (T == 0) return 0;
+    const int threads = kd >= 256 ? 256 : 32 * ((kd + 31) / 32);
+    DISPATCH(dt, C, k_paged_kv_write<C><<<T, threads>>>(k, v, ld, slots, kd, (C *)kc, (C *)vc));
+    CUDA_CHECK_LAST();
+    return 0;
+}
+
+// ---------------------------------------------------------------- decode attention
+
+// One CTA: work item blockIdx.z, kv head blockIdx.x, keys [k0, k1) where part == 0 (v1) means the
+// whole context and part > 0 (v2) partition blockIdx.y of `part` keys. v1 writes the normalized
+// output (fp32 when out_f32, else C); v2 the unnormalized partial o and (m, l) of each head at
+// part_o ((item, H, nparts, hd)), part_ml ((item, H, nparts, 2)).
+// Dynamic shared: NW * g * hd floats (the cross-warp sum at the end).
+template <class C, int LPR, int G>
+__global__ void __launch_bounds__(PA_THREADS)
+    k_paged_decode(const float *__restrict__ q, int ldq, const C *__restrict__ kc, const C *__restrict__ vc,
+                   const int *__restrict__ bt, int bt_stride, int B, const int *rows, const int *seqs,
+                   const int *lens, int H, int KV, int hd, float scale, int part, void *out, int ldo, int out_f32,
+                   float *part_o, float *part_ml) {
+    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = PA_THREADS / 32, RPI = NW * RPW, NIT = PA_TILE / RPI;
+    constexpr int U = NIT >= 8 ? 8 : NIT;  // rows in flight per lane
+    extern __shared__ float red[];
+    __shared__ float ps[G * PA_TILE];      // (g, TILE) scores, then probabilities
+    __shared__ int prow[PA_TILE];          // pool row of each key of the tile
+    __shared__ float m_s[G], l_s[G], a_s[G];
+    const int w = blockIdx.z, kvh = blockIdx.x, pi = blockIdx.y, nparts = gridDim.y;
+    const int len = lens[w];
+    const int k0 = part ? pi * part : 0, k1 = part ? min(len, k0 + part) : len;
+    if (part && k0 >= len) return;  // v2: a partition past this item's context (the reduce skips it)
+    const int g = H / KV, t = threadIdx.x, warp = t / 32, lane = t % 32, c = lane % LPR, sub = lane / LPR;
+    const int on = c * N < hd;  // lanes past the row's last vector idle
+    const size_t kd = (size_t)KV * hd;
+    const int *tab = bt + (size_t)seqs[w] * bt_stride;
+    const C *kb = kc + (size_t)kvh * hd + c * N, *vb = vc + (size_t)kvh * hd + c * N;
+    float qf[G][N], acc[G][N];
+    {
+        const float *qr = q + (size_t)rows[w] * ldq + (size_t)kvh * g * hd + c * N;
+#pragma unroll
+        for (int hh = 0; hh < G; hh++)
+#pragma unroll
+            for (int i = 0; i < N; i++) qf[hh][i] = (hh < g && on) ? qr[hh * hd + i] * scale : 0.0f, acc[hh][i] = 0.0f;
+    }
+    if (t < G) m_s[t] = -INFINITY, l_s[t] = 0.0f;
+    for (int j0 = k0; j0 < k1; j0 += PA_TILE) {
+        const int jn = min(PA_TILE, k1 - j0);
+        __syncthreads();  // the previous tile's ps / prow are consumed (and m_s, l_s initialized)
+        for (int i = t; i < jn; i += PA_THREADS) {
+            const int p = j0 + i;
+            prow[i] = tab[p / B] * B + p % B;
+        }
+        __syncthreads();
+        // ---- scores of the tile: row j = it*RPI + warp*RPW + sub
+        for (int it0 = 0; it0 < NIT && it0 * RPI < jn; it0 += U) {
+            uint4 u[U];
+#pragma unroll
+            for (int k = 0; k < U; k++) {
+                const int j = (it0 + k) * RPI + warp * RPW + sub;
+                u[k] = (j < jn && on) ? *(const uint4 *)(kb + (size_t)prow[j] * kd) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int k = 0; k < U; k++) {
+                const int j = (it0 + k) * RPI + warp * RPW + sub;
+                float kf[N], dot[G];
+                Vec16<C>::unpack(u[k], kf);
+#pragma unroll
+                for (int hh = 0; hh < G; hh++) {
+                    dot[hh] = 0;
+#pragma unroll
+                    for (int i = 0; i < N; i++) dot[hh] = fmaf(qf[hh][i], kf[i], dot[hh]);
+#pragma unroll
+                    for (int o = LPR / 2; o > 0; o >>= 1) dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], o);
+                }
+                if (c == 0 && j < jn)
+#pragma unroll
+                    for (int hh = 0; hh < G; hh++)
+                        if (hh < g) ps[hh * PA_TILE + j] = dot[hh];
+            }
+        }
+        __syncthreads();
+        // ---- online softmax, one warp per head: new max, p = exp(s - m), rescale factor of the old sums
+        for (int hh = warp; hh < g; hh += NW) {
+            float mt = -INFINITY;
+            for (int j = lane; j < jn; j += 32) mt = fmaxf(mt, ps[hh * PA_TILE + j]);
+            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+            const float mo = m_s[hh], mn = fmaxf(mo, mt);
+            float ls = 0;
+            for (int j = lane; j < jn; j += 32) {
+                const float p = expf(ps[hh * PA_TILE + j] - mn);
+                ps[hh * PA_TILE + j] = p;
+                ls += p;
+            }
+            for (int o = 16; o > 0; o >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
+            __syncwarp();
+            if (lane == 0) {
+                const float al = expf(mo - mn);  // 0 on the first tile (mo = -inf)
+                a_s[hh] = al, l_s[hh] = l_s[hh] * al + ls, m_s[hh] = mn;
+            }
+        }
+        __syncthreads();
+        // ---- P V
+#pragma unroll
+        for (int hh = 0; hh < G; hh++) {
+            const float al = hh < g ? a_s[hh] : 0.0f;
+#pragma unroll
+            for (int i = 0; i < N; i++) acc[hh][i] *= al;
+        }
+        for (int it0 = 0; it0 < NIT && it0 * RPI < jn; it0 += U) {
+            uint4 u[U];
+#pragma unroll
+            for (int k = 0; k < U; k++) {
+                const int j = (it0 + k) * RPI + warp * RPW + sub;
+                u[k] = (j < jn && on) ? *(const uint4 *)(vb + (size_t)prow[j] * kd) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int k = 0; k < U; k++) {
+                const int j = (it0 + k) * RPI + warp * RPW + sub;
+                if (j >= jn) continue;
+                float vf[N];
+                Vec16<C>::unpack(u[k], vf);
+#pragma unroll
+                for (int hh = 0; hh < G; hh++)
+                    if (hh < g) {
+                        const float p = ps[hh * PA_TILE + j];
+#pragma unroll
+                        for (int i = 0; i < N; i++) acc[hh][i] = fmaf(p, vf[i], acc[hh][i]);
+                    }
+            }
+        }
+    }
+    // ---- sum the lanes of a warp that hold the same vector (different rows), then the warps
+#pragma unroll
+    for (int hh = 0; hh < G; hh++)
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            float a = acc[hh][i];
+#pragma unroll
+            for (int o = LPR; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+            if (hh < g && sub == 0 && on) red[((size_t)warp * g + hh) * hd + c * N + i] = a;
+        }
+    __syncthreads();
+    for (int o = t; o < g * hd; o += PA_THREADS) {
+        float s = 0;
+        for (int wi = 0; wi < NW; wi++) s += red[(size_t)wi * g * hd + o];
+        const int hh = o / hd, h = kvh * g + hh, e = o % hd;
+        if (part) {
+            part_o[(((size_t)w * H + h) * nparts + pi) * hd + e] = s;
+        } else {
+            const float val = l_s[hh] > 0 ? s / l_s[hh] : 0.0f;  // len 0: zeros
+            const size_t at = (size_t)rows[w] * ldo + (size_t)h * hd + e;
+            if (out_f32) ((float *)out)[at] = val;
+            else ((C *)out)[at] = fromf<C>(val);
+        }
+    }
+    if (part && t < g) {
+        const size_t at = (((size_t)w * H + kvh * g + t) * nparts + pi) * 2;
+        part_ml[at] = m_s[t], part_ml[at + 1] = l_s[t];
+    }
+}
+
+// v2's reduce: grid (H, items), one head of one item: M = max of the partitions' maxima,
+// out = sum_i exp(m_i - M) o_i / sum_i exp(m_i - M) l_i. Dynamic shared: nparts floats.
+template <class C>
+__global__ void k_paged_reduce(const float *part_o, const float *part_ml, const int *rows, const int *lens, int nparts,
+                               int part, int H, int hd, void *out, int ldo, int out_f32) {
+    extern __shared__ float wt[];
+    const int h = blockIdx.x, w = blockIdx.y, t = threadIdx.x;
+    const int len = lens[w], ns = len > 0 ? (len + part - 1) / part : 0;
+    const float *ml = part_ml + ((size_t)w * H + h) * nparts * 2, *po = part_o + ((size_t)w * H + h) * nparts * hd;
+    float m = -INFINITY;
+    for (int s = t; s < ns; s += blockDim.x) m = fmaxf(m, ml[2 * s]);
+    const float M = block_max(m);
+    float ls = 0;
+    for (int s = t; s < ns; s += blockDim.x) {
+        const float e = expf(ml[2 * s] - M);
+        wt[s] = e, ls += e * ml[2 * s + 1];
+    }
+    const float L = block_sum(ls);  // its barriers also publish wt
+    for (int e = t; e < hd; e += blockDim.x) {
+        float o = 0;
+        for (int s = 0; s < ns; s++) o = fmaf(wt[s], po[(size_t)s * hd + e], o);
+        const float val = ns ? o / L : 0.0f;
+        const size_t at = (size_t)rows[w] * ldo + (size_t)h * hd + e;
+        if (out_f32) ((float *)out)[at] = val;
+        else ((C *)out)[at] = fromf<C>(val);
+    }
+}
+
+// Lanes per row: the row's 16-byte vectors rounded up to a power of two (2 .. 32); 0 if unsupported.
+static int lanes_per_row(StDtype dt, int hd) {
+    const int N = dt == ST_F32 ? 4 : 8;
+    if (hd % N) return 0;
+    const int nv = hd / N;
+    for (int l = 2; l <= 32; l <<= 1)
+        if (nv <= l) return l;
+    return 0;
+}
+
+extern "C" int paged_decode_supported(StDtype dt, int H, int KV, int hd) {
+    return KV >= 1 && H % KV == 0 && H / KV <= 8 && lanes_per_row(dt, hd) > 0;
+}
+
+// Launch k_paged_decode for grid (KV, nparts, n) with the template arguments this shape needs.
+template <class C, int G>
+static void launch_decode_g(int lpr, dim3 grid, size_t smem, const PagedDecode *a, const int *rows, const int *seqs,
+                            const int *lens, int part, float *po, float *pm) {
+#define PA_CASE(L)                                                                                                 \
+    case L:                                                                                                        \
+        k_paged_decode<C, L, G><<<grid, PA_THREADS, smem>>>(a->q, a->ldq, (const C *)a->kc, (const C *)a->vc,      \
+                                                           a->block_tables, a->bt_stride, a->block_size, rows, seqs, \
+                                                           lens, a->H, a->KV, a->hd, a->scale, part, a->out, a->ldo, \
+                                                           a->out_f32, po, pm);                                     \
+        break;
+    switch (lpr) {
+        PA_CASE(2) PA_CASE(4) PA_CASE(8) PA_CASE(16) PA_CASE(32)
+    }
+#undef PA_CASE
+}
+template <class C>
+static void launch_decode(int lpr, dim3 grid, size_t smem, const PagedDecode *a, const int *rows, const int *seqs,
+                          const int *lens, int part, float *po, float *pm) {
+    const int g = a->H / a->KV;
+    if (g <= 1) launch_decode_g<C, 1>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
+    else if (g <= 2) launch_decode_g<C, 2>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
+    else if (g <= 4) launch_decode_g<C, 4>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
+    else launch_decode_g<C, 8>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
+}
+
+static int check_args(const PagedDecode *a) {
+    if (!paged_decode_supported(a->dt, a->H, a->KV, a->hd) || a->n < 0 || a->block_size < 1 || a->max_len < 0) {
+        fprintf(stderr, "paged_decode: unsupported shape (H=%d KV=%d hd=%d %s, n=%d, B=%d)\n", a->H, a->KV, a->hd,
+                dt_name(a->dt), a->n, a->block_size);
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" int paged_decode_v1(const PagedDecode *a) {
+    if (check_args(a)) return -1;
+    const int lpr = lanes_per_row(a->dt, a->hd);
+    const size_t smem = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * a->hd * sizeof(float);
+    int launches = 0;
+    for (int w0 = 0; w0 < a->n; w0 += 65535) {
+        const int n = a->n - w0 < 65535 ? a->n - w0 : 65535;
+        DISPATCH(a->dt, C, launch_decode<C>(lpr, dim3(a->KV, 1, n), smem, a, a->rows + w0, a->seqs + w0, a->lens + w0, 0,
+                                            NULL, NULL));
+        CUDA_CHECK_LAST();
+        launches++;
+    }
+    return launches;
+}
+
+extern "C" int paged_decode_v2(const PagedDecode *a) {
+    if (check_args(a)) return -1;
+    const int lpr = lanes_per_row(a->dt, a->hd);
+    const int nparts = a->max_len > 0 ? (a->max_len + PA_PART - 1) / PA_PART : 1;
+    const size_t per_item = (size_t)a->H * nparts * a->hd;
+    if (!a->part_o || !a->part_ml || a->part_cap < per_item) {
+        fprintf(stderr, "paged_decode_v2: partial buffer of %zu floats, one item needs %zu\n", a->part_cap, per_item);
+        return -1;
+    }
+    size_t grp = a->part_cap / per_item;
+    if (grp > 65535) grp = 65535;
+    const size_t smem = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * a->hd * sizeof(float);
+    int launches = 0;
+    for (int w0 = 0; w0 < a->n; w0 += (int)grp) {
+        const int n = a->n - w0 < (int)grp ? a->n - w0 : (int)grp;
+        DISPATCH(a->dt, C,
+                 launch_decode<C>(lpr, dim3(a->KV, nparts, n), smem, a, a->rows + w0, a->seqs + w0, a->lens + w0,
+                                  PA_PART, a->part_o, a->part_ml));
+        CUDA_CHECK_LAST();
+        DISPATCH(a->dt, C,
+                 k_paged_reduce<C><<<dim3(a->H, n), 128, (size_t)nparts * sizeof(float)>>>(
+                     a->part_o, a->part_ml, a->rows + w0, a->lens + w0, nparts, PA_PART, a->H, a->hd, a->out, a->ldo,
+                     a->out_f32));
+        CUDA_CHECK_LAST();
+        launches += 2;
+    }
+    return launches;
+}
+
+extern "C" int paged_decode_choose(int n, int KV, int max_len, int num_sms) {
+    if (max_len <= PA_PART) return 1;
+    if ((long)n * KV >= (long)PA_V1_CTAS_PER_SM * (num_sms > 0 ? num_sms : 1)) return 1;
+    return 2;
+}
+
+extern "C" int paged_decode(const PagedDecode *a, int num_sms) {
+    return paged_decode_choose(a->n, a->KV, a->max_len, num_sms) == 1 ? paged_decode_v1(a) : paged_decode_v2(a);
+}
+
+// ---------------------------------------------------------------- gather (chunked prefill's input)
+
+// Unit i of the (L, nw) output: row p = i / nw of the context, from pool row tab[p / B] * B + p % B.
+template <class W>
+__global__ void k_paged_gather(const W *kc, const W *vc, const int *tab, int B, int L, int nw, W *dk, W *dv) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)L * nw; i += (size_t)gridDim.x * blockDim.x) {
+        const int p = (int)(i / nw), e = (int)(i % nw);
+        const size_t r = (size_t)tab[p / B] * B + p % B;
+        dk[i] = kc[r * nw + e];
+        dv[i] = vc[r * nw + e];
+    }
+}
+
+extern "C" int paged_gather(StDtype dt, const void *kc, const void *vc, const int *block_tables, int bt_stride,
+                            int block_size, int seq, int L, int kd, void *dk, void *dv) {
+    if (L < 0 || kd < 1 || block_size < 1 || seq < 0) return -1;
+    if (L == 0) return 0;
+    const size_t bytes = (size_t)kd * esize(dt);
+    const int *tab = block_tables + (size_t)seq * bt_stride;
+    const int blocks_max = 4096;
+    if (bytes % 16 == 0) {
+        const int nw = (int)(bytes / 16);
+        k_paged_gather<uint4><<<grid_for((size_t)L * nw, 256) < blocks_max ? grid_for((size_t)L * nw, 256) : blocks_max, 256>>>(
+            (const uint4 *)kc, (const uint4 *)vc, tab, block_size, L, nw, (uint4 *)dk, (uint4 *)dv);
+    } else if (bytes % 4 == 0) {
+        const int nw = (int)(bytes / 4);
+        k_paged_gather<unsigned><<<grid_for((size_t)L * nw, 256) < blocks_max ? grid_for((size_t)L * nw, 256) : blocks_max, 256>>>(
+            (const unsigned *)kc, (const unsigned *)vc, tab, block_size, L, nw, (unsigned *)dk, (unsigned *)dv);
+    } else {
+        const int nw = (int)(bytes / 2);
+        k_paged_gather<unsigned short><<<grid_for((size_t)L * nw, 256) < blocks_max ? grid_for((size_t)L * nw, 256) : blocks_max, 256>>>(
+            (const unsigned short *)kc, (const unsigned short *)vc, tab, block_size, L, nw, (unsigned short *)dk,
+            (unsigned short *)dv);
+    }
+    CUDA_CHECK_LAST();
+    return 0;
+}
+
+// ---------------------------------------------------------------- device helpers for C callers
+
+extern "C" void *pa_dev_alloc(size_t bytes) {
+    void *p = NULL;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 16);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "pa_dev_alloc(%zu bytes): %s\n", bytes, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+extern "C" void pa_dev_free(void *p) {
+    if (p) CUDA_CHECK(cudaFree(p));
+}
+extern "C" int pa_upload(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    return 0;
+}
+extern "C" int pa_download(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    return 0;
+}
+// Rounded on the host (fromf is host code too), so the device holds exactly what the CPU side
+// rounds with the same conversion.
+extern "C" int pa_upload_as(StDtype dt, void *dst, const float *src, size_t n) {
+    if (dt == ST_F32) return pa_upload(dst, src, n * 4);
+    unsigned short *tmp = (unsigned short *)xmalloc(n * 2);
+    if (dt == ST_BF16)
+        for (size_t i = 0; i < n; i++) ((__nv_bfloat16 *)tmp)[i] = fromf<__nv_bfloat16>(src[i]);
+    else
+        for (size_t i = 0; i < n; i++) ((__half *)tmp)[i] = fromf<__half>(src[i]);
+    pa_upload(dst, tmp, n * 2);
+    free(tmp);
+    return 0;
+}
+extern "C" int pa_download_f32(StDtype dt, float *dst, const void *src, size_t n) {
+    if (dt == ST_F32) return pa_download(dst, src, n * 4);
+    unsigned short *tmp = (unsigned short *)xmalloc(n * 2);
+    pa_download(tmp, src, n * 2);
+    if (dt == ST_BF16)
+        for (size_t i = 0; i < n; i++) dst[i] = tof(((const __nv_bfloat16 *)tmp)[i]);
+    else
+        for (size_t i = 0; i < n; i++) dst[i] = tof(((const __half *)tmp)[i]);
+    free(tmp);
+    return 0;
+}
+extern "C" int pa_sync(void) {
+    const cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        fprintf(stderr, "pa_sync: %s\n", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+extern "C" int pa_num_sms(void) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}

@@ -1,0 +1,689 @@
+// test_step05_gpu.c — step05's CUDA side: the paged kernels (paged_attention.h) against their
+// fp32 CPU references, and the paged runner (gpu_runner_new_paged) against the CPU, the step04
+// slot runner and transformers' goldens.
+//
+// Kernels, on fresh random inputs, with every pool row that no context covers (block 0, the
+// tail of each last block, unused blocks) poisoned with NaN so that a read past a context shows,
+// and outputs poisoned before each run:
+//   - the K/V write through the slot mapping (padding slots -1, shuffled slots, fp32/bf16/fp16),
+//     exact against the CPU write of the same rounded values; unmapped rows stay NaN;
+//   - paged decode v1 and v2 (and the rule) on block sizes 1, 16, 256, block tables of shuffled
+//     non-contiguous blocks, GQA groups 1, 3, 4, 7, 8, head dims 64 and 128, odd context lengths
+//     (1, 17, 130, 513, 1000, 2049), a padding item (no keys: zeros) and a causal 3-row chunk;
+//   - the gather (exact) on row widths that take the 16-, 4- and 2-byte copies;
+//   - the runner's attention path over a paged pool (short chunks through paged decode, long ones
+//     through the gather + GEMM path, and each forced for all) against step02's attention_at_cpu.
+// Runner, on every checkpoint under tests/data/models/, block sizes 1, 16, 256:
+//   - a mixed batch (prefill chunks, partial chunks, decodes, padding) against step03's CPU
+//     cached forward, and with the GEMM path forced for every sequence against the step04 slot
+//     runner bit for bit (the same K/V, gathered, go through the same GEMMs);
+//   - the greedy continuation of each checkpoint's prompt against transformers' by vLLM's rule,
+//     and the three block sizes against each other by the same rule.
+// Every test skips (and says why) without a CUDA device.
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare.h"
+#include "golden_util.h"
+#include "gpu.h"
+#include "model.h"
+#include "rng.h"
+#include "step01_matmul/matmul_gpu.h"  // matmul_round_to_dtype
+#include "step03_kvcache/kvcache.h"
+#include "step04_batching/runner_gpu.h"
+#include "step05_paged/paged_attention.h"
+
+#define NEED_GPU()                                                      \
+    GpuInfo gi_;                                                        \
+    if (gpu_info(&gi_) != 0) cr_skip_test("no CUDA device: %s", gi_.reason)
+
+#define TOL_F32 1e-3   // logits max|diff| / max|logit|, GPU fp32 vs CPU fp32 (as step02/04)
+#define TOL_BF16 4e-2  // GPU bf16 vs CPU fp32
+
+static void round_to(StDtype dt, float *x, size_t n) {
+    if (dt == ST_BF16) matmul_round_to_dtype(MM_BF16, x, (long)n);
+    if (dt == ST_F16) matmul_round_to_dtype(MM_F16, x, (long)n);
+}
+
+// A pool of nblk blocks of B rows (kd wide, NaN everywhere) and block tables of ns sequences
+// whose contexts are lens[i]: blocks handed out from a shuffled list of 1 .. nblk-1, so no table
+// is contiguous or in order; the covered rows filled with uniform(-1, 1).
+typedef struct {
+    int B, nblk, stride, ns;
+    int *bt;       // (ns, stride)
+    float *k, *v;  // (nblk * B, kd)
+} Pool;
+
+static void pool_make(Pool *p, Rng *r, int B, const int *lens, int ns, int kd) {
+    int need = 0, maxb = 1;
+    for (int i = 0; i < ns; i++) {
+        const int nb = (lens[i] + B - 1) / B;
+        need += nb, maxb = nb > maxb ? nb : maxb;
+    }
+    p->B = B, p->nblk = need + 3, p->stride = maxb + 1, p->ns = ns;  // 2 blocks nobody holds + the null block
+    int *perm = malloc((size_t)p->nblk * sizeof(int));
+    for (int i = 0; i < p->nblk - 1; i++) perm[i] = i + 1;
+    for (int i = p->nblk - 2; i > 0; i--) {
+        const int j = (int)(rng_u32(r) % (unsigned)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    p->bt = calloc((size_t)ns * p->stride, sizeof(int));
+    const size_t rows = (size_t)p->nblk * B;
+    p->k = malloc(rows * kd * sizeof(float)), p->v = malloc(rows * kd * sizeof(float));
+    for (size_t i = 0; i < rows * kd; i++) p->k[i] = p->v[i] = NAN;
+    int at = 0;
+    for (int i = 0; i < ns; i++) {
+        const int nb = (lens[i] + B - 1) / B;
+        for (int b = 0; b < nb; b++) p->bt[(size_t)i * p->stride + b] = perm[at++];
+        for (int pos = 0; pos < lens[i]; pos++) {
+            const size_t row = (size_t)p->bt[(size_t)i * p->stride + pos / B] * B + pos % B;
+            rng_fill_uniform(r, p->k + row * kd, (size_t)kd, -1.0f, 1.0f);
+            rng_fill_uniform(r, p->v + row * kd, (size_t)kd, -1.0f, 1.0f);
+        }
+    }
+    free(perm);
+}
+static void pool_free(Pool *p) { free(p->bt), free(p->k), free(p->v); }
+
+// ---------------------------------------------------------------- K/V write
+
+Test(step05_gpu, kv_write_through_slot_mapping_matches_cpu, .timeout = 120) {
+    NEED_GPU();
+    const StDtype dts[] = {ST_F32, ST_BF16, ST_F16};
+    const int kds[] = {1024, 128, 72};
+    Rng r;
+    rng_seed(&r, 505);
+    for (int di = 0; di < 3; di++)
+        for (int ki = 0; ki < 3; ki++) {
+            const StDtype dt = dts[di];
+            const int kd = kds[ki], T = 37, ld = kd + 8, rows = 300;
+            float *k = rng_new_uniform(&r, (size_t)T * ld, -2.0f, 2.0f), *v = rng_new_uniform(&r, (size_t)T * ld, -2.0f, 2.0f);
+            int slots[37], perm[300];
+            for (int i = 0; i < rows; i++) perm[i] = i;
+            for (int i = rows - 1; i > 0; i--) {
+                const int j = (int)(rng_u32(&r) % (unsigned)(i + 1)), t = perm[i];
+                perm[i] = perm[j], perm[j] = t;
+            }
+            for (int t = 0; t < T; t++) slots[t] = t % 6 == 5 ? -1 : perm[t];  // every 6th row padding
+            float *kc = malloc((size_t)rows * kd * 4), *vc = malloc((size_t)rows * kd * 4);
+            float *kr = malloc((size_t)rows * kd * 4), *vr = malloc((size_t)rows * kd * 4);
+            for (size_t i = 0; i < (size_t)rows * kd; i++) kr[i] = vr[i] = NAN;
+            float *k_rounded = malloc((size_t)T * ld * 4), *v_rounded = malloc((size_t)T * ld * 4);
+            memcpy(k_rounded, k, (size_t)T * ld * 4), memcpy(v_rounded, v, (size_t)T * ld * 4);
+            round_to(dt, k_rounded, (size_t)T * ld), round_to(dt, v_rounded, (size_t)T * ld);
+            paged_kv_write_cpu(k_rounded, v_rounded, ld, slots, T, kd, kr, vr);
+            const size_t es = dt == ST_F32 ? 4 : 2;
+            float *dk = pa_dev_alloc((size_t)T * ld * 4), *dv = pa_dev_alloc((size_t)T * ld * 4);
+            int *ds = pa_dev_alloc(sizeof slots);
+            void *dkc = pa_dev_alloc((size_t)rows * kd * es), *dvc = pa_dev_alloc((size_t)rows * kd * es);
+            cr_assert(dk && dv && ds && dkc && dvc);
+            pa_upload(dk, k, (size_t)T * ld * 4), pa_upload(dv, v, (size_t)T * ld * 4), pa_upload(ds, slots, sizeof slots);
+            float *nan = malloc((size_t)rows * kd * 4);
+            for (size_t i = 0; i < (size_t)rows * kd; i++) nan[i] = NAN;
+            pa_upload_as(dt, dkc, nan, (size_t)rows * kd), pa_upload_as(dt, dvc, nan, (size_t)rows * kd);
+            cr_assert_eq(paged_kv_write(dt, dk, dv, ld, ds, T, kd, dkc, dvc), 0);
+            cr_assert_eq(pa_sync(), 0);
+            pa_download_f32(dt, kc, dkc, (size_t)rows * kd), pa_download_f32(dt, vc, dvc, (size_t)rows * kd);
+            size_t bad = 0, written = 0;
+            for (size_t i = 0; i < (size_t)rows * kd; i++) {
+                const int same_k = isnan(kr[i]) ? isnan(kc[i]) : kc[i] == kr[i];
+                const int same_v = isnan(vr[i]) ? isnan(vc[i]) : vc[i] == vr[i];
+                bad += !same_k || !same_v;
+                written += !isnan(kr[i]);
+            }
+            cr_expect_eq(bad, 0, "%s kd=%d: %zu of %d elements differ from the CPU write (%zu written)",
+                         st_dtype_name(dt), kd, bad, rows * kd, written);
+            cr_expect_eq(written, (size_t)(T - T / 6) * kd, "the test's own count");
+            pa_dev_free(dk), pa_dev_free(dv), pa_dev_free(ds), pa_dev_free(dkc), pa_dev_free(dvc);
+            free(k), free(v), free(kc), free(vc), free(kr), free(vr), free(k_rounded), free(v_rounded), free(nan);
+        }
+}
+
+// ---------------------------------------------------------------- decode v1 / v2
+
+typedef struct {
+    int H, KV, hd;
+} Shape;
+
+Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
+    NEED_GPU();
+    const Shape shapes[] = {{4, 4, 64}, {6, 2, 128}, {32, 8, 128}, {14, 2, 128}, {16, 2, 64}};
+    // sequences: contexts; items: sequence 5 gives a causal 3-row chunk, sequence 6 is padding (0 keys)
+    const int lens[] = {1, 17, 130, 513, 1000, 2049, 0};
+    const int NS = 7, B_[] = {1, 16, 256};
+    const StDtype dts[] = {ST_F32, ST_BF16, ST_F16};
+    int rows[16], seqs[16], ilen[16], n = 0;
+    for (int i = 0; i < NS; i++) {
+        if (i == 5)
+            for (int j = 0; j < 3; j++) rows[n] = n, seqs[n] = i, ilen[n] = lens[i] - 2 + j, n++;
+        else
+            rows[n] = n, seqs[n] = i, ilen[n] = lens[i], n++;
+    }
+    int maxlen = 0;
+    for (int w = 0; w < n; w++) maxlen = ilen[w] > maxlen ? ilen[w] : maxlen;
+    const int nsms = pa_num_sms();
+    cr_assert(nsms > 0);
+    cr_expect_eq(paged_decode_choose(32, 8, 4096, 132), 2, "the rule: batch 32 x 8 kv heads at 4k splits on 132 SMs");
+    cr_expect_eq(paged_decode_choose(256, 8, 4096, 132), 1, "the rule: 2048 CTAs fill 132 SMs without splitting");
+    cr_expect_eq(paged_decode_choose(1, 1, PA_PART, 132), 1, "the rule: one partition needs no split");
+    Rng r;
+    rng_seed(&r, 5005);
+    int runs = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int di = 0; di < 3; di++) {
+                const int H = shapes[s].H, KV = shapes[s].KV, hd = shapes[s].hd, qd = H * hd, kd = KV * hd, B = B_[bi];
+                const StDtype dt = dts[di];
+                const size_t es = dt == ST_F32 ? 4 : 2;
+                Pool p;
+                pool_make(&p, &r, B, lens, NS, kd);
+                const size_t prow = (size_t)p.nblk * B;
+                float *q = rng_new_uniform(&r, (size_t)n * qd, -1.0f, 1.0f);
+                round_to(dt, p.k, prow * kd), round_to(dt, p.v, prow * kd);  // the reference sees what the device holds
+                float *ref = malloc((size_t)n * qd * 4), *out = malloc((size_t)n * qd * 4);
+                paged_decode_cpu(q, qd, p.k, p.v, p.bt, p.stride, B, rows, seqs, ilen, n, H, KV, hd, 1.0f / sqrtf((float)hd),
+                                 ref, qd);
+                float *dq = pa_dev_alloc((size_t)n * qd * 4);
+                void *dk = pa_dev_alloc(prow * kd * es), *dv = pa_dev_alloc(prow * kd * es), *dout = pa_dev_alloc((size_t)n * qd * 4);
+                int *dbt = pa_dev_alloc((size_t)NS * p.stride * 4), *dit = pa_dev_alloc(3 * 16 * 4);
+                const size_t part_cap = (size_t)H * ((maxlen + PA_PART - 1) / PA_PART) * hd * 2;  // 2 items per group
+                float *po = pa_dev_alloc(part_cap * 4), *pm = pa_dev_alloc(part_cap / hd * 8);
+                cr_assert(dq && dk && dv && dout && dbt && dit && po && pm);
+                pa_upload(dq, q, (size_t)n * qd * 4);
+                pa_upload_as(dt, dk, p.k, prow * kd), pa_upload_as(dt, dv, p.v, prow * kd);
+                pa_upload(dbt, p.bt, (size_t)NS * p.stride * 4);
+                pa_upload(dit, rows, (size_t)n * 4), pa_upload(dit + 16, seqs, (size_t)n * 4), pa_upload(dit + 32, ilen, (size_t)n * 4);
+                for (int ver = 1; ver <= 3; ver++) {  // v1, v2, the rule
+                    const int out_f32 = dt == ST_F32 || (ver == 2 && s == 1);
+                    PagedDecode a = {dt, H, KV, hd, 1.0f / sqrtf((float)hd), dq, qd, dk, dv, dbt, p.stride, B,
+                                     dit, dit + 16, dit + 32, n, maxlen, dout, qd, out_f32, po, pm, part_cap};
+                    for (size_t i = 0; i < (size_t)n * qd; i++) out[i] = NAN;
+                    pa_upload_as(out_f32 ? ST_F32 : dt, dout, out, (size_t)n * qd);
+                    const int nl = ver == 1 ? paged_decode_v1(&a) : ver == 2 ? paged_decode_v2(&a) : paged_decode(&a, nsms);
+                    cr_assert(nl >= 1, "launch refused");
+                    cr_assert_eq(pa_sync(), 0);
+                    pa_download_f32(out_f32 ? ST_F32 : dt, out, dout, (size_t)n * qd);
+                    const double tol = out_f32 && dt == ST_F32 ? 1e-4 : out_f32 ? 2e-3 : 2 * ERR_TOL_HALF;
+                    for (int w = 0; w < n; w++) {
+                        const float *o = out + (size_t)w * qd, *rf = ref + (size_t)w * qd;
+                        if (ilen[w] == 0) {
+                            int zeros = 1;
+                            for (int i = 0; i < qd; i++) zeros &= o[i] == 0.0f;
+                            cr_expect(zeros, "padding item: not zeros (v%d)", ver);
+                            continue;
+                        }
+                        ErrStats e = compare_f32(o, rf, (size_t)qd);
+                        cr_expect(e.n_bad == 0 && e.max_rel < tol, "v%d %s B=%d H=%d KV=%d hd=%d item %d (%d keys): max_rel %.3e, "
+                                  "%zu non-finite (tol %.0e)", ver == 3 ? 0 : ver, st_dtype_name(dt), B, H, KV, hd, w, ilen[w],
+                                  e.max_rel, e.n_bad, tol);
+                    }
+                    runs++;
+                }
+                void *ps[] = {dq, dk, dv, dout, dbt, dit, po, pm};
+                for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) pa_dev_free(ps[i]);
+                free(q), free(ref), free(out);
+                pool_free(&p);
+            }
+    fprintf(stderr, "[paged-decode] %d kernel runs (v1, v2, rule) x 5 shapes x 3 block sizes x 3 dtypes match the CPU\n", runs);
+}
+
+// ---------------------------------------------------------------- gather
+
+Test(step05_gpu, gather_through_block_table_is_exact, .timeout = 120) {
+    NEED_GPU();
+    const int kds[] = {1024, 36, 35};  // 16-byte, 4-byte and (bf16) 2-byte copies
+    const int lens[] = {300, 1, 77};
+    const int B_[] = {1, 16, 256};
+    const StDtype dts[] = {ST_F32, ST_BF16};
+    Rng r;
+    rng_seed(&r, 5050);
+    for (int ki = 0; ki < 3; ki++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int di = 0; di < 2; di++) {
+                const int kd = kds[ki], B = B_[bi];
+                const StDtype dt = dts[di];
+                const size_t es = dt == ST_F32 ? 4 : 2;
+                Pool p;
+                pool_make(&p, &r, B, lens, 3, kd);
+                const size_t prow = (size_t)p.nblk * B;
+                round_to(dt, p.k, prow * kd), round_to(dt, p.v, prow * kd);
+                void *dk = pa_dev_alloc(prow * kd * es), *dv = pa_dev_alloc(prow * kd * es);
+                void *gk = pa_dev_alloc(300 * (size_t)kd * es), *gv = pa_dev_alloc(300 * (size_t)kd * es);
+                int *dbt = pa_dev_alloc((size_t)3 * p.stride * 4);
+                cr_assert(dk && dv && gk && gv && dbt);
+                pa_upload_as(dt, dk, p.k, prow * kd), pa_upload_as(dt, dv, p.v, prow * kd);
+                pa_upload(dbt, p.bt, (size_t)3 * p.stride * 4);
+                float *ck = malloc(300 * (size_t)kd * 4), *cv = malloc(300 * (size_t)kd * 4);
+                float *ok = malloc(300 * (size_t)kd * 4), *ov = malloc(300 * (size_t)kd * 4);
+                for (int sq = 0; sq < 3; sq++) {
+                    const int L = lens[sq];
+                    paged_gather_cpu(p.k, p.v, p.bt, p.stride, B, sq, L, kd, ck, cv);
+                    cr_assert_eq(paged_gather(dt, dk, dv, dbt, p.stride, B, sq, L, kd, gk, gv), 0);
+                    cr_assert_eq(pa_sync(), 0);
+                    pa_download_f32(dt, ok, gk, (size_t)L * kd), pa_download_f32(dt, ov, gv, (size_t)L * kd);
+                    size_t bad = 0;
+                    for (size_t i = 0; i < (size_t)L * kd; i++) bad += ok[i] != ck[i] || ov[i] != cv[i];
+                    cr_expect_eq(bad, 0, "%s kd=%d B=%d sequence %d (%d rows): %zu elements differ", st_dtype_name(dt), kd,
+                                 B, sq, L, bad);
+                }
+                pa_dev_free(dk), pa_dev_free(dv), pa_dev_free(gk), pa_dev_free(gv), pa_dev_free(dbt);
+                free(ck), free(cv), free(ok), free(ov);
+                pool_free(&p);
+            }
+}
+
+// ---------------------------------------------------------------- the runner's attention over a paged pool
+
+Test(step05_gpu, batched_attention_through_block_tables_matches_cpu, .timeout = 300) {
+    NEED_GPU();
+    // hd 80 and 36 are no multiple of... the decode kernels take 80 (bf16: 10 vectors -> 16 lanes)
+    // but not 36 (bf16 rows of 72 bytes): that shape runs the gather + GEMM path for every sequence.
+    const Shape shapes[] = {{4, 4, 64}, {32, 8, 128}, {6, 2, 80}, {16, 2, 128}, {3, 1, 36}};
+    const int seq_n[] = {1, 1, 3, 17, 130, 2, 3, 1};
+    const int seq_L[] = {1, 300, 132, 145, 207, 0, 3, 129};
+    const int S = 8, B_[] = {1, 16, 256};
+    const StDtype dts[] = {ST_F32, ST_BF16};
+    const int paths[] = {16, 0, 1000};
+    Rng r;
+    rng_seed(&r, 4055);
+    int cu[9];
+    cu[0] = 0;
+    for (int i = 0; i < S; i++) cu[i + 1] = cu[i] + seq_n[i];
+    const int T = cu[S];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int di = 0; di < 2; di++) {
+                const int H = shapes[s].H, KV = shapes[s].KV, hd = shapes[s].hd, qd = H * hd, kd = KV * hd, B = B_[bi];
+                Pool p;
+                pool_make(&p, &r, B, seq_L, S, kd);
+                const int rows = p.nblk * B;
+                float *q = rng_new_uniform(&r, (size_t)T * qd, -1.0f, 1.0f);
+                float *qr = malloc((size_t)T * qd * 4), *kr = malloc((size_t)rows * kd * 4), *vr = malloc((size_t)rows * kd * 4);
+                memcpy(qr, q, (size_t)T * qd * 4), memcpy(kr, p.k, (size_t)rows * kd * 4), memcpy(vr, p.v, (size_t)rows * kd * 4);
+                if (dts[di] == ST_BF16) round_to(ST_BF16, qr, (size_t)T * qd), round_to(ST_BF16, kr, (size_t)rows * kd),
+                                        round_to(ST_BF16, vr, (size_t)rows * kd);
+                float *ref = malloc((size_t)T * qd * 4), *out = malloc((size_t)T * qd * 4);
+                float *gk = malloc((size_t)300 * kd * 4), *gv = malloc((size_t)300 * kd * 4);
+                for (int i = 0; i < S; i++) {
+                    if (seq_L[i] == 0) {
+                        memset(ref + (size_t)cu[i] * qd, 0, (size_t)seq_n[i] * qd * 4);
+                        continue;
+                    }
+                    paged_gather_cpu(kr, vr, p.bt, p.stride, B, i, seq_L[i], kd, gk, gv);
+                    attention_at_cpu(qr + (size_t)cu[i] * qd, gk, gv, seq_L[i] - seq_n[i], seq_n[i], H, KV, hd,
+                                     ref + (size_t)cu[i] * qd);
+                }
+                for (int pi = 0; pi < 3; pi++) {
+                    for (size_t i = 0; i < (size_t)T * qd; i++) out[i] = NAN;
+                    cr_assert_eq(batch_attention_gpu_check_paged(q, p.k, p.v, rows, S, cu, seq_L, p.bt, p.stride, B, H, KV,
+                                                                 hd, dts[di], paths[pi], out), 0);
+                    const double tol = dts[di] == ST_F32 ? 1e-4 : 2 * ERR_TOL_HALF;
+                    for (int i = 0; i < S; i++) {
+                        ErrStats e = compare_f32(out + (size_t)cu[i] * qd, ref + (size_t)cu[i] * qd, (size_t)seq_n[i] * qd);
+                        if (seq_L[i] == 0) {
+                            int zeros = 1;
+                            for (size_t j = 0; j < (size_t)seq_n[i] * qd; j++) zeros &= out[(size_t)cu[i] * qd + j] == 0.0f;
+                            cr_expect(zeros, "padding sequence %d not zeroed (hd=%d path %d B=%d)", i, hd, paths[pi], B);
+                            continue;
+                        }
+                        cr_expect(e.n_bad == 0 && e.max_rel < tol,
+                                  "%s H=%d KV=%d hd=%d B=%d small_chunk=%d: sequence %d (%d rows over %d keys): max_rel "
+                                  "%.3e, %zu non-finite (tol %.0e)", st_dtype_name(dts[di]), H, KV, hd, B, paths[pi], i,
+                                  seq_n[i], seq_L[i], e.max_rel, e.n_bad, tol);
+                    }
+                }
+                free(q), free(qr), free(kr), free(vr), free(ref), free(out), free(gk), free(gv);
+                pool_free(&p);
+            }
+}
+
+// ---------------------------------------------------------------- runner: paged batches, built here
+
+#define PB_TOK 512
+#define PB_SEQ 16
+#define PB_LEN 64
+
+// Sequence s owns the blocks tables[s][0 ..] (shuffled, non-contiguous); a batch row at position
+// pos of s goes to tables[s][pos / B] * B + pos % B.
+typedef struct {
+    Batch b;
+    int owner[PB_SEQ];
+} PBatch;
+
+static void pb_init(PBatch *t, int B) {
+    batch_alloc_paged(&t->b, PB_SEQ, PB_TOK, B, (PB_LEN + B - 1) / B);
+    t->b.cu_seqlens_q[0] = 0;
+}
+static void pb_add(PBatch *t, int owner, const int *table, int pos0, int n, const int *ids, int want) {
+    Batch *b = &t->b;
+    const int B = b->block_size;
+    cr_assert(b->n_seqs < PB_SEQ && b->n_tokens + n <= PB_TOK);
+    for (int j = 0; j < n; j++) {
+        const int r = b->n_tokens + j, pos = pos0 + j;
+        b->token_ids[r] = ids[j], b->positions[r] = pos, b->slot_mapping[r] = table[pos / B] * B + pos % B;
+    }
+    b->n_tokens += n;
+    const int L = pos0 + n;
+    memcpy(b->block_tables + (size_t)b->n_seqs * b->bt_stride, table, (size_t)((L + B - 1) / B) * sizeof(int));
+    b->seq_lens_k[b->n_seqs] = L, b->seq_slot[b->n_seqs] = 0;
+    b->cu_seqlens_q[++b->n_seqs] = b->n_tokens;
+    if (want) t->owner[b->n_logits] = owner, b->logit_rows[b->n_logits++] = b->n_tokens - 1;
+}
+static void pb_pad(PBatch *t, int n) {
+    Batch *b = &t->b;
+    for (int j = 0; j < n; j++) {
+        const int r = b->n_tokens + j;
+        b->token_ids[r] = 0, b->positions[r] = 0, b->slot_mapping[r] = -1;
+    }
+    b->n_tokens += n;
+    b->seq_lens_k[b->n_seqs] = 0, b->seq_slot[b->n_seqs] = 0;
+    b->cu_seqlens_q[++b->n_seqs] = b->n_tokens;
+}
+
+// ns tables of PB_LEN positions each from a shuffled pool of nblk blocks (1 .. nblk-1).
+static int make_tables(Rng *r, int B, int ns, int tables[][PB_LEN]) {
+    const int per = (PB_LEN + B - 1) / B, nblk = ns * per + 4;
+    int *perm = malloc((size_t)nblk * sizeof(int));
+    for (int i = 0; i < nblk - 1; i++) perm[i] = i + 1;
+    for (int i = nblk - 2; i > 0; i--) {
+        const int j = (int)(rng_u32(r) % (unsigned)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int s = 0; s < ns; s++)
+        for (int k = 0; k < per; k++) tables[s][k] = perm[s * per + k];
+    free(perm);
+    return nblk;
+}
+
+typedef struct {
+    ModelWeights w;
+    CpuModel cm;
+    GpuModel *gm;
+    int f32;
+} Loaded;
+
+static void load(const Ckpt *c, Loaded *L) {
+    char err[512];
+    cr_assert_eq(model_load(c->dir, &L->w, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cpu_model_load(&L->w, &L->cm, err, sizeof err), 0, "%s", err);
+    L->gm = gpu_model_load(&L->w, err, sizeof err);
+    cr_assert(L->gm, "%s", err);
+    L->f32 = L->w.layers[0].wq->dtype == ST_F32;
+}
+static void unload(Loaded *L) {
+    gpu_model_free(L->gm);
+    cpu_model_free(&L->cm);
+    model_free(&L->w);
+}
+
+static double max_rel_diff(const float *a, const float *b, int n) {
+    double md = 0, mr = 0;
+    for (int i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (!(d <= md)) md = d;  // NaN sticks
+        if (fabs(b[i]) > mr) mr = fabs(b[i]);
+    }
+    return md / (mr > 0 ? mr : 1);
+}
+
+#define MX_SEQ 4
+// Five steps of four sequences (prompts 40, 9, 20, 1 tokens) through the paged runner (block
+// size B, shuffled tables) and, per sequence, step03's CPU cached forward: logits of every logit
+// row compared. With small_chunk 0 the same steps also run on the step04 slot runner, whose
+// logits must be identical bit for bit (the same GEMM path over the same K/V). The K/V rows
+// written are checked against the CPU cache, unmapped rows of the pool against NaN.
+static void mixed_paged(const Ckpt *ck, int B, int small_chunk) {
+    Loaded L;
+    load(ck, &L);
+    const ModelConfig *c = &L.cm.cfg;
+    const int V = c->vocab, kd = c->n_kv_heads * c->head_dim;
+    Rng r;
+    rng_seed(&r, 577 + B + small_chunk);
+    int tables[MX_SEQ][PB_LEN];
+    const int nblk = make_tables(&r, B, MX_SEQ, tables);
+    char err[512];
+    GpuRunner *g = gpu_runner_new_paged(L.gm, nblk, B, PB_LEN, 128, err, sizeof err);
+    cr_assert(g, "%s", err);
+    gpu_runner_set_small_chunk(g, small_chunk);
+    GpuRunner *slot = NULL;
+    if (small_chunk == 0) {
+        slot = gpu_runner_new(L.gm, MX_SEQ, PB_LEN, 128, err, sizeof err);
+        cr_assert(slot, "%s", err);
+        gpu_runner_set_small_chunk(slot, 0);
+    }
+    const int plen[MX_SEQ] = {40, 9, 20, 1};
+    int toks[MX_SEQ][PB_LEN], ntok[MX_SEQ], ncomp[MX_SEQ] = {0};
+    CpuKvCache kv[MX_SEQ];
+    for (int s = 0; s < MX_SEQ; s++) {
+        ntok[s] = plen[s];
+        for (int j = 0; j < plen[s]; j++) toks[s][j] = (int)(rng_u32(&r) % (unsigned)V);
+        cr_assert_eq(cpu_kv_init(&kv[s], c, PB_LEN), 0);
+    }
+    const int sched[5][MX_SEQ] = {{23, 9, 3, 1}, {17, 1, 17, 1}, {1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1}};
+    float *logits = malloc((size_t)MX_SEQ * V * 4), *lslot = malloc((size_t)MX_SEQ * V * 4), *ref = malloc((size_t)V * 4);
+    int argmax[MX_SEQ];
+    double worst = 0;
+    int identical = 0, compared = 0;
+    for (int step = 0; step < 5; step++) {
+        PBatch t;
+        pb_init(&t, B);
+        for (int s = 0; s < MX_SEQ; s++) {
+            if (s == 2 && step != 1) pb_pad(&t, 2);
+            const int n = sched[step][s];
+            pb_add(&t, s, tables[s], ncomp[s], n, toks[s] + ncomp[s], ncomp[s] + n == ntok[s]);
+        }
+        cr_assert_eq(batch_check_paged(&t.b, nblk, PB_LEN, V), 0, "the test's own batch");
+        for (size_t i = 0; i < (size_t)MX_SEQ * V; i++) logits[i] = NAN;
+        cr_assert_eq(gpu_runner_forward(g, &t.b, logits, argmax), 0, "%s B=%d step %d", ck->name, B, step);
+        if (slot) {  // the same rows in step04's layout: slot s, row s * PB_LEN + pos
+            Batch sb = t.b;
+            int *sm = malloc((size_t)t.b.n_tokens * sizeof(int)), *ss = malloc((size_t)t.b.n_seqs * sizeof(int));
+            for (int i = 0, s = 0; i < t.b.n_seqs; i++) {
+                const int r0 = t.b.cu_seqlens_q[i], r1 = t.b.cu_seqlens_q[i + 1];
+                const int real = t.b.seq_lens_k[i] > 0;
+                ss[i] = real ? s : 0;
+                for (int row = r0; row < r1; row++) sm[row] = real ? s * PB_LEN + t.b.positions[row] : -1;
+                s += real;
+            }
+            sb.slot_mapping = sm, sb.seq_slot = ss, sb.block_size = 0, sb.bt_stride = 0, sb.block_tables = NULL;
+            cr_assert_eq(gpu_runner_forward(slot, &sb, lslot, NULL), 0);
+            const int same = !memcmp(logits, lslot, (size_t)t.b.n_logits * V * 4);
+            cr_expect(same, "%s B=%d step %d: paged logits differ from the step04 slot runner's (GEMM path for all)",
+                      ck->name, B, step);
+            identical += same, compared++;
+            free(sm), free(ss);
+        }
+        int li = 0;
+        for (int s = 0; s < MX_SEQ; s++) {
+            const int n = sched[step][s];
+            cr_assert_eq(forward_cached_cpu(&L.cm, &kv[s], toks[s] + ncomp[s], n, ref), 0);
+            ncomp[s] += n;
+            if (ncomp[s] < ntok[s]) continue;
+            cr_assert(li < t.b.n_logits && t.owner[li] == s);
+            const float *lg = logits + (size_t)li * V;
+            const double e = max_rel_diff(lg, ref, V);
+            worst = e > worst ? e : worst;
+            cr_expect(e <= (L.f32 ? TOL_F32 : TOL_BF16), "%s B=%d small_chunk=%d step %d sequence %d: max|diff|/max|logit| "
+                      "%.3e", ck->name, B, small_chunk, step, s, e);
+            cr_expect_eq(argmax[li], argmax_f32(lg, V), "%s B=%d step %d sequence %d: device argmax %d, host %d", ck->name,
+                         B, step, s, argmax[li], argmax_f32(lg, V));
+            toks[s][ntok[s]++] = argmax_f32(ref, V);
+            li++;
+        }
+        cr_expect_eq(li, t.b.n_logits);
+        batch_free(&t.b);
+    }
+    // every pool row: written (a position some sequence computed) = the CPU cache; else NaN
+    float *k = malloc((size_t)kd * 4), *v = malloc((size_t)kd * 4);
+    int written = 0, poisoned = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int row = 0; row < nblk * B; row++) {
+            int s = -1, pos = -1;
+            for (int i = 0; i < MX_SEQ && s < 0; i++)
+                for (int kb = 0; kb < (PB_LEN + B - 1) / B; kb++)
+                    if (tables[i][kb] == row / B && kb * B + row % B < ncomp[i]) s = i, pos = kb * B + row % B;
+            cr_assert_eq(gpu_runner_read_kv(g, l, row, k, v), 0);
+            if (s >= 0) {
+                const float *kr = kv[s].k + ((size_t)l * PB_LEN + pos) * kd, *vr = kv[s].v + ((size_t)l * PB_LEN + pos) * kd;
+                const double ek = max_rel_diff(k, kr, kd), ev = max_rel_diff(v, vr, kd), tol = L.f32 ? 1e-4 : 3e-2;
+                cr_expect(ek <= tol && ev <= tol, "%s B=%d layer %d row %d (sequence %d position %d): K %.3e V %.3e",
+                          ck->name, B, l, row, s, pos, ek, ev);
+                written++;
+            } else {
+                int nan = 1;
+                for (int i = 0; i < kd; i++) nan &= isnan(k[i]) && isnan(v[i]);
+                cr_expect(nan, "%s B=%d layer %d row %d: written, but no position maps there", ck->name, B, l, row);
+                poisoned++;
+            }
+        }
+    fprintf(stderr, "[paged-mixed] %s B=%d small_chunk=%d: worst logits diff vs CPU %.3e; %d K/V rows match the CPU "
+            "cache, %d unmapped rows untouched%s\n", ck->name, B, small_chunk, worst, written, poisoned,
+            slot ? (identical == compared ? "; logits bit-identical to the step04 slot runner" : "; NOT identical to step04") : "");
+    free(k), free(v);
+    for (int s = 0; s < MX_SEQ; s++) cpu_kv_free(&kv[s]);
+    free(logits), free(lslot), free(ref);
+    gpu_runner_free(g);
+    if (slot) gpu_runner_free(slot);
+    unload(&L);
+}
+
+Test(step05_gpu, paged_runner_matches_cpu_and_step04, .timeout = 600) {
+    NEED_GPU();
+    Ckpt ck[64];
+    const int n = ckpt_list(ck, 64, "config.json");
+    if (n == 0) cr_skip_test("no checkpoints under %s", MODELS_DIR);
+    const int Bs[] = {1, 16, 256};
+    for (int i = 0; i < n; i++)
+        for (int bi = 0; bi < 3; bi++) {
+            mixed_paged(&ck[i], Bs[bi], 16);
+            mixed_paged(&ck[i], Bs[bi], 0);
+        }
+}
+
+Test(step05_gpu, paged_runner_refuses_bad_block_tables) {
+    NEED_GPU();
+    Ckpt ck[64];
+    const int n = ckpt_list(ck, 64, "config.json");
+    if (n == 0) cr_skip_test("no checkpoints under %s", MODELS_DIR);
+    Loaded L;
+    load(&ck[0], &L);
+    char err[512];
+    GpuRunner *g = gpu_runner_new_paged(L.gm, 8, 16, PB_LEN, 64, err, sizeof err);
+    cr_assert(g, "%s", err);
+    int table[PB_LEN] = {3, 5, 7, 2};
+    int ids[40] = {0};
+    const int bad[] = {0, 8, -1};  // the null block, past the pool, negative
+    for (int k = 0; k < 3; k++) {
+        PBatch t;
+        pb_init(&t, 16);
+        table[1] = bad[k];
+        pb_add(&t, 0, table, 0, 20, ids, 1);
+        for (int j = 16; j < 20; j++) t.b.slot_mapping[j] = 5 * 16 + j - 16;  // in range: the table entry is what is bad
+        cr_expect_eq(gpu_runner_forward(g, &t.b, NULL, NULL), -1, "table entry %d accepted", bad[k]);
+        batch_free(&t.b);
+    }
+    PBatch t;
+    pb_init(&t, 16);
+    table[1] = 5;
+    pb_add(&t, 0, table, 0, 20, ids, 1);
+    cr_expect_eq(gpu_runner_forward(g, &t.b, NULL, NULL), 0, "a good table refused");
+    t.b.block_size = 8;
+    cr_expect_eq(gpu_runner_forward(g, &t.b, NULL, NULL), -1, "a batch of another block size accepted");
+    batch_free(&t.b);
+    gpu_runner_free(g);
+    unload(&L);
+}
+
+// ---------------------------------------------------------------- goldens, and block sizes vs each other
+
+// The prompt in two chunks (the first samples nothing), then one decode per step, through the
+// paged runner with block size B and a shuffled table.
+static void greedy_paged(Loaded *L, const Golden *G, int B, int *ours, int *ours5) {
+    const int np = G->np, ng = G->ng, V = L->cm.cfg.vocab, max_len = np + ng + 1;
+    Rng r;
+    rng_seed(&r, 31 + B);
+    const int per = (max_len + B - 1) / B, nblk = per + 5;
+    int *perm = malloc((size_t)nblk * sizeof(int));
+    for (int i = 0; i < nblk - 1; i++) perm[i] = i + 1;
+    for (int i = nblk - 2; i > 0; i--) {
+        const int j = (int)(rng_u32(&r) % (unsigned)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    char err[512];
+    GpuRunner *g = gpu_runner_new_paged(L->gm, nblk, B, max_len, 64, err, sizeof err);
+    cr_assert(g, "%s", err);
+    int *seq = malloc((size_t)(np + ng) * sizeof(int));
+    memcpy(seq, G->prompt, (size_t)np * sizeof(int));
+    float *logits = malloc((size_t)V * 4);
+    Batch b;
+    batch_alloc_paged(&b, 1, np + 1, B, per);
+    memcpy(b.block_tables, perm, (size_t)per * sizeof(int));
+    int ncomp = 0;
+    const int c1 = np / 2;
+    for (int s = 0; s < ng; s++) {
+        for (int part = 0; part < 2; part++) {
+            int p0, n, want;
+            if (s == 0) p0 = part ? c1 : 0, n = part ? np - c1 : c1, want = part;
+            else if (part) p0 = ncomp, n = 1, want = 1;
+            else continue;
+            if (n == 0) continue;
+            b.n_seqs = 1, b.n_tokens = n, b.cu_seqlens_q[0] = 0, b.cu_seqlens_q[1] = n, b.seq_lens_k[0] = p0 + n;
+            b.seq_slot[0] = 0;
+            for (int j = 0; j < n; j++)
+                b.token_ids[j] = seq[p0 + j], b.positions[j] = p0 + j, b.slot_mapping[j] = perm[(p0 + j) / B] * B + (p0 + j) % B;
+            b.n_logits = want, b.logit_rows[0] = n - 1;
+            for (int v = 0; v < V; v++) logits[v] = NAN;
+            int am = -1;
+            cr_assert_eq(gpu_runner_forward(g, &b, want ? logits : NULL, want ? &am : NULL), 0);
+            ncomp = p0 + n;
+            if (want) {
+                forward_topk(logits, V, 5, ours5 + 5 * s);
+                ours[s] = am;
+                seq[np + s] = am;
+            }
+        }
+    }
+    batch_free(&b);
+    free(seq), free(logits), free(perm);
+    gpu_runner_free(g);
+}
+
+Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeout = 300) {
+    NEED_GPU();
+    Ckpt ck[64];
+    const int n = ckpt_list(ck, 64, "config.json");
+    int tested = 0;
+    const int Bs[] = {1, 16, 256};
+    for (int i = 0; i < n; i++) {
+        if (!ck[i].has_golden) continue;
+        Golden G;
+        golden_load(ck[i].dir, &G);
+        Loaded L;
+        load(&ck[i], &L);
+        const int ng = G.ng;
+        int *ours[3], *ours5[3];
+        for (int bi = 0; bi < 3; bi++) {
+            ours[bi] = malloc((size_t)ng * sizeof(int)), ours5[bi] = malloc((size_t)ng * 5 * sizeof(int));
+            greedy_paged(&L, &G, Bs[bi], ours[bi], ours5[bi]);
+            char what[400];
+            snprintf(what, sizeof what, "%s: paged GPU (B=%d) vs transformers", ck[i].name, Bs[bi]);
+            const int first = vllm_expect(what, ours[bi], ours5[bi], G.gen, G.top5, ng);
+            fprintf(stderr, "[golden-paged] %s B=%d: %d of %d tokens identical to transformers\n", ck[i].name, Bs[bi], first, ng);
+        }
+        for (int bi = 1; bi < 3; bi++) {
+            char what[400];
+            snprintf(what, sizeof what, "%s: paged GPU B=%d vs B=1", ck[i].name, Bs[bi]);
+            const int first = vllm_expect(what, ours[bi], ours5[bi], ours[0], ours5[0], ng);
+            fprintf(stderr, "[block-sizes] %s: B=%d and B=1 give %d of %d identical greedy tokens\n", ck[i].name, Bs[bi],
+                    first, ng);
+        }
+        for (int bi = 0; bi < 3; bi++) free(ours[bi]), free(ours5[bi]);
+        golden_free(&G);
+        unload(&L);
+        tested++;
+    }
+    if (!tested) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
+}
