@@ -8,9 +8,9 @@
 // fp16, 4 fp32), LPR lanes per row (hd/8 rounded up to a power of two; lanes past the row idle),
 // so one warp load instruction covers 32 / LPR rows. Consecutive positions of a sequence are
 // consecutive rows of one block, so for B >= 2 a warp still reads whole contiguous rows; the
-// block table costs one lookup per key per tile (kept in shared memory for the tile), and a
-// block of B = 1 makes every row its own scattered 256-byte read. Each lane keeps up to 8 rows
-// in flight (independent loads issued before any is used). Scores: the q . k partial dots of a
+// block table costs one lookup per key (the LPR lanes of a row read the same entry), and a
+// block of B = 1 makes every row its own scattered 256-byte read. Each lane keeps up to 8 K rows
+// and 8 V rows in flight (independent loads issued before any is used). Scores: the q . k partial dots of a
 // row's lanes summed with shuffles; softmax per tile with the running max m and sum l of each
 // head (online softmax: the accumulators are rescaled by exp(m_old - m_new)); P V: each lane
 // accumulates its vector's elements for the g heads in registers, summed across lanes and
@@ -54,6 +54,10 @@ extern "C" int paged_kv_write(StDtype dt, const float *k, const float *v, int ld
 // whole context and part > 0 (v2) partition blockIdx.y of `part` keys. v1 writes the normalized
 // output (fp32 when out_f32, else C); v2 the unnormalized partial o and (m, l) of each head at
 // part_o ((item, H, nparts, hd)), part_ml ((item, H, nparts, 2)).
+// A tile is TR = U * RPI keys: every lane issues the loads of its U K rows AND its U V rows at
+// once (2U 16-byte loads in flight), computes the scores, and keeps the V rows in registers
+// through the softmax, so each tile costs one memory round trip. The scores are double-buffered
+// (ps[tile % 2]) so one barrier after the scores and one after the softmax are all a tile needs.
 // Dynamic shared: NW * g * hd floats (the cross-warp sum at the end).
 template <class C, int LPR, int G>
 __global__ void __launch_bounds__(PA_THREADS)
@@ -61,11 +65,11 @@ __global__ void __launch_bounds__(PA_THREADS)
                    const int *__restrict__ bt, int bt_stride, int B, const int *rows, const int *seqs,
                    const int *lens, int H, int KV, int hd, float scale, int part, void *out, int ldo, int out_f32,
                    float *part_o, float *part_ml) {
-    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = PA_THREADS / 32, RPI = NW * RPW, NIT = PA_TILE / RPI;
-    constexpr int U = NIT >= 8 ? 8 : NIT;  // rows in flight per lane
+    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = PA_THREADS / 32, RPI = NW * RPW;
+    constexpr int U = 8 * RPI <= PA_TILE ? 8 : PA_TILE / RPI;  // rows per lane per tile
+    constexpr int TR = U * RPI;                                // keys per tile
     extern __shared__ float red[];
-    __shared__ float ps[G * PA_TILE];      // (g, TILE) scores, then probabilities
-    __shared__ int prow[PA_TILE];          // pool row of each key of the tile
+    __shared__ float ps[2][G * TR];  // (g, TR) scores, then probabilities; two tiles
     __shared__ float m_s[G], l_s[G], a_s[G];
     const int w = blockIdx.z, kvh = blockIdx.x, pi = blockIdx.y, nparts = gridDim.y;
     const int len = lens[w];
@@ -85,52 +89,54 @@ __global__ void __launch_bounds__(PA_THREADS)
             for (int i = 0; i < N; i++) qf[hh][i] = (hh < g && on) ? qr[hh * hd + i] * scale : 0.0f, acc[hh][i] = 0.0f;
     }
     if (t < G) m_s[t] = -INFINITY, l_s[t] = 0.0f;
-    for (int j0 = k0; j0 < k1; j0 += PA_TILE) {
-        const int jn = min(PA_TILE, k1 - j0);
-        __syncthreads();  // the previous tile's ps / prow are consumed (and m_s, l_s initialized)
-        for (int i = t; i < jn; i += PA_THREADS) {
-            const int p = j0 + i;
-            prow[i] = tab[p / B] * B + p % B;
+    __syncthreads();
+    for (int j0 = k0, tile = 0; j0 < k1; j0 += TR, tile ^= 1) {
+        const int jn = min(TR, k1 - j0);
+        float *pt = ps[tile];
+        // ---- this lane's rows of the tile (row j = k*RPI + warp*RPW + sub): pool rows through the table
+        uint4 uk[U], uv[U];
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int j = k * RPI + warp * RPW + sub;
+            if (j < jn && on) {
+                const int p = j0 + j;
+                const size_t r = ((size_t)tab[p / B] * B + p % B) * kd;
+                uk[k] = *(const uint4 *)(kb + r);
+                uv[k] = *(const uint4 *)(vb + r);
+            } else {
+                uk[k] = uv[k] = make_uint4(0, 0, 0, 0);
+            }
         }
-        __syncthreads();
-        // ---- scores of the tile: row j = it*RPI + warp*RPW + sub
-        for (int it0 = 0; it0 < NIT && it0 * RPI < jn; it0 += U) {
-            uint4 u[U];
+        // ---- scores
 #pragma unroll
-            for (int k = 0; k < U; k++) {
-                const int j = (it0 + k) * RPI + warp * RPW + sub;
-                u[k] = (j < jn && on) ? *(const uint4 *)(kb + (size_t)prow[j] * kd) : make_uint4(0, 0, 0, 0);
+        for (int k = 0; k < U; k++) {
+            const int j = k * RPI + warp * RPW + sub;
+            float kf[N], dot[G];
+            Vec16<C>::unpack(uk[k], kf);
+#pragma unroll
+            for (int hh = 0; hh < G; hh++) {
+                dot[hh] = 0;
+#pragma unroll
+                for (int i = 0; i < N; i++) dot[hh] = fmaf(qf[hh][i], kf[i], dot[hh]);
+#pragma unroll
+                for (int o = LPR / 2; o > 0; o >>= 1) dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], o);
             }
+            if (c == 0 && j < jn)
 #pragma unroll
-            for (int k = 0; k < U; k++) {
-                const int j = (it0 + k) * RPI + warp * RPW + sub;
-                float kf[N], dot[G];
-                Vec16<C>::unpack(u[k], kf);
-#pragma unroll
-                for (int hh = 0; hh < G; hh++) {
-                    dot[hh] = 0;
-#pragma unroll
-                    for (int i = 0; i < N; i++) dot[hh] = fmaf(qf[hh][i], kf[i], dot[hh]);
-#pragma unroll
-                    for (int o = LPR / 2; o > 0; o >>= 1) dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], o);
-                }
-                if (c == 0 && j < jn)
-#pragma unroll
-                    for (int hh = 0; hh < G; hh++)
-                        if (hh < g) ps[hh * PA_TILE + j] = dot[hh];
-            }
+                for (int hh = 0; hh < G; hh++)
+                    if (hh < g) pt[hh * TR + j] = dot[hh];
         }
         __syncthreads();
         // ---- online softmax, one warp per head: new max, p = exp(s - m), rescale factor of the old sums
         for (int hh = warp; hh < g; hh += NW) {
             float mt = -INFINITY;
-            for (int j = lane; j < jn; j += 32) mt = fmaxf(mt, ps[hh * PA_TILE + j]);
+            for (int j = lane; j < jn; j += 32) mt = fmaxf(mt, pt[hh * TR + j]);
             for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
             const float mo = m_s[hh], mn = fmaxf(mo, mt);
             float ls = 0;
             for (int j = lane; j < jn; j += 32) {
-                const float p = expf(ps[hh * PA_TILE + j] - mn);
-                ps[hh * PA_TILE + j] = p;
+                const float p = expf(pt[hh * TR + j] - mn);
+                pt[hh * TR + j] = p;
                 ls += p;
             }
             for (int o = 16; o > 0; o >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
@@ -141,35 +147,29 @@ __global__ void __launch_bounds__(PA_THREADS)
             }
         }
         __syncthreads();
-        // ---- P V
+        // ---- P V from the V rows already in registers
 #pragma unroll
         for (int hh = 0; hh < G; hh++) {
             const float al = hh < g ? a_s[hh] : 0.0f;
 #pragma unroll
             for (int i = 0; i < N; i++) acc[hh][i] *= al;
         }
-        for (int it0 = 0; it0 < NIT && it0 * RPI < jn; it0 += U) {
-            uint4 u[U];
 #pragma unroll
-            for (int k = 0; k < U; k++) {
-                const int j = (it0 + k) * RPI + warp * RPW + sub;
-                u[k] = (j < jn && on) ? *(const uint4 *)(vb + (size_t)prow[j] * kd) : make_uint4(0, 0, 0, 0);
-            }
+        for (int k = 0; k < U; k++) {
+            const int j = k * RPI + warp * RPW + sub;
+            if (j >= jn) continue;
+            float vf[N];
+            Vec16<C>::unpack(uv[k], vf);
 #pragma unroll
-            for (int k = 0; k < U; k++) {
-                const int j = (it0 + k) * RPI + warp * RPW + sub;
-                if (j >= jn) continue;
-                float vf[N];
-                Vec16<C>::unpack(u[k], vf);
+            for (int hh = 0; hh < G; hh++)
+                if (hh < g) {
+                    const float p = pt[hh * TR + j];
 #pragma unroll
-                for (int hh = 0; hh < G; hh++)
-                    if (hh < g) {
-                        const float p = ps[hh * PA_TILE + j];
-#pragma unroll
-                        for (int i = 0; i < N; i++) acc[hh][i] = fmaf(p, vf[i], acc[hh][i]);
-                    }
-            }
+                    for (int i = 0; i < N; i++) acc[hh][i] = fmaf(p, vf[i], acc[hh][i]);
+                }
         }
+        // no barrier here: the next tile writes the other score buffer, and its first barrier
+        // comes after every warp has left this tile's P V (a_s is rewritten only after it)
     }
     // ---- sum the lanes of a warp that hold the same vector (different rows), then the warps
 #pragma unroll
