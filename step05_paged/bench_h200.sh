@@ -24,3 +24,6 @@ run --batch 32 --context 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-siz
 run --batch 256 --context 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16
 run --batch 4 --context 32768 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16
 run --batch 16 --context 2000 --heads 16 --kv-heads 2 --head-dim 64 --block-size 16 --dtype fp16
+# 8-9  the acceptance shapes with v2 partitions of 256 and 1024 keys (512 is the default)
+run --batch 32 --context 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16 --part 256
+run --batch 32 --context 32768 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16 --part 1024

@@ -9,8 +9,8 @@
 // so one warp load instruction covers 32 / LPR rows. Consecutive positions of a sequence are
 // consecutive rows of one block, so for B >= 2 a warp still reads whole contiguous rows; the
 // block table costs one lookup per key (the LPR lanes of a row read the same entry), and a
-// block of B = 1 makes every row its own scattered 256-byte read. Each lane keeps up to 8 K rows
-// and 8 V rows in flight (independent loads issued before any is used). Scores: the q . k partial dots of a
+// block of B = 1 makes every row its own scattered 256-byte read. Each lane has the next tile's
+// 4 K rows and 4 V rows in flight while it computes the current one. Scores: the q . k partial dots of a
 // row's lanes summed with shuffles; softmax per tile with the running max m and sum l of each
 // head (online softmax: the accumulators are rescaled by exp(m_old - m_new)); P V: each lane
 // accumulates its vector's elements for the g heads in registers, summed across lanes and
@@ -54,10 +54,12 @@ extern "C" int paged_kv_write(StDtype dt, const float *k, const float *v, int ld
 // whole context and part > 0 (v2) partition blockIdx.y of `part` keys. v1 writes the normalized
 // output (fp32 when out_f32, else C); v2 the unnormalized partial o and (m, l) of each head at
 // part_o ((item, H, nparts, hd)), part_ml ((item, H, nparts, 2)).
-// A tile is TR = U * RPI keys: every lane issues the loads of its U K rows AND its U V rows at
-// once (2U 16-byte loads in flight), computes the scores, and keeps the V rows in registers
-// through the softmax, so each tile costs one memory round trip. The scores are double-buffered
-// (ps[tile % 2]) so one barrier after the scores and one after the softmax are all a tile needs.
+// A tile is TR = U * RPI keys; each lane holds U K rows and U V rows of it. The tiles are
+// software-pipelined: the loads of tile i+1 (through the table, 2U 16-byte loads per lane) are
+// issued before tile i is computed, so every CTA always has a tile in flight while it computes.
+// The scores are double-buffered (ps[0], ps[1]), so a tile needs two barriers (after the
+// scores, after the softmax). Rows past the context load the context's last row (a valid
+// address) and are masked out.
 // Dynamic shared: NW * g * hd floats (the cross-warp sum at the end).
 template <class C, int LPR, int G>
 __global__ void __launch_bounds__(PA_THREADS)
@@ -66,7 +68,7 @@ __global__ void __launch_bounds__(PA_THREADS)
                    const int *lens, int H, int KV, int hd, float scale, int part, void *out, int ldo, int out_f32,
                    float *part_o, float *part_ml) {
     constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = PA_THREADS / 32, RPI = NW * RPW;
-    constexpr int U = 8 * RPI <= PA_TILE ? 8 : PA_TILE / RPI;  // rows per lane per tile
+    constexpr int U = 4 * RPI <= PA_TILE ? 4 : PA_TILE / RPI;  // rows per lane per tile
     constexpr int TR = U * RPI;                                // keys per tile
     extern __shared__ float red[];
     __shared__ float ps[2][G * TR];  // (g, TR) scores, then probabilities; two tiles
@@ -90,23 +92,23 @@ __global__ void __launch_bounds__(PA_THREADS)
     }
     if (t < G) m_s[t] = -INFINITY, l_s[t] = 0.0f;
     __syncthreads();
-    for (int j0 = k0, tile = 0; j0 < k1; j0 += TR, tile ^= 1) {
-        const int jn = min(TR, k1 - j0);
-        float *pt = ps[tile];
-        // ---- this lane's rows of the tile (row j = k*RPI + warp*RPW + sub): pool rows through the table
-        uint4 uk[U], uv[U];
+    // this lane's rows of the tile at jt (row j = k*RPI + warp*RPW + sub): all table reads first,
+    // then all K/V loads, none waiting on another
+    auto load = [&](uint4 *uk, uint4 *uv, int jt) {
+        size_t r[U];
 #pragma unroll
         for (int k = 0; k < U; k++) {
-            const int j = k * RPI + warp * RPW + sub;
-            if (j < jn && on) {
-                const int p = j0 + j;
-                const size_t r = ((size_t)tab[p / B] * B + p % B) * kd;
-                uk[k] = *(const uint4 *)(kb + r);
-                uv[k] = *(const uint4 *)(vb + r);
-            } else {
-                uk[k] = uv[k] = make_uint4(0, 0, 0, 0);
-            }
+            const int p = min(jt + k * RPI + warp * RPW + sub, k1 - 1);
+            r[k] = ((size_t)tab[p / B] * B + p % B) * kd;
         }
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            uk[k] = on ? *(const uint4 *)(kb + r[k]) : make_uint4(0, 0, 0, 0);
+            uv[k] = on ? *(const uint4 *)(vb + r[k]) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    auto step = [&](const uint4 *uk, const uint4 *uv, int j0, float *pt) {
+        const int jn = min(TR, k1 - j0);
         // ---- scores
 #pragma unroll
         for (int k = 0; k < U; k++) {
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(PA_THREADS)
             }
         }
         __syncthreads();
-        // ---- P V from the V rows already in registers
+        // ---- P V from the V rows in registers
 #pragma unroll
         for (int hh = 0; hh < G; hh++) {
             const float al = hh < g ? a_s[hh] : 0.0f;
@@ -170,6 +172,15 @@ __global__ void __launch_bounds__(PA_THREADS)
         }
         // no barrier here: the next tile writes the other score buffer, and its first barrier
         // comes after every warp has left this tile's P V (a_s is rewritten only after it)
+    };
+    uint4 ka[U], va[U], kn[U], vn[U];
+    if (k0 < k1) load(ka, va, k0);
+    for (int j0 = k0; j0 < k1; j0 += 2 * TR) {
+        if (j0 + TR < k1) load(kn, vn, j0 + TR);
+        step(ka, va, j0, ps[0]);
+        if (j0 + TR >= k1) break;
+        if (j0 + 2 * TR < k1) load(ka, va, j0 + 2 * TR);
+        step(kn, vn, j0 + TR, ps[1]);
     }
     // ---- sum the lanes of a warp that hold the same vector (different rows), then the warps
 #pragma unroll
@@ -296,7 +307,8 @@ extern "C" int paged_decode_v1(const PagedDecode *a) {
 extern "C" int paged_decode_v2(const PagedDecode *a) {
     if (check_args(a)) return -1;
     const int lpr = lanes_per_row(a->dt, a->hd);
-    const int nparts = a->max_len > 0 ? (a->max_len + PA_PART - 1) / PA_PART : 1;
+    const int part = a->part > 0 ? a->part : PA_PART;
+    const int nparts = a->max_len > 0 ? (a->max_len + part - 1) / part : 1;
     const size_t per_item = (size_t)a->H * nparts * a->hd;
     if (!a->part_o || !a->part_ml || a->part_cap < per_item) {
         fprintf(stderr, "paged_decode_v2: partial buffer of %zu floats, one item needs %zu\n", a->part_cap, per_item);
@@ -310,11 +322,11 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
         const int n = a->n - w0 < (int)grp ? a->n - w0 : (int)grp;
         DISPATCH(a->dt, C,
                  launch_decode<C>(lpr, dim3(a->KV, nparts, n), smem, a, a->rows + w0, a->seqs + w0, a->lens + w0,
-                                  PA_PART, a->part_o, a->part_ml));
+                                  part, a->part_o, a->part_ml));
         CUDA_CHECK_LAST();
         DISPATCH(a->dt, C,
                  k_paged_reduce<C><<<dim3(a->H, n), 128, (size_t)nparts * sizeof(float)>>>(
-                     a->part_o, a->part_ml, a->rows + w0, a->lens + w0, nparts, PA_PART, a->H, a->hd, a->out, a->ldo,
+                     a->part_o, a->part_ml, a->rows + w0, a->lens + w0, nparts, part, a->H, a->hd, a->out, a->ldo,
                      a->out_f32));
         CUDA_CHECK_LAST();
         launches += 2;

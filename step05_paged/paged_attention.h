@@ -64,6 +64,7 @@ typedef struct {
     int ldo, out_f32;            // out_f32: out is fp32, else the cache dtype
     float *part_o, *part_ml;     // v2 scratch: part_cap floats, part_cap / hd * 2 floats
     size_t part_cap;
+    int part;                    // v2 keys per partition (0: PA_PART)
 } PagedDecode;
 
 // 0 on success (kernels queued on the default stream), -1 on bad arguments / a launch error.

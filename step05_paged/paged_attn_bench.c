@@ -41,7 +41,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: paged_attn_bench [--batch N] [--context L] [--heads H] [--kv-heads KV] [--head-dim D]\n"
             "                        [--block-size B] [--dtype bf16|fp16|fp32] [--reps R] [--warmup W]\n"
-            "                        [--copy-gbps X] [--check-items N] [--seed S] [--csv | --json]\n"
+            "                        [--copy-gbps X] [--check-items N] [--part P] [--seed S] [--csv | --json]\n"
             "  --batch        sequences, one decode row each (default 32)\n"
             "  --context      keys of every sequence (default 4096)\n"
             "  --heads        query heads (default 32); --kv-heads (default 8); --head-dim (default 128)\n"
@@ -49,7 +49,8 @@ static void usage(FILE *f) {
             "  --dtype        the cache dtype (default bf16)\n"
             "  --reps         timed runs per kernel, median reported (default 20), after --warmup (default 5)\n"
             "  --copy-gbps    the bandwidth ceiling (default: measured now, device copy, read + write counted)\n"
-            "  --check-items  sequences compared with the CPU reference (default 2: the first and the last)\n");
+            "  --check-items  sequences compared with the CPU reference (default 2: the first and the last)\n"
+            "  --part         keys per v2 partition (default PA_PART = 512)\n");
 }
 
 // K/V value of element i: a multiple of 1/128 in [-1, 1) from a counter hash (splitmix64).
@@ -119,7 +120,7 @@ static const struct {
 } LADDER[] = {
     {"step04_contiguous", K_STEP04, 0, "step04 split decode kernel, contiguous slots (baseline)"},
     {"paged_v1", K_DECODE, 1, "one CTA per (sequence, kv head), whole context"},
-    {"paged_v2", K_DECODE, 2, "split-K partitions of 512 keys + rescaling reduce"},
+    {"paged_v2", K_DECODE, 2, "split-K partitions (--part keys) + rescaling reduce"},
     {"paged_rule", K_DECODE, 0, "paged_decode: v1 or v2 by paged_decode_choose"},
     {"gather", K_GATHER, 0, "contexts through the tables into contiguous rows (read + write)"},
     {"kv_write_decode", K_WRITE_DECODE, 0, "K/V write through the slot mapping, batch rows"},
@@ -135,7 +136,7 @@ static StDtype parse_dtype(const char *s) {
 }
 
 int main(int argc, char **argv) {
-    int batch = 32, L = 4096, H = 32, KV = 8, hd = 128, B = 16, reps = 20, warmup = 5, check_items = 2;
+    int batch = 32, L = 4096, H = 32, KV = 8, hd = 128, B = 16, reps = 20, warmup = 5, check_items = 2, part = PA_PART;
     uint64_t seed = 5;
     double copy_gbps = 0;
     StDtype dt = ST_BF16;
@@ -154,6 +155,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--check-items") && more) check_items = (int)arg_int(a, argv[++i], 1, 65535);
         else if (!strcmp(a, "--seed") && more) seed = arg_u64(a, argv[++i]);
+        else if (!strcmp(a, "--part") && more) part = (int)arg_int(a, argv[++i], 32, 1 << 20);
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else arg_help_or_unknown(a, usage);
     }
@@ -231,6 +233,7 @@ int main(int argc, char **argv) {
     table_meta(t, "rule", "v%d: %s", rule,
                L <= PA_PART ? "the context fits one partition"
                : rule == 1 ? "batch * kv_heads >= 8 CTAs per SM" : "batch * kv_heads < 8 CTAs per SM and the context spans partitions");
+    table_meta(t, "v2_partition", "%d keys", part);
     table_meta(t, "timing", "CUDA events, %d warm-up runs, median of %d", warmup, reps);
     if (dec_bytes < 2.0 * gi.l2_bytes)
         table_meta(t, "note", "the K/V (%.1f MB) is under twice the L2 (%.1f MB): timings are partly cache-resident",
@@ -243,7 +246,7 @@ int main(int argc, char **argv) {
     void *ck = pa_dev_alloc((size_t)batch * L * kd * es), *cv = pa_dev_alloc((size_t)batch * L * kd * es);
     void *dout = pa_dev_alloc((size_t)batch * qd * 4);
     int *dbt = pa_dev_alloc((size_t)batch * nb * 4), *ditem = pa_dev_alloc((size_t)4 * batch * 4);
-    const int nparts = (L + PA_PART - 1) / PA_PART, nsplit = (L + 127) / 128;
+    const int nparts = (L + part - 1) / part, nsplit = (L + 127) / 128;
     const size_t part_cap = (size_t)batch * H * (nparts > nsplit ? nparts : nsplit) * hd;
     float *po = pa_dev_alloc(part_cap * 4), *pm = pa_dev_alloc(part_cap / hd * 8);
     const int WT = 8192;
@@ -273,7 +276,7 @@ int main(int argc, char **argv) {
 
     Ctx c = {0};
     c.pd = (PagedDecode){dt, H, KV, hd, scale, dq, qd, dk, dv, dbt, nb, B, ditem, ditem + batch, ditem + 2 * batch, batch,
-                         L, dout, qd, 0, po, pm, part_cap};
+                         L, dout, qd, 0, po, pm, part_cap, part};
     c.nsms = nsms, c.dt = dt, c.ck = ck, c.cv = cv, c.rows = ditem, c.lens = ditem + 2 * batch, c.bases = ditem + 3 * batch;
     c.n = batch, c.L = L, c.H = H, c.KV = KV, c.hd = hd, c.out = dout, c.po = po, c.pm = pm, c.part_cap4 = part_cap;
     c.kc = dk, c.vc = dv, c.bt = dbt, c.bt_stride = nb, c.B = B, c.kd = kd, c.gk = ck, c.gv = cv;
