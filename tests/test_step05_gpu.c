@@ -199,7 +199,7 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                 for (int ver = 1; ver <= 3; ver++) {  // v1, v2, the rule
                     const int out_f32 = dt == ST_F32 || (ver == 2 && s == 1);
                     PagedDecode a = {dt, H, KV, hd, 1.0f / sqrtf((float)hd), dq, qd, dk, dv, dbt, p.stride, B,
-                                     dit, dit + 16, dit + 32, n, maxlen, dout, qd, out_f32, po, pm, part_cap};
+                                     dit, dit + 16, dit + 32, n, maxlen, dout, qd, out_f32, po, pm, part_cap, 0};
                     for (size_t i = 0; i < (size_t)n * qd; i++) out[i] = NAN;
                     pa_upload_as(out_f32 ? ST_F32 : dt, dout, out, (size_t)n * qd);
                     const int nl = ver == 1 ? paged_decode_v1(&a) : ver == 2 ? paged_decode_v2(&a) : paged_decode(&a, nsms);
