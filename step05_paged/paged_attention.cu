@@ -9,12 +9,19 @@
 // so one warp load instruction covers 32 / LPR rows. Consecutive positions of a sequence are
 // consecutive rows of one block, so for B >= 2 a warp still reads whole contiguous rows; the
 // block table costs one lookup per key (the LPR lanes of a row read the same entry), and a
-// block of B = 1 makes every row its own scattered 256-byte read. Each lane has the next tile's
-// 4 K rows and 4 V rows in flight while it computes the current one. Scores: the q . k partial dots of a
-// row's lanes summed with shuffles; softmax per tile with the running max m and sum l of each
-// head (online softmax: the accumulators are rescaled by exp(m_old - m_new)); P V: each lane
-// accumulates its vector's elements for the g heads in registers, summed across lanes and
-// warps once at the end.
+// block of B = 1 makes every row its own scattered 256-byte read. Each warp works alone on its
+// rows (its own online softmax in registers: running max m and sum l per head, accumulators
+// rescaled by exp(m_old - m_new)), with 4 K rows and 4 V rows per lane in flight per iteration
+// and no barrier in the loop; the warps of a CTA are merged once at the end. Scores: the q . k
+// partial dots of a row's lanes summed with shuffles; P V: each lane accumulates its vector's
+// elements for the g heads, summed across the lanes of a warp and across warps at the end.
+//
+// The versions that were measured before this one (H200, bf16, batch 32, 32/8 heads, hd 128,
+// B = 16, % of the copy bandwidth at context 4096 / 32768; paged_attn_bench):
+//   tiles of 128 keys, table rows in shared, K pass then V pass (8 rows in flight), scores and
+//   softmax through shared memory, 4 barriers per tile .................... v2 64.6 / 70.8
+//   K and V of a 64-key tile loaded together, per-lane table reads (each waiting on the last) .. 34 / 40
+//   software-pipelined 32-key tiles (next tile in flight), 2 barriers per tile ........ 50 / 58
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -52,27 +59,24 @@ extern "C" int paged_kv_write(StDtype dt, const float *k, const float *v, int ld
 
 // One CTA: work item blockIdx.z, kv head blockIdx.x, keys [k0, k1) where part == 0 (v1) means the
 // whole context and part > 0 (v2) partition blockIdx.y of `part` keys. v1 writes the normalized
-// output (fp32 when out_f32, else C); v2 the unnormalized partial o and (m, l) of each head at
-// part_o ((item, H, nparts, hd)), part_ml ((item, H, nparts, 2)).
-// A tile is TR = U * RPI keys; each lane holds U K rows and U V rows of it. The tiles are
-// software-pipelined: the loads of tile i+1 (through the table, 2U 16-byte loads per lane) are
-// issued before tile i is computed, so every CTA always has a tile in flight while it computes.
-// The scores are double-buffered (ps[0], ps[1]), so a tile needs two barriers (after the
-// scores, after the softmax). Rows past the context load the context's last row (a valid
-// address) and are masked out.
-// Dynamic shared: NW * g * hd floats (the cross-warp sum at the end).
+// output (fp32 when out_f32, else C); v2 the partial o (relative to its max m), m and the sum l
+// of each head at part_o ((item, H, nparts, hd)), part_ml ((item, H, nparts, 2)).
+// Every warp runs on its own: its rows are WR = U * RPW consecutive keys per iteration (the CTA
+// covers NW * WR), with its own online softmax (running max m, sum l and accumulators rescaled
+// by exp(m_old - m_new)) kept in registers: the scores never go through shared memory and the
+// loop has no barrier. Each lane reads its U table entries first, then issues its U K and U V
+// loads together (rows past the range load the range's last row, a valid address, and are
+// masked). The NW warps' (m, l, o) are merged once at the end.
+// Dynamic shared: NW * g * (hd + 2) floats.
 template <class C, int LPR, int G>
 __global__ void __launch_bounds__(PA_THREADS)
     k_paged_decode(const float *__restrict__ q, int ldq, const C *__restrict__ kc, const C *__restrict__ vc,
                    const int *__restrict__ bt, int bt_stride, int B, const int *rows, const int *seqs,
                    const int *lens, int H, int KV, int hd, float scale, int part, void *out, int ldo, int out_f32,
                    float *part_o, float *part_ml) {
-    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = PA_THREADS / 32, RPI = NW * RPW;
-    constexpr int U = 4 * RPI <= PA_TILE ? 4 : PA_TILE / RPI;  // rows per lane per tile
-    constexpr int TR = U * RPI;                                // keys per tile
-    extern __shared__ float red[];
-    __shared__ float ps[2][G * TR];  // (g, TR) scores, then probabilities; two tiles
-    __shared__ float m_s[G], l_s[G], a_s[G];
+    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = PA_THREADS / 32;
+    constexpr int U = 4, WR = U * RPW, CR = NW * WR;
+    extern __shared__ float red[];  // (NW, g, hd) accumulators, then (NW, g, 2) m and l
     const int w = blockIdx.z, kvh = blockIdx.x, pi = blockIdx.y, nparts = gridDim.y;
     const int len = lens[w];
     const int k0 = part ? pi * part : 0, k1 = part ? min(len, k0 + part) : len;
@@ -82,107 +86,84 @@ __global__ void __launch_bounds__(PA_THREADS)
     const size_t kd = (size_t)KV * hd;
     const int *tab = bt + (size_t)seqs[w] * bt_stride;
     const C *kb = kc + (size_t)kvh * hd + c * N, *vb = vc + (size_t)kvh * hd + c * N;
-    float qf[G][N], acc[G][N];
+    float qf[G][N], acc[G][N], m[G], l[G];
     {
         const float *qr = q + (size_t)rows[w] * ldq + (size_t)kvh * g * hd + c * N;
 #pragma unroll
-        for (int hh = 0; hh < G; hh++)
+        for (int hh = 0; hh < G; hh++) {
+            m[hh] = -INFINITY, l[hh] = 0.0f;
 #pragma unroll
             for (int i = 0; i < N; i++) qf[hh][i] = (hh < g && on) ? qr[hh * hd + i] * scale : 0.0f, acc[hh][i] = 0.0f;
+        }
     }
-    if (t < G) m_s[t] = -INFINITY, l_s[t] = 0.0f;
-    __syncthreads();
-    // this lane's rows of the tile at jt (row j = k*RPI + warp*RPW + sub): all table reads first,
-    // then all K/V loads, none waiting on another
-    auto load = [&](uint4 *uk, uint4 *uv, int jt) {
+    for (int j0 = k0 + warp * WR; j0 < k1; j0 += CR) {
+        // ---- this lane's rows j0 + k*RPW + sub: table entries, then all K and V loads
         size_t r[U];
 #pragma unroll
         for (int k = 0; k < U; k++) {
-            const int p = min(jt + k * RPI + warp * RPW + sub, k1 - 1);
+            const int p = min(j0 + k * RPW + sub, k1 - 1);
             r[k] = ((size_t)tab[p / B] * B + p % B) * kd;
         }
+        uint4 uk[U], uv[U];
 #pragma unroll
         for (int k = 0; k < U; k++) {
             uk[k] = on ? *(const uint4 *)(kb + r[k]) : make_uint4(0, 0, 0, 0);
             uv[k] = on ? *(const uint4 *)(vb + r[k]) : make_uint4(0, 0, 0, 0);
         }
-    };
-    auto step = [&](const uint4 *uk, const uint4 *uv, int j0, float *pt) {
-        const int jn = min(TR, k1 - j0);
-        // ---- scores
+        // ---- scores: the LPR lanes of a row sum their partial dots (every one of them gets the sum)
+        float s[U][G];
 #pragma unroll
         for (int k = 0; k < U; k++) {
-            const int j = k * RPI + warp * RPW + sub;
-            float kf[N], dot[G];
+            float kf[N];
             Vec16<C>::unpack(uk[k], kf);
+            const int valid = j0 + k * RPW + sub < k1;
 #pragma unroll
             for (int hh = 0; hh < G; hh++) {
-                dot[hh] = 0;
+                float dot = 0;
 #pragma unroll
-                for (int i = 0; i < N; i++) dot[hh] = fmaf(qf[hh][i], kf[i], dot[hh]);
+                for (int i = 0; i < N; i++) dot = fmaf(qf[hh][i], kf[i], dot);
 #pragma unroll
-                for (int o = LPR / 2; o > 0; o >>= 1) dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], o);
-            }
-            if (c == 0 && j < jn)
-#pragma unroll
-                for (int hh = 0; hh < G; hh++)
-                    if (hh < g) pt[hh * TR + j] = dot[hh];
-        }
-        __syncthreads();
-        // ---- online softmax, one warp per head: new max, p = exp(s - m), rescale factor of the old sums
-        for (int hh = warp; hh < g; hh += NW) {
-            float mt = -INFINITY;
-            for (int j = lane; j < jn; j += 32) mt = fmaxf(mt, pt[hh * TR + j]);
-            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-            const float mo = m_s[hh], mn = fmaxf(mo, mt);
-            float ls = 0;
-            for (int j = lane; j < jn; j += 32) {
-                const float p = expf(pt[hh * TR + j] - mn);
-                pt[hh * TR + j] = p;
-                ls += p;
-            }
-            for (int o = 16; o > 0; o >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
-            __syncwarp();
-            if (lane == 0) {
-                const float al = expf(mo - mn);  // 0 on the first tile (mo = -inf)
-                a_s[hh] = al, l_s[hh] = l_s[hh] * al + ls, m_s[hh] = mn;
+                for (int o = LPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                s[k][hh] = valid ? dot : -INFINITY;
             }
         }
-        __syncthreads();
-        // ---- P V from the V rows in registers
+        // ---- online softmax over the warp's WR rows (max and sum across the RPW row groups)
 #pragma unroll
         for (int hh = 0; hh < G; hh++) {
-            const float al = hh < g ? a_s[hh] : 0.0f;
+            if (hh >= g) continue;
+            float mt = s[0][hh];
+#pragma unroll
+            for (int k = 1; k < U; k++) mt = fmaxf(mt, s[k][hh]);
+#pragma unroll
+            for (int o = LPR; o < 32; o <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+            const float mn = fmaxf(m[hh], mt);  // finite: row j0 is in range
+            const float al = expf(m[hh] - mn);  // 0 on the warp's first rows (m = -inf)
+            float ls = 0;
+#pragma unroll
+            for (int k = 0; k < U; k++) {
+                const float p = expf(s[k][hh] - mn);  // 0 for masked rows
+                s[k][hh] = p, ls += p;
+            }
+#pragma unroll
+            for (int o = LPR; o < 32; o <<= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
+            l[hh] = l[hh] * al + ls, m[hh] = mn;
 #pragma unroll
             for (int i = 0; i < N; i++) acc[hh][i] *= al;
         }
+        // ---- P V
 #pragma unroll
         for (int k = 0; k < U; k++) {
-            const int j = k * RPI + warp * RPW + sub;
-            if (j >= jn) continue;
             float vf[N];
             Vec16<C>::unpack(uv[k], vf);
 #pragma unroll
             for (int hh = 0; hh < G; hh++)
-                if (hh < g) {
-                    const float p = pt[hh * TR + j];
+                if (hh < g)
 #pragma unroll
-                    for (int i = 0; i < N; i++) acc[hh][i] = fmaf(p, vf[i], acc[hh][i]);
-                }
+                    for (int i = 0; i < N; i++) acc[hh][i] = fmaf(s[k][hh], vf[i], acc[hh][i]);
         }
-        // no barrier here: the next tile writes the other score buffer, and its first barrier
-        // comes after every warp has left this tile's P V (a_s is rewritten only after it)
-    };
-    uint4 ka[U], va[U], kn[U], vn[U];
-    if (k0 < k1) load(ka, va, k0);
-    for (int j0 = k0; j0 < k1; j0 += 2 * TR) {
-        if (j0 + TR < k1) load(kn, vn, j0 + TR);
-        step(ka, va, j0, ps[0]);
-        if (j0 + TR >= k1) break;
-        if (j0 + 2 * TR < k1) load(ka, va, j0 + 2 * TR);
-        step(kn, vn, j0 + TR, ps[1]);
     }
-    // ---- sum the lanes of a warp that hold the same vector (different rows), then the warps
+    // ---- the warp's o: sum over its row groups; then merge the warps
+    float *ml = red + (size_t)NW * g * hd;
 #pragma unroll
     for (int hh = 0; hh < G; hh++)
 #pragma unroll
@@ -192,23 +173,35 @@ __global__ void __launch_bounds__(PA_THREADS)
             for (int o = LPR; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
             if (hh < g && sub == 0 && on) red[((size_t)warp * g + hh) * hd + c * N + i] = a;
         }
+    if (lane < g) {
+        float mv = -INFINITY, lv = 0;
+#pragma unroll
+        for (int hh = 0; hh < G; hh++)
+            if (hh == lane) mv = m[hh], lv = l[hh];
+        ml[(warp * g + lane) * 2] = mv, ml[(warp * g + lane) * 2 + 1] = lv;
+    }
     __syncthreads();
     for (int o = t; o < g * hd; o += PA_THREADS) {
-        float s = 0;
-        for (int wi = 0; wi < NW; wi++) s += red[(size_t)wi * g * hd + o];
         const int hh = o / hd, h = kvh * g + hh, e = o % hd;
+        float M = -INFINITY;
+        for (int wi = 0; wi < NW; wi++) M = fmaxf(M, ml[(wi * g + hh) * 2]);
+        float sum = 0, L = 0;
+        for (int wi = 0; wi < NW; wi++) {
+            const float mw = ml[(wi * g + hh) * 2], f = mw == -INFINITY ? 0.0f : expf(mw - M);  // a warp with no rows: 0
+            sum += f * red[((size_t)wi * g + hh) * hd + e], L += f * ml[(wi * g + hh) * 2 + 1];
+        }
         if (part) {
-            part_o[(((size_t)w * H + h) * nparts + pi) * hd + e] = s;
+            part_o[(((size_t)w * H + h) * nparts + pi) * hd + e] = sum;
+            if (e == 0) {
+                const size_t at = (((size_t)w * H + h) * nparts + pi) * 2;
+                part_ml[at] = M, part_ml[at + 1] = L;
+            }
         } else {
-            const float val = l_s[hh] > 0 ? s / l_s[hh] : 0.0f;  // len 0: zeros
+            const float val = L > 0 ? sum / L : 0.0f;  // len 0: zeros
             const size_t at = (size_t)rows[w] * ldo + (size_t)h * hd + e;
             if (out_f32) ((float *)out)[at] = val;
             else ((C *)out)[at] = fromf<C>(val);
         }
-    }
-    if (part && t < g) {
-        const size_t at = (((size_t)w * H + kvh * g + t) * nparts + pi) * 2;
-        part_ml[at] = m_s[t], part_ml[at + 1] = l_s[t];
     }
 }
 
@@ -292,7 +285,7 @@ static int check_args(const PagedDecode *a) {
 extern "C" int paged_decode_v1(const PagedDecode *a) {
     if (check_args(a)) return -1;
     const int lpr = lanes_per_row(a->dt, a->hd);
-    const size_t smem = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * a->hd * sizeof(float);
+    const size_t smem = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * (a->hd + 2) * sizeof(float);
     int launches = 0;
     for (int w0 = 0; w0 < a->n; w0 += 65535) {
         const int n = a->n - w0 < 65535 ? a->n - w0 : 65535;
@@ -316,7 +309,7 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
     }
     size_t grp = a->part_cap / per_item;
     if (grp > 65535) grp = 65535;
-    const size_t smem = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * a->hd * sizeof(float);
+    const size_t smem = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * (a->hd + 2) * sizeof(float);
     int launches = 0;
     for (int w0 = 0; w0 < a->n; w0 += (int)grp) {
         const int n = a->n - w0 < (int)grp ? a->n - w0 : (int)grp;
