@@ -125,7 +125,8 @@ int batch_check_paged(const Batch *b, int num_blocks, int max_model_len, int voc
     return check_logit_rows(b);
 }
 
-void batch_from_plan(Batch *b, const SchedPlan *p, const Request *reqs, int max_len) {
+// Both layouts: kv NULL = step04's slots of max_len positions; else step05's block tables.
+static void from_plan(Batch *b, const SchedPlan *p, const Request *reqs, int max_len, const KvBlocks *kv) {
     int row = 0, seq = 0, n_pad_prompt = 0;
     b->n_logits = 0;
     b->cu_seqlens_q[0] = 0;
@@ -135,12 +136,20 @@ void batch_from_plan(Batch *b, const SchedPlan *p, const Request *reqs, int max_
             continue;
         }
         const Request *r = &reqs[p->req[i]];
+        const KvTable *t = kv ? kvb_table(kv, p->req[i]) : NULL;
+        if (kv) {
+            if (!t || t->n > b->bt_stride || (long)t->n * kv->block_size < p->start[i] + p->n_new[i])
+                die("batch_from_plan_paged: request %d's block table (%d blocks) does not cover %d positions or exceed "
+                    "bt_stride %d", p->req[i], t ? t->n : 0, p->start[i] + p->n_new[i], b->bt_stride);
+            memcpy(b->block_tables + (size_t)seq * b->bt_stride, t->blocks, (size_t)t->n * sizeof(int));
+        }
         for (int j = 0; j < p->n_new[i]; j++, row++) {
             const int pos = p->start[i] + j;
             // a padding decode (a finished static member) feeds its last token at its next position
             b->token_ids[row] = r->tokens[pos < r->num_tokens ? pos : r->num_tokens - 1];
             b->positions[row] = pos;
-            b->slot_mapping[row] = r->slot * max_len + pos;
+            b->slot_mapping[row] = kv ? t->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size
+                                      : r->slot * max_len + pos;
         }
         b->cu_seqlens_q[seq + 1] = row;
         b->seq_lens_k[seq] = p->start[i] + p->n_new[i];
@@ -157,4 +166,12 @@ void batch_from_plan(Batch *b, const SchedPlan *p, const Request *reqs, int max_
     }
     b->n_seqs = seq;
     b->n_tokens = row;
+}
+
+void batch_from_plan(Batch *b, const SchedPlan *p, const Request *reqs, int max_len) { from_plan(b, p, reqs, max_len, NULL); }
+
+void batch_from_plan_paged(Batch *b, const SchedPlan *p, const Request *reqs, const KvBlocks *kv) {
+    if (b->block_size != kv->block_size || !b->block_tables)
+        die("batch_from_plan_paged: a batch of block size %d for a pool of block size %d", b->block_size, kv->block_size);
+    from_plan(b, p, reqs, 0, kv);
 }

@@ -21,7 +21,10 @@ int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, Offlin
     long cap_rows = s->cfg.max_num_batched_tokens;
     if (cap_rows > (long)cap_seqs * s->cfg.max_len) cap_rows = (long)cap_seqs * s->cfg.max_len;
     Batch b;
-    batch_alloc(&b, cap_seqs + 1, (int)cap_rows);  // + the padding sequence of a static batch
+    if (s->paged) {  // step05: block tables of the blocks of max_len positions
+        const int B = s->cfg.block_size;
+        batch_alloc_paged(&b, cap_seqs + 1, (int)cap_rows, B, (s->cfg.max_len + B - 1) / B);
+    } else batch_alloc(&b, cap_seqs + 1, (int)cap_rows);  // + the padding sequence of a static batch
     SchedPlan plan = {0};
     float *logits = NULL;  // (cap_seqs, vocab), allocated when a row samples
     int *argmax = xmalloc((size_t)cap_seqs * sizeof(int)), *tokens = xmalloc((size_t)2 * cap_seqs * sizeof(int));  // plan entries: static padding too
@@ -49,7 +52,8 @@ int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, Offlin
             continue;
         }
         if (first < 0) first = now;
-        batch_from_plan(&b, &plan, s->reqs, s->cfg.max_len);
+        if (s->paged) batch_from_plan_paged(&b, &plan, s->reqs, &s->blocks);
+        else batch_from_plan(&b, &plan, s->reqs, s->cfg.max_len);
         int need_logits = o->on_logits != NULL;
         for (int i = 0; i < plan.n && !need_logits; i++) {
             const Request *q = &s->reqs[plan.req[i]];
@@ -77,6 +81,7 @@ int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, Offlin
         const double end = o->real_clock ? now_sec() - t0 : sim;
         sched_update(s, &plan, tokens, end);
         last = end;
+        if (o->on_step) o->on_step(o->ctx, s, &plan, end);
         for (int i = 0; i < plan.n; i++) {  // inter-token latency: the gap since the request's previous token
             if (!plan.samples[i]) continue;
             const Request *q = &s->reqs[plan.req[i]];

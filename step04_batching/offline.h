@@ -7,6 +7,8 @@
 //     runner_forward(batch) -> argmax (greedy rows) and/or logits (when a row samples)
 //     token  = argmax, or sample_keyed(request, position, logits row)
 //     sched_update(plan, tokens, now)
+// Both KV layouts: step04's slots, or step05's paged blocks (a Scheduler with block_size > 0 and
+// a runner_new_*_paged runner of the same pool).
 // final/'s engine is this loop with requests arriving from a server instead of a list.
 #pragma once
 #include "step04_batching/batch.h"
@@ -23,6 +25,8 @@ typedef struct {
     // called for every sampling row with its logits on the host (the loop then always copies
     // logits); ctx is passed through
     void (*on_logits)(void *ctx, const Request *r, const float *logits, int vocab);
+    // called after every step's sched_update with the step's plan and its end time (engine clock)
+    void (*on_step)(void *ctx, const Scheduler *s, const SchedPlan *plan, double t_s);
     void *ctx;
 } OfflineOpts;
 

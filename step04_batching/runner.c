@@ -10,6 +10,11 @@
 //   - attention runs per sequence, its queries over its slot's cached rows 0 .. seq_lens_k-1:
 //     step02's attention_at_cpu with pos0 = seq_lens_k - rows (the cached prefix, plus causal
 //     inside the chunk), the function step03's cache already uses.
+// step05's paged layout (runner_new_cpu_paged): the cache is a pool of num_blocks blocks of B rows
+// per layer, new rows still go to slot_mapping (now block_table[p / B] * B + p % B), and a
+// sequence's context is first gathered through its block table into a contiguous scratch of
+// seq_lens_k rows, then the same attention_at_cpu runs on it: the arithmetic is the slot runner's
+// to the bit, whatever the block size (the gather is the only cost the block table adds here).
 // Every other op (embedding, RMSNorm, q/k norm, SwiGLU, residual add) is step02's, row by row.
 // So a sequence's logits are bit-identical whatever it is batched with and however its prompt
 // was chunked: every row's arithmetic is fixed.
@@ -27,20 +32,19 @@ struct Runner {
     int cuda;
     GpuRunner *gpu;
     const CpuModel *m;
-    int n_slots, max_len, max_tokens;
+    int n_slots, max_len, max_tokens;  // paged: n_slots = num_blocks, max_len = block_size
+    int paged, max_model_len;          // paged: positions per sequence at most
     float *kc, *vc;  // (n_layers, n_slots * max_len, KV*hd) each
+    float *kg, *vg;  // paged: (max_model_len, KV*hd) one sequence's context, gathered
     float *x, *xn, *tmp, *q, *k, *v, *att, *gate, *up, *cos_t, *sin_t;  // (max_tokens, ...) workspaces
     float *lx, *logits;  // (cap_logits, d), (cap_logits, vocab): the sampling rows
     int cap_logits;
     char desc[160];
 };
 
-Runner *runner_new_cpu(const CpuModel *m, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen) {
-    if (n_slots < 1 || max_len < 1 || max_tokens_per_step < 1) {
-        errf(err, errlen, "runner_new_cpu: n_slots %d, max_len %d, max_tokens_per_step %d: each must be >= 1", n_slots,
-             max_len, max_tokens_per_step);
-        return NULL;
-    }
+// The CPU runner over a cache of rows_a * rows_b rows per layer (slots x max_len, or blocks x B).
+static Runner *cpu_runner_alloc(const CpuModel *m, int n_slots, int max_len, int max_tokens_per_step, const char *what,
+                                char *err, int errlen) {
     const ModelConfig *c = &m->cfg;
     const size_t T = (size_t)max_tokens_per_step, d = (size_t)c->hidden, qd = (size_t)c->n_heads * c->head_dim;
     const size_t kd = (size_t)c->n_kv_heads * c->head_dim, ff = (size_t)c->intermediate, half = (size_t)c->head_dim / 2;
@@ -51,8 +55,8 @@ Runner *runner_new_cpu(const CpuModel *m, int n_slots, int max_len, int max_toke
     r->kc = calloc(kv, sizeof(float));
     r->vc = calloc(kv, sizeof(float));
     if (!r->kc || !r->vc) {
-        errf(err, errlen, "runner_new_cpu: cannot allocate the KV cache (2 x %.3g GB for %d slots x %d positions)",
-             kv * 4.0 / 1e9, n_slots, max_len);
+        errf(err, errlen, "%s: cannot allocate the KV cache (2 x %.3g GB for %d x %d positions)", what, kv * 4.0 / 1e9,
+             n_slots, max_len);
         free(r->kc), free(r->vc), free(r);
         return NULL;
     }
@@ -61,7 +65,17 @@ Runner *runner_new_cpu(const CpuModel *m, int n_slots, int max_len, int max_toke
     r->k = xmalloc(T * kd * 4), r->v = xmalloc(T * kd * 4);
     r->gate = xmalloc(T * ff * 4), r->up = xmalloc(T * ff * 4);
     r->cos_t = xmalloc(T * half * 4), r->sin_t = xmalloc(T * half * 4);
-    snprintf(r->desc, sizeof r->desc, "cpu fp32 (row-deterministic GEMM), fp32 KV");
+    return r;
+}
+
+Runner *runner_new_cpu(const CpuModel *m, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen) {
+    if (n_slots < 1 || max_len < 1 || max_tokens_per_step < 1) {
+        errf(err, errlen, "runner_new_cpu: n_slots %d, max_len %d, max_tokens_per_step %d: each must be >= 1", n_slots,
+             max_len, max_tokens_per_step);
+        return NULL;
+    }
+    Runner *r = cpu_runner_alloc(m, n_slots, max_len, max_tokens_per_step, "runner_new_cpu", err, errlen);
+    if (r) snprintf(r->desc, sizeof r->desc, "cpu fp32 (row-deterministic GEMM), fp32 KV");
     return r;
 }
 
@@ -77,9 +91,22 @@ Runner *runner_new_cuda(GpuModel *g, int n_slots, int max_len, int max_tokens_pe
 
 Runner *runner_new_cpu_paged(const CpuModel *m, int num_blocks, int block_size, int max_model_len,
                              int max_tokens_per_step, char *err, int errlen) {
-    (void)m, (void)num_blocks, (void)block_size, (void)max_model_len, (void)max_tokens_per_step;
-    errf(err, errlen, "runner_new_cpu_paged: the paged CPU runner is not written yet");
-    return NULL;
+    if (num_blocks < 2 || block_size < 1 || max_model_len < 1 || max_tokens_per_step < 1) {
+        errf(err, errlen,
+             "runner_new_cpu_paged: num_blocks %d (>= 2: block 0 is the null block), block_size %d, max_model_len %d, "
+             "max_tokens_per_step %d (each >= 1)",
+             num_blocks, block_size, max_model_len, max_tokens_per_step);
+        return NULL;
+    }
+    Runner *r = cpu_runner_alloc(m, num_blocks, block_size, max_tokens_per_step, "runner_new_cpu_paged", err, errlen);
+    if (!r) return NULL;
+    r->paged = 1, r->max_model_len = max_model_len;
+    const size_t kd = (size_t)m->cfg.n_kv_heads * m->cfg.head_dim;
+    r->kg = xmalloc((size_t)max_model_len * kd * sizeof(float));
+    r->vg = xmalloc((size_t)max_model_len * kd * sizeof(float));
+    snprintf(r->desc, sizeof r->desc, "cpu fp32 (row-deterministic GEMM), fp32 paged KV (%d blocks of %d)", num_blocks,
+             block_size);
+    return r;
 }
 
 Runner *runner_new_cuda_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
@@ -96,7 +123,7 @@ Runner *runner_new_cuda_paged(GpuModel *g, int num_blocks, int block_size, int m
 void runner_free(Runner *r) {
     if (!r) return;
     if (r->gpu) gpu_runner_free(r->gpu);
-    float *bufs[] = {r->kc, r->vc, r->x, r->xn, r->tmp, r->q, r->k, r->v, r->att,
+    float *bufs[] = {r->kc, r->vc, r->kg, r->vg, r->x, r->xn, r->tmp, r->q, r->k, r->v, r->att,
                      r->gate, r->up, r->cos_t, r->sin_t, r->lx, r->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(r);
@@ -113,7 +140,13 @@ double runner_kv_bytes(const Runner *r) {
 static int forward_cpu_batch(Runner *r, const Batch *b, float *logits_out, int *argmax) {
     const CpuModel *m = r->m;
     const ModelConfig *c = &m->cfg;
-    if (batch_check(b, r->n_slots, r->max_len, c->vocab) != 0) return -1;
+    if (r->paged) {
+        if (b->block_size != r->max_len) {
+            fprintf(stderr, "runner_forward: a batch of block size %d, the runner's blocks hold %d\n", b->block_size, r->max_len);
+            return -1;
+        }
+        if (batch_check_paged(b, r->n_slots, r->max_model_len, c->vocab) != 0) return -1;
+    } else if (batch_check(b, r->n_slots, r->max_len, c->vocab) != 0) return -1;
     if (b->n_tokens > r->max_tokens) {
         fprintf(stderr, "runner_forward: %d rows, the runner was made for %d per step\n", b->n_tokens, r->max_tokens);
         return -1;
@@ -156,6 +189,16 @@ static int forward_cpu_batch(Runner *r, const Batch *b, float *logits_out, int *
             float *out = r->att + (size_t)r0 * qd;
             if (len == 0) {
                 memset(out, 0, (size_t)n * qd * sizeof(float));
+                continue;
+            }
+            if (r->paged) {  // gather the context through the block table, a block's rows at a time
+                const int B = r->max_len, *bt = b->block_tables + (size_t)i * b->bt_stride;
+                for (int p = 0; p < len; p += B) {
+                    const size_t rows = (size_t)(len - p < B ? len - p : B), src = (size_t)bt[p / B] * B * kd;
+                    memcpy(r->kg + (size_t)p * kd, kc + src, rows * kd * sizeof(float));
+                    memcpy(r->vg + (size_t)p * kd, vc + src, rows * kd * sizeof(float));
+                }
+                attention_at_cpu(r->q + (size_t)r0 * qd, r->kg, r->vg, len - n, n, H, KV, hd, out);
                 continue;
             }
             const size_t base = (size_t)b->seq_slot[i] * r->max_len * kd;  // the slot's position 0

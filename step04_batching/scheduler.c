@@ -1,5 +1,5 @@
 // scheduler.c — continuous and static batching over one token budget; step04's KV slots.
-// See scheduler.h for the rule. Plain C, no clock of its own (the caller passes the engine
+// See scheduler.h for the rule; step05's paged KV calls step05_paged/sched_paged.h. Plain C, no clock of its own (the caller passes the engine
 // time), no randomness: the same requests and limits give the same plans on every machine.
 #define _GNU_SOURCE  // qsort_r
 #include "scheduler.h"
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "step05_paged/sched_paged.h"
 
 const char *policy_name(SchedPolicy p) { return p == POLICY_STATIC ? "static" : "continuous"; }
 
@@ -63,8 +64,13 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, 
         return errf(err, errlen, "max_num_batched_tokens = %ld: need >= 1", cfg->max_num_batched_tokens);
     if (cfg->max_len < 2) return errf(err, errlen, "max_len = %d: need >= 2 (a prompt token and one output)", cfg->max_len);
     if (cfg->n_eos < 0 || cfg->n_eos > 8) return errf(err, errlen, "n_eos = %d: 0..8", cfg->n_eos);
+    if (cfg->block_size < 0) return errf(err, errlen, "block_size = %d: need >= 1 (paged KV) or 0 (step04's slots)", cfg->block_size);
     s->cfg = *cfg;
     if (s->cfg.kv_tokens <= 0) s->cfg.kv_tokens = (long)cfg->max_num_seqs * cfg->max_len;
+    if (cfg->block_size > 0 && paged_init(s, err, errlen) != 0) {
+        memset(s, 0, sizeof *s);
+        return -1;
+    }
     s->reqs = reqs;
     s->n_reqs = n_reqs;
     s->waiting = xmalloc((size_t)(n_reqs > 0 ? n_reqs : 1) * sizeof(int));
@@ -72,7 +78,7 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, 
     for (int i = 0; i < n_reqs; i++) {
         Request *r = &reqs[i];
         if (r->num_prompt < 1 || r->num_prompt >= cfg->max_len || r->max_tokens < 1 ||
-            reservation(r, cfg->max_len) > s->cfg.kv_tokens) {
+            (s->paged ? !paged_can_ever_fit(s, r) : reservation(r, cfg->max_len) > s->cfg.kv_tokens)) {
             // can never run: finished at once, never blocks the queue
             r->status = REQ_FINISHED;
             r->finish = FINISH_ERROR;
@@ -104,6 +110,7 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, 
 void sched_free(Scheduler *s) {
     free(s->waiting), free(s->running), free(s->batch), free(s->pad_left), free(s->pad_pos);
     free(s->kv.free_slots), free(s->kv.reservation);
+    paged_free(s);
     memset(s, 0, sizeof *s);
 }
 
@@ -170,12 +177,14 @@ static void schedule_member(Scheduler *s, int i, long *budget, double now, Sched
     if (*budget > 0) schedule_one(s, i, budget, now, p);
 }
 
-static int admit(Scheduler *s, double now) {
+// the head of the waiting queue, if it has arrived and a seat and its KV are free (paged: the
+// blocks of its first chunk of at most budget tokens)
+static int admit(Scheduler *s, double now, long budget) {
     if (s->w_head >= s->n_reqs || s->n_running >= s->cfg.max_num_seqs) return -1;
     const int i = s->waiting[s->w_head];
     Request *r = &s->reqs[i];
     if (r->arrival_s > now) return -1;
-    const int slot = kv_admit(&s->kv, r);
+    const int slot = s->paged ? (paged_admit(s, i, budget) == 0 ? i : -1) : kv_admit(&s->kv, r);
     if (slot < 0) return -1;
     r->slot = slot;
     r->status = REQ_RUNNING;
@@ -189,7 +198,9 @@ static void finish(Scheduler *s, Request *r, FinishReason why, double now) {
     r->finish = why;
     r->finish_s = now;
     s->n_finished++;
-    if (s->cfg.policy == POLICY_CONTINUOUS) {
+    if (s->paged) {
+        paged_release(s, r);
+    } else if (s->cfg.policy == POLICY_CONTINUOUS) {
         kv_release(&s->kv, r);
     } else {  // static: the slot is freed at the end of the batch; until then the row is padding
         const int i = (int)(r - s->reqs);
@@ -233,7 +244,7 @@ void sched_schedule(Scheduler *s, double now, SchedPlan *p) {
     if (s->cfg.policy == POLICY_STATIC && s->n_running == 0) {
         // a new batch: up to max_num_seqs arrived requests in arrival order, all at once
         int i, longest = 0;
-        while ((i = admit(s, now)) >= 0) {
+        while ((i = admit(s, now, budget)) >= 0) {
             s->batch[s->n_batch++] = i;
             if (s->reqs[i].num_prompt > longest) longest = s->reqs[i].num_prompt;
         }
@@ -251,10 +262,31 @@ void sched_schedule(Scheduler *s, double now, SchedPlan *p) {
             budget--;
         }
     } else {
-        for (int k = 0; k < s->n_running && budget > 0; k++) schedule_one(s, s->running[k], &budget, now, p);
+        int preempted = 0;
+        for (int k = 0; k < s->n_running && budget > 0; k++) {
+            const int i = s->running[k];
+            // Paged: out of blocks, preempt the newest running request until the allocation
+            // succeeds. Running requests are processed oldest first, so every victim (the newest,
+            // at position >= k) has had no allocation and no kvb_commit in this step: all its
+            // hashed blocks were committed in earlier steps, whose forwards wrote their K/V, and
+            // they stay valid as cached blocks. (Admissions, whose commits also precede the
+            // forward, come after this loop, and never in a step that preempted.)
+            while (s->paged && paged_grow(s, i, budget) != 0) {
+                if (s->n_running == 1) {  // alone and still no room: it can never fit
+                    finish(s, &s->reqs[i], FINISH_ERROR, now);
+                    break;
+                }
+                preempted = 1;
+                if (paged_preempt_newest(s) == i) break;  // it was the newest itself
+            }
+            if (s->reqs[i].status != REQ_RUNNING) break;
+            schedule_one(s, i, &budget, now, p);
+        }
+        drop_finished_running(s);
         int i;
-        while (budget > 0 && (i = admit(s, now)) >= 0) schedule_one(s, i, &budget, now, p);
+        while (!preempted && budget > 0 && (i = admit(s, now, budget)) >= 0) schedule_one(s, i, &budget, now, p);
     }
+    if (s->n_running > s->st.peak_running) s->st.peak_running = s->n_running;
     if (p->n == 0) return;
     s->st.steps++;
     s->st.tokens += p->n_tokens - p->n_pad;
@@ -288,18 +320,26 @@ void sched_update(Scheduler *s, const SchedPlan *p, const int *tokens, double no
     }
     drop_finished_running(s);
     // KV in use after the step: tokens written by the requests that hold a slot (real tokens;
-    // a finished static member's padding K/V goes to positions of its slot nothing reads)
-    long used = 0;
-    const int *holders = s->cfg.policy == POLICY_STATIC ? s->batch : s->running;
-    const int n_holders = s->cfg.policy == POLICY_STATIC ? s->n_batch : s->n_running;
-    for (int k = 0; k < n_holders; k++) used += s->reqs[holders[k]].num_computed;
+    // a finished static member's padding K/V goes to positions of its slot nothing reads).
+    // Paged: rows written and blocks allocated (the unwritten rest is the last blocks' tails).
+    long used = 0, reserved = s->kv.reserved;
+    if (s->paged) {
+        paged_account(s, &used, &reserved);
+    } else {
+        const int *holders = s->cfg.policy == POLICY_STATIC ? s->batch : s->running;
+        const int n_holders = s->cfg.policy == POLICY_STATIC ? s->n_batch : s->n_running;
+        for (int k = 0; k < n_holders; k++) used += s->reqs[holders[k]].num_computed;
+    }
     if (used > s->st.peak_used) s->st.peak_used = used;
-    if (s->kv.reserved > s->st.peak_reserved) s->st.peak_reserved = s->kv.reserved;
+    if (reserved > s->st.peak_reserved) s->st.peak_reserved = reserved;
+    s->st.kv_used_now = used, s->st.kv_reserved_now = reserved;
     s->st.used_sum += (double)used;
-    s->st.reserved_sum += (double)s->kv.reserved;
+    s->st.reserved_sum += (double)reserved;
 }
 
 int sched_done(const Scheduler *s) { return s->n_finished == s->n_reqs; }
+
+int sched_num_waiting(const Scheduler *s) { return s->n_reqs - s->w_head; }
 
 double sched_next_arrival(const Scheduler *s) {
     return s->w_head < s->n_reqs ? s->reqs[s->waiting[s->w_head]].arrival_s : -1;

@@ -1,7 +1,7 @@
 // scheduler.h — who runs each step, and how many new tokens each gets; the KV slots of step04.
 // defines: SchedPolicy, SchedConfig, SchedPlan, KvSlots, SchedStats, Scheduler, sched_init, sched_free,
-//          sched_schedule, sched_update, sched_done, sched_next_arrival, batch_from_plan, policy_name,
-//          finish_reason_name, request_init, request_free
+//          sched_schedule, sched_update, sched_done, sched_next_arrival, sched_num_waiting, batch_from_plan,
+//          batch_from_plan_paged, policy_name, finish_reason_name, request_init, request_free
 //
 // vLLM v1's one rule (continuous batching). Every request has num_tokens (prompt + generated)
 // and num_computed (tokens whose K/V exist). Each step:
@@ -34,8 +34,19 @@
 // paging removes. A request that can never fit (prompt >= max_len, reservation > the budget)
 // ends at once with FINISH_ERROR; a cancel flag ends a request (running or waiting) at the next
 // step boundary, also with FINISH_ERROR.
+//
+// step05's paged KV (SchedConfig.block_size > 0; continuous batching only): no reservations. The
+// KV memory is a pool of blocks (step05_paged/kv_blocks.h) and a request holds only the blocks its
+// computed tokens need. Admission asks for the blocks of the first chunk alone, after the prefix
+// cache's hits (which set num_computed); a running request gets the blocks of its new tokens each
+// step, oldest first, and when the pool is out of blocks the newest running request is preempted
+// (its blocks freed, num_computed = 0, back to the head of the waiting queue: it is recomputed
+// later) until the allocation succeeds; a step that preempted admits nobody. A request that can
+// never fit (its prompt + output needs more blocks than the pool holds) ends with FINISH_ERROR at
+// once. The paged-only code is step05_paged/sched_paged.c.
 #pragma once
 #include "step04_batching/batch.h"
+#include "step05_paged/kv_blocks.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,6 +60,10 @@ typedef struct {
     long max_num_batched_tokens; // new tokens per step at most (the token budget)
     int max_len;                 // positions per KV slot (max_model_len): prompt + output at most
     long kv_tokens;              // KV token budget for reservations (default max_num_seqs * max_len)
+    // step05's paged KV: block_size 0 = step04's slots (the fields below unused)
+    int block_size;              // positions per block
+    int num_blocks;              // the pool, the null block included (0: kv_tokens / block_size + 1)
+    int prefix_cache;            // 1: full blocks are hashed and shared between requests (kv_blocks.h)
     int n_eos;                   // ids that end a request (unless it ignores EOS)
     int eos[8];
 } SchedConfig;
@@ -89,6 +104,13 @@ typedef struct {
     long peak_reserved;   // max over steps of Σ reservations
     double used_sum, reserved_sum;  // Σ over steps, for the reserved-but-unused fraction
     long batches;         // static: batches formed
+    // the last step's KV (after sched_update): tokens written by the holders (paged: distinct rows,
+    // a shared block counted once) and tokens reserved (paged: allocated = blocks in use x B)
+    long kv_used_now, kv_reserved_now;
+    int peak_running;     // max over steps of the running sequences (KV holders)
+    long preemptions;     // paged: requests preempted (recomputed later)
+    long peak_blocks_used;  // paged: max over steps of blocks in use
+    long prefix_query_tokens, prefix_hit_tokens;  // paged: Σ num_tokens and Σ cached tokens at admissions
 } SchedStats;
 
 typedef struct {
@@ -104,7 +126,10 @@ typedef struct {
     int *pad_left;  // static, per request: prompt padding rows not yet computed
     int *pad_pos;   // static, per request: a finished member's next padding position (-1: none)
     int n_finished;
-    KvSlots kv;
+    KvSlots kv;       // step04's slots (block_size 0)
+    int paged;        // 1: step05's block pool below instead of kv
+    KvBlocks blocks;  // block tables by request index (the request's slot field holds that index while running)
+    int *blk_rows;    // (num_blocks) scratch of sched_update's KV accounting
     SchedStats st;
 } Scheduler;
 
@@ -116,8 +141,10 @@ void request_init(Request *r, int index, const int *prompt, int n_prompt, int ma
                   int ignore_eos, double arrival_s);
 void request_free(Request *r);
 
-// 0, or -1 + err (bad limits). Requests whose prompt cannot fit (prompt >= max_len, or
-// reservation > kv_tokens) are finished at once with FINISH_ERROR: they never block the queue.
+// 0, or -1 + err (bad limits; paged KV with static batching). Requests whose prompt cannot fit
+// (prompt >= max_len, or reservation > kv_tokens; paged: min(prompt + max_tokens, max_len) - 1
+// positions need more blocks than the pool's num_blocks - 1) are finished at once with
+// FINISH_ERROR: they never block the queue.
 int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, char *err, int errlen);
 void sched_free(Scheduler *s);
 // The plan of the next step at engine time now (seconds); plan->n == 0 when nothing can run
@@ -128,6 +155,7 @@ void sched_schedule(Scheduler *s, double now, SchedPlan *plan);
 // (EOS / max_tokens / max_len), frees slots, records first_token_s and finish_s = now.
 void sched_update(Scheduler *s, const SchedPlan *plan, const int *tokens, double now);
 int sched_done(const Scheduler *s);             // every request finished
+int sched_num_waiting(const Scheduler *s);      // not admitted (or preempted) and not finished
 double sched_next_arrival(const Scheduler *s);  // arrival_s of the first not yet admitted, or -1
 void plan_free(SchedPlan *p);
 
@@ -136,6 +164,9 @@ void plan_free(SchedPlan *p);
 // entries go last, as one padding sequence (token 0, position 0, slot -1, seq_lens_k 0). b must
 // hold plan->n + 1 seqs and plan->n_tokens rows.
 void batch_from_plan(Batch *b, const SchedPlan *plan, const Request *reqs, int max_len);
+// The same for a paged batch (batch_alloc_paged, bt_stride >= the blocks of max_len positions):
+// every sequence's block table copied from kv, slot_mapping = block_table[pos / B] * B + pos % B.
+void batch_from_plan_paged(Batch *b, const SchedPlan *plan, const Request *reqs, const KvBlocks *kv);
 
 #ifdef __cplusplus
 }

@@ -11,12 +11,32 @@
 // token never being covered, hash collisions (a constant hash, and one that ignores the parent),
 // the LRU eviction order, the slot mapping, a refused allocation changing nothing, and the
 // validator catching each kind of corruption.
+//
+// The engine with paged KV (scheduler.h with block_size > 0, runner_new_cpu_paged, offline_run):
+// driven by a fake model, after every step (schedule and update) for block sizes 1, 16, 256,
+// prefix caching on/off, several budgets and pools down to a few blocks: kvb_validate, and the
+// block accounting recomputed from the requests alone (every running request's table covers
+// exactly its computed + scheduled tokens; ref_cnt(b) = tables holding b; free + cached + in use =
+// total; every hashed block of a table full, its chain key recomputed from the request's own
+// tokens, its stored ids equal to them; a request not running holds nothing; every ref 0 at the
+// end), no admission in a step that preempted, and every request ending with exactly the fake
+// model's tokens (or FINISH_ERROR exactly when it can never fit). With the tiny test model on the
+// CPU: every logits row bit-identical to step04's slot runner for block sizes 1, 16, 256, prefix
+// cache on and off on shared-prefix prompts (hits counted), pools so small that requests are
+// preempted and recomputed, and a request that can never fit ending with an error while the
+// others finish; a request admitted after another in the same step hits that one's blocks.
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "golden_util.h"
+#include "model.h"
 #include "rng.h"
+#include "step04_batching/batch.h"
+#include "step04_batching/offline.h"
+#include "step04_batching/scheduler.h"
 #include "step05_paged/kv_blocks.h"
 
 static const int BLOCK_SIZES[] = {1, 16, 256};
@@ -649,4 +669,458 @@ Test(step05, random_simulation_keeps_every_invariant) {
     cr_expect_gt(preempt, 0, "the pools never ran out");
     cr_expect_gt(refusals, 0, "no admission was ever refused");
     cr_expect_gt(evictions, 0, "no cached block was ever evicted");
+}
+
+// ---------------------------------------------------------------- the engine with paged KV
+
+// The block accounting of a paged scheduler, recomputed from the requests. extra[i]: tokens
+// scheduled for request i in the step (after sched_schedule), or NULL (after sched_update).
+static void check_sched_blocks(const Scheduler *s, const int *extra, const char *what) {
+    const KvBlocks *kv = &s->blocks;
+    char verr[256] = "";
+    cr_assert_eq(kvb_validate(kv, verr, sizeof verr), 0, "%s: %s", what, verr);
+    const int B = kv->block_size, NB = kv->num_blocks;
+    int *holders = calloc((size_t)NB, sizeof(int));
+    for (int i = 0; i < s->n_reqs; i++) {
+        const Request *r = &s->reqs[i];
+        const KvTable *t = kvb_table(kv, i);
+        const int n = t ? t->n : 0;
+        if (r->status != REQ_RUNNING) {
+            cr_assert_eq(n, 0, "%s: request %d (status %d) holds %d blocks", what, i, r->status, n);
+            if (r->status == REQ_WAITING) cr_assert_eq(r->num_computed, 0, "%s: waiting request %d has K/V", what, i);
+            continue;
+        }
+        const int covered = r->num_computed + (extra ? extra[i] : 0);
+        cr_assert_eq(n, (covered + B - 1) / B, "%s: request %d holds %d blocks for %d tokens of %d", what, i, n, covered, B);
+        for (int j = 0; j < n; j++) {
+            const int b = t->blocks[j];
+            cr_assert(b >= 1 && b < NB, "%s: request %d block %d = %d", what, i, j, b);
+            holders[b]++;
+            if (kv->hashed[b]) cr_assert(j < t->n_hashed, "%s: request %d: hashed block %d at %d not keyed", what, i, b, j);
+        }
+        cr_assert(t->n_hashed <= n);
+        uint64_t h = KVB_HASH_SEED;
+        for (int j = 0; j < t->n_hashed; j++) {
+            cr_assert((j + 1) * B <= covered, "%s: request %d: block %d keyed but not full (%d tokens)", what, i, j, covered);
+            h = kvb_block_hash(h, r->tokens + (size_t)j * B, B);
+            cr_assert_eq(h, t->hash[j], "%s: request %d: key of block %d does not recompute", what, i, j);
+            const int b = t->blocks[j];
+            if (kv->hashed[b])
+                cr_assert(kv->key[b] == h && !memcmp(kv->tokens + (size_t)b * B, r->tokens + (size_t)j * B, (size_t)B * sizeof(int)),
+                          "%s: request %d: block %d's key or ids differ from the request's", what, i, b);
+        }
+    }
+    int in_use = 0;
+    for (int b = 1; b < NB; b++) {
+        cr_assert_eq(kv->ref[b], holders[b], "%s: block %d: ref %d, held by %d tables", what, b, kv->ref[b], holders[b]);
+        in_use += holders[b] > 0;
+    }
+    cr_assert_eq(kv->n_free + kv->n_cached + in_use, NB - 1, "%s: %d free + %d cached + %d in use != %d", what, kv->n_free,
+                 kv->n_cached, in_use, NB - 1);
+    free(holders);
+}
+
+static int fake_tok(int req, int pos, int V) { return (int)((req * 7919u + pos * 104729u + 17u) % (unsigned)V); }
+
+static int can_ever_fit(const Request *r, int max_len, int B, int num_blocks) {
+    const int cap = r->num_prompt + r->max_tokens < max_len ? r->num_prompt + r->max_tokens : max_len;
+    return r->num_prompt < max_len && (cap - 1 + B - 1) / B <= num_blocks - 1;
+}
+
+// n requests, most sharing a prefix from one of two families (prompt 1..max_prompt, output 1..max_out)
+static Request *shared_prefix_requests(Rng *g, int n, int max_prompt, int max_out, int V, int with_arrivals) {
+    Request *q = calloc((size_t)n, sizeof(Request));
+    int fam[2][64], ids[64];
+    for (int f = 0; f < 2; f++)
+        for (int j = 0; j < 64; j++) fam[f][j] = (int)(rng_u32(g) % (unsigned)V);
+    const SamplerParams sp = {.greedy = 1, .top_p = 1};
+    for (int i = 0; i < n; i++) {
+        const int np = 1 + (int)(rng_u32(g) % (unsigned)max_prompt), mt = 1 + (int)(rng_u32(g) % (unsigned)max_out);
+        const int f = (int)(rng_u32(g) % 3), shared = f < 2 ? (int)(rng_u32(g) % (unsigned)(np + 1)) : 0;
+        for (int j = 0; j < np; j++) ids[j] = j < shared ? fam[f][j] : (int)(rng_u32(g) % (unsigned)V);
+        const double arr = with_arrivals ? 0.01 * (rng_u32(g) % 30) : 0;
+        request_init(&q[i], i, ids, np, mt, &sp, (int)(rng_u32(g) % 2), arr);
+    }
+    return q;
+}
+
+typedef struct {
+    long preemptions, hits, errors, steps;
+} DriveOut;
+
+// The scheduler with a fake model to the end, every invariant checked after every step.
+static DriveOut drive_paged(const SchedConfig *cfg, Request *q, int n, int V, const char *what) {
+    DriveOut o = {0};
+    Scheduler s;
+    char err[256];
+    cr_assert_eq(sched_init(&s, cfg, q, n, err, sizeof err), 0, "%s: %s", what, err);
+    const int B = cfg->block_size, NB = s.cfg.num_blocks;
+    SchedPlan p = {0};
+    int *tokens = malloc((size_t)cfg->max_num_seqs * sizeof(int)), *extra = calloc((size_t)n, sizeof(int));
+    int *status_before = malloc((size_t)n * sizeof(int)), *computed_before = malloc((size_t)n * sizeof(int));
+    double now = 0;
+    check_sched_blocks(&s, NULL, what);
+    while (!sched_done(&s)) {
+        cr_assert(o.steps++ < 100000, "%s: no end", what);
+        for (int i = 0; i < n; i++) status_before[i] = q[i].status, computed_before[i] = q[i].num_computed;
+        const long pre = s.st.preemptions;
+        sched_schedule(&s, now, &p);
+        memset(extra, 0, (size_t)n * sizeof(int));
+        long sum = 0;
+        for (int k = 0; k < p.n; k++) {
+            const int i = p.req[k];
+            cr_assert(p.pad[k] == PLAN_REAL && q[i].status == REQ_RUNNING && !extra[i], "%s: bad plan entry %d", what, k);
+            cr_assert(p.start[k] == q[i].num_computed && p.n_new[k] >= 1 && p.start[k] + p.n_new[k] <= q[i].num_tokens,
+                      "%s: request %d scheduled %d at %d, computed %d of %d", what, i, p.n_new[k], p.start[k],
+                      q[i].num_computed, q[i].num_tokens);
+            cr_assert_eq(p.samples[k], p.start[k] + p.n_new[k] == q[i].num_tokens);
+            if (status_before[i] == REQ_WAITING)  // just admitted: its start is the prefix hit, whole blocks
+                cr_assert(p.start[k] % B == 0 && (cfg->prefix_cache || p.start[k] == 0), "%s: request %d admitted at %d", what,
+                          i, p.start[k]);
+            else cr_assert_eq(p.start[k], computed_before[i], "%s: running request %d moved", what, i);
+            o.hits += status_before[i] == REQ_WAITING ? p.start[k] : 0;
+            extra[i] = p.n_new[k];
+            sum += p.n_new[k];
+        }
+        cr_assert(sum <= cfg->max_num_batched_tokens && s.n_running <= cfg->max_num_seqs, "%s: budget or seats", what);
+        if (s.st.preemptions > pre) {
+            o.preemptions += s.st.preemptions - pre;
+            for (int i = 0; i < n; i++)
+                cr_assert(!(status_before[i] == REQ_WAITING && q[i].status == REQ_RUNNING), "%s: request %d admitted in a step that preempted",
+                          what, i);
+        }
+        check_sched_blocks(&s, extra, what);
+        if (p.n == 0) {
+            const double next = sched_next_arrival(&s);
+            cr_assert(next > now, "%s: stuck at t=%.2f (next arrival %.2f)", what, now, next);
+            now = next;
+            continue;
+        }
+        for (int k = 0; k < p.n; k++) tokens[k] = p.samples[k] ? fake_tok(p.req[k], q[p.req[k]].num_tokens, V) : -1;
+        now += 0.01;
+        sched_update(&s, &p, tokens, now);
+        check_sched_blocks(&s, NULL, what);
+    }
+    for (int i = 0; i < n; i++) {
+        const Request *r = &q[i];
+        cr_assert_eq(r->status, REQ_FINISHED);
+        const int fits = can_ever_fit(r, cfg->max_len, B, NB);
+        cr_assert_eq(r->finish == FINISH_ERROR, !fits, "%s: request %d finish %s, fits %d", what, i, finish_reason_name(r->finish),
+                     fits);
+        if (!fits) {
+            o.errors++;
+            continue;
+        }
+        const int cap = r->num_prompt + r->max_tokens < cfg->max_len ? r->num_prompt + r->max_tokens : cfg->max_len;
+        int end = cap;
+        for (int pos = r->num_prompt; pos < cap; pos++) {
+            const int t = fake_tok(i, pos, V);
+            int eos = 0;
+            for (int e = 0; e < cfg->n_eos; e++) eos |= t == cfg->eos[e];
+            if (eos && !r->ignore_eos) {
+                end = pos + 1;
+                break;
+            }
+        }
+        cr_assert_eq(r->num_tokens, end, "%s: request %d ended at %d, expected %d", what, i, r->num_tokens, end);
+        for (int pos = r->num_prompt; pos < r->num_tokens; pos++) cr_assert_eq(r->tokens[pos], fake_tok(i, pos, V));
+    }
+    const KvBlockCounts c = kvb_counts(&s.blocks);
+    cr_assert_eq(c.in_use, 0, "%s: quiescent with %d blocks in use", what, c.in_use);
+    for (int b = 1; b < NB; b++) cr_assert_eq(s.blocks.ref[b], 0);
+    cr_assert_eq(o.preemptions, s.st.preemptions);
+    free(tokens), free(extra), free(status_before), free(computed_before);
+    plan_free(&p);
+    sched_free(&s);
+    return o;
+}
+
+Test(step05, paged_scheduler_block_accounting_after_every_step) {
+    const long budgets[] = {7, 64, 1000000};
+    const int pool_tokens[] = {60, 400};
+    Rng g;
+    rng_seed(&g, 505);
+    const int V = 40;
+    long preempt = 0, hits = 0, errors = 0, runs = 0;
+    for (int bi = 0; bi < 3; bi++)
+        for (int pc = 0; pc < 2; pc++)
+            for (int ui = 0; ui < 3; ui++)
+                for (int pi = 0; pi < 2; pi++) {
+                    const int B = BLOCK_SIZES[bi];
+                    const int n = 20;
+                    Request *q = shared_prefix_requests(&g, n, 40, 30, V, (ui + pi) % 2);
+                    SchedConfig c = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 6, .max_num_batched_tokens = budgets[ui],
+                                     .max_len = 96, .n_eos = 2, .eos = {3, 11}, .block_size = B,
+                                     .num_blocks = pool_tokens[pi] / B + 1 > 2 ? pool_tokens[pi] / B + 1 : 2, .prefix_cache = pc};
+                    char what[160];
+                    snprintf(what, sizeof what, "B %d prefix %d budget %ld pool %d", B, pc, budgets[ui], c.num_blocks);
+                    const DriveOut o = drive_paged(&c, q, n, V, what);
+                    preempt += o.preemptions, hits += o.hits, errors += o.errors, runs++;
+                    for (int i = 0; i < n; i++) request_free(&q[i]);
+                    free(q);
+                }
+    cr_log_info("step05 paged scheduler: %ld runs, %ld preemptions, %ld hit tokens, %ld never-fitting requests", runs, preempt,
+                hits, errors);
+    cr_expect_gt(preempt, 0, "no request was ever preempted");
+    cr_expect_gt(hits, 0, "no prefix hit at all");
+    cr_expect_gt(errors, 0, "no request was too big for a pool");
+}
+
+Test(step05, paged_scheduler_refuses_static_and_bad_sizes) {
+    Request r[1];
+    const SamplerParams sp = {.greedy = 1, .top_p = 1};
+    const int ids[4] = {1, 2, 3, 4};
+    request_init(&r[0], 0, ids, 4, 4, &sp, 1, 0);
+    Scheduler s;
+    char err[256] = "";
+    SchedConfig c = {.policy = POLICY_STATIC, .max_num_seqs = 2, .max_num_batched_tokens = 64, .max_len = 32, .block_size = 16};
+    cr_expect_eq(sched_init(&s, &c, r, 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "static") != NULL, "%s", err);
+    c.policy = POLICY_CONTINUOUS, c.block_size = -1;
+    cr_expect_eq(sched_init(&s, &c, r, 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "block_size") != NULL, "%s", err);
+    c.block_size = 16, c.num_blocks = 1;
+    cr_expect_eq(sched_init(&s, &c, r, 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "num_blocks") != NULL, "%s", err);
+    c.num_blocks = 0;  // default: kv_tokens (2 x 32) / 16 blocks + the null block
+    cr_assert_eq(sched_init(&s, &c, r, 1, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(s.cfg.num_blocks, 5);
+    sched_free(&s);
+    request_free(&r[0]);
+}
+
+// ---- the tiny test model: every logits row against step04's slot runner
+
+typedef struct {
+    int np, mt;
+    int ids[96];
+} PSpec;
+
+enum { MAXGEN = 16 };
+
+typedef struct {
+    int V, n, record;          // record: 1 = fill ref, 0 = compare with it
+    float *ref;                // (n, MAXGEN, V) logits of the slot run, by (request, generated index)
+    char *have;                // (n, MAXGEN)
+    long compared, mismatched;
+    const char *what;
+    long steps;
+} LogitRec;
+
+static void on_logits_rec(void *ctx, const Request *r, const float *logits, int vocab) {
+    LogitRec *L = ctx;
+    const int g = r->num_tokens - r->num_prompt;
+    cr_assert(g < MAXGEN && vocab == L->V);
+    float *dst = L->ref + ((size_t)r->index * MAXGEN + g) * vocab;
+    char *h = &L->have[r->index * MAXGEN + g];
+    if (L->record && !*h) {
+        memcpy(dst, logits, (size_t)vocab * sizeof(float));
+        *h = 1;
+        return;
+    }
+    cr_assert(*h, "%s: request %d output %d has no reference", L->what, r->index, g);
+    L->compared++;
+    L->mismatched += memcmp(dst, logits, (size_t)vocab * sizeof(float)) != 0;
+}
+
+static void on_step_check(void *ctx, const Scheduler *s, const SchedPlan *p, double t) {
+    (void)p, (void)t;
+    LogitRec *L = ctx;
+    L->steps++;
+    if (s->paged) check_sched_blocks(s, NULL, L->what);
+}
+
+typedef struct {
+    long preemptions, hit_tokens;
+    int errors;
+} EngineOut;
+
+// The specs through offline_run: B = 0 slots (max_num_seqs x max_len), else a pool of num_blocks.
+static EngineOut run_engine(const CpuModel *m, const PSpec *spec, int n, int B, int num_blocks, int prefix, long budget, int seqs,
+                            int **out, LogitRec *L) {
+    const int max_len = 96;
+    Request *r = calloc((size_t)n, sizeof(Request));
+    const SamplerParams sp = {.greedy = 1, .top_p = 1};
+    for (int i = 0; i < n; i++) request_init(&r[i], i, spec[i].ids, spec[i].np, spec[i].mt, &sp, 1, 0);
+    SchedConfig c = {.policy = POLICY_CONTINUOUS, .max_num_seqs = seqs, .max_num_batched_tokens = budget, .max_len = max_len,
+                     .block_size = B, .num_blocks = num_blocks, .prefix_cache = prefix};
+    Scheduler s;
+    char err[256];
+    cr_assert_eq(sched_init(&s, &c, r, n, err, sizeof err), 0, "%s", err);
+    const long rows = budget < (long)seqs * max_len ? budget : (long)seqs * max_len;
+    Runner *run = B ? runner_new_cpu_paged(m, num_blocks, B, max_len, (int)rows, err, sizeof err)
+                    : runner_new_cpu(m, seqs, max_len, (int)rows, err, sizeof err);
+    cr_assert(run, "%s", err);
+    OfflineOpts o = {.on_logits = on_logits_rec, .on_step = on_step_check, .ctx = L};
+    OfflineStats st;
+    cr_assert_eq(offline_run(run, m->cfg.vocab, &s, &o, &st), 0, "%s: the engine loop failed", L->what);
+    free(st.itl_ms);
+    EngineOut eo = {s.st.preemptions, s.st.prefix_hit_tokens, 0};
+    for (int i = 0; i < n; i++) {
+        out[i] = calloc((size_t)spec[i].mt, sizeof(int));
+        if (r[i].finish == FINISH_ERROR) eo.errors++;
+        else {
+            cr_assert_eq(r[i].finish, FINISH_LENGTH, "%s: request %d", L->what, i);
+            memcpy(out[i], r[i].tokens + r[i].num_prompt, (size_t)spec[i].mt * sizeof(int));
+        }
+        request_free(&r[i]);
+    }
+    if (B) {
+        const KvBlockCounts k = kvb_counts(&s.blocks);
+        cr_assert_eq(k.in_use, 0, "%s: %d blocks in use at the end", L->what, k.in_use);
+    }
+    runner_free(run);
+    sched_free(&s);
+    free(r);
+    return eo;
+}
+
+static void load_tiny(ModelWeights *w, CpuModel *m) {
+    char err[512];
+    cr_assert_eq(model_load(MODELS_DIR "/qwen3_qknorm_f32", w, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cpu_model_load(w, m, err, sizeof err), 0, "%s", err);
+}
+
+// 8 requests: 5 share a 40-token prefix (then 1..16 own ids), 3 are random; outputs 4..12
+static void make_specs(const CpuModel *m, PSpec *spec, int n, uint64_t seed) {
+    Rng g;
+    rng_seed(&g, seed);
+    const int V = m->cfg.vocab;
+    int prefix[40];
+    for (int j = 0; j < 40; j++) prefix[j] = (int)(rng_u32(&g) % (unsigned)V);
+    for (int i = 0; i < n; i++) {
+        const int shared = i % 3 != 2;
+        spec[i].np = shared ? 40 + 1 + (int)(rng_u32(&g) % 16) : 1 + (int)(rng_u32(&g) % 30);
+        spec[i].mt = 4 + (int)(rng_u32(&g) % 9);
+        for (int j = 0; j < spec[i].np; j++)
+            spec[i].ids[j] = shared && j < 40 ? prefix[j] : (int)(rng_u32(&g) % (unsigned)V);
+    }
+}
+
+Test(step05, paged_outputs_identical_to_slots_on_cpu) {
+    ModelWeights w;
+    CpuModel m;
+    load_tiny(&w, &m);
+    enum { N = 8 };
+    PSpec spec[N];
+    make_specs(&m, spec, N, 77);
+    const int V = m.cfg.vocab;
+    LogitRec L = {V, N, 1, calloc((size_t)N * MAXGEN * V, sizeof(float)), calloc(N * MAXGEN, 1), 0, 0, "slots", 0};
+    int *ref[N], *got[N];
+    run_engine(&m, spec, N, 0, 0, 0, 1000000, 4, ref, &L);
+    L.record = 0;
+    long hits_on = 0;
+    for (int bi = 0; bi < 3; bi++)
+        for (int pc = 0; pc < 2; pc++)
+            for (int ui = 0; ui < 2; ui++) {
+                const int B = BLOCK_SIZES[bi];
+                const long budget = ui ? 1000000 : 7;
+                char what[128];
+                snprintf(what, sizeof what, "B %d prefix %d budget %ld", B, pc, budget);
+                L.what = what, L.compared = L.mismatched = 0;
+                const EngineOut eo = run_engine(&m, spec, N, B, 4 * 96 / B + 2, pc, budget, 4, got, &L);
+                cr_expect_eq(L.mismatched, 0, "%s: %ld of %ld logits rows differ from the slot runner's", what, L.mismatched,
+                             L.compared);
+                cr_expect_gt(L.compared, 0);
+                for (int i = 0; i < N; i++) {
+                    for (int t = 0; t < spec[i].mt; t++)
+                        cr_expect_eq(got[i][t], ref[i][t], "%s: request %d token %d: %d, slots %d", what, i, t, got[i][t], ref[i][t]);
+                    free(got[i]);
+                }
+                if (!pc) cr_expect_eq(eo.hit_tokens, 0, "%s: hits without prefix caching", what);
+                else if (B <= 16) cr_expect_gt(eo.hit_tokens, 0, "%s: no prefix hit on a shared 40-token prefix", what);
+                if (pc) hits_on += eo.hit_tokens;
+            }
+    cr_log_info("step05 paged vs slots: prefix hits %ld tokens", hits_on);
+    for (int i = 0; i < N; i++) free(ref[i]);
+    free(L.ref), free(L.have);
+    cpu_model_free(&m);
+    model_free(&w);
+}
+
+Test(step05, preempted_and_never_fitting_requests_on_cpu) {
+    ModelWeights w;
+    CpuModel m;
+    load_tiny(&w, &m);
+    enum { N = 8 };
+    PSpec spec[N];
+    make_specs(&m, spec, N, 78);
+    const int V = m.cfg.vocab;
+    spec[5].np = 70, spec[5].mt = 12;  // 81 positions: more than the tight pools below hold
+    for (int j = 0; j < 70; j++) spec[5].ids[j] = (j * 31 + 5) % V;
+    LogitRec L = {V, N, 1, calloc((size_t)N * MAXGEN * V, sizeof(float)), calloc(N * MAXGEN, 1), 0, 0, "slots", 0};
+    int *ref[N], *got[N];
+    run_engine(&m, spec, N, 0, 0, 0, 1000000, 4, ref, &L);
+    L.record = 0;
+    long preempt = 0;
+    // pools of 64 usable tokens (blocks of 1 and 16): every request but #5 fits alone, 4 at once do not
+    const int cases[][4] = {{16, 5, 1, 64}, {16, 5, 0, 16}, {16, 5, 1, 9}, {1, 65, 1, 64}, {1, 65, 0, 9}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int B = cases[ci][0], nb = cases[ci][1], pc = cases[ci][2];
+        const long budget = cases[ci][3];
+        char what[128];
+        snprintf(what, sizeof what, "B %d pool %d prefix %d budget %ld", B, nb, pc, budget);
+        L.what = what, L.compared = L.mismatched = 0;
+        const EngineOut eo = run_engine(&m, spec, N, B, nb, pc, budget, 4, got, &L);
+        cr_expect_eq(eo.errors, 1, "%s: %d requests ended with an error, expected 1 (#5)", what, eo.errors);
+        cr_expect_eq(L.mismatched, 0, "%s: %ld of %ld logits rows differ", what, L.mismatched, L.compared);
+        for (int i = 0; i < N; i++) {
+            for (int t = 0; i != 5 && t < spec[i].mt; t++)
+                cr_expect_eq(got[i][t], ref[i][t], "%s: request %d token %d: %d, slots %d", what, i, t, got[i][t], ref[i][t]);
+            free(got[i]);
+        }
+        cr_expect_gt(eo.preemptions, 0, "%s: nobody was preempted", what);
+        preempt += eo.preemptions;
+    }
+    cr_log_info("step05 tight pools: %ld preemptions, outputs identical", preempt);
+    for (int i = 0; i < N; i++) free(ref[i]);
+    free(L.ref), free(L.have);
+    cpu_model_free(&m);
+    model_free(&w);
+}
+
+// vLLM v1's rule: blocks computed in a step are hashed when scheduled, so a request admitted
+// later in the same step already hits them (and the forward writes them before reading).
+static void on_step_first(void *ctx, const Scheduler *s, const SchedPlan *p, double t) {
+    (void)s, (void)t;
+    int *first = ctx;
+    if (first[0]++ == 0)
+        for (int k = 0; k < p->n; k++) first[1 + p->req[k]] = p->start[k];
+}
+
+Test(step05, prefix_hit_within_the_same_step) {
+    ModelWeights w;
+    CpuModel m;
+    load_tiny(&w, &m);
+    const int V = m.cfg.vocab;
+    int ids[2][40];
+    for (int j = 0; j < 40; j++) ids[0][j] = ids[1][j] = (j * 13 + 1) % V;
+    ids[1][39] = (ids[0][39] + 1) % V;  // same first 39 tokens: 2 full blocks of 16 shared
+    const SamplerParams sp = {.greedy = 1, .top_p = 1};
+    int out[2][2][6];
+    for (int pc = 0; pc < 2; pc++) {
+        Request r[2];
+        for (int i = 0; i < 2; i++) request_init(&r[i], i, ids[i], 40, 6, &sp, 1, 0);
+        SchedConfig c = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 2, .max_num_batched_tokens = 1000, .max_len = 64,
+                         .block_size = 16, .num_blocks = 9, .prefix_cache = pc};
+        Scheduler s;
+        char err[256];
+        cr_assert_eq(sched_init(&s, &c, r, 2, err, sizeof err), 0, "%s", err);
+        Runner *run = runner_new_cpu_paged(&m, 9, 16, 64, 128, err, sizeof err);
+        cr_assert(run, "%s", err);
+        int first[3] = {0, -1, -1};
+        OfflineOpts o = {.on_step = on_step_first, .ctx = first};
+        OfflineStats st;
+        cr_assert_eq(offline_run(run, V, &s, &o, &st), 0);
+        free(st.itl_ms);
+        cr_expect_eq(first[1], 0);
+        cr_expect_eq(first[2], pc ? 32 : 0, "prefix %d: the second request starts at %d in the first step", pc, first[2]);
+        cr_expect_eq(s.st.prefix_hit_tokens, pc ? 32 : 0);
+        for (int i = 0; i < 2; i++) memcpy(out[pc][i], r[i].tokens + 40, sizeof out[pc][i]), request_free(&r[i]);
+        runner_free(run);
+        sched_free(&s);
+    }
+    cr_expect(!memcmp(out[0], out[1], sizeof out[0]), "outputs differ with the prefix cache on");
+    cpu_model_free(&m);
+    model_free(&w);
 }
