@@ -1,11 +1,16 @@
 // batch_bench.c — a whole workload through the scheduler and the batched runner: static vs
-// continuous batching on the same requests, and what the token budget trades.
+// continuous batching on the same requests, and what the token budget trades; step04's KV slots
+// vs step05's paged KV (block pool, prefix caching, preemption) at the same KV budget.
 //
 //   build/bin/batch_bench --preset tiny --trace nano --input-len 8:64 --output-len 8:64 --device cpu
 //   build/bin/batch_bench --preset tiny --trace nano --input-len 8:64 --output-len 8:64 --device cpu --policy static
 //   build/bin/batch_bench --preset qwen3-0.6b --trace nano --device cuda --json > cont.json
 //   build/bin/batch_bench --model DIR --requests reqs.jsonl --json --timeline tl.csv
 //   build/bin/batch_bench --preset tiny --trace poisson --rate 50 --num-requests 100 --input-len 16:128 --output-len 8:64
+//   build/bin/batch_bench --preset tiny --trace nano --num-requests 64 --input-len 8:64 --output-len 8:64 --device cpu
+//       --kv paged --max-num-seqs 64 --num-blocks 129 --steps-csv steps.csv     (step05: 128 blocks of 16 tokens)
+//   build/bin/batch_bench --preset tiny --trace nano --num-requests 32 --shared-prefix 256 --input-len 16:16
+//       --output-len 8:8 --device cpu --kv paged --prefix-cache on --outputs on.jsonl
 //
 // How it measures: the engine loop (offline.h) runs on the wall clock from time 0; a request
 // is not admitted before its arrival_s. TTFT = first token - arrival; TPOT = (finish - first
@@ -29,6 +34,7 @@
 #include "step04_batching/batch.h"
 #include "step04_batching/offline.h"
 #include "step04_batching/scheduler.h"
+#include "step05_paged/kv_blocks.h"
 #include "table.h"
 
 // A small Qwen3-style model (q/k norm, GQA) for CPU runs and CI: seconds for a scaled-down trace.
@@ -42,7 +48,9 @@ static void usage(FILE *f) {
             "usage: batch_bench (--model DIR | --preset NAME) (--requests FILE.jsonl | --trace nano | --trace poisson\n"
             "                   --rate R --num-requests N --input-len A:B --output-len C:D) [--policy continuous|static]\n"
             "                   [--max-num-seqs N] [--max-num-batched-tokens N] [--max-model-len N] [--device cpu|cuda]\n"
-            "                   [--json] [--timeline FILE.csv]\n"
+            "                   [--json] [--timeline FILE.csv] [--outputs FILE.jsonl] [--steps-csv FILE.csv]\n"
+            "                   [--kv slots|paged] [--block-size B] [--num-blocks N | --kv-gib G] [--prefix-cache on|off]\n"
+            "                   [--shared-prefix N]\n"
             "  --preset        tiny (built in: Qwen3-style, 2 layers, d=128) or a step01 preset (qwen3-0.6b,\n"
             "                  llama-3.1-8b, ...): random weights (bf16 on the GPU, fp32 on the CPU)\n"
             "  --requests      one JSON object per line: {\"prompt_ids\": [...], \"max_tokens\": N, \"temperature\": 0,\n"
@@ -59,7 +67,19 @@ static void usage(FILE *f) {
             "  --max-model-len positions per KV slot (default: the longest prompt + max_tokens of a request;\n"
             "                  static: the longest prompt + the longest max_tokens, a padded batch's row length)\n"
             "  --json          {\"requests\": [...in input order], \"summary\": {...}} instead of the table\n"
-            "  --timeline      per request: arrival, first scheduled, first token, finish (seconds), lengths\n");
+            "  --timeline      per request: arrival, first scheduled, first token, finish (seconds), lengths\n"
+            "  --outputs       one line per request in input order: {\"index\", \"output_ids\", \"finish_reason\"}\n"
+            "  --steps-csv     one row per engine step: time, tokens, running/waiting requests, KV tokens written and\n"
+            "                  allocated, KV blocks used/cached/free, preemptions so far (slots: a block = one slot)\n"
+            "  --kv            slots (default: step04, one max_model_len slot per sequence) or paged (step05: a pool\n"
+            "                  of blocks; --block-size, --num-blocks, --kv-gib and --prefix-cache imply it)\n"
+            "  --block-size    positions per KV block (default 16)\n"
+            "  --num-blocks    the block pool, the null block included (default: the KV tokens of step04's\n"
+            "                  max_num_seqs x max_model_len slots, + 1)\n"
+            "  --kv-gib        the block pool as GiB of K/V memory instead (2 x layers x kv_heads x head_dim x\n"
+            "                  element bytes per token)\n"
+            "  --prefix-cache  on (default with paged KV) or off: share the full blocks of equal prefixes\n"
+            "  --shared-prefix --trace only: every prompt starts with the same N ids, then its own --input-len ids\n");
 }
 
 // ---------------------------------------------------------------- option values (common/args.h: strict)
@@ -166,21 +186,43 @@ static int uniform_int(Rng *g, int a, int b) { return a + (int)(rng_u32(g) % (ui
 
 // nano-vllm's workload (its ids come from Python's random; these from PCG32 seed 0: the same
 // distribution, not the same ids); poisson: the same with exponential inter-arrival gaps.
-static void make_trace(int poisson, int n, int in_a, int in_b, int out_a, int out_b, double rate, int vocab, ReqList *l) {
-    Rng g;
+// shared > 0: every prompt starts with the same shared ids (their own PCG32 stream, seed 1), then
+// the ids it would have had without them.
+static void make_trace(int poisson, int n, int in_a, int in_b, int out_a, int out_b, double rate, int shared, int vocab,
+                       ReqList *l) {
+    Rng g, gp;
     rng_seed(&g, 0);
+    rng_seed(&gp, 1);
     const int id_max = vocab < 10000 ? vocab : 10000;
-    int *p = xmalloc((size_t)in_b * sizeof(int));
+    int *p = xmalloc((size_t)(shared + in_b) * sizeof(int));
+    for (int j = 0; j < shared; j++) p[j] = (int)(rng_u32(&gp) % (uint32_t)id_max);
     const SamplerParams sp = {.greedy = 1, .temperature = 0, .top_p = 1};
     double t = 0;
     for (int i = 0; i < n; i++) {
         const int np = uniform_int(&g, in_a, in_b);
-        for (int j = 0; j < np; j++) p[j] = (int)(rng_u32(&g) % (uint32_t)id_max);
+        for (int j = 0; j < np; j++) p[shared + j] = (int)(rng_u32(&g) % (uint32_t)id_max);
         const int mt = uniform_int(&g, out_a, out_b);
         if (poisson && i > 0) t += -log(1.0 - (double)rng_uniform(&g)) / rate;
-        request_init(req_push(l), i, p, np, mt, &sp, 1, t);
+        request_init(req_push(l), i, p, shared + np, mt, &sp, 1, t);
     }
     free(p);
+}
+
+// --steps-csv: one row per engine step (offline.h's on_step)
+typedef struct {
+    FILE *f;
+    long step;
+} StepsCsv;
+
+static void on_step_csv(void *ctx, const Scheduler *s, const SchedPlan *p, double t) {
+    StepsCsv *c = ctx;
+    int used, cached, free_;
+    if (s->paged) {
+        const KvBlockCounts k = kvb_counts(&s->blocks);
+        used = k.in_use, cached = k.cached, free_ = k.free;
+    } else used = s->kv.n_slots - s->kv.n_free, cached = 0, free_ = s->kv.n_free;
+    fprintf(c->f, "%ld,%.6f,%ld,%d,%d,%ld,%ld,%d,%d,%d,%ld\n", ++c->step, t, p->n_tokens, s->n_running, sched_num_waiting(s),
+            s->st.kv_used_now, s->st.kv_reserved_now, used, cached, free_, s->st.preemptions);
 }
 
 // ---------------------------------------------------------------- statistics
@@ -205,11 +247,15 @@ static double pctl(const double *v, int n, double q) {  // linear interpolation,
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *req_path = NULL, *trace = NULL, *device = NULL, *timeline = NULL;
+    const char *outputs = NULL, *steps_csv = NULL;
     SchedPolicy policy = POLICY_CONTINUOUS;
     int max_seqs = 256, max_len = 0, n_req = -1, json = 0, in_a = 100, in_b = 1024, out_a = 100, out_b = 1024;
     int lens_given = 0;
     long budget = 8192;
     double rate = -1;
+    // KV layout: -1 = not given (slots unless a paged option is), 0 = slots, 1 = paged
+    int kv_paged = -1, paged_opt = 0, block_size = 16, num_blocks = 0, prefix_cache = 1, shared = 0;
+    double kv_gib = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
@@ -228,6 +274,24 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-num-seqs")) max_seqs = (int)arg_int(a, argv[++i], 1, 65536);
         else if (!strcmp(a, "--max-num-batched-tokens")) budget = (long)arg_int(a, argv[++i], 1, 1 << 24);
         else if (!strcmp(a, "--max-model-len")) max_len = (int)arg_int(a, argv[++i], 2, 1 << 22);
+        else if (!strcmp(a, "--outputs")) outputs = argv[++i];
+        else if (!strcmp(a, "--steps-csv")) steps_csv = argv[++i];
+        else if (!strcmp(a, "--shared-prefix")) shared = (int)arg_int(a, argv[++i], 0, 1 << 20);
+        else if (!strcmp(a, "--block-size")) block_size = (int)arg_int(a, argv[++i], 1, 1 << 16), paged_opt = 1;
+        else if (!strcmp(a, "--num-blocks")) num_blocks = (int)arg_int(a, argv[++i], 2, 1 << 30), paged_opt = 1;
+        else if (!strcmp(a, "--kv-gib")) kv_gib = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN), paged_opt = 1;
+        else if (!strcmp(a, "--kv")) {
+            const char *k = argv[++i];
+            if (!strcmp(k, "slots")) kv_paged = 0;
+            else if (!strcmp(k, "paged")) kv_paged = 1;
+            else arg_die("--kv: '%s' is not slots or paged", k);
+        } else if (!strcmp(a, "--prefix-cache")) {
+            const char *k = argv[++i];
+            if (!strcmp(k, "on")) prefix_cache = 1;
+            else if (!strcmp(k, "off")) prefix_cache = 0;
+            else arg_die("--prefix-cache: '%s' is not on or off", k);
+            paged_opt = 1;
+        }
         else if (!strcmp(a, "--policy")) {
             const char *p = argv[++i];
             if (!strcmp(p, "continuous")) policy = POLICY_CONTINUOUS;
@@ -249,6 +313,12 @@ int main(int argc, char **argv) {
         arg_die("--trace poisson needs --rate, --num-requests, --input-len and --output-len");
     if (!poisson && rate >= 0) arg_die("--rate goes with --trace poisson");
     if (req_path && (n_req >= 0 || lens_given)) arg_die("--num-requests/--input-len/--output-len go with --trace");
+    if (req_path && shared) arg_die("--shared-prefix goes with --trace");
+    if (kv_paged == 0 && paged_opt)
+        arg_die("--kv slots: --block-size, --num-blocks, --kv-gib and --prefix-cache are options of --kv paged");
+    const int paged = kv_paged == 1 || paged_opt;
+    if (num_blocks && kv_gib > 0) arg_die("give one of --num-blocks and --kv-gib");
+    if (paged && policy == POLICY_STATIC) arg_die("--policy static keeps step04's KV slots: it does not run with --kv paged");
     GpuInfo gi;
     int have_gpu;
     const int use_cuda = choose_device(device, &gi, &have_gpu);
@@ -262,7 +332,7 @@ int main(int argc, char **argv) {
     // ---- the requests
     ReqList rl = {0};
     if (req_path) read_jsonl(req_path, cfg.vocab, &rl);
-    else make_trace(poisson, n_req > 0 ? n_req : 256, in_a, in_b, out_a, out_b, rate, cfg.vocab, &rl);
+    else make_trace(poisson, n_req > 0 ? n_req : 256, in_a, in_b, out_a, out_b, rate, shared, cfg.vocab, &rl);
     if (max_len == 0) {
         // continuous: the longest prompt + max_tokens of one request. static: the longest prompt +
         // the longest max_tokens, the length of a padded batch's rows, so that a finished member's
@@ -277,40 +347,72 @@ int main(int argc, char **argv) {
         if (policy == POLICY_STATIC) max_len = lp + lo;
         if (max_len > cfg.max_pos) max_len = cfg.max_pos;
     }
-    SchedConfig sc = {.policy = policy, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len};
-    sc.n_eos = cfg.n_eos < 8 ? cfg.n_eos : 8;
-    memcpy(sc.eos, cfg.eos_token_ids, (size_t)sc.n_eos * sizeof(int));
-    Scheduler s;
-    if (sched_init(&s, &sc, rl.r, rl.n, err, sizeof err) != 0) die("%s", err);
     long rows = budget < (long)max_seqs * max_len ? budget : (long)max_seqs * max_len;
+    // the KV pool of a paged run: --num-blocks, or --kv-gib at the element size the runner
+    // allocates (checked below), or by default step04's max_num_seqs x max_model_len tokens
+    double kv_elem = use_cuda ? 2 : 4;
+    if (paged && !num_blocks) {
+        const double nb = kv_gib > 0 ? floor(kv_gib * 1073741824.0 / (kv_bytes_per_token(&cfg, kv_elem) * block_size))
+                                     : floor((double)max_seqs * max_len / block_size) + 1;
+        if (nb < 2 || nb > (double)(1 << 30))
+            arg_die("the KV pool would have %.0f blocks of %d tokens: need 2 .. 2^30", nb, block_size);
+        num_blocks = (int)nb;
+    }
 
     CpuModel cm = {0};
     GpuModel *gm = NULL;
     Runner *run;
-    double kv_elem = 4;
     if (use_cuda) {
         gm = model_dir ? gpu_model_load(&w, err, sizeof err) : gpu_model_random(&cfg, ST_BF16, 1, err, sizeof err);
         if (!gm) die("%s", err);
-        run = runner_new_cuda(gm, max_seqs, max_len, (int)rows, err, sizeof err);
     } else {
         if (model_dir) {
             if (cpu_model_load(&w, &cm, err, sizeof err) != 0) die("%s", err);
         } else cpu_model_random(&cfg, 1, &cm);
-        run = runner_new_cpu(&cm, max_seqs, max_len, (int)rows, err, sizeof err);
     }
-    if (!run) die("%s", err);
-    // element size of the cache as allocated (bf16/f16 on the GPU unless the weights are fp32)
-    kv_elem = round(runner_kv_bytes(run) / (2.0 * cfg.n_layers * max_seqs * max_len * cfg.n_kv_heads * cfg.head_dim));
-    if (kv_elem < 1) kv_elem = use_cuda ? 2 : 4;
+    // KV rows per layer of the runner: slots x max_len, or blocks x B
+    double kv_rows;
+    for (int attempt = 0;; attempt++) {
+        kv_rows = paged ? (double)num_blocks * block_size : (double)max_seqs * max_len;
+        if (paged)
+            run = use_cuda ? runner_new_cuda_paged(gm, num_blocks, block_size, max_len, (int)rows, err, sizeof err)
+                           : runner_new_cpu_paged(&cm, num_blocks, block_size, max_len, (int)rows, err, sizeof err);
+        else
+            run = use_cuda ? runner_new_cuda(gm, max_seqs, max_len, (int)rows, err, sizeof err)
+                           : runner_new_cpu(&cm, max_seqs, max_len, (int)rows, err, sizeof err);
+        if (!run) die("%s", err);
+        // element size of the cache as allocated (bf16/f16 on the GPU unless the weights are fp32)
+        const double elem = round(runner_kv_bytes(run) / (2.0 * cfg.n_layers * kv_rows * cfg.n_kv_heads * cfg.head_dim));
+        if (elem < 1 || elem == kv_elem || !(kv_gib > 0) || attempt > 0) {
+            if (elem >= 1) kv_elem = elem;
+            break;
+        }
+        runner_free(run);  // --kv-gib at another element size: size the pool again
+        kv_elem = elem;
+        num_blocks = (int)floor(kv_gib * 1073741824.0 / (kv_bytes_per_token(&cfg, kv_elem) * block_size));
+        if (num_blocks < 2) arg_die("--kv-gib %g holds fewer than 2 blocks of %d tokens", kv_gib, block_size);
+    }
     const double kv_tok = kv_bytes_per_token(&cfg, kv_elem);
 
-    // ---- warm-up: one forward of a short prompt in slot 0 (its rows are rewritten before any read)
+    SchedConfig sc = {.policy = policy, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len};
+    if (paged) sc.block_size = block_size, sc.num_blocks = num_blocks, sc.prefix_cache = prefix_cache;
+    sc.n_eos = cfg.n_eos < 8 ? cfg.n_eos : 8;
+    memcpy(sc.eos, cfg.eos_token_ids, (size_t)sc.n_eos * sizeof(int));
+    Scheduler s;
+    if (sched_init(&s, &sc, rl.r, rl.n, err, sizeof err) != 0) die("%s", err);
+
+    // ---- warm-up: one forward of a short prompt in slot 0 (paged: blocks 1, 2, ...); its rows are
+    // rewritten before any read (a block is read only where a real forward wrote it)
     {
-        const int n = max_len - 1 < 16 ? max_len - 1 : 16, wt = n < rows ? n : (int)rows;
+        int n = max_len - 1 < 16 ? max_len - 1 : 16, wt = n < rows ? n : (int)rows;
+        if (paged && wt > (long)(num_blocks - 1) * block_size) wt = (num_blocks - 1) * block_size;
         Batch b;
-        batch_alloc(&b, 1, wt);
+        if (paged) {
+            batch_alloc_paged(&b, 1, wt, block_size, (wt + block_size - 1) / block_size);
+            for (int j = 0; j < b.bt_stride; j++) b.block_tables[j] = 1 + j;
+        } else batch_alloc(&b, 1, wt);
         b.n_seqs = 1, b.n_tokens = wt, b.cu_seqlens_q[0] = 0, b.cu_seqlens_q[1] = wt, b.seq_lens_k[0] = wt, b.seq_slot[0] = 0;
-        for (int t = 0; t < wt; t++) b.token_ids[t] = t % cfg.vocab, b.positions[t] = t, b.slot_mapping[t] = t;
+        for (int t = 0; t < wt; t++) b.token_ids[t] = t % cfg.vocab, b.positions[t] = t, b.slot_mapping[t] = paged ? block_size + t : t;
         b.n_logits = 1, b.logit_rows[0] = wt - 1;
         int am;
         if (runner_forward(run, &b, NULL, &am) != 0) die("warm-up forward failed");
@@ -319,8 +421,16 @@ int main(int argc, char **argv) {
 
     // ---- the run
     OfflineOpts oo = {.real_clock = 1, .progress = 1};
+    StepsCsv sc_csv = {0};
+    if (steps_csv) {
+        sc_csv.f = fopen_check(steps_csv, "w");
+        fprintf(sc_csv.f, "step,time_s,n_tokens,running,waiting,kv_tokens_written,kv_tokens_allocated,kv_blocks_used,"
+                          "kv_blocks_cached,kv_blocks_free,preemptions\n");
+        oo.on_step = on_step_csv, oo.ctx = &sc_csv;
+    }
     OfflineStats os;
     if (offline_run(run, cfg.vocab, &s, &oo, &os) != 0) die("the engine loop failed");
+    if (sc_csv.f) fclose(sc_csv.f);
     if (os.wall_s > 2.0) fprintf(stderr, "[batch] done: %ld steps in %.1f s\n", os.steps, os.wall_s);
 
     // ---- per-request numbers
@@ -345,14 +455,24 @@ int main(int argc, char **argv) {
     const double out_tps = gen / dur, tot_tps = (gen + prompt) / dur;
     const double idle_share = st->tokens + st->idle_slots > 0 ? (double)st->idle_slots / (st->tokens + st->idle_slots) : 0;
     const double unused_res = st->reserved_sum > 0 ? 1.0 - st->used_sum / st->reserved_sum : 0;
-    const double slots_tok = (double)max_seqs * max_len;
-    const double unused_alloc = st->steps > 0 ? 1.0 - st->used_sum / (st->steps * slots_tok) : 0;
+    const double unused_alloc = st->steps > 0 ? 1.0 - st->used_sum / (st->steps * kv_rows) : 0;
+    // the memory comparison: step04 reserves prompt + max_tokens per sequence (unused: reserved but
+    // not written); step05 allocates blocks as tokens come (unused: the tails of the last blocks)
+    const char *kv_layout = paged ? "paged" : "slots";
+    const int kv_bs = paged ? block_size : max_len, kv_total = paged ? num_blocks - 1 : max_seqs;
+    const long kv_budget = paged ? (long)(num_blocks - 1) * block_size : s.cfg.kv_tokens;
+    const long kv_peak_blocks = paged ? st->peak_blocks_used : st->peak_running;
+    const double hit_rate = st->prefix_query_tokens > 0 ? (double)st->prefix_hit_tokens / st->prefix_query_tokens : 0;
     char model_desc[600], settings[300], dev_desc[400];
     snprintf(model_desc, sizeof model_desc, "%s (%s, %d layers, d=%d, H=%d, KV=%d, hd=%d, ff=%d, vocab=%d)",
              model_dir ? model_dir : preset, model_arch_name(cfg.arch), cfg.n_layers, cfg.hidden, cfg.n_heads,
              cfg.n_kv_heads, cfg.head_dim, cfg.intermediate, cfg.vocab);
     snprintf(settings, sizeof settings, "max_num_seqs=%d max_num_batched_tokens=%ld max_model_len=%d", max_seqs, budget,
              max_len);
+    if (paged)
+        snprintf(settings + strlen(settings), sizeof settings - strlen(settings), " | KV paged: %d blocks of %d, prefix cache %s",
+                 num_blocks, block_size, prefix_cache ? "on" : "off");
+    else snprintf(settings + strlen(settings), sizeof settings - strlen(settings), " | KV slots");
     snprintf(dev_desc, sizeof dev_desc, "%s", use_cuda ? gi.name : "cpu");
     char workload[300];
     if (req_path) snprintf(workload, sizeof workload, "%s: %d requests", req_path, rl.n);
@@ -360,6 +480,24 @@ int main(int argc, char **argv) {
         snprintf(workload, sizeof workload, "--trace %s: %d requests, prompt %d..%d, output %d..%d tokens%s", trace, rl.n,
                  in_a, in_b, out_a, out_b, poisson ? "" : ", all at t=0");
     if (poisson) snprintf(workload + strlen(workload), sizeof workload - strlen(workload), ", Poisson %.3g req/s", rate);
+    if (shared) snprintf(workload + strlen(workload), sizeof workload - strlen(workload), ", a shared prefix of %d ids", shared);
+
+    if (outputs) {
+        FILE *f = fopen_check(outputs, "w");
+        for (int i = 0; i < rl.n; i++) {
+            const Request *r = &rl.r[i];
+            json_t *o = json_object(), *ids = json_array();
+            for (int t = r->num_prompt; t < r->num_tokens; t++) json_array_append_new(ids, json_integer(r->tokens[t]));
+            json_object_set_new(o, "index", json_integer(r->index));
+            json_object_set_new(o, "output_ids", ids);
+            json_object_set_new(o, "finish_reason", json_string(finish_reason_name(r->finish)));
+            char *line = json_dumps(o, JSON_COMPACT);
+            fprintf(f, "%s\n", line);
+            free(line);
+            json_decref(o);
+        }
+        fclose(f);
+    }
 
     if (timeline) {
         FILE *f = fopen_check(timeline, "w");
@@ -426,6 +564,17 @@ int main(int argc, char **argv) {
         JNUM("kv_reserved_unused_frac", unused_res);
         JNUM("kv_allocated_unused_frac", unused_alloc);
         JNUM("forward_share", os.forward_s / dur);
+        json_object_set_new(sum, "kv_layout", json_string(kv_layout));
+        JINT("block_size", kv_bs);
+        JINT("num_blocks", paged ? num_blocks : max_seqs);
+        JINT("kv_tokens_budget", kv_budget);
+        JINT("peak_running", st->peak_running);
+        JINT("kv_blocks_peak_used", kv_peak_blocks);
+        JINT("kv_blocks_total", kv_total);
+        JNUM("prefix_hit_rate", hit_rate);
+        JINT("prefix_hit_tokens", st->prefix_hit_tokens);
+        JINT("preemptions", st->preemptions);
+        JNUM("kv_unused_frac", unused_res);
         json_object_set_new(root, "requests", reqs);
         json_object_set_new(root, "summary", sum);
         char *txt = json_dumps(root, JSON_INDENT(1));
@@ -433,7 +582,8 @@ int main(int argc, char **argv) {
         free(txt);
         json_decref(root);
     } else {
-        Table *t = table_new("step04 batching: one workload through the scheduler and the batched runner");
+        Table *t = table_new(paged ? "step05 paged KV: one workload through the scheduler and the batched runner, KV in blocks"
+                                   : "step04 batching: one workload through the scheduler and the batched runner");
         table_std_meta(t);
         table_meta(t, "run", "device %s | model %s | %s | policy %s | %s", dev_desc, model_dir ? model_dir : preset,
                    runner_describe(run), policy_name(policy), settings);
@@ -462,12 +612,26 @@ int main(int argc, char **argv) {
             {"mean tokens / step", st->steps ? (double)st->tokens / st->steps : 0, "new tokens (rows) in a step's batch"},
             {"rows computed", (double)(st->tokens + st->idle_slots), "rows run through the model, padding included"},
             {"idle slot share", idle_share, "static: padding rows (prompt padding + finished members' rows) / rows computed"},
-            {"peak KV used tokens", (double)st->peak_used, "max over steps of K/V rows written by slot holders"},
-            {"peak KV reserved tokens", (double)st->peak_reserved, "max over steps of the sum of min(prompt + max_tokens, max_len)"},
+            {"max concurrent seqs", (double)st->peak_running, "max over steps of running sequences (KV holders)"},
+            {"KV budget tokens", (double)kv_budget,
+             paged ? "(num_blocks - 1) x block_size (block 0 is the null block)" : "max_num_seqs x max_model_len"},
+            {"KV blocks total", (double)kv_total, paged ? "usable blocks of block_size tokens" : "slots of max_model_len tokens"},
+            {"KV blocks peak used", (double)kv_peak_blocks, paged ? "max over steps of blocks held by a request" : "max over steps of slots held"},
+            {"KV blocks free at peak", (double)(kv_total - kv_peak_blocks), "total - peak used"},
+            {"peak KV used tokens", (double)st->peak_used,
+             paged ? "max over steps of K/V rows written (a shared block once)" : "max over steps of K/V rows written by slot holders"},
+            {paged ? "peak KV allocated tokens" : "peak KV reserved tokens", (double)st->peak_reserved,
+             paged ? "max over steps of blocks in use x block_size" : "max over steps of the sum of min(prompt + max_tokens, max_len)"},
             {"peak KV used MB", st->peak_used * kv_tok / 1e6, "x 2 * layers * kv_heads * head_dim * bytes"},
-            {"KV allocated MB", runner_kv_bytes(run) / 1e6, "max_num_seqs slots x max_model_len positions"},
-            {"KV reserved-but-unused", unused_res, "1 - sum over steps of used / sum over steps of reserved"},
+            {"KV allocated MB", runner_kv_bytes(run) / 1e6,
+             paged ? "num_blocks x block_size positions" : "max_num_seqs slots x max_model_len positions"},
+            {paged ? "KV unused (fragmentation)" : "KV reserved-but-unused", unused_res,
+             paged ? "1 - sum over steps of written / allocated (the last blocks' tails)"
+                   : "1 - sum over steps of used / sum over steps of reserved"},
             {"KV allocated-but-unused", unused_alloc, "1 - sum over steps of used / (steps x allocated)"},
+            {"prefix hit rate", hit_rate, "cached tokens / prompt tokens looked up, at admissions (paged, prefix cache on)"},
+            {"prefix hit tokens", (double)st->prefix_hit_tokens, "tokens whose K/V came from the prefix cache"},
+            {"preemptions", (double)st->preemptions, "requests preempted for blocks and recomputed (paged)"},
             {"forward share of time", os.forward_s / dur, "time inside runner_forward / duration"},
         };
         for (size_t k = 0; k < sizeof rows_ / sizeof rows_[0]; k++) {

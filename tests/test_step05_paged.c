@@ -26,6 +26,7 @@
 // preempted and recomputed, and a request that can never fit ending with an error while the
 // others finish; a request admitted after another in the same step hits that one's blocks.
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -859,7 +860,7 @@ Test(step05, paged_scheduler_block_accounting_after_every_step) {
                     for (int i = 0; i < n; i++) request_free(&q[i]);
                     free(q);
                 }
-    cr_log_info("step05 paged scheduler: %ld runs, %ld preemptions, %ld hit tokens, %ld never-fitting requests", runs, preempt,
+    fprintf(stderr, "[step05] paged scheduler: %ld runs, %ld preemptions, %ld hit tokens, %ld never-fitting requests\n", runs, preempt,
                 hits, errors);
     cr_expect_gt(preempt, 0, "no request was ever preempted");
     cr_expect_gt(hits, 0, "no prefix hit at all");
@@ -1031,7 +1032,7 @@ Test(step05, paged_outputs_identical_to_slots_on_cpu) {
                 else if (B <= 16) cr_expect_gt(eo.hit_tokens, 0, "%s: no prefix hit on a shared 40-token prefix", what);
                 if (pc) hits_on += eo.hit_tokens;
             }
-    cr_log_info("step05 paged vs slots: prefix hits %ld tokens", hits_on);
+    fprintf(stderr, "[step05] paged vs slots: prefix hits %ld tokens\n", hits_on);
     for (int i = 0; i < N; i++) free(ref[i]);
     free(L.ref), free(L.have);
     cpu_model_free(&m);
@@ -1072,7 +1073,7 @@ Test(step05, preempted_and_never_fitting_requests_on_cpu) {
         cr_expect_gt(eo.preemptions, 0, "%s: nobody was preempted", what);
         preempt += eo.preemptions;
     }
-    cr_log_info("step05 tight pools: %ld preemptions, outputs identical", preempt);
+    fprintf(stderr, "[step05] tight pools: %ld preemptions, outputs identical\n", preempt);
     for (int i = 0; i < N; i++) free(ref[i]);
     free(L.ref), free(L.have);
     cpu_model_free(&m);
@@ -1123,4 +1124,131 @@ Test(step05, prefix_hit_within_the_same_step) {
     cr_expect(!memcmp(out[0], out[1], sizeof out[0]), "outputs differ with the prefix cache on");
     cpu_model_free(&m);
     model_free(&w);
+}
+
+// ---- batch_bench with paged KV: --outputs, --steps-csv, the summary keys
+
+static json_t *bench_json(const char *args, const char *outputs, const char *steps) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 %s/batch_bench --preset tiny --trace nano --num-requests 24 --input-len 4:24 --output-len 4:12 "
+             "--device cpu --json --outputs %s%s%s %s 2>/dev/null",
+             BUILD_BIN_DIR, outputs, steps ? " --steps-csv " : "", steps ? steps : "", args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "%s", cmd);
+    json_error_t je;
+    json_t *j = json_loadf(p, 0, &je);
+    cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+    cr_assert(j, "%s: not JSON: %s", cmd, je.text);
+    return json_object_get(j, "summary") ? j : NULL;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    rewind(f);
+    char *s = malloc((size_t)n + 1);
+    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static long jint(const json_t *sum, const char *k) {
+    const json_t *v = json_object_get(sum, k);
+    cr_assert(json_is_integer(v), "summary key %s missing or not an integer", k);
+    return (long)json_integer_value(v);
+}
+
+static double jreal(const json_t *sum, const char *k) {
+    const json_t *v = json_object_get(sum, k);
+    cr_assert(json_is_number(v), "summary key %s missing or not a number", k);
+    return json_number_value(v);
+}
+
+// every row: blocks used + cached + free = total, allocated = used x B, written <= allocated
+static void check_steps_csv(const char *path, long steps, int B, long total) {
+    char *txt = slurp(path), *save = NULL;
+    char *line = strtok_r(txt, "\n", &save);
+    cr_assert(line && !strcmp(line, "step,time_s,n_tokens,running,waiting,kv_tokens_written,kv_tokens_allocated,"
+                                     "kv_blocks_used,kv_blocks_cached,kv_blocks_free,preemptions"),
+              "%s: header '%s'", path, line ? line : "");
+    long rows = 0;
+    while ((line = strtok_r(NULL, "\n", &save))) {
+        long st, nt, run, wait, wr, al, used, cached, fr, pre;
+        double t;
+        cr_assert_eq(sscanf(line, "%ld,%lf,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld,%ld", &st, &t, &nt, &run, &wait, &wr, &al, &used, &cached,
+                            &fr, &pre),
+                     11, "%s: row '%s'", path, line);
+        rows++;
+        cr_assert_eq(st, rows);
+        cr_assert(nt >= 1 && wr <= al && used + cached + fr == total, "%s: row '%s' (total %ld)", path, line, total);
+        if (B) cr_assert_eq(al, used * B, "%s: row '%s'", path, line);
+    }
+    cr_assert_eq(rows, steps, "%s: %ld rows for %ld steps", path, rows, steps);
+    free(txt);
+}
+
+Test(step05, batch_bench_paged_outputs_steps_and_summary) {
+    char dir[] = "/tmp/step05_bench_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char ref[300], out[300], steps[300];
+    snprintf(ref, sizeof ref, "%s/slots.jsonl", dir), snprintf(out, sizeof out, "%s/out.jsonl", dir);
+    snprintf(steps, sizeof steps, "%s/steps.csv", dir);
+    json_t *js = bench_json("--max-num-seqs 8", ref, steps);
+    const json_t *ss = json_object_get(js, "summary");
+    cr_expect_str_eq(json_string_value(json_object_get(ss, "kv_layout")), "slots");
+    check_steps_csv(steps, jint(ss, "steps"), 0, jint(ss, "kv_blocks_total"));
+    char *want = slurp(ref);
+    cr_expect(strstr(want, "{\"index\":0,\"output_ids\":[") == want, "outputs line 0: %.60s", want);
+    // any block size; #1: the same KV budget as the 8 slots (blocks of 16), 3x the seats
+    char same_budget[200];
+    snprintf(same_budget, sizeof same_budget, "--kv paged --max-num-seqs 24 --num-blocks %ld", jint(ss, "kv_tokens_budget") / 16 + 1);
+    const char *paged[] = {"--kv paged --block-size 1 --max-num-seqs 24", same_budget, "--block-size 256 --max-num-seqs 24",
+                           "--block-size 4 --num-blocks 12 --max-num-seqs 24 --prefix-cache off"};
+    for (size_t k = 0; k < sizeof paged / sizeof paged[0]; k++) {
+        json_t *jp = bench_json(paged[k], out, steps);
+        const json_t *sp = json_object_get(jp, "summary");
+        cr_expect_str_eq(json_string_value(json_object_get(sp, "kv_layout")), "paged", "%s", paged[k]);
+        const long B = jint(sp, "block_size");
+        cr_expect_eq(jint(sp, "kv_tokens_budget"), (jint(sp, "num_blocks") - 1) * B);
+        cr_expect(jint(sp, "kv_blocks_peak_used") <= jint(sp, "kv_blocks_total"));
+        check_steps_csv(steps, jint(sp, "steps"), (int)B, jint(sp, "kv_blocks_total"));
+        char *got = slurp(out);
+        cr_expect_str_eq(got, want, "%s: outputs differ from the slot run's", paged[k]);
+        free(got);
+        if (k == 0) cr_expect_eq(jreal(sp, "kv_unused_frac"), 0.0, "blocks of 1 token: no fragmentation");
+        if (k == 1) {  // the memory comparison at one KV budget
+            cr_expect_eq(jint(sp, "kv_tokens_budget"), jint(ss, "kv_tokens_budget") / 16 * 16);
+            cr_expect_gt(jint(sp, "peak_running"), jint(ss, "peak_running"), "paged KV holds no more sequences than slots");
+            cr_expect_gt(jreal(sp, "kv_unused_frac"), 0.0);
+        }
+        if (k == 3) cr_expect_gt(jint(sp, "preemptions"), 0, "a pool of 11 blocks of 4: nobody preempted");
+        json_decref(jp);
+    }
+    free(want);
+    // a shared prefix: hits with the prefix cache, none without, the same outputs as slots
+    json_decref(js);
+    js = bench_json("--max-num-seqs 8 --shared-prefix 40", ref, NULL);
+    want = slurp(ref);
+    for (int pc = 0; pc < 2; pc++) {
+        json_t *jp = bench_json(pc ? "--max-num-seqs 24 --prefix-cache on --shared-prefix 40"
+                                   : "--max-num-seqs 24 --prefix-cache off --shared-prefix 40",
+                                out, NULL);
+        const json_t *sp = json_object_get(jp, "summary");
+        if (pc) cr_expect(jint(sp, "prefix_hit_tokens") > 0 && jreal(sp, "prefix_hit_rate") > 0.3, "hit rate %g",
+                          jreal(sp, "prefix_hit_rate"));
+        else cr_expect_eq(jint(sp, "prefix_hit_tokens"), 0);
+        char *got = slurp(out);
+        cr_expect_str_eq(got, want, "prefix cache %s: outputs differ from the slot run's", pc ? "on" : "off");
+        free(got);
+        json_decref(jp);
+    }
+    free(want);
+    json_decref(js);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
 }
