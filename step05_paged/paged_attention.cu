@@ -206,11 +206,11 @@ __global__ void __launch_bounds__(PA_THREADS)
 }
 
 // v2's reduce: grid (H, items), one head of one item: M = max of the partitions' maxima,
-// out = sum_i exp(m_i - M) o_i / sum_i exp(m_i - M) l_i. Dynamic shared: nparts floats.
+// out = sum_i exp(m_i - M) o_i / sum_i exp(m_i - M) l_i. The weights exp(m_i - M) are recomputed
+// by every thread from part_ml (a few dozen partitions: cheaper than sharing them).
 template <class C>
 __global__ void k_paged_reduce(const float *part_o, const float *part_ml, const int *rows, const int *lens, int nparts,
                                int part, int H, int hd, void *out, int ldo, int out_f32) {
-    extern __shared__ float wt[];
     const int h = blockIdx.x, w = blockIdx.y, t = threadIdx.x;
     const int len = lens[w], ns = len > 0 ? (len + part - 1) / part : 0;
     const float *ml = part_ml + ((size_t)w * H + h) * nparts * 2, *po = part_o + ((size_t)w * H + h) * nparts * hd;
@@ -218,14 +218,11 @@ __global__ void k_paged_reduce(const float *part_o, const float *part_ml, const 
     for (int s = t; s < ns; s += blockDim.x) m = fmaxf(m, ml[2 * s]);
     const float M = block_max(m);
     float ls = 0;
-    for (int s = t; s < ns; s += blockDim.x) {
-        const float e = expf(ml[2 * s] - M);
-        wt[s] = e, ls += e * ml[2 * s + 1];
-    }
-    const float L = block_sum(ls);  // its barriers also publish wt
+    for (int s = t; s < ns; s += blockDim.x) ls += expf(ml[2 * s] - M) * ml[2 * s + 1];
+    const float L = block_sum(ls);
     for (int e = t; e < hd; e += blockDim.x) {
         float o = 0;
-        for (int s = 0; s < ns; s++) o = fmaf(wt[s], po[(size_t)s * hd + e], o);
+        for (int s = 0; s < ns; s++) o = fmaf(expf(ml[2 * s] - M), po[(size_t)s * hd + e], o);
         const float val = ns ? o / L : 0.0f;
         const size_t at = (size_t)rows[w] * ldo + (size_t)h * hd + e;
         if (out_f32) ((float *)out)[at] = val;
@@ -318,7 +315,7 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
                                   part, a->part_o, a->part_ml));
         CUDA_CHECK_LAST();
         DISPATCH(a->dt, C,
-                 k_paged_reduce<C><<<dim3(a->H, n), 128, (size_t)nparts * sizeof(float)>>>(
+                 k_paged_reduce<C><<<dim3(a->H, n), 128>>>(
                      a->part_o, a->part_ml, a->rows + w0, a->lens + w0, nparts, part, a->H, a->hd, a->out, a->ldo,
                      a->out_f32));
         CUDA_CHECK_LAST();
