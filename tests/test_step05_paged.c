@@ -24,7 +24,10 @@
 // CPU: every logits row bit-identical to step04's slot runner for block sizes 1, 16, 256, prefix
 // cache on and off on shared-prefix prompts (hits counted), pools so small that requests are
 // preempted and recomputed, and a request that can never fit ending with an error while the
-// others finish; a request admitted after another in the same step hits that one's blocks.
+// others finish; a request admitted after another in the same step hits that one's blocks; a
+// cancelled request gives its blocks back. batch_bench: --outputs identical to the slot run for
+// block sizes 1, 16, 256, a tight pool and a shared prefix (hits with the cache, none without),
+// every --steps-csv row's blocks adding up, and the memory comparison at one KV budget.
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -1251,4 +1254,46 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
+}
+
+// A client's cancel with paged KV: a running request's blocks go back at the next step boundary
+// (cached ones stay cached), a waiting one ends without ever holding a block.
+Test(step05, cancelled_requests_give_their_blocks_back) {
+    const SamplerParams sp = {.greedy = 1, .top_p = 1};
+    int ids[20];
+    for (int j = 0; j < 20; j++) ids[j] = j + 1;
+    Request r[3];
+    for (int i = 0; i < 3; i++) request_init(&r[i], i, ids, 10 + i, 8, &sp, 1, 0);
+    SchedConfig c = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 2, .max_num_batched_tokens = 64, .max_len = 32,
+                     .block_size = 4, .num_blocks = 20, .prefix_cache = 1};
+    Scheduler s;
+    char err[256];
+    cr_assert_eq(sched_init(&s, &c, r, 3, err, sizeof err), 0, "%s", err);
+    SchedPlan p = {0};
+    int tokens[4], extra[3];
+    double now = 0;
+    for (int step = 0; !sched_done(&s); step++) {
+        cr_assert(step < 100);
+        if (step == 2) r[0].cancel = r[2].cancel = 1;  // 0 and 1 running, 2 waiting for a seat
+        if (step == 2) cr_assert(r[0].status == REQ_RUNNING && r[2].status == REQ_WAITING);
+        sched_schedule(&s, now, &p);
+        memset(extra, 0, sizeof extra);
+        for (int k = 0; k < p.n; k++) extra[p.req[k]] = p.n_new[k], tokens[k] = 5;
+        check_sched_blocks(&s, extra, "cancel");
+        if (step == 2) {
+            cr_assert(r[0].finish == FINISH_ERROR && r[2].finish == FINISH_ERROR, "cancelled: %s %s", finish_reason_name(r[0].finish),
+                      finish_reason_name(r[2].finish));
+            const KvTable *t0 = kvb_table(&s.blocks, 0), *t2 = kvb_table(&s.blocks, 2);
+            cr_assert(t0 && t0->n == 0 && (!t2 || t2->n == 0), "a cancelled request still holds blocks");
+        }
+        now += 0.01;
+        sched_update(&s, &p, tokens, now);
+        check_sched_blocks(&s, NULL, "cancel");
+    }
+    cr_expect_eq(r[1].finish, FINISH_LENGTH);
+    cr_expect_eq(kvb_counts(&s.blocks).in_use, 0);
+    cr_expect_gt(kvb_counts(&s.blocks).cached, 0, "the finished and cancelled requests' full blocks stay cached");
+    plan_free(&p);
+    sched_free(&s);
+    for (int i = 0; i < 3; i++) request_free(&r[i]);
 }
