@@ -19,6 +19,12 @@
 //   - long chunks (prefill): step02's GEMM-softmax-GEMM over the sequence's cache rows with the
 //     causal offset (attention_gpu with nq new rows of nk keys), one sequence after the other,
 //     split into query sub-chunks only when the score buffer would not hold the whole chunk.
+// step05's paged runner (gpu_runner_new_paged) is this same runner over a pool of num_blocks
+// blocks of block_size rows: k_qkv_rows writes through the paged slot_mapping unchanged (a slot
+// is a pool row); the decode-path items carry their sequence's block-table row instead of a
+// base row and run step05's paged decode v1/v2 (step05_paged/paged_attention.h); a long chunk's
+// context is first gathered through its table into a contiguous scratch, then the same GEMM
+// path runs over it (so the long path is bit-identical to the slot runner's).
 // KV memory: per layer K and V of (n_slots * max_len, KV*hd) in the weight dtype; the host
 // decides everything (paths, lengths, splits) from the Batch, which is on the host, and copies
 // the integer arrays the kernels read to the device once per step (one packed memcpy).

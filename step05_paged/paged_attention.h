@@ -1,7 +1,7 @@
 // paged_attention.h — step05's CUDA kernels over a paged K/V pool, callable from C, on device
 // pointers (paged_attention.cu; paged_attention_none.c when built without nvcc: every call fails),
 // and their fp32 CPU references (paged_attention_cpu.c, always built).
-// defines: PA_TILE, PA_PART, PA_THREADS, PagedDecode, paged_kv_write, paged_decode_supported,
+// defines: PA_PART, PA_THREADS, PA_V1_CTAS_PER_SM, PagedDecode, paged_kv_write, paged_decode_supported,
 //          paged_decode_v1, paged_decode_v2, paged_decode_choose, paged_decode, paged_gather,
 //          pa_dev_alloc, pa_dev_free, pa_upload, pa_download, pa_upload_as, pa_download_f32,
 //          pa_sync, pa_num_sms, paged_kv_write_cpu, paged_decode_cpu, paged_gather_cpu
@@ -19,10 +19,10 @@
 //                     q/k-norm + RoPE kernel (step04's k_qkv_rows writes through slot_mapping
 //                     already); this standalone kernel is the lesson's version and is tested alone.
 //   paged_decode_v1   one CTA per (work item, kv head) serves the GQA group's g = H/KV query
-//                     heads over the item's whole context: tiles of PA_TILE keys, each K/V row
-//                     read once with 16-byte loads (hd/8 lanes per bf16 row), the block table
-//                     looked up once per key per tile, online softmax across tiles, the output
-//                     written directly.
+//                     heads over the item's whole context: each K/V row read once with 16-byte
+//                     loads (hd/8 lanes per bf16 row) through the block table; each of the 4 warps
+//                     takes its own rows with its own online softmax in registers (no barrier in
+//                     the loop); the warps are merged at the end and the output written directly.
 //   paged_decode_v2   split-K: the context in partitions of PA_PART keys, one CTA per (item, kv
 //                     head, partition) writes an unnormalized partial (o, max m, sum l); a reduce
 //                     kernel rescales the partials by exp(m_i - M) and divides by the sum.
@@ -44,7 +44,6 @@
 extern "C" {
 #endif
 
-#define PA_TILE 128     // keys per tile of the decode kernels (scores, softmax, P V per tile)
 #define PA_THREADS 128  // threads per decode CTA
 #define PA_PART 512     // keys per v2 partition
 
