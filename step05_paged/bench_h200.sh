@@ -26,6 +26,7 @@ OUT=${1:?usage: bench_h200.sh OUTDIR}
 B=${BIN:-build/bin}
 mkdir -p "$OUT"
 L="$OUT/paged_attn_ladder_h200.csv"
+if [ "${LADDER:-1}" = 1 ]; then  # LADDER=0: only the end-to-end runs below
 : > "$L"
 run() { echo "== paged_attn_bench $*"; "$B/paged_attn_bench" "$@" --csv 2>&1 | tee -a "$L"; echo >> "$L"; }
 run --batch 32 --context 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16
@@ -37,6 +38,7 @@ run --batch 4 --context 32768 --heads 32 --kv-heads 8 --head-dim 128 --block-siz
 run --batch 16 --context 2000 --heads 16 --kv-heads 2 --head-dim 64 --block-size 16 --dtype fp16
 run --batch 32 --context 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16 --part 256
 run --batch 32 --context 32768 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16 --part 1024
+fi
 
 [ "${E2E:-1}" = 1 ] || exit 0
 bb() { tag=$1; shift; echo "== batch_bench $*"; "$B/batch_bench" --preset qwen3-0.6b --device cuda --json "$@" \
