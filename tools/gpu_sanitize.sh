@@ -71,8 +71,9 @@ for tool in $tools; do
         "$bin" --filter "$filter" --jobs 1 --verbose=0 --json="$json" >"$log" 2>&1
     rc=$?
     secs=$(($(date +%s) - start))
-    # One "========= ERROR SUMMARY: N error(s)" line per process the sanitizer attached to.
-    nproc=$(grep -c 'ERROR SUMMARY:' "$log")
+    # One "========= ERROR SUMMARY: N error(s)" line (racecheck: "RACECHECK SUMMARY: N hazards
+    # displayed (E errors, W warnings)") per process the sanitizer attached to.
+    nproc=$(grep -cE '(ERROR|RACECHECK) SUMMARY:' "$log")
     nerr=$(grep -o 'ERROR SUMMARY: [0-9]*' "$log" | awk '{s += $3} END {print s + 0}')
     nleak=$(grep -c 'Leaked [0-9]* bytes' "$log")
     passed=$(jnum passed "$json") failed=$(jnum failed "$json") errored=$(jnum errored "$json")
