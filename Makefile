@@ -88,7 +88,10 @@ endif
 # ---- sources: common/ and each step dir may have a step.mk naming its programs
 # (PROGS_<dir> := a b  ->  <dir>/a.c is the main of build/bin/a); every other .c/.cu of the
 # dir goes into build/lib/lib<dir>.a (libcommon.a for common/). Programs and tests link all
-# libraries. A step may use earlier steps' code; nothing may use a later step's.
+# libraries. A step may use earlier steps' code, with one planned exception: step04's scheduler
+# and runner take step05's paged KV as an option (step05_paged/kv_blocks.h, paged_attention.h,
+# sched_paged.h), so that step05 generalizes step04's engine instead of copying it; with the
+# default slot layout none of step05's code runs.
 STEP_DIRS := $(patsubst %/step.mk,%,$(sort $(wildcard step*/step.mk final/step.mk)))
 DIRS := common $(STEP_DIRS)
 include $(wildcard common/step.mk step*/step.mk final/step.mk)
