@@ -151,11 +151,15 @@ deps:
 	@bash tools/install-deps.sh $(if $(filter 0,$(NOTEBOOKS)),--no-python)
 
 SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+# With SANITIZE=1 the GPU-only suites are left out: they skip without a GPU (compute-sanitizer
+# checks them on one: make gpu-sanitize), and with their skipped, timed tests Criterion's own
+# runner process leaks 48 bytes inside libcriterion now and then, which ASan reports as a failure.
+SAN_FILTER := $(if $(filter 1,$(SANITIZE)),--filter '!(step04_gpu/*|step05_gpu/*)')
 # check: build and run the Criterion tests only (no dependency install, no notebooks).
 # With SANITIZE=1 any sanitizer report (a leak too, which Criterion alone would not count) fails.
 check:
 	@$(MAKE) --no-print-directory -j$(NPROC) all
-	@set -o pipefail; $(SAN_ENV) $(TEST_BIN) --jobs 2 --verbose=0 2>&1 | tee $(BUILD)/tests/last.log
+	@set -o pipefail; $(SAN_ENV) $(TEST_BIN) $(SAN_FILTER) --jobs 2 --verbose=0 2>&1 | tee $(BUILD)/tests/last.log
 ifeq ($(SANITIZE),1)
 	@if grep -E "ERROR: (Address|Leak)Sanitizer|SUMMARY: [A-Za-z]+Sanitizer|runtime error:" $(BUILD)/tests/last.log; then echo "== sanitizers reported problems (above)"; exit 1; \
 	 else echo "== sanitizers: clean"; fi
