@@ -29,6 +29,9 @@ const char *st_dtype_name(StDtype d) {
     case ST_F32: return "F32";
     case ST_F16: return "F16";
     case ST_BF16: return "BF16";
+    case ST_I32: return "I32";
+    case ST_I8: return "I8";
+    case ST_U8: return "U8";
     }
     return "?";
 }
@@ -38,8 +41,29 @@ size_t st_dtype_size(StDtype d) {
     case ST_F32: return 4;
     case ST_F16: return 2;
     case ST_BF16: return 2;
+    case ST_I32: return 4;
+    case ST_I8: return 1;
+    case ST_U8: return 1;
     }
     return 0;
+}
+
+int st_dtype_from_name(const char *name, StDtype *out) {
+    static const StDtype all[] = {ST_F32, ST_F16, ST_BF16, ST_I32, ST_I8, ST_U8};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(name, st_dtype_name(all[i]))) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+static int32_t i32_at(const uint8_t *p, size_t i) {
+    uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 |
+                 (uint32_t)p[4 * i + 3] << 24;
+    int32_t v;
+    memcpy(&v, &u, sizeof v);
+    return v;
 }
 
 static float f32_from_bits(uint32_t u) {
@@ -90,6 +114,52 @@ void st_to_f32(const StTensor *t, float *out) {
     case ST_BF16:
         for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
         break;
+    case ST_I32:
+        for (size_t i = 0; i < n; i++) out[i] = (float)i32_at(p, i);
+        break;
+    case ST_I8:
+        for (size_t i = 0; i < n; i++) out[i] = (float)(int8_t)p[i];
+        break;
+    case ST_U8:
+        for (size_t i = 0; i < n; i++) out[i] = (float)p[i];
+        break;
+    }
+}
+
+// Saturating float -> int32 (NaN -> 0): no undefined conversion for any input.
+static int32_t f_to_i32(float f) {
+    if (!(f == f)) return 0;
+    if (f >= 2147483648.0f) return INT32_MAX;
+    if (f <= -2147483648.0f) return INT32_MIN;
+    return (int32_t)f;
+}
+
+void st_to_i32(const StTensor *t, int32_t *out) {
+    const uint8_t *p = t->data;
+    size_t n = (size_t)t->numel;
+    switch (t->dtype) {
+    case ST_I32:
+        for (size_t i = 0; i < n; i++) out[i] = i32_at(p, i);
+        break;
+    case ST_I8:
+        for (size_t i = 0; i < n; i++) out[i] = (int8_t)p[i];
+        break;
+    case ST_U8:
+        for (size_t i = 0; i < n; i++) out[i] = p[i];
+        break;
+    case ST_F32:
+    case ST_F16:
+    case ST_BF16: {
+        float f;
+        for (size_t i = 0; i < n; i++) {
+            StTensor one = *t;
+            one.numel = 1;
+            one.data = p + i * st_dtype_size(t->dtype);
+            st_to_f32(&one, &f);
+            out[i] = f_to_i32(f);
+        }
+        break;
+    }
     }
 }
 
@@ -140,11 +210,9 @@ static int parse_entry(const char *src, const char *name, json_t *e, const uint8
     json_t *jd = json_object_get(e, "dtype");
     const char *dt = json_string_value(jd);
     if (!dt) return errf(err, errlen, "%s: tensor '%s': missing or non-string \"dtype\"", src, name);
-    if (!strcmp(dt, "F32")) t->dtype = ST_F32;
-    else if (!strcmp(dt, "F16")) t->dtype = ST_F16;
-    else if (!strcmp(dt, "BF16")) t->dtype = ST_BF16;
-    else
-        return errf(err, errlen, "%s: tensor '%s': dtype %.32s is not supported (only F32, F16, BF16)", src, name, dt);
+    if (st_dtype_from_name(dt, &t->dtype))
+        return errf(err, errlen, "%s: tensor '%s': dtype %.32s is not supported (only F32, F16, BF16, I32, I8, U8)",
+                    src, name, dt);
 
     json_t *js = json_object_get(e, "shape");
     if (!json_is_array(js)) return errf(err, errlen, "%s: tensor '%s': missing or non-array \"shape\"", src, name);

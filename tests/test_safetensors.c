@@ -727,3 +727,98 @@ Test(step02, model_load_sharded, .init = mk_tmp, .fini = rm_tmp) {
     remove(at("part2.safetensors"));
     ASSERT_ERR(model_load(tmp, &m, err, sizeof err), "part2.safetensors", "cannot open");
 }
+
+// ------------------------------------------------------------------------------ integer dtypes, writer
+
+// I32 / I8 / U8 (the packed words of quantized checkpoints) are read back bit for bit, by a raw
+// header written here (not by st_write), and the size check applies to them as to floats.
+Test(step02, loader_reads_integer_dtypes, .init = mk_tmp, .fini = rm_tmp) {
+    const uint8_t data[16] = {0x78, 0x56, 0x34, 0x12, 0xff, 0xff, 0xff, 0xff,  // I32 [0x12345678, -1]
+                              0x80, 0x7f, 0x01, 0xff,                          // I8 [-128, 127, 1, -1]
+                              0x00, 0x80, 0xff, 0x05};                         // U8 [0, 128, 255, 5]
+    write_raw(at("i.safetensors"),
+              "{\"a\": {\"dtype\": \"I32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+              " \"b\": {\"dtype\": \"I8\", \"shape\": [2, 2], \"data_offsets\": [8, 12]},"
+              " \"c\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [12, 16]}}",
+              data, sizeof data);
+    StSet st;
+    cr_assert_eq(st_open(at("i.safetensors"), &st, err, sizeof err), 0, "%s", err);
+    int32_t o[4];
+    float f[4];
+    const StTensor *x = st_get(&st, "a");
+    cr_assert(x && x->dtype == ST_I32 && x->numel == 2 && x->nbytes == 8);
+    st_to_i32(x, o);
+    cr_assert(o[0] == 0x12345678 && o[1] == -1, "I32 %d %d", o[0], o[1]);
+    st_to_f32(x, f);
+    cr_assert(f[1] == -1.0f);
+    x = st_get(&st, "b");
+    cr_assert(x && x->dtype == ST_I8 && x->ndim == 2 && x->nbytes == 4);
+    st_to_i32(x, o);
+    cr_assert(o[0] == -128 && o[1] == 127 && o[2] == 1 && o[3] == -1);
+    st_to_f32(x, f);
+    cr_assert(f[0] == -128.0f && f[3] == -1.0f);
+    x = st_get(&st, "c");
+    cr_assert(x && x->dtype == ST_U8 && x->nbytes == 4);
+    st_to_i32(x, o);
+    cr_assert(o[0] == 0 && o[1] == 128 && o[2] == 255 && o[3] == 5);
+    cr_assert_str_eq(st_dtype_name(ST_I32), "I32");
+    cr_assert_str_eq(st_dtype_name(ST_I8), "I8");
+    cr_assert_str_eq(st_dtype_name(ST_U8), "U8");
+    st_close(&st);
+
+    // the shape x dtype size check: 3 I32 are 12 bytes, not 8
+    write_raw(at("j.safetensors"), "{\"a\": {\"dtype\": \"I32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", data, 8);
+    ASSERT_ERR(open_err(at("j.safetensors"), &st), "j.safetensors", "'a'", "I32", "do not match");
+    write_raw(at("k.safetensors"), "{\"a\": {\"dtype\": \"U8\", \"shape\": [9], \"data_offsets\": [0, 9]}}", data, 8);
+    ASSERT_ERR(open_err(at("k.safetensors"), &st), "'a'", "past the end");
+    // st_to_i32 of a float tensor truncates toward zero, saturating
+    const float fv[4] = {2.75f, -2.75f, 3e9f, -3e9f};
+    StTensor t = {.dtype = ST_F32, .numel = 4, .data = fv};
+    st_to_i32(&t, o);
+    cr_assert(o[0] == 2 && o[1] == -2 && o[2] == INT32_MAX && o[3] == INT32_MIN);
+}
+
+// st_write: every dtype, the file opens with st_open and each tensor holds the bytes given; the
+// layout is what the safetensors library requires (header length a multiple of 8, offsets
+// contiguous from 0, each tensor aligned to its dtype size).
+Test(step02, writer_roundtrips_every_dtype, .init = mk_tmp, .fini = rm_tmp) {
+    const float a[3] = {1.5f, -2, 1e-30f};
+    const uint16_t h[2] = {0x3c00, 0xc000}, b[2] = {0x3f80, 0x8001};
+    const int32_t q[5] = {0x7fffffff, -1, 0, 0x01234567, (int32_t)0x89abcdefu};
+    const int8_t i8[3] = {-128, 0, 127};
+    const uint8_t u8[1] = {200};
+    const StWriteTensor w[] = {
+        {"z.u8", ST_U8, 1, {1}, u8},   {"y.i8", ST_I8, 1, {3}, i8},      {"x.i32", ST_I32, 2, {5, 1}, q},
+        {"w.f16", ST_F16, 1, {2}, h}, {"v.bf16", ST_BF16, 2, {1, 2}, b}, {"u.f32", ST_F32, 1, {3}, a},
+        {"t.empty", ST_F32, 2, {0, 4}, NULL},
+    };
+    const int n = (int)(sizeof w / sizeof w[0]);
+    cr_assert_eq(st_write(at("w.safetensors"), w, n, err, sizeof err), 0, "%s", err);
+    StSet st;
+    cr_assert_eq(st_open(at("w.safetensors"), &st, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(st.n_tensors, n);
+    const uint8_t *base = st.maps[0];
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | base[i];
+    cr_assert_eq(hl % 8, 0, "header length %llu", (unsigned long long)hl);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const StTensor *x = st_get(&st, w[i].name);
+        cr_assert_not_null(x, "%s", w[i].name);
+        cr_assert_eq(x->dtype, w[i].dtype, "%s", w[i].name);
+        cr_assert_eq(x->ndim, w[i].ndim);
+        for (int d = 0; d < x->ndim; d++) cr_assert_eq(x->shape[d], w[i].shape[d]);
+        if (x->nbytes) cr_assert_eq(memcmp(x->data, w[i].data, x->nbytes), 0, "%s bytes", w[i].name);
+        size_t off = (size_t)((const uint8_t *)x->data - base) - 8 - (size_t)hl;
+        cr_assert_eq(off % st_dtype_size(x->dtype), 0, "%s at %zu", w[i].name, off);
+        total += x->nbytes;
+    }
+    cr_assert_eq(st.map_sizes[0], 8 + hl + total, "no gaps: %zu bytes", st.map_sizes[0]);
+    st_close(&st);
+    // a name given twice is refused, naming it
+    const StWriteTensor dup[] = {{"d", ST_U8, 1, {1}, u8}, {"d", ST_U8, 1, {1}, u8}};
+    cr_assert_eq(st_write(at("d.safetensors"), dup, 2, err, sizeof err), -1);
+    cr_assert(strstr(err, "'d'"), "%s", err);
+    cr_assert_eq(st_write("/nonexistent-dir/x.safetensors", w, 1, err, sizeof err), -1);
+    cr_assert(strstr(err, "/nonexistent-dir/x.safetensors"), "%s", err);
+}
