@@ -22,12 +22,14 @@ template <> __host__ __device__ inline float fromf<float>(float x) { return x; }
 template <> __host__ __device__ inline __half fromf<__half>(float x) { return __float2half_rn(x); }
 template <> __host__ __device__ inline __nv_bfloat16 fromf<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// Runs the statement with `A` typedef'd to the element type of dtype dt.
+// Runs the statement with `A` typedef'd to the element type of dtype dt (a float dtype: the
+// integer ones, I32 / I8 / U8, hold quantized checkpoints' packed words and never get here).
 #define DISPATCH(dt, A, ...)                                  \
     switch (dt) {                                             \
     case ST_F32: { typedef float A; __VA_ARGS__; } break;     \
     case ST_F16: { typedef __half A; __VA_ARGS__; } break;    \
     case ST_BF16: { typedef __nv_bfloat16 A; __VA_ARGS__; } break; \
+    default: break;                                           \
     }
 
 static inline cudaDataType_t cuda_type(StDtype d) {
