@@ -120,13 +120,22 @@ $(BIN)/%:
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -Wl,--start-group $(ALL_LIBS) -Wl,--end-group $(LDLIBS)
 
-$(OBJ)/%.c.o: %.c | $(GEN)/build_info.h
+$(OBJ)/%.c.o: %.c $(GEN)/build_config | $(GEN)/build_info.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(OBJ)/%.cu.o: %.cu | $(GEN)/build_info.h
+$(OBJ)/%.cu.o: %.cu $(GEN)/build_config | $(GEN)/build_info.h
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -MF $(@:.o=.d) -c $< -o $@
+
+# What every object depends on besides its sources: with or without CUDA (the *_none.c stubs
+# compile to nothing with it), the architectures, the compilers. Rewritten only when one of them
+# changes, so switching NO_CUDA=1 / CUDA_ARCHS in the same build dir rebuilds what it must.
+$(GEN)/build_config: FORCE
+	@mkdir -p $(@D)
+	@echo 'HAVE_CUDA=$(HAVE_CUDA) CUDA_ARCHS=$(CUDA_ARCHS) CC=$(CC) NVCC=$(NVCC)' > $@.tmp
+	@cmp -s $@.tmp $@ || mv $@.tmp $@
+	@rm -f $@.tmp
 
 # Rewritten only when the commit changes, so nothing rebuilds needlessly.
 $(GEN)/build_info.h: FORCE
