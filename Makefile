@@ -8,7 +8,8 @@
 #   make bench-h200      the GPU benchmarks whose tables are committed under stepNN/results/
 #   make gpu-sanitize    on a GPU machine: the GPU tests under compute-sanitizer memcheck (with leak
 #                        check), racecheck and synccheck; one line per tool, fails on any error
-#                        (GPU_SANITIZE_FILTER='@(*/gpu_*|step04_gpu/*|step05_gpu/*)', GPU_SANITIZE_TOOLS="memcheck racecheck synccheck")
+#                        (GPU_SANITIZE_FILTER='@(*/gpu_*|step04_gpu/*|step05_gpu/*)', GPU_SANITIZE_TOOLS="memcheck racecheck synccheck",
+#                        GPU_SANITIZE_JOBS=8: each test in its own sanitized process, 8 at a time)
 #   make clean
 # Knobs: CUDA_ARCHS="75 80 86 89 90" (or native), NO_CUDA=1, NOTEBOOKS=0, COMMIT=<hash>.
 SHELL := /bin/bash

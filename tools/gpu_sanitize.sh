@@ -17,7 +17,10 @@
 #   make gpu-sanitize                                  (builds first, then calls this script)
 #   tools/gpu_sanitize.sh build/tests/run_tests ['@(*/gpu_*|step04_gpu/*|step05_gpu/*)'] [memcheck racecheck synccheck]
 # Environment: COMPUTE_SANITIZER (the binary; default: on PATH, else /usr/local/cuda/bin),
-#              GPU_SANITIZE_OUT (log directory; default build/gpu-sanitize).
+#              GPU_SANITIZE_OUT (log directory; default build/gpu-sanitize),
+#              GPU_SANITIZE_JOBS (default 1: one sanitized run of all tests; N: each test in its own
+#              sanitized process, N at a time; racecheck over every test takes more than 10 minutes
+#              in one process on an H200 machine).
 #
 # How it runs the tests: Criterion starts every test in a child process, so compute-sanitizer gets
 # --target-processes all (each child is checked; each prints its own ERROR SUMMARY line, which are
@@ -52,6 +55,19 @@ fi
 [ "$npass" -gt 0 ] || fail "no test matches --filter '$filter'"
 echo "gpu-sanitize: $npass tests match '$filter' and pass without the sanitizer ($("$cs" --version | grep -m1 -o 'Version.*'))"
 
+# The tests that ran and passed, as suite/name filters (for GPU_SANITIZE_JOBS > 1).
+njobs=${GPU_SANITIZE_JOBS:-1}
+gpu_tests=()
+if [ "$njobs" -gt 1 ]; then
+    mapfile -t gpu_tests < <(python3 -c '
+import json, sys
+for s in json.load(open(sys.argv[1]))["test_suites"]:
+    for t in s["tests"]:
+        if t["status"] == "PASSED": print(s["name"] + "/" + t["name"])' "$out/plain.json") ||
+        fail "cannot list the tests of $out/plain.json (python3 is needed for GPU_SANITIZE_JOBS > 1)"
+    echo "gpu-sanitize: ${#gpu_tests[@]} tests, $njobs sanitized processes at a time"
+fi
+
 # 2. Each tool over the same tests.
 bad=0
 for tool in $tools; do
@@ -67,16 +83,39 @@ for tool in $tools; do
     # hazards are counted from the log below, per kernel
     errexit=(--error-exitcode 1)
     [ "$tool" = racecheck ] && errexit=()
-    "$cs" "${opts[@]}" "${errexit[@]}" --target-processes all \
-        "$bin" --filter "$filter" --jobs 1 --verbose=0 --json="$json" >"$log" 2>&1
-    rc=$?
+    if [ "$njobs" -le 1 ]; then
+        "$cs" "${opts[@]}" "${errexit[@]}" --target-processes all \
+            "$bin" --filter "$filter" --jobs 1 --verbose=0 --json="$json" >"$log" 2>&1
+        rc=$?
+        passed=$(jnum passed "$json") failed=$(jnum failed "$json") errored=$(jnum errored "$json")
+    else
+        # GPU_SANITIZE_JOBS=N: every test in its own sanitized process, N at a time (the GPU is
+        # shared; what the sanitizer costs is mostly host time), logs concatenated in test order
+        d="$out/$tool.d"
+        rm -rf "$d" && mkdir -p "$d" || fail "cannot create $d"
+        i=0
+        for t in "${gpu_tests[@]}"; do
+            while [ "$(jobs -rp | wc -l)" -ge "$njobs" ]; do wait -n; done
+            n=$(printf '%03d' $i)
+            ( "$cs" "${opts[@]}" "${errexit[@]}" --target-processes all \
+                  "$bin" --filter "$t" --jobs 1 --verbose=0 --json="$d/$n.json" >"$d/$n.log" 2>&1
+              echo $? >"$d/$n.rc" ) &
+            i=$((i + 1))
+        done
+        wait
+        cat "$d"/*.log >"$log"
+        rc=0 passed=0 failed=0 errored=0
+        for f in "$d"/*.rc; do [ "$(cat "$f")" = 0 ] || rc=1; done
+        for f in "$d"/*.json; do
+            passed=$((passed + $(jnum passed "$f"))) failed=$((failed + $(jnum failed "$f"))) errored=$((errored + $(jnum errored "$f")))
+        done
+    fi
     secs=$(($(date +%s) - start))
     # One "========= ERROR SUMMARY: N error(s)" line (racecheck: "RACECHECK SUMMARY: N hazards
     # displayed (E errors, W warnings)") per process the sanitizer attached to.
     nproc=$(grep -cE '(ERROR|RACECHECK) SUMMARY:' "$log")
     nerr=$(grep -o 'ERROR SUMMARY: [0-9]*' "$log" | awk '{s += $3} END {print s + 0}')
     nleak=$(grep -c 'Leaked [0-9]* bytes' "$log")
-    passed=$(jnum passed "$json") failed=$(jnum failed "$json") errored=$(jnum errored "$json")
     status=clean
     if [ "$tool" = racecheck ]; then
         # the kernel each hazard was found in, from the access lines that follow its report
