@@ -52,8 +52,10 @@ size_t qweight_bytes(const QWeight *w);                      // q + scales (+ ze
 const char *quant_kind_name(QuantKind k);                    // "int8", "int4"
 
 // Round to nearest: per row and group, symmetric s = max|w| / (2^(bits-1) - 1), z = 2^(bits-1)
-// (INT4: q in 1..15; INT8: 1..255); asymmetric s = (max - min) / (2^bits - 1), z = round(-min / s)
-// clamped to 0..2^bits-1. W (rows, cols) fp32. 0, or -1 (as qweight_alloc).
+// (INT4: q in 1..15; INT8: 1..255); asymmetric over the range widened to hold 0, min' = min(min, 0),
+// max' = max(max, 0): s = (max' - min') / (2^bits - 1), z = round(-min' / s) clamped to 0..2^bits-1.
+// An all-zero group gets s = 1 (it dequantizes to exactly 0). q = clamp(round(w / s) + z), the
+// nearest integer given s and z. W (rows, cols) fp32. 0, or -1 (as qweight_alloc).
 int quant_rtn(const float *W, int rows, int cols, QuantKind kind, int group, int sym, QWeight *out);
 
 // GPTQ (Frantar et al. 2022): quantize the columns in order (act-order: by decreasing Hessian
