@@ -83,3 +83,18 @@ int vllm_expect(const char *what, const int *a, const int *a5, const int *b, con
     cr_expect(ok, "%s: step %d: %d vs %d, not in each other's top-5", what, i, i < n ? a[i] : -1, i < n ? b[i] : -1);
     return i;
 }
+
+void ckpt_models_load(const Ckpt *c, CkptModels *L) {
+    char err[512];
+    cr_assert_eq(model_load(c->dir, &L->w, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cpu_model_load(&L->w, &L->cm, err, sizeof err), 0, "%s", err);
+    L->gm = gpu_model_load(&L->w, err, sizeof err);
+    cr_assert(L->gm, "%s", err);
+    L->f32 = L->w.layers[0].wq->dtype == ST_F32;
+}
+
+void ckpt_models_free(CkptModels *L) {
+    gpu_model_free(L->gm);
+    cpu_model_free(&L->cm);
+    model_free(&L->w);
+}

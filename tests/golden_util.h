@@ -1,12 +1,15 @@
 // golden_util.h — what the model tests share: the checkpoints under tests/data/models/, their
 // greedy goldens (goldens/greedy.json, written by tools/make_goldens.py) and vLLM's rule.
-// defines: MODELS_DIR, Ckpt, ckpt_list, Golden, golden_read, golden_load, golden_free, in_top5,
+// defines: MODELS_DIR, Ckpt, ckpt_list, CkptModels, ckpt_models_load, ckpt_models_free, Golden,
+//          golden_read, golden_load, golden_free, in_top5,
 //          vllm_first_diff, vllm_expect
 //
 // vLLM's rule between two greedy runs a and b, each with its top-5 per step: identical until the
 // first difference, where each side's token is in the other's top-5 (after it the two sequences
 // have diverged and are not compared).
 #pragma once
+#include "model.h"
+#include "step02_attention/forward.h"
 
 #define MODELS_DIR "tests/data/models"
 
@@ -17,6 +20,17 @@ typedef struct {
 
 // Every MODELS_DIR/<name>/ (at most max) that has the file or folder <name>/need, sorted by name.
 int ckpt_list(Ckpt *out, int max, const char *need);
+
+// A checkpoint loaded for the GPU tests: its weights, step02's fp32 CPU model and GPU model
+// (loading failures fail the test); f32 = its weights are fp32.
+typedef struct {
+    ModelWeights w;
+    CpuModel cm;
+    GpuModel *gm;
+    int f32;
+} CkptModels;
+void ckpt_models_load(const Ckpt *c, CkptModels *L);
+void ckpt_models_free(CkptModels *L);
 
 typedef struct {
     int np, ng;

@@ -150,38 +150,8 @@ static void tb_pad(TBatch *t, int n) {
     t->cu[++b->n_seqs] = b->n_tokens;
 }
 
-static double max_rel_diff(const float *a, const float *b, int n) {
-    double md = 0, mr = 0;
-    for (int i = 0; i < n; i++) {
-        const double d = fabs((double)a[i] - b[i]);
-        if (!(d <= md)) md = d;  // NaN sticks
-        if (fabs(b[i]) > mr) mr = fabs(b[i]);
-    }
-    return md / (mr > 0 ? mr : 1);
-}
-
 // ---------------------------------------------------------------- checkpoints
 
-typedef struct {
-    ModelWeights w;
-    CpuModel cm;
-    GpuModel *gm;
-    int f32;
-} Loaded;
-
-static void load(const Ckpt *c, Loaded *L) {
-    char err[512];
-    cr_assert_eq(model_load(c->dir, &L->w, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(cpu_model_load(&L->w, &L->cm, err, sizeof err), 0, "%s", err);
-    L->gm = gpu_model_load(&L->w, err, sizeof err);
-    cr_assert(L->gm, "%s", err);
-    L->f32 = L->w.layers[0].wq->dtype == ST_F32;
-}
-static void unload(Loaded *L) {
-    gpu_model_free(L->gm);
-    cpu_model_free(&L->cm);
-    model_free(&L->w);
-}
 
 // ---------------------------------------------------------------- a mixed batch vs the CPU
 
@@ -191,8 +161,8 @@ static void unload(Loaded *L) {
 // sequence, on step03's CPU cached forward; logits of every logit row compared. check_kv: after
 // the steps, every written K/V row against the CPU cache, and every other row still NaN.
 static void mixed_batch(const Ckpt *ck, int small_chunk, int check_kv) {
-    Loaded L;
-    load(ck, &L);
+    CkptModels L;
+    ckpt_models_load(ck, &L);
     const ModelConfig *c = &L.cm.cfg;
     const int V = c->vocab, kd = c->n_kv_heads * c->head_dim, n_slots = MX_SEQ + 1;  // slot MX_SEQ stays unused
     char err[512];
@@ -234,7 +204,7 @@ static void mixed_batch(const Ckpt *ck, int small_chunk, int check_kv) {
             if (ncomp[s] < ntok[s]) continue;  // a partial chunk samples nothing
             cr_assert(li < t.b.n_logits && t.owner[li] == s);
             const float *lg = logits + (size_t)li * V;
-            const double e = max_rel_diff(lg, ref, V);
+            const double e = compare_f32(lg, ref, V).max_rel;
             worst = e > worst ? e : worst;
             cr_expect(e <= (L.f32 ? TOL_F32 : TOL_BF16), "%s small_chunk=%d step %d sequence %d (%d rows, context %d): "
                       "max|diff|/max|logit| %.3e", ck->name, small_chunk, step, s, n, ncomp[s], e);
@@ -257,7 +227,7 @@ static void mixed_batch(const Ckpt *ck, int small_chunk, int check_kv) {
                     cr_assert_eq(gpu_runner_read_kv(g, l, slot * MX_LEN + p, k, v), 0);
                     if (s >= 0 && p < ncomp[s]) {
                         const float *kr = kv[s].k + ((size_t)l * MX_LEN + p) * kd, *vr = kv[s].v + ((size_t)l * MX_LEN + p) * kd;
-                        const double ek = max_rel_diff(k, kr, kd), ev = max_rel_diff(v, vr, kd);
+                        const double ek = compare_f32(k, kr, kd).max_rel, ev = compare_f32(v, vr, kd).max_rel;
                         const double tol = L.f32 ? 1e-4 : 3e-2;
                         cr_expect(ek <= tol && ev <= tol, "%s layer %d slot %d position %d: K %.3e V %.3e vs the CPU cache",
                                   ck->name, l, slot, p, ek, ev);
@@ -279,7 +249,7 @@ static void mixed_batch(const Ckpt *ck, int small_chunk, int check_kv) {
     for (int s = 0; s < MX_SEQ; s++) cpu_kv_free(&kv[s]);
     free(logits), free(ref);
     gpu_runner_free(g);
-    unload(&L);
+    ckpt_models_free(&L);
 }
 
 Test(step04_gpu, mixed_batch_matches_cpu_reference, .timeout = 300) {
@@ -318,8 +288,8 @@ Test(step04_gpu, goldens_match_through_the_batched_path, .timeout = 300) {
         int *seq = malloc((size_t)(np + ng) * sizeof(int)), *ours = malloc((size_t)ng * sizeof(int));
         int *ours5 = malloc((size_t)ng * 5 * sizeof(int));
         memcpy(seq, G.prompt, (size_t)np * sizeof(int));
-        Loaded L;
-        load(&ck[i], &L);
+        CkptModels L;
+        ckpt_models_load(&ck[i], &L);
         const int V = L.cm.cfg.vocab, max_len = np + ng + 1;
         GpuRunner *g = gpu_runner_new(L.gm, 2, max_len, 64, err, sizeof err);
         cr_assert(g, "%s", err);
@@ -358,7 +328,7 @@ Test(step04_gpu, goldens_match_through_the_batched_path, .timeout = 300) {
         free(logits), free(seq), free(ours), free(ours5);
         golden_free(&G);
         gpu_runner_free(g);
-        unload(&L);
+        ckpt_models_free(&L);
     }
     if (!tested) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
 }
@@ -415,8 +385,8 @@ Test(step04_gpu, greedy_tokens_do_not_depend_on_batch_mates, .timeout = 300) {
     int tested = 0;
     for (int ci = 0; ci < n; ci++) {
         if (!strstr(ck[ci].name, "bf16") || strstr(ck[ci].name, "v4cfg")) continue;
-        Loaded L;
-        load(&ck[ci], &L);
+        CkptModels L;
+        ckpt_models_load(&ck[ci], &L);
         const int V = L.cm.cfg.vocab;
         char err[512];
         GpuRunner *g = gpu_runner_new(L.gm, IV_REQ, IV_LEN, 128, err, sizeof err);
@@ -449,7 +419,7 @@ Test(step04_gpu, greedy_tokens_do_not_depend_on_batch_mates, .timeout = 300) {
                     budgets[bi], identical, IV_REQ);
         }
         gpu_runner_free(g);
-        unload(&L);
+        ckpt_models_free(&L);
         tested++;
     }
     if (!tested) cr_skip_test("no bf16 checkpoints under %s", MODELS_DIR);

@@ -398,36 +398,6 @@ static int make_tables(Rng *r, int B, int ns, int tables[][PB_LEN]) {
     return nblk;
 }
 
-typedef struct {
-    ModelWeights w;
-    CpuModel cm;
-    GpuModel *gm;
-    int f32;
-} Loaded;
-
-static void load(const Ckpt *c, Loaded *L) {
-    char err[512];
-    cr_assert_eq(model_load(c->dir, &L->w, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(cpu_model_load(&L->w, &L->cm, err, sizeof err), 0, "%s", err);
-    L->gm = gpu_model_load(&L->w, err, sizeof err);
-    cr_assert(L->gm, "%s", err);
-    L->f32 = L->w.layers[0].wq->dtype == ST_F32;
-}
-static void unload(Loaded *L) {
-    gpu_model_free(L->gm);
-    cpu_model_free(&L->cm);
-    model_free(&L->w);
-}
-
-static double max_rel_diff(const float *a, const float *b, int n) {
-    double md = 0, mr = 0;
-    for (int i = 0; i < n; i++) {
-        const double d = fabs((double)a[i] - b[i]);
-        if (!(d <= md)) md = d;  // NaN sticks
-        if (fabs(b[i]) > mr) mr = fabs(b[i]);
-    }
-    return md / (mr > 0 ? mr : 1);
-}
 
 #define MX_SEQ 4
 // Five steps of four sequences (prompts 40, 9, 20, 1 tokens) through the paged runner (block
@@ -436,8 +406,8 @@ static double max_rel_diff(const float *a, const float *b, int n) {
 // logits must be identical bit for bit (the same GEMM path over the same K/V). The K/V rows
 // written are checked against the CPU cache, unmapped rows of the pool against NaN.
 static void mixed_paged(const Ckpt *ck, int B, int small_chunk) {
-    Loaded L;
-    load(ck, &L);
+    CkptModels L;
+    ckpt_models_load(ck, &L);
     const ModelConfig *c = &L.cm.cfg;
     const int V = c->vocab, kd = c->n_kv_heads * c->head_dim;
     Rng r;
@@ -504,7 +474,7 @@ static void mixed_paged(const Ckpt *ck, int B, int small_chunk) {
             if (ncomp[s] < ntok[s]) continue;
             cr_assert(li < t.b.n_logits && t.owner[li] == s);
             const float *lg = logits + (size_t)li * V;
-            const double e = max_rel_diff(lg, ref, V);
+            const double e = compare_f32(lg, ref, V).max_rel;
             worst = e > worst ? e : worst;
             cr_expect(e <= (L.f32 ? TOL_F32 : TOL_BF16), "%s B=%d small_chunk=%d step %d sequence %d: max|diff|/max|logit| "
                       "%.3e", ck->name, B, small_chunk, step, s, e);
@@ -528,7 +498,7 @@ static void mixed_paged(const Ckpt *ck, int B, int small_chunk) {
             cr_assert_eq(gpu_runner_read_kv(g, l, row, k, v), 0);
             if (s >= 0) {
                 const float *kr = kv[s].k + ((size_t)l * PB_LEN + pos) * kd, *vr = kv[s].v + ((size_t)l * PB_LEN + pos) * kd;
-                const double ek = max_rel_diff(k, kr, kd), ev = max_rel_diff(v, vr, kd), tol = L.f32 ? 1e-4 : 3e-2;
+                const double ek = compare_f32(k, kr, kd).max_rel, ev = compare_f32(v, vr, kd).max_rel, tol = L.f32 ? 1e-4 : 3e-2;
                 cr_expect(ek <= tol && ev <= tol, "%s B=%d layer %d row %d (sequence %d position %d): K %.3e V %.3e",
                           ck->name, B, l, row, s, pos, ek, ev);
                 written++;
@@ -547,7 +517,7 @@ static void mixed_paged(const Ckpt *ck, int B, int small_chunk) {
     free(logits), free(lslot), free(ref);
     gpu_runner_free(g);
     if (slot) gpu_runner_free(slot);
-    unload(&L);
+    ckpt_models_free(&L);
 }
 
 Test(step05_gpu, paged_runner_matches_cpu_and_step04, .timeout = 600) {
@@ -568,8 +538,8 @@ Test(step05_gpu, paged_runner_refuses_bad_block_tables) {
     Ckpt ck[64];
     const int n = ckpt_list(ck, 64, "config.json");
     if (n == 0) cr_skip_test("no checkpoints under %s", MODELS_DIR);
-    Loaded L;
-    load(&ck[0], &L);
+    CkptModels L;
+    ckpt_models_load(&ck[0], &L);
     char err[512];
     GpuRunner *g = gpu_runner_new_paged(L.gm, 8, 16, PB_LEN, 64, err, sizeof err);
     cr_assert(g, "%s", err);
@@ -594,14 +564,14 @@ Test(step05_gpu, paged_runner_refuses_bad_block_tables) {
     cr_expect_eq(gpu_runner_forward(g, &t.b, NULL, NULL), -1, "a batch of another block size accepted");
     batch_free(&t.b);
     gpu_runner_free(g);
-    unload(&L);
+    ckpt_models_free(&L);
 }
 
 // ---------------------------------------------------------------- goldens, and block sizes vs each other
 
 // The prompt in two chunks (the first samples nothing), then one decode per step, through the
 // paged runner with block size B and a shuffled table.
-static void greedy_paged(Loaded *L, const Golden *G, int B, int *ours, int *ours5) {
+static void greedy_paged(CkptModels *L, const Golden *G, int B, int *ours, int *ours5) {
     const int np = G->np, ng = G->ng, V = L->cm.cfg.vocab, max_len = np + ng + 1;
     Rng r;
     rng_seed(&r, 31 + B);
@@ -661,8 +631,8 @@ Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeou
         if (!ck[i].has_golden) continue;
         Golden G;
         golden_load(ck[i].dir, &G);
-        Loaded L;
-        load(&ck[i], &L);
+        CkptModels L;
+        ckpt_models_load(&ck[i], &L);
         const int ng = G.ng;
         int *ours[3], *ours5[3];
         for (int bi = 0; bi < 3; bi++) {
@@ -682,7 +652,7 @@ Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeou
         }
         for (int bi = 0; bi < 3; bi++) free(ours[bi]), free(ours5[bi]);
         golden_free(&G);
-        unload(&L);
+        ckpt_models_free(&L);
         tested++;
     }
     if (!tested) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
