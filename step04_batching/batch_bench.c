@@ -43,6 +43,17 @@ static const char *TINY_JSON =
     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":2048,"
     "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}";
 
+// {"index", "output_ids", "finish_reason"} of a request: the --outputs line, and the start of its
+// --json record.
+static json_t *request_output_json(const Request *r) {
+    json_t *o = json_object(), *ids = json_array();
+    for (int t = r->num_prompt; t < r->num_tokens; t++) json_array_append_new(ids, json_integer(r->tokens[t]));
+    json_object_set_new(o, "index", json_integer(r->index));
+    json_object_set_new(o, "output_ids", ids);
+    json_object_set_new(o, "finish_reason", json_string(finish_reason_name(r->finish)));
+    return o;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: batch_bench (--model DIR | --preset NAME) (--requests FILE.jsonl | --trace nano | --trace poisson\n"
@@ -486,11 +497,7 @@ int main(int argc, char **argv) {
         FILE *f = fopen_check(outputs, "w");
         for (int i = 0; i < rl.n; i++) {
             const Request *r = &rl.r[i];
-            json_t *o = json_object(), *ids = json_array();
-            for (int t = r->num_prompt; t < r->num_tokens; t++) json_array_append_new(ids, json_integer(r->tokens[t]));
-            json_object_set_new(o, "index", json_integer(r->index));
-            json_object_set_new(o, "output_ids", ids);
-            json_object_set_new(o, "finish_reason", json_string(finish_reason_name(r->finish)));
+            json_t *o = request_output_json(r);
             char *line = json_dumps(o, JSON_COMPACT);
             fprintf(f, "%s\n", line);
             free(line);
@@ -514,11 +521,7 @@ int main(int argc, char **argv) {
         json_t *root = json_object(), *reqs = json_array(), *sum = json_object();
         for (int i = 0; i < rl.n; i++) {
             const Request *r = &rl.r[i];
-            json_t *o = json_object(), *ids = json_array();
-            for (int t = r->num_prompt; t < r->num_tokens; t++) json_array_append_new(ids, json_integer(r->tokens[t]));
-            json_object_set_new(o, "index", json_integer(r->index));
-            json_object_set_new(o, "output_ids", ids);
-            json_object_set_new(o, "finish_reason", json_string(finish_reason_name(r->finish)));
+            json_t *o = request_output_json(r);
             const int ok = r->finish != FINISH_ERROR;
             json_object_set_new(o, "ttft_ms", ok ? json_real((r->first_token_s - r->arrival_s) * 1e3) : json_null());
             json_object_set_new(o, "e2e_ms", ok ? json_real((r->finish_s - r->arrival_s) * 1e3) : json_null());

@@ -79,14 +79,19 @@ Runner *runner_new_cpu(const CpuModel *m, int n_slots, int max_len, int max_toke
     return r;
 }
 
-Runner *runner_new_cuda(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen) {
-    GpuRunner *gr = gpu_runner_new(g, n_slots, max_len, max_tokens_per_step, err, errlen);
+// The Runner around a CUDA runner (NULL stays NULL: gr's constructor wrote err).
+static Runner *wrap_gpu(GpuRunner *gr, int n_slots, int max_len, int max_tokens_per_step) {
     if (!gr) return NULL;
     Runner *r = xcalloc(1, sizeof *r);
     r->cuda = 1;
     r->gpu = gr;
     r->n_slots = n_slots, r->max_len = max_len, r->max_tokens = max_tokens_per_step;
     return r;
+}
+
+Runner *runner_new_cuda(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen) {
+    return wrap_gpu(gpu_runner_new(g, n_slots, max_len, max_tokens_per_step, err, errlen), n_slots, max_len,
+                    max_tokens_per_step);
 }
 
 Runner *runner_new_cpu_paged(const CpuModel *m, int num_blocks, int block_size, int max_model_len,
@@ -111,13 +116,8 @@ Runner *runner_new_cpu_paged(const CpuModel *m, int num_blocks, int block_size, 
 
 Runner *runner_new_cuda_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
                               int max_tokens_per_step, char *err, int errlen) {
-    GpuRunner *gr = gpu_runner_new_paged(g, num_blocks, block_size, max_model_len, max_tokens_per_step, err, errlen);
-    if (!gr) return NULL;
-    Runner *r = xcalloc(1, sizeof *r);
-    r->cuda = 1;
-    r->gpu = gr;
-    r->n_slots = num_blocks, r->max_len = block_size, r->max_tokens = max_tokens_per_step;
-    return r;
+    return wrap_gpu(gpu_runner_new_paged(g, num_blocks, block_size, max_model_len, max_tokens_per_step, err, errlen),
+                    num_blocks, block_size, max_tokens_per_step);
 }
 
 void runner_free(Runner *r) {

@@ -5,7 +5,6 @@
 // Files are built here by a tiny safetensors writer, in a fresh temp directory per test.
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -15,25 +14,15 @@
 #include <unistd.h>
 
 #include "model.h"
+#include "fs_util.h"
 #include "safetensors.h"
 
 // ------------------------------------------------------------------------------ temp dir
 
 static char tmp[64];
 
-static void mk_tmp(void) {
-    snprintf(tmp, sizeof tmp, "/tmp/st_test_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp));
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static void rm_tmp(void) {
-    if (tmp[0]) nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void mk_tmp(void) { test_mkdtemp(tmp, sizeof tmp, "st_test"); }
+static void rm_tmp(void) { test_rmtree(tmp); }
 
 // tmp/<name>, in a static ring so a test can hold a few at once.
 static const char *at(const char *name) {

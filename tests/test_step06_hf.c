@@ -11,7 +11,6 @@
 //   - unsupported quantization_configs and inconsistent tensors are refused, naming the field.
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 
 #include "model.h"
 #include "npy.h"
+#include "fs_util.h"
 #include "safetensors.h"
 #include "step06_quant/hf_quant.h"
 #include "step06_quant/quant.h"
@@ -30,17 +30,8 @@
 static const char *const PREFIXES[2] = {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"};
 
 static char tmp[64];
-static void mk_tmp(void) {
-    snprintf(tmp, sizeof tmp, "/tmp/hfq_test_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp));
-}
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-static void rm_tmp(void) {
-    if (tmp[0]) nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void mk_tmp(void) { test_mkdtemp(tmp, sizeof tmp, "hfq_test"); }
+static void rm_tmp(void) { test_rmtree(tmp); }
 
 static void load_npy(const char *variant, const char *prefix, const char *what, NpyArray *a) {
     char path[512];

@@ -1,0 +1,22 @@
+// fs_util.c — see fs_util.h.
+#define _XOPEN_SOURCE 700
+#include "fs_util.h"
+
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void test_mkdtemp(char *buf, size_t n, const char *prefix) {
+    snprintf(buf, n, "/tmp/%s_XXXXXX", prefix);
+    cr_assert_not_null(mkdtemp(buf), "mkdtemp %s", buf);
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+void test_rmtree(const char *dir) {
+    if (dir && dir[0]) nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
