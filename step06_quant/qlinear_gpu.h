@@ -1,0 +1,43 @@
+// qlinear_gpu.h — step06's quantized linear layer on the GPU: a QWeight (quant.h) repacked at
+// load into the kernels' own layout, and the two products the engine needs from it:
+//   qlinear_gpu_gemv   batch 1 (a lone decode row): y = W x, weights dequantized in registers as
+//                      they stream in (INT8 and INT4); fp32 x and y, as step03's GEMV.
+//   qlinear_gpu_gemm   batch T (2..64 rows, more work too): Y = X W^T with bf16/fp16 X and INT4
+//                      weights on the tensor cores (sm_80+), INT8 and pre-sm_80 by a dequantizing
+//                      fallback that still runs on sm_75; fp32 Y, as step02's gemm_xwt.
+// Implemented in qlinear_gpu.cu (qlinear_gpu_none.c when built without nvcc: every call fails).
+// All pointers are device pointers; launches go on `stream` (NULL: the default stream).
+// defines: QLinearGpu, qlinear_gpu_new, qlinear_gpu_free, qlinear_gpu_bytes, qlinear_gpu_rows,
+//          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemm, qlinear_gpu_describe
+#pragma once
+#include <stddef.h>
+
+#include "safetensors.h"  // StDtype
+#include "step06_quant/quant.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct QLinearGpu QLinearGpu;
+
+// Repack w (host, quant.h layout; g_idx allowed: the columns are permuted so that groups are
+// contiguous and x is permuted the same way at run time) and upload it. NULL + err on failure
+// (unsupported group / shape, out of device memory).
+QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen);
+void qlinear_gpu_free(QLinearGpu *q);
+size_t qlinear_gpu_bytes(const QLinearGpu *q);  // device bytes the weights, scales and zeros take
+int qlinear_gpu_rows(const QLinearGpu *q);      // out_features
+int qlinear_gpu_cols(const QLinearGpu *q);      // in_features
+const char *qlinear_gpu_describe(const QLinearGpu *q);  // "int4 g128 sym, tensor-core GEMM" etc.
+
+// y (rows) fp32 = W x (+ bias) (+ y when acc); x (cols) fp32. 0, or -1 on a launch error.
+int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float *bias, float *y, int acc, void *stream);
+// Y (T, rows) fp32, row stride ldy, = X (T, cols) [row stride ldx] W^T + beta * Y; X in xdt
+// (ST_BF16 or ST_F16). 0, or -1 (bad dtype, launch error).
+int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy, float beta,
+                     void *stream);
+
+#ifdef __cplusplus
+}
+#endif
