@@ -47,7 +47,7 @@ static void check_variant(const char *variant, int bits, int group, int sym, int
     char dir[256];
     snprintf(dir, sizeof dir, QDATA "/%s", variant);
     cr_assert_eq(hfq_config_load(dir, &c, err, sizeof err), 0, "%s: %s", variant, err);
-    cr_assert_eq(c.method, method, "%s method", variant);
+    cr_assert_eq((int)c.method, method, "%s method", variant);
     cr_assert_eq(c.bits, bits, "%s bits", variant);
     cr_assert_eq(c.group_size, group, "%s group_size", variant);
     cr_assert_eq(c.sym, sym, "%s sym", variant);
