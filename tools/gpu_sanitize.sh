@@ -69,11 +69,16 @@ for s in json.load(open(sys.argv[1]))["test_suites"]:
 fi
 
 # 2. Each tool over the same tests.
+# racecheck instruments the kernels RACECHECK_KERNELS names (default kns=k_: every kernel of the
+# project is called k_*; cuBLAS's are not, and they run uninstrumented, which is what lets the
+# whole-model tests finish under racecheck; RACECHECK_KERNELS= (empty) instruments every kernel).
+rc_kernels=${RACECHECK_KERNELS-kns=k_}
 bad=0
 for tool in $tools; do
     case $tool in
     memcheck) opts=(--tool memcheck --leak-check full) ;;
-    racecheck) opts=(--tool racecheck --racecheck-report all) ;;
+    racecheck) opts=(--tool racecheck --racecheck-report all)
+               [ -n "$rc_kernels" ] && opts+=(--kernel-name "$rc_kernels") ;;
     synccheck) opts=(--tool synccheck) ;;
     *) fail "unknown tool '$tool' (memcheck, racecheck or synccheck)" ;;
     esac
@@ -99,7 +104,14 @@ for tool in $tools; do
             n=$(printf '%03d' $i)
             ( "$cs" "${opts[@]}" "${errexit[@]}" --target-processes all \
                   "$bin" --filter "$t" --jobs 1 --verbose=0 --json="$d/$n.json" >"$d/$n.log" 2>&1
-              echo $? >"$d/$n.rc" ) &
+              r=$?
+              # a test that makes no CUDA call at all (common/gpu_info_* when a GPU is present asks
+              # nothing the sanitizer hooks): nothing to check, not an error, when the test passed
+              if [ "$r" = 255 ] && grep -q 'terminated before first instrumented API call' "$d/$n.log" &&
+                  [ "$(jnum passed "$d/$n.json")" -ge 1 ]; then
+                  r=0; echo "========= ERROR SUMMARY: 0 errors (no CUDA call to check)" >>"$d/$n.log"
+              fi
+              echo $r >"$d/$n.rc" ) &
             i=$((i + 1))
         done
         wait
