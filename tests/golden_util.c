@@ -33,6 +33,25 @@ int ckpt_list(Ckpt *out, int max, const char *need) {
             out[j] = out[j - 1];
             out[j - 1] = t;
         }
+    // TEST_MODELS=name[,name...]: only these checkpoints (tools/gpu_sanitize.sh sets it for
+    // racecheck, whose instrumentation makes one model's worth of kernels take minutes)
+    const char *only = getenv("TEST_MODELS");
+    if (only && *only) {
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            const char *p = only;
+            const size_t len = strlen(out[i].name);
+            int keep = 0;
+            while (*p && !keep) {
+                const size_t w = strcspn(p, ",");
+                keep = w == len && strncmp(p, out[i].name, w) == 0;
+                p += w + (p[w] == ',');
+            }
+            if (keep) out[m++] = out[i];
+        }
+        fprintf(stderr, "[models] TEST_MODELS=%s: %d of %d checkpoints\n", only, m, n);
+        n = m;
+    }
     return n;
 }
 

@@ -18,7 +18,8 @@ typedef struct {
     int has_golden;            // goldens/greedy.json exists
 } Ckpt;
 
-// Every MODELS_DIR/<name>/ (at most max) that has the file or folder <name>/need, sorted by name.
+// Every MODELS_DIR/<name>/ (at most max) that has the file or folder <name>/need, sorted by name;
+// with TEST_MODELS=name,name,... in the environment only those.
 int ckpt_list(Ckpt *out, int max, const char *need);
 
 // A checkpoint loaded for the GPU tests: its weights, step02's fp32 CPU model and GPU model
