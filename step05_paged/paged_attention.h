@@ -64,8 +64,6 @@ typedef struct {
     float *part_o, *part_ml;     // v2 scratch: part_cap floats, part_cap / hd * 2 floats
     size_t part_cap;
     int part;                    // v2 keys per partition (0: PA_PART)
-    int plain_loop;              // 1: the previous rung's loop (each iteration's K/V loaded, then used);
-                                 // 0 (default): the next iteration's K/V in flight while one is computed
 } PagedDecode;
 
 // 0 on success (kernels queued on the default stream), -1 on bad arguments / a launch error.

@@ -8,10 +8,8 @@
 //
 // Rows (the LADDER table below is the only list of them):
 //   step04_contiguous  step04's split decode kernel over contiguous slots (the baseline: no table)
-//   paged_v1_plain     v1 and v2 with the previous rung's loop: each iteration's K/V rows
-//   paged_v2_plain     loaded, then used (the loads of the next iteration wait for this one's math)
-//   paged_v1           one CTA per (sequence, kv head), the whole context (next K/V in flight)
-//   paged_v2           split-K: partitions of PA_PART keys + the rescaling reduce (same loop)
+//   paged_v1           one CTA per (sequence, kv head), the whole context
+//   paged_v2           split-K: partitions of PA_PART keys + the rescaling reduce
 //   paged_rule         what paged_decode picks for this shape (paged_decode_choose)
 //   gather             every sequence's context copied through its table into contiguous rows
 //                      (chunked prefill's input): bytes = read + write
@@ -118,18 +116,15 @@ static const struct {
     const char *id;
     Kind kind;
     int version;
-    int plain_loop;  // PagedDecode.plain_loop: the unpipelined loop (the previous rung)
     const char *what;
 } LADDER[] = {
-    {"step04_contiguous", K_STEP04, 0, 0, "step04 split decode kernel, contiguous slots (baseline)"},
-    {"paged_v1_plain", K_DECODE, 1, 1, "v1, each iteration's K/V loaded then used"},
-    {"paged_v2_plain", K_DECODE, 2, 1, "v2, each iteration's K/V loaded then used"},
-    {"paged_v1", K_DECODE, 1, 0, "one CTA per (sequence, kv head), whole context; next K/V in flight"},
-    {"paged_v2", K_DECODE, 2, 0, "split-K partitions (--part keys) + rescaling reduce; next K/V in flight"},
-    {"paged_rule", K_DECODE, 0, 0, "paged_decode: v1 or v2 by paged_decode_choose"},
-    {"gather", K_GATHER, 0, 0, "contexts through the tables into contiguous rows (read + write)"},
-    {"kv_write_decode", K_WRITE_DECODE, 0, 0, "K/V write through the slot mapping, batch rows"},
-    {"kv_write_prefill", K_WRITE_PREFILL, 0, 0, "K/V write through the slot mapping, 8192 rows"},
+    {"step04_contiguous", K_STEP04, 0, "step04 split decode kernel, contiguous slots (baseline)"},
+    {"paged_v1", K_DECODE, 1, "one CTA per (sequence, kv head), whole context"},
+    {"paged_v2", K_DECODE, 2, "split-K partitions (--part keys) + rescaling reduce"},
+    {"paged_rule", K_DECODE, 0, "paged_decode: v1 or v2 by paged_decode_choose"},
+    {"gather", K_GATHER, 0, "contexts through the tables into contiguous rows (read + write)"},
+    {"kv_write_decode", K_WRITE_DECODE, 0, "K/V write through the slot mapping, batch rows"},
+    {"kv_write_prefill", K_WRITE_PREFILL, 0, "K/V write through the slot mapping, 8192 rows"},
 };  // the K/V writes come last: they overwrite pool rows the decode rows read
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
 
@@ -281,7 +276,7 @@ int main(int argc, char **argv) {
 
     Ctx c = {0};
     c.pd = (PagedDecode){dt, H, KV, hd, scale, dq, qd, dk, dv, dbt, nb, B, ditem, ditem + batch, ditem + 2 * batch, batch,
-                         L, dout, qd, 0, po, pm, part_cap, part, 0};
+                         L, dout, qd, 0, po, pm, part_cap, part};
     c.nsms = nsms, c.dt = dt, c.ck = ck, c.cv = cv, c.rows = ditem, c.lens = ditem + 2 * batch, c.bases = ditem + 3 * batch;
     c.n = batch, c.L = L, c.H = H, c.KV = KV, c.hd = hd, c.out = dout, c.po = po, c.pm = pm, c.part_cap4 = part_cap;
     c.kc = dk, c.vc = dv, c.bt = dbt, c.bt_stride = nb, c.B = B, c.kd = kd, c.gk = ck, c.gv = cv;
@@ -297,7 +292,6 @@ int main(int argc, char **argv) {
         if (LADDER[li].kind == K_DECODE || LADDER[li].kind == K_STEP04) {
             fn = LADDER[li].kind == K_STEP04 ? run_step04 : run_paged;
             c.version = LADDER[li].version;
-            c.pd.plain_loop = LADDER[li].plain_loop;
             bytes = dec_bytes;
             // check: poison, one run, compare the checked sequences
             for (size_t i = 0; i < (size_t)batch * qd; i++) out[i] = NAN;
