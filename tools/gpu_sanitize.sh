@@ -148,7 +148,7 @@ for tool in $tools; do
         nhaz=$(grep -c 'hazard detected' "$log")
         # hazards whose kernel could not be named count as the project's
         nown=$((nhaz - nlib > nown ? nhaz - nlib : nown))
-        echo "gpu-sanitize: racecheck: $nhaz hazard report(s): $nown in the project's kernels, $nlib inside cuBLAS's kernels ($lib)"
+        echo "gpu-sanitize: racecheck: $nhaz hazard report(s); the accesses they name: $nown in the project's kernels, $nlib inside cuBLAS's kernels ($lib)"
         nerr=$nown
     fi
     nint=$(grep -c 'Internal Sanitizer Error' "$log")
