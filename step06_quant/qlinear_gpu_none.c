@@ -1,0 +1,41 @@
+// qlinear_gpu_none.c — qlinear_gpu.h for builds without CUDA (no nvcc): creating a layer fails
+// and says why, every product fails, so programs and tests can report why the GPU path is skipped.
+#include "step06_quant/qlinear_gpu.h"
+
+#if !HAVE_CUDA
+#include <stdio.h>
+
+QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) {
+    (void)w;
+    snprintf(err, (size_t)errlen, "qlinear_gpu_new: built without CUDA (nvcc was not found at build time)");
+    return NULL;
+}
+void qlinear_gpu_free(QLinearGpu *q) { (void)q; }
+size_t qlinear_gpu_bytes(const QLinearGpu *q) {
+    (void)q;
+    return 0;
+}
+int qlinear_gpu_rows(const QLinearGpu *q) {
+    (void)q;
+    return 0;
+}
+int qlinear_gpu_cols(const QLinearGpu *q) {
+    (void)q;
+    return 0;
+}
+const char *qlinear_gpu_describe(const QLinearGpu *q) {
+    (void)q;
+    return "built without CUDA";
+}
+int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float *bias, float *y, int acc, void *stream) {
+    (void)q, (void)x, (void)bias, (void)y, (void)acc, (void)stream;
+    fprintf(stderr, "qlinear_gpu_gemv: built without CUDA\n");
+    return -1;
+}
+int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy, float beta,
+                     void *stream) {
+    (void)q, (void)xdt, (void)T, (void)X, (void)ldx, (void)Y, (void)ldy, (void)beta, (void)stream;
+    fprintf(stderr, "qlinear_gpu_gemm: built without CUDA\n");
+    return -1;
+}
+#endif

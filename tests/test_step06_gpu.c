@@ -1,0 +1,249 @@
+// test_step06_gpu.c — step06's quantized linear layer on CUDA (qlinear_gpu.h) against the fp32
+// CPU reference linear_q_cpu, on fresh random QWeights (every integer in 0 .. 2^bits - 1, random
+// scales and zero points):
+//   - INT8 and INT4; groups 32, 64, 128 and per channel; symmetric and asymmetric; with and
+//     without act-order (a GPTQ-style g_idx: the groups of a random column permutation);
+//   - row counts that are not multiples of any tile (1, 77, 300, 1037), column counts that are
+//     multiples of the group but not all of 128 (per channel: 200, 520);
+//   - the GEMV with and without bias and accumulate (y += ...), tolerance 1e-4 of max|ref|
+//     (both fp32, summed in a different order);
+//   - the GEMM for T = 1, 2, 7, 16, 33, 64, 100, bf16 and fp16 X (the reference runs on X rounded
+//     the same way), beta 0 and 1, X and Y with row strides wider than the matrix (the columns
+//     past `rows` in each Y row must come back untouched); tolerance ERR_TOL_HALF of max|ref|,
+//     since the tensor-core path rounds the dequantized weights to 16 bits;
+//   - bad arguments refused (dtype, T < 0) and T = 0 a no-op.
+// Every test skips (and says why) without a CUDA device.
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare.h"
+#include "gpu.h"
+#include "rng.h"
+#include "step01_matmul/matmul_gpu.h"  // matmul_round_to_dtype
+#include "step05_paged/paged_attention.h"  // pa_dev_alloc, pa_upload(_as), pa_download, pa_sync
+#include "step06_quant/qlinear_gpu.h"
+#include "step06_quant/quant.h"
+
+#define NEED_GPU()                                                      \
+    GpuInfo gi_;                                                        \
+    if (gpu_info(&gi_) != 0) cr_skip_test("no CUDA device: %s", gi_.reason)
+
+#define TOL_GEMV 1e-4
+#define TOL_GEMM ERR_TOL_HALF
+
+typedef struct {
+    QuantKind kind;
+    int rows, cols, group;  // group -1: per channel
+    int sym, act_order;
+} QCase;
+
+// A random QWeight of case c: every integer equally likely, scales in [0.5, 1.5) * 2^-6 (so
+// outputs are O(1) for uniform(-1, 1) inputs), zero points anywhere in range when asymmetric.
+static void make_qweight(Rng *r, const QCase *c, QWeight *w) {
+    const int group = c->group < 0 ? c->cols : c->group;
+    cr_assert_eq(qweight_alloc(w, c->kind, c->rows, c->cols, group, c->sym), 0);
+    const int maxq = (1 << (int)c->kind) - 1;
+    for (int i = 0; i < c->rows; i++)
+        for (int j = 0; j < c->cols; j++) qweight_set(w, i, j, (int)(rng_u32(r) % (unsigned)(maxq + 1)));
+    const size_t ng = (size_t)c->rows * w->n_groups;
+    for (size_t i = 0; i < ng; i++) w->scales[i] = (0.5f + rng_uniform(r)) / 64.0f;
+    if (!c->sym)
+        for (size_t i = 0; i < ng; i++) w->zeros[i] = (uint8_t)(rng_u32(r) % (unsigned)(maxq + 1));
+    if (c->act_order) {  // GPTQ's desc_act: column perm[k] is the k-th quantized, in group k / group
+        int *perm = malloc((size_t)c->cols * sizeof(int));
+        for (int j = 0; j < c->cols; j++) perm[j] = j;
+        for (int j = c->cols - 1; j > 0; j--) {
+            const int k = (int)(rng_u32(r) % (unsigned)(j + 1)), t = perm[j];
+            perm[j] = perm[k], perm[k] = t;
+        }
+        w->g_idx = malloc((size_t)c->cols * sizeof(int));
+        for (int k = 0; k < c->cols; k++) w->g_idx[perm[k]] = k / group;
+        free(perm);
+    }
+}
+
+static const char *case_str(const QCase *c, char *buf, size_t n) {
+    snprintf(buf, n, "%s %dx%d g%d %s%s", c->kind == QK_INT8 ? "int8" : "int4", c->rows, c->cols, c->group,
+             c->sym ? "sym" : "asym", c->act_order ? " act-order" : "");
+    return buf;
+}
+
+// The cases: each kind x {per channel, groups} x sym/asym x act-order, odd row counts.
+static int all_cases(QCase *out, int max) {
+    static const int shapes[][2] = {{77, 256}, {300, 384}, {1037, 512}, {1, 128}};
+    static const int groups[] = {32, 64, 128, -1};
+    int n = 0;
+    for (int k = 0; k < 2; k++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int sym = 0; sym < 2; sym++)
+                for (int ao = 0; ao < 2; ao++) {
+                    if (ao && groups[gi] < 0) continue;  // act-order needs groups
+                    const int s = (k * 7 + gi * 3 + sym * 2 + ao) % 4;
+                    QCase c = {k ? QK_INT4 : QK_INT8, shapes[s][0], shapes[s][1], groups[gi], sym, ao};
+                    if (n < max) out[n++] = c;
+                }
+    // per channel on column counts that are not multiples of 128
+    const QCase extra[] = {{QK_INT8, 129, 200, -1, 1, 0}, {QK_INT4, 65, 520, -1, 0, 0}, {QK_INT4, 33, 200, -1, 1, 0}};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+        if (n < max) out[n++] = extra[i];
+    return n;
+}
+
+static QLinearGpu *make_layer(const QWeight *w, const char *what) {
+    char err[256] = "";
+    QLinearGpu *q = qlinear_gpu_new(w, err, sizeof err);
+    cr_assert_not_null(q, "%s: qlinear_gpu_new: %s", what, err);
+    cr_assert_eq(qlinear_gpu_rows(q), w->rows, "%s", what);
+    cr_assert_eq(qlinear_gpu_cols(q), w->cols, "%s", what);
+    cr_assert_gt(qlinear_gpu_bytes(q), 0, "%s", what);
+    return q;
+}
+
+Test(step06_gpu, gemv_matches_cpu_reference) {
+    NEED_GPU();
+    QCase cases[64];
+    const int nc = all_cases(cases, 64);
+    Rng r;
+    rng_seed(&r, 611);
+    for (int ci = 0; ci < nc; ci++) {
+        const QCase *c = &cases[ci];
+        char what[160];
+        case_str(c, what, sizeof what);
+        QWeight w;
+        make_qweight(&r, c, &w);
+        QLinearGpu *q = make_layer(&w, what);
+        float *x = rng_new_uniform(&r, (size_t)c->cols, -1, 1), *b = rng_new_uniform(&r, (size_t)c->rows, -1, 1);
+        float *y0 = rng_new_uniform(&r, (size_t)c->rows, -1, 1);
+        float *ref = malloc((size_t)c->rows * sizeof(float)), *y = malloc((size_t)c->rows * sizeof(float));
+        float *dx = pa_dev_alloc((size_t)c->cols * 4), *db = pa_dev_alloc((size_t)c->rows * 4);
+        float *dy = pa_dev_alloc((size_t)c->rows * 4);
+        pa_upload(dx, x, (size_t)c->cols * 4), pa_upload(db, b, (size_t)c->rows * 4);
+        for (int mode = 0; mode < 4; mode++) {  // bit 0: bias, bit 1: accumulate
+            const int use_b = mode & 1, acc = mode >> 1;
+            linear_q_cpu(x, &w, use_b ? b : NULL, 1, ref);
+            if (acc)
+                for (int i = 0; i < c->rows; i++) ref[i] += y0[i];
+            pa_upload(dy, y0, (size_t)c->rows * 4);  // y0 also poisons the non-accumulating case
+            cr_assert_eq(qlinear_gpu_gemv(q, dx, use_b ? db : NULL, dy, acc, NULL), 0, "%s", what);
+            cr_assert_eq(pa_sync(), 0, "%s", what);
+            pa_download(y, dy, (size_t)c->rows * 4);
+            const ErrStats e = compare_f32(y, ref, (size_t)c->rows);
+            cr_expect(e.max_rel < TOL_GEMV, "gemv %s bias %d acc %d: max_rel %.3g (row %zu: %g vs %g) [%s]", what,
+                      use_b, acc, e.max_rel, e.worst, y[e.worst], ref[e.worst], qlinear_gpu_describe(q));
+        }
+        pa_dev_free(dx), pa_dev_free(db), pa_dev_free(dy);
+        free(x), free(b), free(y0), free(ref), free(y);
+        qlinear_gpu_free(q);
+        qweight_free(&w);
+    }
+}
+
+// One GEMM check: T rows of X (dtype dt, row stride cols + 8), Y (row stride rows + 3) preset to
+// random values, beta 0 or 1; the 3 pad columns of each Y row must be untouched.
+static void check_gemm(Rng *r, const QWeight *w, QLinearGpu *q, StDtype dt, int T, float beta, const char *what) {
+    const int rows = w->rows, cols = w->cols, ldx = cols + 8, ldy = rows + 3;
+    float *X = rng_new_uniform(r, (size_t)T * ldx, -1, 1);
+    matmul_round_to_dtype(dt == ST_BF16 ? MM_BF16 : MM_F16, X, (long)T * ldx);
+    float *Xc = malloc((size_t)T * cols * sizeof(float));  // the reference's contiguous copy
+    for (int t = 0; t < T; t++) memcpy(Xc + (size_t)t * cols, X + (size_t)t * ldx, (size_t)cols * sizeof(float));
+    float *Y0 = rng_new_uniform(r, (size_t)T * ldy, -1, 1);
+    float *ref = malloc((size_t)T * rows * sizeof(float)), *Y = malloc((size_t)T * ldy * sizeof(float));
+    float *Yc = malloc((size_t)T * rows * sizeof(float));
+    linear_q_cpu(Xc, w, NULL, T, ref);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < rows; i++) ref[(size_t)t * rows + i] += beta * Y0[(size_t)t * ldy + i];
+    void *dX = pa_dev_alloc((size_t)T * ldx * 2);
+    float *dY = pa_dev_alloc((size_t)T * ldy * 4);
+    pa_upload_as(dt, dX, X, (size_t)T * ldx);
+    pa_upload(dY, Y0, (size_t)T * ldy * 4);
+    cr_assert_eq(qlinear_gpu_gemm(q, dt, T, dX, ldx, dY, ldy, beta, NULL), 0, "%s", what);
+    cr_assert_eq(pa_sync(), 0, "%s", what);
+    pa_download(Y, dY, (size_t)T * ldy * 4);
+    int pad_ok = 1;
+    for (int t = 0; t < T; t++) {
+        memcpy(Yc + (size_t)t * rows, Y + (size_t)t * ldy, (size_t)rows * sizeof(float));
+        for (int i = rows; i < ldy; i++) pad_ok &= Y[(size_t)t * ldy + i] == Y0[(size_t)t * ldy + i];
+    }
+    const ErrStats e = compare_f32(Yc, ref, (size_t)T * rows);
+    cr_expect(e.max_rel < TOL_GEMM, "gemm %s %s T %d beta %g: max_rel %.3g (t %zu row %zu: %g vs %g) [%s]", what,
+              dt == ST_BF16 ? "bf16" : "fp16", T, beta, e.max_rel, e.worst / rows, e.worst % rows, Yc[e.worst],
+              ref[e.worst], qlinear_gpu_describe(q));
+    cr_expect(pad_ok, "gemm %s T %d: wrote past `rows` in a Y row", what, T);
+    pa_dev_free(dX), pa_dev_free(dY);
+    free(X), free(Xc), free(Y0), free(ref), free(Y), free(Yc);
+}
+
+Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
+    NEED_GPU();
+    QCase cases[64];
+    const int nc = all_cases(cases, 64);
+    static const int Ts[] = {1, 2, 7, 16, 33, 64, 100};
+    Rng r;
+    rng_seed(&r, 612);
+    for (int ci = 0; ci < nc; ci++) {
+        const QCase *c = &cases[ci];
+        char what[160];
+        case_str(c, what, sizeof what);
+        QWeight w;
+        make_qweight(&r, c, &w);
+        QLinearGpu *q = make_layer(&w, what);
+        for (int ti = 0; ti < 7; ti++)  // dtype and beta alternate so every pair meets every T
+            check_gemm(&r, &w, q, (ti + ci) % 2 ? ST_F16 : ST_BF16, Ts[ti], (float)((ti / 2 + ci) % 2), what);
+        qlinear_gpu_free(q);
+        qweight_free(&w);
+    }
+}
+
+// The Llama-3.1-8B down_proj shape (4096 x 14336, INT4 g128), the GEMM's main tile path at
+// T = 16 and the GEMV, both dtypes.
+Test(step06_gpu, llama_down_proj_shape) {
+    NEED_GPU();
+    Rng r;
+    rng_seed(&r, 613);
+    const QCase c = {QK_INT4, 4096, 14336, 128, 1, 0};
+    QWeight w;
+    make_qweight(&r, &c, &w);
+    QLinearGpu *q = make_layer(&w, "down_proj");
+    check_gemm(&r, &w, q, ST_BF16, 16, 0.0f, "down_proj int4");
+    check_gemm(&r, &w, q, ST_F16, 64, 1.0f, "down_proj int4");
+    float *x = rng_new_uniform(&r, (size_t)c.cols, -1, 1), *ref = malloc((size_t)c.rows * 4), *y = malloc((size_t)c.rows * 4);
+    float *dx = pa_dev_alloc((size_t)c.cols * 4), *dy = pa_dev_alloc((size_t)c.rows * 4);
+    pa_upload(dx, x, (size_t)c.cols * 4);
+    linear_q_cpu(x, &w, NULL, 1, ref);
+    cr_assert_eq(qlinear_gpu_gemv(q, dx, NULL, dy, 0, NULL), 0);
+    cr_assert_eq(pa_sync(), 0);
+    pa_download(y, dy, (size_t)c.rows * 4);
+    const ErrStats e = compare_f32(y, ref, (size_t)c.rows);
+    cr_expect(e.max_rel < TOL_GEMV, "gemv down_proj: max_rel %.3g", e.max_rel);
+    pa_dev_free(dx), pa_dev_free(dy);
+    free(x), free(ref), free(y);
+    qlinear_gpu_free(q);
+    qweight_free(&w);
+}
+
+Test(step06_gpu, bad_arguments_refused) {
+    NEED_GPU();
+    Rng r;
+    rng_seed(&r, 614);
+    const QCase c = {QK_INT4, 64, 256, 128, 1, 0};
+    QWeight w;
+    make_qweight(&r, &c, &w);
+    QLinearGpu *q = make_layer(&w, "small");
+    void *dX = pa_dev_alloc(4 * 256 * 2);
+    float *dY = pa_dev_alloc(4 * 64 * 4);
+    cr_expect_eq(qlinear_gpu_gemm(q, ST_F32, 4, dX, 256, dY, 64, 0.0f, NULL), -1, "fp32 X must be refused");
+    cr_expect_eq(qlinear_gpu_gemm(q, ST_BF16, -1, dX, 256, dY, 64, 0.0f, NULL), -1, "T < 0 must be refused");
+    cr_expect_eq(qlinear_gpu_gemm(q, ST_BF16, 0, dX, 256, dY, 64, 0.0f, NULL), 0, "T = 0 is a no-op");
+    cr_expect_eq(pa_sync(), 0);
+    pa_dev_free(dX), pa_dev_free(dY);
+    qlinear_gpu_free(q);
+    QWeight bad = w;
+    bad.scales = NULL;
+    char err[256] = "";
+    cr_expect_null(qlinear_gpu_new(&bad, err, sizeof err), "a QWeight without scales must be refused");
+    cr_expect(strlen(err) > 0, "the refusal must say why");
+    qweight_free(&w);
+}
