@@ -1,9 +1,44 @@
-// qlinear_gpu.cu — step06's quantized linear layer on CUDA (contract: qlinear_gpu.h).
-// First version: the QWeight is uploaded as it is (quant.h's layout, g_idx too) and both
-// products dequantize each weight with the one formula (q - z) * s in a plain kernel:
-//   k_gemv_naive  one warp per output row, lanes stride over the columns, a shuffle reduction;
-//   k_gemm_naive  one thread per output element (t, r).
-// Correct on every arch and every QWeight; not fast (the fast kernels replace them).
+// qlinear_gpu.cu — step06's quantized linear layer on CUDA (contract: qlinear_gpu.h; the weight
+// layout, built on the host at load: qlinear_pack.h).
+//
+// Why: at batch 1 (and up to a few dozen rows) a linear layer is bound by the bytes of its
+// weights, so 4-bit weights should take ~1/4 of bf16's time and 8-bit ~1/2, if the kernels
+// stream them as fast as bf16 and the dequantization hides under the loads.
+//
+// Kernels:
+//   k_qgemv4 / k_qgemv8   the GEMV (and, for TB > 1 tokens, the fallback GEMM): INT4 tiles or
+//       INT8 rows streamed with 16-byte __ldcs loads, U of them in flight per lane, dequantized
+//       in registers, fp32 multiply-adds, one scale (and zero) per 32 columns.
+//       INT4: a block of QV_WARPS warps owns one 16-row tile column; its warps take the 64-column
+//       tiles in turn (warp w: tiles w, w + 8, ...), so each warp load is 512 contiguous bytes and
+//       the block reads its rows front to back; a lane's 4 words hold rows n, n + 8 and 16
+//       columns; the 4 lanes of a row and then the 8 warps are summed at the end.
+//       Nibbles become numbers without integer-to-float conversions: (w & 0x000F000F) | 0x64006400
+//       is the fp16 pair (1024 + q0, 1024 + q4), so q - z is one exact fp16 subtraction.
+//       INT8: one warp per row, 16 weights per load; byte b of a word becomes the float 2^23 + q
+//       by one byte permute (__byte_perm with 0x4B000000).
+//       x is read through the read-only L1 path (__ldg): every block on an SM reads the same x,
+//       so L1 serves it once per SM; staging it in each block's shared memory would re-read the
+//       whole vector from L2 per block (256 blocks x 56 KB for a 14336-column layer).
+//   k_qgemm4<X, MT>        the tensor-core GEMM for INT4 on sm_80+: 4 warps x 2 tile columns =
+//       128 output rows per block, MT m16 tiles (up to 64 tokens) per pass, the K range split
+//       over blocks (gridDim.y) when there are too few row blocks to fill the SMs (then the
+//       partial sums go to Y with atomicAdd after Y *= beta). Per 128-column stage: X rows into
+//       shared memory (ldmatrix.x4 gives the A fragments), each lane's weight words arrive in
+//       registers one stage ahead, and one word is dequantized straight into two B fragments:
+//       the 4 masked pairs are (1024 + q) fp16 or (128 + q) bf16, minus (1024 + z) exactly (see
+//       dequant4: bf16 needs a shift per pair, fp16 one per two), times
+//       the group's scale (rounded to 16 bits: the only rounding the weights see), then
+//       mma.sync.m16n8k16 with fp32 accumulation.
+//   fallback GEMM (INT8 weights, and INT4 before sm_80): X gathered to fp32, then the GEMV
+//       kernels over TB = 8 tokens at a time (each weight load feeds 8 tokens).
+//   k_gather              x or X permuted (act-order) and padded to the packed width, into a
+//       scratch the layer owns: made at creation for the GEMV (fp32, kp), grown on the first GEMM
+//       that needs more (do the largest such call once before capturing a CUDA graph); used only
+//       when the columns are permuted or padded, or the input is not aligned for vector loads.
+//   k_qnaive_*            groups that are not multiples of 32 columns: the QWeight as stored,
+//       dequantized one weight at a time (correct, slow).
+// A layer must not be used from two streams at once (the scratch is shared).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -13,19 +48,40 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "step02_attention/forward_gpu.cuh"  // tof, fromf
 #include "step06_quant/qlinear_gpu.h"
+#include "step06_quant/qlinear_pack.h"
+
+#define QV_WARPS 8   // warps per GEMV block
+#define QV_U 4       // 16-byte weight loads in flight per lane
+#define QF_TB 8      // tokens per pass of the fallback GEMM
+#define QG_NB 2      // 16-row tiles per warp in the tensor-core GEMM
+#define QG_SC 2      // 64-column tiles per stage
+#define QG_WARPS 4
 
 struct QLinearGpu {
     QuantKind kind;
-    int rows, cols, group, n_groups, sym;
-    uint8_t *q;      // device: quant.h's layout
-    float *scales;   // (rows, n_groups)
-    uint8_t *zeros;  // (rows, n_groups) or NULL
-    int *g_idx;      // (cols) or NULL
+    int rows, cols, np, kp, gs, ng, sym;
+    int fast;        // 1: the packed layout below; 0: the naive kernels on the QWeight as stored
+    int mma;         // INT4 on sm_80+: the tensor-core GEMM
+    int sms;
+    uint32_t *qw;    // qlinear_pack.h's words
+    float *scales;   // (ng, np)
+    uint8_t *zeros;  // (ng, np) or NULL
+    int *perm;       // (cols) or NULL
+    // the naive path: quant.h's layout
+    uint8_t *q0, *z0;
+    float *s0;
+    int *g0, group0;
     size_t bytes;
-    char desc[96];
+    float *xg;       // (kp) the GEMV's gathered x
+    int gather_x;    // the columns are permuted or padded: x always goes through xg
+    void *scr;       // the GEMM's gathered X
+    size_t scr_bytes;
+    char desc[160];
 };
 
+// ---------------------------------------------------------------- helpers
 template <class T> static cudaError_t upload(T **dst, const T *src, size_t n) {
     *dst = NULL;
     if (!src || n == 0) return cudaSuccess;
@@ -34,48 +90,402 @@ template <class T> static cudaError_t upload(T **dst, const T *src, size_t n) {
     return cudaMemcpy(*dst, src, n * sizeof(T), cudaMemcpyHostToDevice);
 }
 
-extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) {
-    if (!w || (w->kind != QK_INT8 && w->kind != QK_INT4) || w->rows < 1 || w->cols < 1 || w->n_groups < 1 || !w->q ||
-        !w->scales || (!w->sym && !w->zeros)) {
-        snprintf(err, errlen, "qlinear_gpu_new: not a valid QWeight");
-        return NULL;
-    }
-    QLinearGpu *q = (QLinearGpu *)calloc(1, sizeof *q);
-    if (!q) {
-        snprintf(err, errlen, "qlinear_gpu_new: out of host memory");
-        return NULL;
-    }
-    q->kind = w->kind, q->rows = w->rows, q->cols = w->cols, q->group = w->group, q->n_groups = w->n_groups;
-    q->sym = w->sym;
-    const size_t qb = w->kind == QK_INT8 ? (size_t)w->rows * w->cols : (size_t)w->rows * (w->cols / 2);
-    const size_t ng = (size_t)w->rows * w->n_groups;
-    cudaError_t e = upload(&q->q, w->q, qb);
-    if (e == cudaSuccess) e = upload(&q->scales, w->scales, ng);
-    if (e == cudaSuccess && !w->sym) e = upload(&q->zeros, w->zeros, ng);
-    if (e == cudaSuccess && w->g_idx) e = upload(&q->g_idx, w->g_idx, (size_t)w->cols);
-    if (e != cudaSuccess) {
-        snprintf(err, errlen, "qlinear_gpu_new: %s (%d x %d)", cudaGetErrorString(e), w->rows, w->cols);
-        cudaGetLastError();
-        qlinear_gpu_free(q);
-        return NULL;
-    }
-    q->bytes = qb + ng * sizeof(float) + (w->sym ? 0 : ng) + (w->g_idx ? (size_t)w->cols * sizeof(int) : 0);
-    snprintf(q->desc, sizeof q->desc, "%s g%d %s%s, naive kernels", quant_kind_name(w->kind),
-             w->group == w->cols ? -1 : w->group, w->sym ? "sym" : "asym", w->g_idx ? " act-order" : "");
-    return q;
+static int launch_ok(const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return 0;
+    fprintf(stderr, "%s: launch failed: %s\n", what, cudaGetErrorString(e));
+    return -1;
 }
 
-extern "C" void qlinear_gpu_free(QLinearGpu *q) {
-    if (!q) return;
-    cudaFree(q->q), cudaFree(q->scales), cudaFree(q->zeros), cudaFree(q->g_idx);
-    free(q);
+__device__ __forceinline__ float2 h2f(uint32_t u) {
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return __half22float2(h);
 }
-extern "C" size_t qlinear_gpu_bytes(const QLinearGpu *q) { return q ? q->bytes : 0; }
-extern "C" int qlinear_gpu_rows(const QLinearGpu *q) { return q ? q->rows : 0; }
-extern "C" int qlinear_gpu_cols(const QLinearGpu *q) { return q ? q->cols : 0; }
-extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q->desc : "(null)"; }
+__device__ __forceinline__ uint32_t h2u(__half2 h) {
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+__device__ __forceinline__ __half2 u2h(uint32_t u) {
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return h;
+}
 
-// The weight (r, c) dequantized, as quant.c's dequant_row.
+// ---------------------------------------------------------------- GEMV (and fallback GEMM)
+// Y[t][row] = sum_k W[row][k] x_t[k] (+ bias[row]) (+ beta * Y[t][row] when beta != 0), for the
+// tokens t0 .. t0 + TB - 1 < T of x (T, ldxf) fp32, padded to kp with zeros (and permuted).
+template <int TB, int U>
+__global__ void __launch_bounds__(QV_WARPS * 32)
+    k_qgemv4(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros,
+             int np, int kp, int gs, int ng, int rows, const float *__restrict__ x, int ldxf, int T,
+             const float *__restrict__ bias, float *Y, int ldy, float beta) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nb = blockIdx.x, t0 = blockIdx.y * TB, nk = kp / 64;
+    const int n_lo = nb * 16 + lane / 4, n_hi = n_lo + 8, kl = 2 * (lane % 4);
+    const uint4 *wp = qw + (size_t)nb * nk * 32 + lane;
+    const float *xr[TB];
+#pragma unroll
+    for (int t = 0; t < TB; t++) xr[t] = x + (size_t)min(t0 + t, T - 1) * ldxf;  // clamp: read, not written
+    float acc_lo[TB], acc_hi[TB];
+#pragma unroll
+    for (int t = 0; t < TB; t++) acc_lo[t] = acc_hi[t] = 0.0f;
+    const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+    for (int kc0 = warp; kc0 < nk; kc0 += QV_WARPS * U) {
+        uint4 wv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int kc = kc0 + QV_WARPS * u;
+            wv[u] = kc < nk ? __ldcs(wp + (size_t)kc * 32) : make_uint4(0, 0, 0, 0);  // streamed once
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int kc = kc0 + QV_WARPS * u;
+            if (kc >= nk) break;  // the same for the whole warp
+#pragma unroll
+            for (int h = 0; h < 2; h++) {  // two 32-column halves, each inside one group
+                const int col = kc * 64 + 32 * h, g = min(col / gs, ng - 1);
+                const float s_lo = __ldg(scales + (size_t)g * np + n_lo), s_hi = __ldg(scales + (size_t)g * np + n_hi);
+                const float z_lo = zeros ? (float)__ldg(zeros + (size_t)g * np + n_lo) : 8.0f;
+                const float z_hi = zeros ? (float)__ldg(zeros + (size_t)g * np + n_hi) : 8.0f;
+                const __half2 za_lo = __float2half2_rn(1024.0f + z_lo), zb_lo = __float2half2_rn(-64.0f - z_lo);
+                const __half2 za_hi = __float2half2_rn(1024.0f + z_hi), zb_hi = __float2half2_rn(-64.0f - z_hi);
+                float p_lo[TB], p_hi[TB];
+#pragma unroll
+                for (int t = 0; t < TB; t++) p_lo[t] = p_hi[t] = 0.0f;
+#pragma unroll
+                for (int i2 = 0; i2 < 2; i2++) {
+                    const uint32_t wd = h == 0 ? (i2 == 0 ? wv[u].x : wv[u].y) : (i2 == 0 ? wv[u].z : wv[u].w);
+                    const uint32_t w2 = wd >> 8;
+                    // q - z, exact in fp16: (k, k+1) and (k+8, k+9) of row n_lo, then of n_hi
+                    const float2 qa = h2f(h2u(__hsub2(u2h((wd & 0x000F000Fu) | 0x64006400u), za_lo)));
+                    const float2 qb = h2f(h2u(__hfma2(u2h((wd & 0x00F000F0u) | 0x64006400u), sixteenth, zb_lo)));
+                    const float2 qc = h2f(h2u(__hsub2(u2h((w2 & 0x000F000Fu) | 0x64006400u), za_hi)));
+                    const float2 qd = h2f(h2u(__hfma2(u2h((w2 & 0x00F000F0u) | 0x64006400u), sixteenth, zb_hi)));
+                    const int k = col + 16 * i2 + kl;
+#pragma unroll
+                    for (int t = 0; t < TB; t++) {
+                        const float2 xa = __ldg((const float2 *)(xr[t] + k)), xb = __ldg((const float2 *)(xr[t] + k + 8));
+                        p_lo[t] = fmaf(qa.x, xa.x, fmaf(qa.y, xa.y, fmaf(qb.x, xb.x, fmaf(qb.y, xb.y, p_lo[t]))));
+                        p_hi[t] = fmaf(qc.x, xa.x, fmaf(qc.y, xa.y, fmaf(qd.x, xb.x, fmaf(qd.y, xb.y, p_hi[t]))));
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < TB; t++) acc_lo[t] = fmaf(s_lo, p_lo[t], acc_lo[t]), acc_hi[t] = fmaf(s_hi, p_hi[t], acc_hi[t]);
+            }
+        }
+    }
+    __shared__ float red[QV_WARPS][TB][16];
+#pragma unroll
+    for (int t = 0; t < TB; t++) {
+        float lo = acc_lo[t], hi = acc_hi[t];
+        lo += __shfl_xor_sync(0xffffffffu, lo, 1), hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+        lo += __shfl_xor_sync(0xffffffffu, lo, 2), hi += __shfl_xor_sync(0xffffffffu, hi, 2);
+        if (lane % 4 == 0) red[warp][t][lane / 4] = lo, red[warp][t][lane / 4 + 8] = hi;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < TB * 16; idx += blockDim.x) {
+        const int t = idx / 16, r = idx % 16, row = nb * 16 + r, tok = t0 + t;
+        if (row >= rows || tok >= T) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < QV_WARPS; w++) v += red[w][t][r];
+        float *out = Y + (size_t)tok * ldy + row;
+        v += bias ? bias[row] : 0.0f;
+        if (beta != 0.0f) v += beta * *out;
+        *out = v;
+    }
+}
+
+// INT8: one warp per row (QV_WARPS rows per block); lane loads 16 weights of the row.
+template <int TB, int U>
+__global__ void __launch_bounds__(QV_WARPS * 32)
+    k_qgemv8(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros,
+             int np, int kp, int gs, int ng, int rows, const float *__restrict__ x, int ldxf, int T,
+             const float *__restrict__ bias, float *Y, int ldy, float beta) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * QV_WARPS + (threadIdx.x >> 5), t0 = blockIdx.y * TB;
+    if (row >= rows) return;
+    const int nv = kp / 16;  // 16-byte pieces per row
+    const uint4 *wp = qw + (size_t)row * nv;
+    const float *xr[TB];
+#pragma unroll
+    for (int t = 0; t < TB; t++) xr[t] = x + (size_t)min(t0 + t, T - 1) * ldxf;
+    float acc[TB];
+#pragma unroll
+    for (int t = 0; t < TB; t++) acc[t] = 0.0f;
+    for (int c0 = lane; c0 < nv; c0 += 32 * U) {
+        uint4 wv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + 32 * u;
+            wv[u] = c < nv ? __ldcs(wp + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + 32 * u;
+            if (c >= nv) break;
+            const int g = min(c * 16 / gs, ng - 1);
+            const float s = __ldg(scales + (size_t)g * np + row);
+            const float zoff = 8388608.0f + (zeros ? (float)__ldg(zeros + (size_t)g * np + row) : 128.0f);
+            float q[16];
+            const uint32_t wd[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+#pragma unroll
+            for (int i = 0; i < 16; i++)  // 2^23 + q, exactly, minus 2^23 + z: q - z
+                q[i] = __int_as_float((int)__byte_perm(wd[i / 4], 0x4B000000u, 0x7650u | (i % 4))) - zoff;
+#pragma unroll
+            for (int t = 0; t < TB; t++) {
+                float p = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 16; i += 4) {
+                    const float4 xv = __ldg((const float4 *)(xr[t] + (size_t)c * 16 + i));
+                    p = fmaf(q[i], xv.x, fmaf(q[i + 1], xv.y, fmaf(q[i + 2], xv.z, fmaf(q[i + 3], xv.w, p))));
+                }
+                acc[t] = fmaf(s, p, acc[t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < TB; t++) {
+        float v = acc[t];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        const int tok = t0 + t;
+        if (lane == 0 && tok < T) {
+            float *out = Y + (size_t)tok * ldy + row;
+            v += bias ? bias[row] : 0.0f;
+            if (beta != 0.0f) v += beta * *out;
+            *out = v;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- tensor-core GEMM (INT4, sm_80+)
+template <class X> struct Q16;
+template <> struct Q16<__half> {
+    static constexpr uint32_t MAGIC = 0x64006400u;  // fp16 1024: 1024 + q is exact
+    static constexpr float LO = 1024.0f, HI = 64.0f;
+};
+template <> struct Q16<__nv_bfloat16> {
+    static constexpr uint32_t MAGIC = 0x43004300u;  // bf16 128: 128 + q is exact (q at bits 0..3)
+    static constexpr float LO = 128.0f, HI = 8.0f;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ uint32_t x2_of(__half, float v) { return h2u(__float2half2_rn(v)); }
+__device__ __forceinline__ uint32_t x2_of(__nv_bfloat16, float v) {
+    __nv_bfloat162 b = __float2bfloat162_rn(v);
+    uint32_t u;
+    memcpy(&u, &b, 4);
+    return u;
+}
+// (pair - zo) * s and (pair / 16 - zh) * s, in the X type's packed arithmetic.
+__device__ __forceinline__ uint32_t dq_lo(__half, uint32_t p, uint32_t zo, uint32_t s) {
+    return h2u(__hmul2(__hsub2(u2h(p), u2h(zo)), u2h(s)));
+}
+__device__ __forceinline__ uint32_t dq_hi(__half, uint32_t p, uint32_t zh, uint32_t s) {
+    return h2u(__hmul2(__hfma2(u2h(p), __float2half2_rn(1.0f / 16.0f), u2h(zh)), u2h(s)));
+}
+__device__ __forceinline__ __nv_bfloat162 u2b(uint32_t u) {
+    __nv_bfloat162 b;
+    memcpy(&b, &u, 4);
+    return b;
+}
+__device__ __forceinline__ uint32_t b2u(__nv_bfloat162 b) {
+    uint32_t u;
+    memcpy(&u, &b, 4);
+    return u;
+}
+__device__ __forceinline__ uint32_t dq_lo(__nv_bfloat16, uint32_t p, uint32_t zo, uint32_t s) {
+    return b2u(__hmul2(__hsub2(u2b(p), u2b(zo)), u2b(s)));
+}
+// One word -> the B fragments of rows 0..7 (b0, b1) and 8..15 (b2, b3), scaled. fp16: the pairs
+// (w & 0x000F000F) and (w & 0x00F000F0), then of w >> 8 (a nibble at bits 4..7 is 16 q, still
+// inside fp16's 10 mantissa bits). bf16 has 7 mantissa bits, so bit 7 is the exponent's: every
+// pair is taken at bits 0..3 (w, w >> 4, w >> 8, w >> 12).
+__device__ __forceinline__ void dequant4(__half t, uint32_t wd, const uint32_t *zo, const uint32_t *zh,
+                                         const uint32_t *sc, uint32_t &b0, uint32_t &b1, uint32_t &b2, uint32_t &b3) {
+    const uint32_t w2 = wd >> 8, M = Q16<__half>::MAGIC;
+    b0 = dq_lo(t, (wd & 0x000F000Fu) | M, zo[0], sc[0]);
+    b1 = dq_hi(t, (wd & 0x00F000F0u) | M, zh[0], sc[0]);
+    b2 = dq_lo(t, (w2 & 0x000F000Fu) | M, zo[1], sc[1]);
+    b3 = dq_hi(t, (w2 & 0x00F000F0u) | M, zh[1], sc[1]);
+}
+__device__ __forceinline__ void dequant4(__nv_bfloat16 t, uint32_t wd, const uint32_t *zo, const uint32_t *zh,
+                                         const uint32_t *sc, uint32_t &b0, uint32_t &b1, uint32_t &b2, uint32_t &b3) {
+    const uint32_t M = Q16<__nv_bfloat16>::MAGIC;
+    (void)zh;
+    b0 = dq_lo(t, (wd & 0x000F000Fu) | M, zo[0], sc[0]);
+    b1 = dq_lo(t, ((wd >> 4) & 0x000F000Fu) | M, zo[0], sc[0]);
+    b2 = dq_lo(t, ((wd >> 8) & 0x000F000Fu) | M, zo[1], sc[1]);
+    b3 = dq_lo(t, ((wd >> 12) & 0x000F000Fu) | M, zo[1], sc[1]);
+}
+__device__ __forceinline__ void mma16816(__half, float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma16816(__nv_bfloat16, float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t *a, const void *smem) {
+    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr));
+}
+#endif
+
+#define QG_KS (QG_SC * 64)  // columns per stage
+#define QG_LDS (QG_KS + 8)  // shared row stride (elements): 272 bytes, so ldmatrix rows hit distinct banks
+
+// Y (T, ldy) = A (T, lda; kp valid columns, 16-byte aligned rows) W^T (+ beta Y); blockIdx.x: 128
+// rows, blockIdx.y: the K split (of nsplit), blockIdx.z: 64-token pass. nsplit > 1: atomicAdd
+// into a Y already scaled by beta.
+template <class X, int MT>
+__global__ void __launch_bounds__(QG_WARPS * 32)
+    k_qgemm4(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros, int np,
+             int kp, int gs, int ng, int rows, const X *__restrict__ A, int lda, int T, float *Y, int ldy, float beta,
+             int nsplit) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    __shared__ __align__(16) X As[MT * 16][QG_LDS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nk = kp / 64, ntile = np / 16;
+    const int per = (nk + nsplit - 1) / nsplit, kc_begin = blockIdx.y * per, kc_end = min(nk, kc_begin + per);
+    const int tok0 = blockIdx.z * 64;
+    int nb[QG_NB];
+    bool nb_ok[QG_NB];
+#pragma unroll
+    for (int j = 0; j < QG_NB; j++) nb[j] = (blockIdx.x * QG_WARPS + warp) * QG_NB + j, nb_ok[j] = nb[j] < ntile;
+    float acc[MT][QG_NB][2][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < QG_NB; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[m][j][h][e] = 0.0f;
+    uint4 wcur[QG_SC][QG_NB], wnext[QG_SC][QG_NB];
+    auto load_w = [&](uint4 (&w)[QG_SC][QG_NB], int kc_stage) {
+#pragma unroll
+        for (int s = 0; s < QG_SC; s++)
+#pragma unroll
+            for (int j = 0; j < QG_NB; j++) {
+                const int kc = kc_stage + s;
+                w[s][j] = nb_ok[j] && kc < kc_end ? __ldcs(qw + ((size_t)nb[j] * nk + kc) * 32 + lane)
+                                                  : make_uint4(0, 0, 0, 0);
+            }
+    };
+    if (kc_begin < kc_end) load_w(wcur, kc_begin);
+    const X xzero = fromf<X>(0.0f);
+    for (int kcs = kc_begin; kcs < kc_end; kcs += QG_SC) {
+        if (kcs + QG_SC < kc_end) load_w(wnext, kcs + QG_SC);  // the next stage's weights, in flight now
+        __syncthreads();  // the previous stage's A is no longer read
+        for (int i = threadIdx.x; i < MT * 16 * (QG_KS / 8); i += QG_WARPS * 32) {
+            const int m = i / (QG_KS / 8), c8 = (i % (QG_KS / 8)) * 8, tok = tok0 + m, col = kcs * 64 + c8;
+            uint4 v;
+            if (tok < T && col < kp) v = __ldg((const uint4 *)(A + (size_t)tok * lda + col));
+            else {
+                X z8[8];
+                for (int e = 0; e < 8; e++) z8[e] = xzero;
+                memcpy(&v, z8, 16);
+            }
+            *(uint4 *)&As[m][c8] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int s = 0; s < QG_SC; s++) {
+            const int kc = kcs + s;
+            if (kc >= kc_end) break;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {  // 32-column halves: one group each
+                const int g = min((kc * 64 + 32 * h) / gs, ng - 1);
+                uint32_t sc[QG_NB][2], zo[QG_NB][2], zh[QG_NB][2];
+#pragma unroll
+                for (int j = 0; j < QG_NB; j++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int n = min(nb[j], ntile - 1) * 16 + lane / 4 + 8 * r;
+                        const float z = zeros ? (float)__ldg(zeros + (size_t)g * np + n) : 8.0f;
+                        sc[j][r] = x2_of(xzero, __ldg(scales + (size_t)g * np + n));
+                        zo[j][r] = x2_of(xzero, Q16<X>::LO + z);
+                        zh[j][r] = x2_of(xzero, -(Q16<X>::HI + z));
+                    }
+#pragma unroll
+                for (int i2 = 0; i2 < 2; i2++) {
+                    const int i = 2 * h + i2;  // the 16-column slice of the tile
+                    uint32_t a[MT][4];
+#pragma unroll
+                    for (int m = 0; m < MT; m++) ldmatrix_x4(a[m], &As[m * 16 + (lane % 16)][s * 64 + i * 16 + (lane / 16) * 8]);
+#pragma unroll
+                    for (int j = 0; j < QG_NB; j++) {
+                        const uint32_t wd = i == 0 ? wcur[s][j].x : i == 1 ? wcur[s][j].y : i == 2 ? wcur[s][j].z : wcur[s][j].w;
+                        uint32_t b0, b1, b2, b3;
+                        dequant4(xzero, wd, zo[j], zh[j], sc[j], b0, b1, b2, b3);
+#pragma unroll
+                        for (int m = 0; m < MT; m++) {
+                            mma16816(xzero, acc[m][j][0], a[m], b0, b1);
+                            mma16816(xzero, acc[m][j][1], a[m], b2, b3);
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < QG_SC; s++)
+#pragma unroll
+            for (int j = 0; j < QG_NB; j++) wcur[s][j] = wnext[s][j];
+    }
+    // C fragment: c0, c1 = (token lane/4, rows 2(lane%4), +1), c2, c3 = token + 8
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < QG_NB; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int tok = tok0 + m * 16 + lane / 4 + 8 * (e / 2);
+                    const int row = nb[j] * 16 + 8 * h + 2 * (lane % 4) + (e % 2);
+                    if (!nb_ok[j] || tok >= T || row >= rows) continue;
+                    float *out = Y + (size_t)tok * ldy + row;
+                    if (nsplit > 1) atomicAdd(out, acc[m][j][h][e]);
+                    else *out = acc[m][j][h][e] + (beta != 0.0f ? beta * *out : 0.0f);
+                }
+#endif
+}
+
+// Y (T rows of `rows`, ldy) *= beta (= 0 when beta == 0: Y may hold anything).
+__global__ void k_scale_y(float *Y, int ldy, int T, int rows, float beta) {
+    const size_t n = (size_t)T * rows;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float *p = Y + (i / rows) * ldy + i % rows;
+        *p = beta != 0.0f ? beta * *p : 0.0f;
+    }
+}
+
+// Xo (T, kp) = X (T, ldx) with packed column j = input column perm[j] (or j), zero past cols.
+template <class I, class O>
+__global__ void k_gather(const I *__restrict__ X, int ldx, int T, const int *__restrict__ perm, int cols, int kp, O *Xo) {
+    const size_t n = (size_t)T * kp;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const int t = (int)(i / kp), j = (int)(i % kp);
+        Xo[i] = fromf<O>(j < cols ? tof(X[(size_t)t * ldx + (perm ? perm[j] : j)]) : 0.0f);
+    }
+}
+template <class I, class O>
+static void gather(const I *X, int ldx, int T, const int *perm, int cols, int kp, O *Xo, cudaStream_t s) {
+    const size_t n = (size_t)T * kp;
+    const int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    k_gather<I, O><<<blocks, 256, 0, s>>>(X, ldx, T, perm, cols, kp, Xo);
+}
+
+// ---------------------------------------------------------------- naive path (any group)
 struct QView {
     int kind, rows, cols, group, n_groups, sym;
     const uint8_t *q;
@@ -83,6 +493,7 @@ struct QView {
     const uint8_t *zeros;
     const int *g_idx;
 };
+// The weight (r, c) dequantized, as quant.c's dequant_row.
 __device__ __forceinline__ float dq(const QView &v, int r, int c) {
     const int g = v.g_idx ? v.g_idx[c] : c / v.group;
     int qi;
@@ -95,8 +506,7 @@ __device__ __forceinline__ float dq(const QView &v, int r, int c) {
     const float z = v.sym ? (float)(1 << (v.kind - 1)) : (float)v.zeros[sg];
     return ((float)qi - z) * v.scales[sg];
 }
-
-__global__ void k_gemv_naive(QView v, const float *__restrict__ x, const float *__restrict__ b, float *y, int acc) {
+__global__ void k_qnaive_gemv(QView v, const float *__restrict__ x, const float *__restrict__ b, float *y, int acc) {
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (row >= v.rows) return;
     float s = 0.0f;
@@ -104,12 +514,8 @@ __global__ void k_gemv_naive(QView v, const float *__restrict__ x, const float *
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) y[row] = s + (b ? b[row] : 0.0f) + (acc ? y[row] : 0.0f);
 }
-
-__device__ __forceinline__ float tof(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float tof(__half v) { return __half2float(v); }
-
 template <class X>
-__global__ void k_gemm_naive(QView v, int T, const X *__restrict__ Xm, int ldx, float *Y, int ldy, float beta) {
+__global__ void k_qnaive_gemm(QView v, int T, const X *__restrict__ Xm, int ldx, float *Y, int ldy, float beta) {
     const int r = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (r >= v.rows || t >= T) return;
     const X *x = Xm + (size_t)t * ldx;
@@ -118,39 +524,204 @@ __global__ void k_gemm_naive(QView v, int T, const X *__restrict__ Xm, int ldx, 
     float *yo = Y + (size_t)t * ldy + r;
     *yo = beta == 0.0f ? s : s + beta * *yo;
 }
-
 static QView view(const QLinearGpu *q) {
-    QView v = {(int)q->kind, q->rows, q->cols, q->group, q->n_groups, q->sym, q->q, q->scales, q->zeros, q->g_idx};
+    QView v = {(int)q->kind, q->rows, q->cols, q->group0, q->ng, q->sym, q->q0, q->s0, q->z0, q->g0};
     return v;
 }
 
-static int launch_ok(const char *what) {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return 0;
-    fprintf(stderr, "%s: launch failed: %s\n", what, cudaGetErrorString(e));
-    return -1;
+// ---------------------------------------------------------------- the API
+extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) {
+    if (!w || (w->kind != QK_INT8 && w->kind != QK_INT4) || w->rows < 1 || w->cols < 1 || w->n_groups < 1 || !w->q ||
+        !w->scales || (!w->sym && !w->zeros)) {
+        snprintf(err, errlen, "qlinear_gpu_new: not a valid QWeight");
+        return NULL;
+    }
+    int dev = 0, major = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, errlen, "qlinear_gpu_new: no CUDA device");
+        return NULL;
+    }
+    QLinearGpu *q = (QLinearGpu *)calloc(1, sizeof *q);
+    if (!q) {
+        snprintf(err, errlen, "qlinear_gpu_new: out of host memory");
+        return NULL;
+    }
+    q->kind = w->kind, q->rows = w->rows, q->cols = w->cols, q->ng = w->n_groups, q->sym = w->sym;
+    q->sms = sms;
+    char why[160] = "";
+    QPacked p;
+    cudaError_t e = cudaSuccess;
+    const char *gname = w->n_groups == 1 ? "per-channel" : "g";
+    char gbuf[32];
+    if (w->n_groups == 1) snprintf(gbuf, sizeof gbuf, "%s", gname);
+    else snprintf(gbuf, sizeof gbuf, "g%d", w->g_idx ? w->cols / w->n_groups : w->group);
+    if (qpack_supported(w, why, sizeof why)) {
+        if (qpack(w, &p, err, errlen) != 0) {
+            free(q);
+            return NULL;
+        }
+        q->fast = 1, q->np = p.np, q->kp = p.kp, q->gs = p.gs;
+        q->mma = w->kind == QK_INT4 && major >= 8;
+        const size_t ngp = (size_t)p.ng * p.np;
+        e = upload(&q->qw, p.qw, p.n_words);
+        if (e == cudaSuccess) e = upload(&q->scales, p.scales, ngp);
+        if (e == cudaSuccess && p.zeros) e = upload(&q->zeros, p.zeros, ngp);
+        if (e == cudaSuccess && p.perm) e = upload(&q->perm, p.perm, (size_t)w->cols);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&q->xg, (size_t)p.kp * sizeof(float));
+        q->gather_x = p.perm || p.kp != p.cols;
+        q->bytes = p.n_words * 4 + ngp * sizeof(float) + (p.zeros ? ngp : 0) + (p.perm ? (size_t)w->cols * sizeof(int) : 0);
+        qpack_free(&p);
+        snprintf(q->desc, sizeof q->desc, "%s %s %s%s: %s, tiled GEMV", quant_kind_name(w->kind), gbuf,
+                 w->sym ? "sym" : "asym", w->g_idx ? " act-order" : "",
+                 q->mma ? "tensor-core GEMM (mma.sync m16n8k16)" : "SIMT GEMM (8 tokens a pass)");
+    } else {  // the naive kernels on the QWeight as stored
+        const size_t qb = w->kind == QK_INT8 ? (size_t)w->rows * w->cols : (size_t)w->rows * (w->cols / 2);
+        const size_t ng = (size_t)w->rows * w->n_groups;
+        q->group0 = w->group;
+        e = upload(&q->q0, w->q, qb);
+        if (e == cudaSuccess) e = upload(&q->s0, w->scales, ng);
+        if (e == cudaSuccess && !w->sym) e = upload(&q->z0, w->zeros, ng);
+        if (e == cudaSuccess && w->g_idx) e = upload(&q->g0, w->g_idx, (size_t)w->cols);
+        q->bytes = qb + ng * sizeof(float) + (w->sym ? 0 : ng) + (w->g_idx ? (size_t)w->cols * sizeof(int) : 0);
+        snprintf(q->desc, sizeof q->desc, "%s %s %s%s: naive kernels (%s)", quant_kind_name(w->kind), gbuf,
+                 w->sym ? "sym" : "asym", w->g_idx ? " act-order" : "", why);
+    }
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "qlinear_gpu_new: %s (%d x %d)", cudaGetErrorString(e), w->rows, w->cols);
+        cudaGetLastError();
+        qlinear_gpu_free(q);
+        return NULL;
+    }
+    return q;
+}
+
+extern "C" void qlinear_gpu_free(QLinearGpu *q) {
+    if (!q) return;
+    cudaFree(q->qw), cudaFree(q->scales), cudaFree(q->zeros), cudaFree(q->perm);
+    cudaFree(q->q0), cudaFree(q->s0), cudaFree(q->z0), cudaFree(q->g0);
+    cudaFree(q->xg), cudaFree(q->scr);
+    free(q);
+}
+extern "C" size_t qlinear_gpu_bytes(const QLinearGpu *q) { return q ? q->bytes : 0; }
+extern "C" int qlinear_gpu_rows(const QLinearGpu *q) { return q ? q->rows : 0; }
+extern "C" int qlinear_gpu_cols(const QLinearGpu *q) { return q ? q->cols : 0; }
+extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q->desc : "(null)"; }
+
+// The GEMV/fallback launch over T tokens of xf (T, ldxf) fp32 (kp wide, zero-padded).
+static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, const float *bias, float *Y, int ldy,
+                        float beta, cudaStream_t s) {
+    const uint4 *w = (const uint4 *)q->qw;
+    if (T == 1) {
+        if (q->kind == QK_INT4)
+            k_qgemv4<1, QV_U><<<q->np / 16, QV_WARPS * 32, 0, s>>>(w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng,
+                                                                  q->rows, xf, ldxf, 1, bias, Y, ldy, beta);
+        else
+            k_qgemv8<1, QV_U><<<(q->rows + QV_WARPS - 1) / QV_WARPS, QV_WARPS * 32, 0, s>>>(
+                w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows, xf, ldxf, 1, bias, Y, ldy, beta);
+        return;
+    }
+    const int passes = (T + QF_TB - 1) / QF_TB;
+    if (q->kind == QK_INT4)
+        k_qgemv4<QF_TB, 2><<<dim3(q->np / 16, passes), QV_WARPS * 32, 0, s>>>(
+            w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows, xf, ldxf, T, bias, Y, ldy, beta);
+    else
+        k_qgemv8<QF_TB, 2><<<dim3((q->rows + QV_WARPS - 1) / QV_WARPS, passes), QV_WARPS * 32, 0, s>>>(
+            w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows, xf, ldxf, T, bias, Y, ldy, beta);
 }
 
 extern "C" int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float *bias, float *y, int acc,
                                 void *stream) {
     if (!q || !x || !y) return -1;
-    const int warps = 8;
-    k_gemv_naive<<<(q->rows + warps - 1) / warps, warps * 32, 0, (cudaStream_t)stream>>>(view(q), x, bias, y, acc);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (!q->fast) {
+        k_qnaive_gemv<<<(q->rows + 7) / 8, 256, 0, s>>>(view(q), x, bias, y, acc);
+        return launch_ok("qlinear_gpu_gemv");
+    }
+    const float *xs = x;
+    if (q->gather_x || ((uintptr_t)x & 15)) {  // permuted, padded, or not aligned for 16-byte loads
+        gather<float, float>(x, q->cols, 1, q->perm, q->cols, q->kp, q->xg, s);
+        xs = q->xg;
+    }
+    launch_simt(q, xs, q->kp, 1, bias, y, q->rows, acc ? 1.0f : 0.0f, s);
     return launch_ok("qlinear_gpu_gemv");
+}
+
+// The layer's GEMM scratch, at least `bytes` (grown: synchronizes `s` first, so do the largest
+// call once before capturing a CUDA graph).
+static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) {
+    if (q->scr_bytes >= bytes) return q->scr;
+    if (q->scr) {
+        if (cudaStreamSynchronize(s) != cudaSuccess) return NULL;
+        cudaFree(q->scr);
+    }
+    q->scr = NULL, q->scr_bytes = 0;
+    if (cudaMalloc(&q->scr, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        q->scr = NULL;
+        fprintf(stderr, "qlinear_gpu_gemm: out of device memory for a %zu-byte scratch\n", bytes);
+        return NULL;
+    }
+    q->scr_bytes = bytes;
+    return q->scr;
+}
+
+template <class X>
+static int gemm_t(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy, float beta, cudaStream_t s) {
+    if (!q->fast) {
+        k_qnaive_gemm<X><<<dim3((q->rows + 127) / 128, T), 128, 0, s>>>(view(q), T, Xm, ldx, Y, ldy, beta);
+        return launch_ok("qlinear_gpu_gemm");
+    }
+    if (!q->mma) {  // fallback: X gathered to fp32, then the SIMT kernels 8 tokens a pass
+        float *xf = (float *)scratch(q, (size_t)T * q->kp * sizeof(float), s);
+        if (!xf) return -1;
+        gather<X, float>(Xm, ldx, T, q->perm, q->cols, q->kp, xf, s);
+        launch_simt(q, xf, q->kp, T, NULL, Y, ldy, beta, s);
+        return launch_ok("qlinear_gpu_gemm");
+    }
+    const X *A = Xm;
+    int lda = ldx;
+    if (q->perm || q->kp != q->cols || ldx % 8 != 0 || ((uintptr_t)Xm & 15)) {
+        X *xa = (X *)scratch(q, (size_t)T * q->kp * sizeof(X), s);
+        if (!xa) return -1;
+        gather<X, X>(Xm, ldx, T, q->perm, q->cols, q->kp, xa, s);
+        A = xa, lda = q->kp;
+    }
+    const int MT = T >= 64 ? 4 : (T + 15) / 16, passes = (T + 63) / 64, nk = q->kp / 64;
+    const int bx = (q->np / 16 + QG_WARPS * QG_NB - 1) / (QG_WARPS * QG_NB);
+    int nsplit = (2 * q->sms + bx * passes - 1) / (bx * passes);  // about two blocks per SM
+    nsplit = nsplit < 1 ? 1 : nsplit > nk / 4 ? (nk / 4 > 0 ? nk / 4 : 1) : nsplit;  // >= 4 tiles (256 columns) each
+    if (nsplit > 1) {
+        k_scale_y<<<q->sms * 4, 256, 0, s>>>(Y, ldy, T, q->rows, beta);
+        if (launch_ok("qlinear_gpu_gemm") != 0) return -1;
+    }
+    const dim3 grid(bx, nsplit, passes);
+    const uint4 *w = (const uint4 *)q->qw;
+#define QG_LAUNCH(mt)                                                                                                  \
+    k_qgemm4<X, mt><<<grid, QG_WARPS * 32, 0, s>>>(w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows, A, lda, \
+                                                   T, Y, ldy, beta, nsplit)
+    switch (MT) {
+    case 1: QG_LAUNCH(1); break;
+    case 2: QG_LAUNCH(2); break;
+    case 3: QG_LAUNCH(3); break;
+    default: QG_LAUNCH(4); break;
+    }
+#undef QG_LAUNCH
+    return launch_ok("qlinear_gpu_gemm");
 }
 
 extern "C" int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy,
                                 float beta, void *stream) {
-    if (!q || !X || !Y || T < 0 || ldx < q->cols || ldy < q->rows) return -1;
+    if (!q || T < 0 || (T > 0 && (!X || !Y || ldx < q->cols || ldy < q->rows))) return -1;
     if (xdt != ST_BF16 && xdt != ST_F16) {
         fprintf(stderr, "qlinear_gpu_gemm: X must be bf16 or fp16\n");
         return -1;
     }
     if (T == 0) return 0;
-    const dim3 grid((q->rows + 127) / 128, T);
-    if (xdt == ST_BF16)
-        k_gemm_naive<<<grid, 128, 0, (cudaStream_t)stream>>>(view(q), T, (const __nv_bfloat16 *)X, ldx, Y, ldy, beta);
-    else
-        k_gemm_naive<<<grid, 128, 0, (cudaStream_t)stream>>>(view(q), T, (const __half *)X, ldx, Y, ldy, beta);
-    return launch_ok("qlinear_gpu_gemm");
+    QLinearGpu *qm = (QLinearGpu *)q;  // only the scratch changes
+    cudaStream_t s = (cudaStream_t)stream;
+    if (xdt == ST_BF16) return gemm_t<__nv_bfloat16>(qm, T, (const __nv_bfloat16 *)X, ldx, Y, ldy, beta, s);
+    return gemm_t<__half>(qm, T, (const __half *)X, ldx, Y, ldy, beta, s);
 }
