@@ -64,6 +64,7 @@ struct QLinearGpu {
     int rows, cols, np, kp, gs, ng, sym;
     int fast;        // 1: the packed layout below; 0: the naive kernels on the QWeight as stored
     int mma;         // INT4 on sm_80+: the tensor-core GEMM
+    int mma_ok;      // the device and kind allow it (qlinear_gpu_set_gemm_path can turn it off)
     int sms;
     uint32_t *qw;    // qlinear_pack.h's words
     float *scales;   // (ng, np)
@@ -78,8 +79,13 @@ struct QLinearGpu {
     int gather_x;    // the columns are permuted or padded: x always goes through xg
     void *scr;       // the GEMM's gathered X
     size_t scr_bytes;
-    char desc[160];
+    char base[64], desc[192];
 };
+
+static void set_desc(QLinearGpu *q) {
+    snprintf(q->desc, sizeof q->desc, "%s: tiled GEMV, %s", q->base,
+             q->mma ? "tensor-core GEMM (mma.sync m16n8k16)" : "SIMT GEMM (8 tokens a pass)");
+}
 
 // ---------------------------------------------------------------- helpers
 template <class T> static cudaError_t upload(T **dst, const T *src, size_t n) {
@@ -554,9 +560,8 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
     char why[160] = "";
     QPacked p;
     cudaError_t e = cudaSuccess;
-    const char *gname = w->n_groups == 1 ? "per-channel" : "g";
     char gbuf[32];
-    if (w->n_groups == 1) snprintf(gbuf, sizeof gbuf, "%s", gname);
+    if (w->n_groups == 1) snprintf(gbuf, sizeof gbuf, "per-channel");
     else snprintf(gbuf, sizeof gbuf, "g%d", w->g_idx ? w->cols / w->n_groups : w->group);
     if (qpack_supported(w, why, sizeof why)) {
         if (qpack(w, &p, err, errlen) != 0) {
@@ -564,7 +569,7 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
             return NULL;
         }
         q->fast = 1, q->np = p.np, q->kp = p.kp, q->gs = p.gs;
-        q->mma = w->kind == QK_INT4 && major >= 8;
+        q->mma = q->mma_ok = w->kind == QK_INT4 && major >= 8;
         const size_t ngp = (size_t)p.ng * p.np;
         e = upload(&q->qw, p.qw, p.n_words);
         if (e == cudaSuccess) e = upload(&q->scales, p.scales, ngp);
@@ -574,9 +579,9 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
         q->gather_x = p.perm || p.kp != p.cols;
         q->bytes = p.n_words * 4 + ngp * sizeof(float) + (p.zeros ? ngp : 0) + (p.perm ? (size_t)w->cols * sizeof(int) : 0);
         qpack_free(&p);
-        snprintf(q->desc, sizeof q->desc, "%s %s %s%s: %s, tiled GEMV", quant_kind_name(w->kind), gbuf,
-                 w->sym ? "sym" : "asym", w->g_idx ? " act-order" : "",
-                 q->mma ? "tensor-core GEMM (mma.sync m16n8k16)" : "SIMT GEMM (8 tokens a pass)");
+        snprintf(q->base, sizeof q->base, "%s %s %s%s", quant_kind_name(w->kind), gbuf, w->sym ? "sym" : "asym",
+                 w->g_idx ? " act-order" : "");
+        set_desc(q);
     } else {  // the naive kernels on the QWeight as stored
         const size_t qb = w->kind == QK_INT8 ? (size_t)w->rows * w->cols : (size_t)w->rows * (w->cols / 2);
         const size_t ng = (size_t)w->rows * w->n_groups;
@@ -604,6 +609,13 @@ extern "C" void qlinear_gpu_free(QLinearGpu *q) {
     cudaFree(q->q0), cudaFree(q->s0), cudaFree(q->z0), cudaFree(q->g0);
     cudaFree(q->xg), cudaFree(q->scr);
     free(q);
+}
+extern "C" int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path) {
+    if (!q || (path != QLINEAR_GEMM_AUTO && path != QLINEAR_GEMM_SIMT)) return -1;
+    if (!q->fast) return 0;  // the naive kernels have one path
+    q->mma = path == QLINEAR_GEMM_AUTO && q->mma_ok;
+    set_desc(q);
+    return 0;
 }
 extern "C" size_t qlinear_gpu_bytes(const QLinearGpu *q) { return q ? q->bytes : 0; }
 extern "C" int qlinear_gpu_rows(const QLinearGpu *q) { return q ? q->rows : 0; }

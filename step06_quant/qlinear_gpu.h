@@ -8,7 +8,8 @@
 // Implemented in qlinear_gpu.cu (qlinear_gpu_none.c when built without nvcc: every call fails).
 // All pointers are device pointers; launches go on `stream` (NULL: the default stream).
 // defines: QLinearGpu, qlinear_gpu_new, qlinear_gpu_free, qlinear_gpu_bytes, qlinear_gpu_rows,
-//          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemm, qlinear_gpu_describe
+//          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemm, qlinear_gpu_describe,
+//          qlinear_gpu_set_gemm_path, QLINEAR_GEMM_AUTO, QLINEAR_GEMM_SIMT
 #pragma once
 #include <stddef.h>
 
@@ -37,6 +38,12 @@ int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float *bias, flo
 // (ST_BF16 or ST_F16). 0, or -1 (bad dtype, launch error).
 int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy, float beta,
                      void *stream);
+
+// Which kernel qlinear_gpu_gemm runs: AUTO (the default: the tensor-core GEMM for INT4 on sm_80+)
+// or SIMT (the fallback that INT8 and pre-sm_80 GPUs run), for the tests and the benchmark.
+// 0, or -1 (unknown path).
+enum { QLINEAR_GEMM_AUTO = 0, QLINEAR_GEMM_SIMT = 1 };
+int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path);
 
 #ifdef __cplusplus
 }

@@ -38,4 +38,8 @@ int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int
     fprintf(stderr, "qlinear_gpu_gemm: built without CUDA\n");
     return -1;
 }
+int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path) {
+    (void)q, (void)path;
+    return -1;
+}
 #endif

@@ -8,9 +8,11 @@
 //   - the GEMV with and without bias and accumulate (y += ...), tolerance 1e-4 of max|ref|
 //     (both fp32, summed in a different order);
 //   - the GEMM for T = 1, 2, 7, 16, 33, 64, 100, bf16 and fp16 X (the reference runs on X rounded
-//     the same way), beta 0 and 1, X and Y with row strides wider than the matrix (the columns
-//     past `rows` in each Y row must come back untouched); tolerance ERR_TOL_HALF of max|ref|,
-//     since the tensor-core path rounds the dequantized weights to 16 bits;
+//     the same way), beta 0 and 1, X and Y with row strides wider than the matrix (an odd X
+//     stride too; the columns past `rows` in each Y row must come back untouched), the default
+//     kernel and the SIMT fallback forced; tolerance ERR_TOL_HALF of max|ref|, since the
+//     tensor-core path rounds the dequantized weights to 16 bits;
+//   - the GEMV on an x that is not 16-byte aligned; groups of 16 and 48 (the naive kernels);
 //   - bad arguments refused (dtype, T < 0) and T = 0 a no-op.
 // Every test skips (and says why) without a CUDA device.
 #include <criterion/criterion.h>
@@ -86,7 +88,9 @@ static int all_cases(QCase *out, int max) {
                     if (n < max) out[n++] = c;
                 }
     // per channel on column counts that are not multiples of 128
-    const QCase extra[] = {{QK_INT8, 129, 200, -1, 1, 0}, {QK_INT4, 65, 520, -1, 0, 0}, {QK_INT4, 33, 200, -1, 1, 0}};
+    // and groups of 48 and 16 columns, which the packed kernels refuse: the naive kernels run them
+    const QCase extra[] = {{QK_INT8, 129, 200, -1, 1, 0}, {QK_INT4, 65, 520, -1, 0, 0}, {QK_INT4, 33, 200, -1, 1, 0},
+                           {QK_INT4, 40, 192, 48, 0, 0},  {QK_INT8, 23, 96, 16, 1, 1}};
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         if (n < max) out[n++] = extra[i];
     return n;
@@ -121,20 +125,22 @@ Test(step06_gpu, gemv_matches_cpu_reference) {
         float *dx = pa_dev_alloc((size_t)c->cols * 4), *db = pa_dev_alloc((size_t)c->rows * 4);
         float *dy = pa_dev_alloc((size_t)c->rows * 4);
         pa_upload(dx, x, (size_t)c->cols * 4), pa_upload(db, b, (size_t)c->rows * 4);
-        for (int mode = 0; mode < 4; mode++) {  // bit 0: bias, bit 1: accumulate
-            const int use_b = mode & 1, acc = mode >> 1;
+        float *dx1 = pa_dev_alloc((size_t)(c->cols + 1) * 4);  // x at an odd float offset: not 16-byte aligned
+        pa_upload(dx1 + 1, x, (size_t)c->cols * 4);
+        for (int mode = 0; mode < 5; mode++) {  // bit 0: bias, bit 1: accumulate; mode 4: misaligned x
+            const int use_b = mode & 1, acc = (mode >> 1) & 1;
             linear_q_cpu(x, &w, use_b ? b : NULL, 1, ref);
             if (acc)
                 for (int i = 0; i < c->rows; i++) ref[i] += y0[i];
             pa_upload(dy, y0, (size_t)c->rows * 4);  // y0 also poisons the non-accumulating case
-            cr_assert_eq(qlinear_gpu_gemv(q, dx, use_b ? db : NULL, dy, acc, NULL), 0, "%s", what);
+            cr_assert_eq(qlinear_gpu_gemv(q, mode == 4 ? dx1 + 1 : dx, use_b ? db : NULL, dy, acc, NULL), 0, "%s", what);
             cr_assert_eq(pa_sync(), 0, "%s", what);
             pa_download(y, dy, (size_t)c->rows * 4);
             const ErrStats e = compare_f32(y, ref, (size_t)c->rows);
-            cr_expect(e.max_rel < TOL_GEMV, "gemv %s bias %d acc %d: max_rel %.3g (row %zu: %g vs %g) [%s]", what,
-                      use_b, acc, e.max_rel, e.worst, y[e.worst], ref[e.worst], qlinear_gpu_describe(q));
+            cr_expect(e.max_rel < TOL_GEMV, "gemv %s mode %d: max_rel %.3g (row %zu: %g vs %g) [%s]", what, mode,
+                      e.max_rel, e.worst, y[e.worst], ref[e.worst], qlinear_gpu_describe(q));
         }
-        pa_dev_free(dx), pa_dev_free(db), pa_dev_free(dy);
+        pa_dev_free(dx), pa_dev_free(dx1), pa_dev_free(db), pa_dev_free(dy);
         free(x), free(b), free(y0), free(ref), free(y);
         qlinear_gpu_free(q);
         qweight_free(&w);
@@ -143,8 +149,9 @@ Test(step06_gpu, gemv_matches_cpu_reference) {
 
 // One GEMM check: T rows of X (dtype dt, row stride cols + 8), Y (row stride rows + 3) preset to
 // random values, beta 0 or 1; the 3 pad columns of each Y row must be untouched.
-static void check_gemm(Rng *r, const QWeight *w, QLinearGpu *q, StDtype dt, int T, float beta, const char *what) {
-    const int rows = w->rows, cols = w->cols, ldx = cols + 8, ldy = rows + 3;
+static void check_gemm(Rng *r, const QWeight *w, QLinearGpu *q, StDtype dt, int T, float beta, int ldx,
+                       const char *what) {
+    const int rows = w->rows, cols = w->cols, ldy = rows + 3;
     float *X = rng_new_uniform(r, (size_t)T * ldx, -1, 1);
     matmul_round_to_dtype(dt == ST_BF16 ? MM_BF16 : MM_F16, X, (long)T * ldx);
     float *Xc = malloc((size_t)T * cols * sizeof(float));  // the reference's contiguous copy
@@ -168,8 +175,8 @@ static void check_gemm(Rng *r, const QWeight *w, QLinearGpu *q, StDtype dt, int 
         for (int i = rows; i < ldy; i++) pad_ok &= Y[(size_t)t * ldy + i] == Y0[(size_t)t * ldy + i];
     }
     const ErrStats e = compare_f32(Yc, ref, (size_t)T * rows);
-    cr_expect(e.max_rel < TOL_GEMM, "gemm %s %s T %d beta %g: max_rel %.3g (t %zu row %zu: %g vs %g) [%s]", what,
-              dt == ST_BF16 ? "bf16" : "fp16", T, beta, e.max_rel, e.worst / rows, e.worst % rows, Yc[e.worst],
+    cr_expect(e.max_rel < TOL_GEMM, "gemm %s %s T %d beta %g ldx %d: max_rel %.3g (t %zu row %zu: %g vs %g) [%s]",
+              what, dt == ST_BF16 ? "bf16" : "fp16", T, beta, ldx, e.max_rel, e.worst / rows, e.worst % rows, Yc[e.worst],
               ref[e.worst], qlinear_gpu_describe(q));
     cr_expect(pad_ok, "gemm %s T %d: wrote past `rows` in a Y row", what, T);
     pa_dev_free(dX), pa_dev_free(dY);
@@ -190,8 +197,14 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
         QWeight w;
         make_qweight(&r, c, &w);
         QLinearGpu *q = make_layer(&w, what);
-        for (int ti = 0; ti < 7; ti++)  // dtype and beta alternate so every pair meets every T
-            check_gemm(&r, &w, q, (ti + ci) % 2 ? ST_F16 : ST_BF16, Ts[ti], (float)((ti / 2 + ci) % 2), what);
+        for (int path = 0; path < 2; path++) {  // the default kernel, then the SIMT fallback forced
+            cr_assert_eq(qlinear_gpu_set_gemm_path(q, path ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO), 0);
+            for (int ti = 0; ti < 7; ti++) {  // dtype, beta and the X row stride vary so every pair meets every T
+                const int ldx = c->cols + ((ti + path) % 3 == 2 ? 3 : 8);  // an odd stride takes the gather
+                check_gemm(&r, &w, q, (ti + ci + path) % 2 ? ST_F16 : ST_BF16, Ts[ti], (float)((ti / 2 + ci) % 2), ldx,
+                           what);
+            }
+        }
         qlinear_gpu_free(q);
         qweight_free(&w);
     }
@@ -207,8 +220,8 @@ Test(step06_gpu, llama_down_proj_shape) {
     QWeight w;
     make_qweight(&r, &c, &w);
     QLinearGpu *q = make_layer(&w, "down_proj");
-    check_gemm(&r, &w, q, ST_BF16, 16, 0.0f, "down_proj int4");
-    check_gemm(&r, &w, q, ST_F16, 64, 1.0f, "down_proj int4");
+    check_gemm(&r, &w, q, ST_BF16, 16, 0.0f, c.cols, "down_proj int4");
+    check_gemm(&r, &w, q, ST_F16, 64, 1.0f, c.cols, "down_proj int4");
     float *x = rng_new_uniform(&r, (size_t)c.cols, -1, 1), *ref = malloc((size_t)c.rows * 4), *y = malloc((size_t)c.rows * 4);
     float *dx = pa_dev_alloc((size_t)c.cols * 4), *dy = pa_dev_alloc((size_t)c.rows * 4);
     pa_upload(dx, x, (size_t)c.cols * 4);
