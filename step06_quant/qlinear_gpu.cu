@@ -737,3 +737,55 @@ extern "C" int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const v
     if (xdt == ST_BF16) return gemm_t<__nv_bfloat16>(qm, T, (const __nv_bfloat16 *)X, ldx, Y, ldy, beta, s);
     return gemm_t<__half>(qm, T, (const __half *)X, ldx, Y, ldy, beta, s);
 }
+
+// ---------------------------------------------------------------- the benchmark's bf16 baseline
+#include "gpu.h"
+#include "step06_quant/qlinear_bench_gpu.h"
+
+__global__ void k_fill_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed) {  // uniform(-1, 1) from a hash
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        p[i] = __float2bfloat16_rn((float)(h & 0xFFFF) / 32768.0f - 1.0f);
+    }
+}
+
+typedef struct {
+    cublasHandle_t h;
+    int T, rows, cols, n, at;
+    __nv_bfloat16 **W, *X;
+    float *Y;
+} Bf16Gemm;
+
+static void bf16_gemm_call(void *ctx) {
+    Bf16Gemm *g = (Bf16Gemm *)ctx;
+    gemm_xwt(g->h, ST_BF16, g->T, g->rows, g->cols, g->X, g->cols, g->W[g->at], g->Y, g->rows, 0.0f);
+    g->at = (g->at + 1) % g->n;
+}
+
+extern "C" double qbench_bf16_gemm_ms(int T, int rows, int cols, int warmup, int reps) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) return -1.0;
+    const size_t wn = (size_t)rows * cols, wb = wn * 2, want = (size_t)512 << 20;
+    Bf16Gemm g = {};
+    g.T = T, g.rows = rows, g.cols = cols, g.n = (int)(wb >= want ? 1 : (want + wb - 1) / wb);
+    g.W = (__nv_bfloat16 **)calloc((size_t)g.n, sizeof *g.W);
+    if (!g.W) return -1.0;
+    CUBLAS_CHECK(cublasCreate(&g.h));
+    for (int i = 0; i < g.n; i++) {
+        CUDA_CHECK(cudaMalloc((void **)&g.W[i], wb));
+        k_fill_bf16<<<1024, 256>>>(g.W[i], wn, 17u + (uint32_t)i);
+        CUDA_CHECK_LAST();
+    }
+    CUDA_CHECK(cudaMalloc((void **)&g.X, (size_t)T * cols * 2));
+    k_fill_bf16<<<256, 256>>>(g.X, (size_t)T * cols, 5u);
+    CUDA_CHECK_LAST();
+    CUDA_CHECK(cudaMalloc((void **)&g.Y, (size_t)T * rows * 4));
+    const double ms = gpu_bench(bf16_gemm_call, &g, warmup + g.n, reps, g.n);
+    for (int i = 0; i < g.n; i++) CUDA_CHECK(cudaFree(g.W[i]));
+    free(g.W);
+    CUDA_CHECK(cudaFree(g.X));
+    CUDA_CHECK(cudaFree(g.Y));
+    CUBLAS_CHECK(cublasDestroy(g.h));
+    return ms;
+}

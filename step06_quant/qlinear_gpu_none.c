@@ -43,3 +43,11 @@ int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path) {
     return -1;
 }
 #endif
+
+#if !HAVE_CUDA
+#include "step06_quant/qlinear_bench_gpu.h"
+double qbench_bf16_gemm_ms(int T, int rows, int cols, int warmup, int reps) {
+    (void)T, (void)rows, (void)cols, (void)warmup, (void)reps;
+    return -1.0;
+}
+#endif
