@@ -100,16 +100,19 @@ int qpack(const QWeight *w, QPacked *p, char *err, int errlen) {
             if (p->zeros) p->zeros[(size_t)g * p->np + r] = w->zeros[(size_t)r * w->n_groups + g];
         }
     const int zsym = 1 << ((int)w->kind - 1);
-    for (int r = 0; r < p->np; r++)
-        for (int j = 0; j < p->kp; j++) {
-            int q;
-            if (r < w->rows && j < w->cols) q = qweight_get(w, r, p->perm ? p->perm[j] : j);
-            else {  // padding: its group's zero point, so it dequantizes to exactly 0
-                const int g = j / p->gs < p->ng ? j / p->gs : p->ng - 1;
-                q = r < w->rows && p->zeros ? p->zeros[(size_t)g * p->np + r] : zsym;
+    // in 16-row strips: a word never spans two strips, so the strips can be filled in parallel
+#pragma omp parallel for schedule(static)
+    for (int strip = 0; strip < p->np / 16; strip++)
+        for (int r = strip * 16; r < strip * 16 + 16; r++)
+            for (int j = 0; j < p->kp; j++) {
+                int q;
+                if (r < w->rows && j < w->cols) q = qweight_get(w, r, p->perm ? p->perm[j] : j);
+                else {  // padding: its group's zero point, so it dequantizes to exactly 0
+                    const int g = j / p->gs < p->ng ? j / p->gs : p->ng - 1;
+                    q = r < w->rows && p->zeros ? p->zeros[(size_t)g * p->np + r] : zsym;
+                }
+                put(p, r, j, q);
             }
-            put(p, r, j, q);
-        }
     return 0;
 }
 
