@@ -10,6 +10,8 @@
 //              (cuBLAS), bf16 X and W
 //   int8       per-channel symmetric INT8: qlinear_gpu_gemv (T = 1) / qlinear_gpu_gemm (bf16 X)
 //   int4       INT4, --group columns per group (symmetric unless --asym): the same calls
+//              (T = 1: one row per version of the GEMV ladder, qlinear_gemv_version_name; the
+//              engine runs v1 unless told otherwise)
 //   int4_simt  (T > 1) the INT4 GEMM with the SIMT fallback forced (what sm_75 runs)
 // Random integers and scales (every value in range), timed with CUDA events (gpu_bench: warm-up,
 // median of --reps samples) over enough copies of the layer (>= 512 MB) that the weights come
@@ -235,8 +237,12 @@ int main(int argc, char **argv) {
             c.n = n, c.cols = cols, c.rows = rows, c.x = dx, c.X = dX, c.Y = dY;
             for (int ti = 0; ti < nT; ti++) {
                 const int T = Ts[ti];
-                for (int path = 0; path < (kind == 1 && T > 1 ? 2 : 1); path++) {
-                    for (int i = 0; i < n; i++) qlinear_gpu_set_gemm_path(c.L[i], path ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO);
+                // T = 1: every GEMV version; T > 1: the default GEMM and (INT4) the SIMT fallback
+                const int nvar = T == 1 ? qlinear_gemv_n_versions() : kind == 1 ? 2 : 1;
+                for (int path = 0; path < nvar; path++) {
+                    if (T == 1) qlinear_gemv_set_version(path);
+                    else
+                        for (int i = 0; i < n; i++) qlinear_gpu_set_gemm_path(c.L[i], path ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO);
                     // validate: the GEMV on x; the GEMM on tokens 0 and T-1
                     c.T = T, c.at = 0, c.err = 0;
                     run_q(&c);
@@ -260,7 +266,7 @@ int main(int argc, char **argv) {
                     const double bytes = (double)lb + (T == 1 ? 4.0 * cols : 2.0 * T * cols);
                     table_row(t);
                     table_str(t, "shape", S->name), table_num(t, "T", T);
-                    table_str(t, "format", kind == 0 ? "int8" : path ? "int4_simt" : "int4");
+                    table_str(t, "format", kind == 0 ? "int8" : T > 1 && path ? "int4_simt" : "int4");
                     table_num(t, "us", ms * 1e3);
                     table_num(t, "gb_s", bytes / (ms * 1e-3) / 1e9);
                     table_num(t, "pct_copy", copy_gbps > 0 ? 100.0 * bytes / (ms * 1e-3) / 1e9 / copy_gbps : NAN);
@@ -268,8 +274,11 @@ int main(int argc, char **argv) {
                     table_num(t, "x_bf16", ti < 64 ? bf16_us[ti] / (ms * 1e3) : NAN);
                     table_num(t, "mbytes", bytes / 1e6);
                     table_num(t, "max_rel_err", e);
-                    table_str(t, "kernel", T == 1 ? "qlinear_gpu_gemv (tiled GEMV)" : qlinear_gpu_describe(c.L[0]));
+                    char kname[256];
+                    snprintf(kname, sizeof kname, "qlinear_gpu_gemv %s", qlinear_gemv_version_name(path));
+                    table_str(t, "kernel", T == 1 ? kname : qlinear_gpu_describe(c.L[0]));
                 }
+                qlinear_gemv_set_version(0);
             }
             for (int i = 0; i < n; i++) qlinear_gpu_free(c.L[i]);
             free(c.L);

@@ -1,7 +1,7 @@
 // qlinear_bench_gpu.h — the bf16 baseline that qgemm_bench times beside the quantized kernels
 // (in qlinear_gpu.cu; qlinear_gpu_none.c returns -1). The T = 1 baseline is step03's GEMV
 // (kvcache.h gemv_gpu_bench_gbps).
-// defines: qbench_bf16_gemm_ms
+// defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -12,6 +12,12 @@ extern "C" {
 // the quantized layers are timed). warmup untimed calls, then reps samples (CUDA events). -1 without
 // a GPU.
 double qbench_bf16_gemm_ms(int T, int rows, int cols, int warmup, int reps);
+
+// The quantized GEMV's ladder (qlinear_gpu.cu's version table): how many, their names, and which
+// one qlinear_gpu_gemv runs (process-wide; default 0).
+int qlinear_gemv_n_versions(void);
+const char *qlinear_gemv_version_name(int version);
+void qlinear_gemv_set_version(int version);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@
 //       is the fp16 pair (1024 + q0, 1024 + q4), so q - z is one exact fp16 subtraction.
 //       INT8: one warp per row, 16 weights per load; byte b of a word becomes the float 2^23 + q
 //       by one byte permute (__byte_perm with 0x4B000000).
+//       The ladder (QGEMV_VERSIONS, timed by qgemm_bench): v1_u4, v2_u8, v3_u2 loads in flight.
 //       x is read through the read-only L1 path (__ldg): every block on an SM reads the same x,
 //       so L1 serves it once per SM; staging it in each block's shared memory would re-read the
 //       whole vector from L2 per block (256 blocks x 56 KB for a 14336-column layer).
@@ -53,7 +54,7 @@
 #include "step06_quant/qlinear_pack.h"
 
 #define QV_WARPS 8   // warps per GEMV block
-#define QV_U 4       // 16-byte weight loads in flight per lane
+#define QV_U 4       // 16-byte weight loads in flight per lane (the GEMV ladder's v1)
 #define QF_TB 8      // tokens per pass of the fallback GEMM
 #define QG_NB 2      // 16-row tiles per warp in the tensor-core GEMM
 #define QG_SC 2      // 64-column tiles per stage
@@ -622,17 +623,44 @@ extern "C" int qlinear_gpu_rows(const QLinearGpu *q) { return q ? q->rows : 0; }
 extern "C" int qlinear_gpu_cols(const QLinearGpu *q) { return q ? q->cols : 0; }
 extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q->desc : "(null)"; }
 
+// The GEMV ladder: the only list of its versions (qgemm_bench times each; qlinear_gpu_gemv runs
+// g_qgemv_version). They differ in how many 16-byte weight loads each lane has in flight.
+typedef struct {
+    const char *name;
+    int U;
+} QGemvVersion;
+static const QGemvVersion QGEMV_VERSIONS[] = {{"v1_u4", 4}, {"v2_u8", 8}, {"v3_u2", 2}};
+#define N_QGEMV_VERSIONS 3
+static int g_qgemv_version = 0;
+extern "C" int qlinear_gemv_n_versions(void) { return N_QGEMV_VERSIONS; }
+extern "C" const char *qlinear_gemv_version_name(int v) {
+    return v >= 0 && v < N_QGEMV_VERSIONS ? QGEMV_VERSIONS[v].name : "?";
+}
+extern "C" void qlinear_gemv_set_version(int v) {
+    if (v >= 0 && v < N_QGEMV_VERSIONS) g_qgemv_version = v;
+}
+
+template <int U>
+static void launch_gemv(const QLinearGpu *q, const float *xf, const float *bias, float *y, float beta, cudaStream_t s) {
+    const uint4 *w = (const uint4 *)q->qw;
+    if (q->kind == QK_INT4)
+        k_qgemv4<1, U><<<q->np / 16, QV_WARPS * 32, 0, s>>>(w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows,
+                                                           xf, q->kp, 1, bias, y, q->rows, beta);
+    else
+        k_qgemv8<1, U><<<(q->rows + QV_WARPS - 1) / QV_WARPS, QV_WARPS * 32, 0, s>>>(
+            w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows, xf, q->kp, 1, bias, y, q->rows, beta);
+}
+
 // The GEMV/fallback launch over T tokens of xf (T, ldxf) fp32 (kp wide, zero-padded).
 static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, const float *bias, float *Y, int ldy,
                         float beta, cudaStream_t s) {
     const uint4 *w = (const uint4 *)q->qw;
     if (T == 1) {
-        if (q->kind == QK_INT4)
-            k_qgemv4<1, QV_U><<<q->np / 16, QV_WARPS * 32, 0, s>>>(w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng,
-                                                                  q->rows, xf, ldxf, 1, bias, Y, ldy, beta);
-        else
-            k_qgemv8<1, QV_U><<<(q->rows + QV_WARPS - 1) / QV_WARPS, QV_WARPS * 32, 0, s>>>(
-                w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows, xf, ldxf, 1, bias, Y, ldy, beta);
+        switch (QGEMV_VERSIONS[g_qgemv_version].U) {
+        case 8: launch_gemv<8>(q, xf, bias, Y, beta, s); break;
+        case 2: launch_gemv<2>(q, xf, bias, Y, beta, s); break;
+        default: launch_gemv<QV_U>(q, xf, bias, Y, beta, s); break;
+        }
         return;
     }
     const int passes = (T + QF_TB - 1) / QF_TB;

@@ -35,7 +35,11 @@ const char *qlinear_gpu_describe(const QLinearGpu *q);  // "int4 g128 sym, tenso
 // y (rows) fp32 = W x (+ bias) (+ y when acc); x (cols) fp32. 0, or -1 on a launch error.
 int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float *bias, float *y, int acc, void *stream);
 // Y (T, rows) fp32, row stride ldy, = X (T, cols) [row stride ldx] W^T + beta * Y; X in xdt
-// (ST_BF16 or ST_F16). 0, or -1 (bad dtype, launch error).
+// (ST_BF16 or ST_F16). 0, or -1 (bad dtype, launch error). When X must be gathered (act-order,
+// in_features not a multiple of 64, X not 16-byte aligned, INT8, pre-sm_80) it goes through a
+// scratch the layer grows on first need: make the largest such call once before capturing a
+// CUDA graph (growing synchronizes the stream). The GEMV never allocates. A layer must not be
+// used from two streams at once.
 int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy, float beta,
                      void *stream);
 

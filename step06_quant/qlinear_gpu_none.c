@@ -50,4 +50,10 @@ double qbench_bf16_gemm_ms(int T, int rows, int cols, int warmup, int reps) {
     (void)T, (void)rows, (void)cols, (void)warmup, (void)reps;
     return -1.0;
 }
+int qlinear_gemv_n_versions(void) { return 0; }
+const char *qlinear_gemv_version_name(int version) {
+    (void)version;
+    return "?";
+}
+void qlinear_gemv_set_version(int version) { (void)version; }
 #endif

@@ -5,8 +5,8 @@
 //     without act-order (a GPTQ-style g_idx: the groups of a random column permutation);
 //   - row counts that are not multiples of any tile (1, 77, 300, 1037), column counts that are
 //     multiples of the group but not all of 128 (per channel: 200, 520);
-//   - the GEMV with and without bias and accumulate (y += ...), tolerance 1e-4 of max|ref|
-//     (both fp32, summed in a different order);
+//   - the GEMV with and without bias and accumulate (y += ...), every version of its ladder,
+//     tolerance 1e-4 of max|ref| (both fp32, summed in a different order);
 //   - the GEMM for T = 1, 2, 7, 16, 33, 64, 100, bf16 and fp16 X (the reference runs on X rounded
 //     the same way), beta 0 and 1, X and Y with row strides wider than the matrix (an odd X
 //     stride too; the columns past `rows` in each Y row must come back untouched), the default
@@ -26,6 +26,7 @@
 #include "rng.h"
 #include "step01_matmul/matmul_gpu.h"  // matmul_round_to_dtype
 #include "step05_paged/paged_attention.h"  // pa_dev_alloc, pa_upload(_as), pa_download, pa_sync
+#include "step06_quant/qlinear_bench_gpu.h"  // the GEMV ladder: qlinear_gemv_set_version
 #include "step06_quant/qlinear_gpu.h"
 #include "step06_quant/quant.h"
 
@@ -127,8 +128,10 @@ Test(step06_gpu, gemv_matches_cpu_reference) {
         pa_upload(dx, x, (size_t)c->cols * 4), pa_upload(db, b, (size_t)c->rows * 4);
         float *dx1 = pa_dev_alloc((size_t)(c->cols + 1) * 4);  // x at an odd float offset: not 16-byte aligned
         pa_upload(dx1 + 1, x, (size_t)c->cols * 4);
-        for (int mode = 0; mode < 5; mode++) {  // bit 0: bias, bit 1: accumulate; mode 4: misaligned x
+        for (int mode = 0; mode < 5 + qlinear_gemv_n_versions() - 1; mode++) {
+            // bit 0: bias, bit 1: accumulate; mode 4: misaligned x; 5..: the other GEMV versions
             const int use_b = mode & 1, acc = (mode >> 1) & 1;
+            qlinear_gemv_set_version(mode >= 5 ? mode - 4 : 0);
             linear_q_cpu(x, &w, use_b ? b : NULL, 1, ref);
             if (acc)
                 for (int i = 0; i < c->rows; i++) ref[i] += y0[i];
@@ -140,6 +143,7 @@ Test(step06_gpu, gemv_matches_cpu_reference) {
             cr_expect(e.max_rel < TOL_GEMV, "gemv %s mode %d: max_rel %.3g (row %zu: %g vs %g) [%s]", what, mode,
                       e.max_rel, e.worst, y[e.worst], ref[e.worst], qlinear_gpu_describe(q));
         }
+        qlinear_gemv_set_version(0);
         pa_dev_free(dx), pa_dev_free(dx1), pa_dev_free(db), pa_dev_free(dy);
         free(x), free(b), free(y0), free(ref), free(y);
         qlinear_gpu_free(q);
