@@ -63,6 +63,7 @@
 struct QLinearGpu {
     QuantKind kind;
     int rows, cols, np, kp, gs, ng, sym;
+    int glog;        // log2(gs) when a power of two (30 for one group per row), else -1
     int fast;        // 1: the packed layout below; 0: the naive kernels on the QWeight as stored
     int mma;         // INT4 on sm_80+: the tensor-core GEMM
     int mma_ok;      // the device and kind allow it (qlinear_gpu_set_gemm_path can turn it off)
@@ -120,13 +121,20 @@ __device__ __forceinline__ __half2 u2h(uint32_t u) {
     return h;
 }
 
+// The group of packed column col: a shift when the group size is a power of two (glog >= 0; one
+// group per row passes glog 30), a division otherwise; clamped for the padded columns.
+__device__ __forceinline__ int group_of(int col, int gs, int glog, int ng) {
+    return min(glog >= 0 ? col >> glog : col / gs, ng - 1);
+}
+
 // ---------------------------------------------------------------- GEMV (and fallback GEMM)
 // Y[t][row] = sum_k W[row][k] x_t[k] (+ bias[row]) (+ beta * Y[t][row] when beta != 0), for the
 // tokens t0 .. t0 + TB - 1 < T of x (T, ldxf) fp32, padded to kp with zeros (and permuted).
-template <int TB, int U>
+// ZP: zero points are stored (asymmetric); else z = 8 (INT4) / 128 (INT8) at compile time.
+template <int TB, int U, bool ZP>
 __global__ void __launch_bounds__(QV_WARPS * 32)
     k_qgemv4(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros,
-             int np, int kp, int gs, int ng, int rows, const float *__restrict__ x, int ldxf, int T,
+             int np, int kp, int gs, int glog, int ng, int rows, const float *__restrict__ x, int ldxf, int T,
              const float *__restrict__ bias, float *Y, int ldy, float beta) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nb = blockIdx.x, t0 = blockIdx.y * TB, nk = kp / 64;
@@ -139,6 +147,7 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
 #pragma unroll
     for (int t = 0; t < TB; t++) acc_lo[t] = acc_hi[t] = 0.0f;
     const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+    const __half2 za_sym = __float2half2_rn(1024.0f + 8.0f), zb_sym = __float2half2_rn(-64.0f - 8.0f);
     for (int kc0 = warp; kc0 < nk; kc0 += QV_WARPS * U) {
         uint4 wv[U];
 #pragma unroll
@@ -152,12 +161,14 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
             if (kc >= nk) break;  // the same for the whole warp
 #pragma unroll
             for (int h = 0; h < 2; h++) {  // two 32-column halves, each inside one group
-                const int col = kc * 64 + 32 * h, g = min(col / gs, ng - 1);
+                const int col = kc * 64 + 32 * h, g = group_of(col, gs, glog, ng);
                 const float s_lo = __ldg(scales + (size_t)g * np + n_lo), s_hi = __ldg(scales + (size_t)g * np + n_hi);
-                const float z_lo = zeros ? (float)__ldg(zeros + (size_t)g * np + n_lo) : 8.0f;
-                const float z_hi = zeros ? (float)__ldg(zeros + (size_t)g * np + n_hi) : 8.0f;
-                const __half2 za_lo = __float2half2_rn(1024.0f + z_lo), zb_lo = __float2half2_rn(-64.0f - z_lo);
-                const __half2 za_hi = __float2half2_rn(1024.0f + z_hi), zb_hi = __float2half2_rn(-64.0f - z_hi);
+                const float z_lo = ZP ? (float)__ldg(zeros + (size_t)g * np + n_lo) : 8.0f;
+                const float z_hi = ZP ? (float)__ldg(zeros + (size_t)g * np + n_hi) : 8.0f;
+                const __half2 za_lo = ZP ? __float2half2_rn(1024.0f + z_lo) : za_sym;
+                const __half2 zb_lo = ZP ? __float2half2_rn(-64.0f - z_lo) : zb_sym;
+                const __half2 za_hi = ZP ? __float2half2_rn(1024.0f + z_hi) : za_sym;
+                const __half2 zb_hi = ZP ? __float2half2_rn(-64.0f - z_hi) : zb_sym;
                 float p_lo[TB], p_hi[TB];
 #pragma unroll
                 for (int t = 0; t < TB; t++) p_lo[t] = p_hi[t] = 0.0f;
@@ -206,10 +217,10 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
 }
 
 // INT8: one warp per row (QV_WARPS rows per block); lane loads 16 weights of the row.
-template <int TB, int U>
+template <int TB, int U, bool ZP>
 __global__ void __launch_bounds__(QV_WARPS * 32)
     k_qgemv8(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros,
-             int np, int kp, int gs, int ng, int rows, const float *__restrict__ x, int ldxf, int T,
+             int np, int kp, int gs, int glog, int ng, int rows, const float *__restrict__ x, int ldxf, int T,
              const float *__restrict__ bias, float *Y, int ldy, float beta) {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * QV_WARPS + (threadIdx.x >> 5), t0 = blockIdx.y * TB;
@@ -233,9 +244,9 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u;
             if (c >= nv) break;
-            const int g = min(c * 16 / gs, ng - 1);
+            const int g = group_of(c * 16, gs, glog, ng);
             const float s = __ldg(scales + (size_t)g * np + row);
-            const float zoff = 8388608.0f + (zeros ? (float)__ldg(zeros + (size_t)g * np + row) : 128.0f);
+            const float zoff = 8388608.0f + (ZP ? (float)__ldg(zeros + (size_t)g * np + row) : 128.0f);
             float q[16];
             const uint32_t wd[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
 #pragma unroll
@@ -353,10 +364,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t *a, const void *smem) {
 // Y (T, ldy) = A (T, lda; kp valid columns, 16-byte aligned rows) W^T (+ beta Y); blockIdx.x: 128
 // rows, blockIdx.y: the K split (of nsplit), blockIdx.z: 64-token pass. nsplit > 1: atomicAdd
 // into a Y already scaled by beta.
-template <class X, int MT>
+template <class X, int MT, bool ZP>
 __global__ void __launch_bounds__(QG_WARPS * 32)
     k_qgemm4(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros, int np,
-             int kp, int gs, int ng, int rows, const X *__restrict__ A, int lda, int T, float *Y, int ldy, float beta,
+             int kp, int gs, int glog, int ng, int rows, const X *__restrict__ A, int lda, int T, float *Y, int ldy, float beta,
              int nsplit) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     __shared__ __align__(16) X As[MT * 16][QG_LDS];
@@ -390,6 +401,7 @@ __global__ void __launch_bounds__(QG_WARPS * 32)
     };
     if (kc_begin < kc_end) load_w(wcur, kc_begin);
     const X xzero = fromf<X>(0.0f);
+    const uint32_t zo_sym = x2_of(xzero, Q16<X>::LO + 8.0f), zh_sym = x2_of(xzero, -(Q16<X>::HI + 8.0f));
     for (int kcs = kc_begin; kcs < kc_end; kcs += QG_SC) {
         if (kcs + QG_SC < kc_end) load_w(wnext, kcs + QG_SC);  // the next stage's weights, in flight now
         __syncthreads();  // the previous stage's A is no longer read
@@ -411,17 +423,17 @@ __global__ void __launch_bounds__(QG_WARPS * 32)
             if (kc >= kc_end) break;
 #pragma unroll
             for (int h = 0; h < 2; h++) {  // 32-column halves: one group each
-                const int g = min((kc * 64 + 32 * h) / gs, ng - 1);
+                const int g = group_of(kc * 64 + 32 * h, gs, glog, ng);
                 uint32_t sc[QG_NB][2], zo[QG_NB][2], zh[QG_NB][2];
 #pragma unroll
                 for (int j = 0; j < QG_NB; j++)
 #pragma unroll
                     for (int r = 0; r < 2; r++) {
                         const int n = min(nb[j], ntile - 1) * 16 + lane / 4 + 8 * r;
-                        const float z = zeros ? (float)__ldg(zeros + (size_t)g * np + n) : 8.0f;
+                        const float z = ZP ? (float)__ldg(zeros + (size_t)g * np + n) : 8.0f;
                         sc[j][r] = x2_of(xzero, __ldg(scales + (size_t)g * np + n));
-                        zo[j][r] = x2_of(xzero, Q16<X>::LO + z);
-                        zh[j][r] = x2_of(xzero, -(Q16<X>::HI + z));
+                        zo[j][r] = ZP ? x2_of(xzero, Q16<X>::LO + z) : zo_sym;
+                        zh[j][r] = ZP ? x2_of(xzero, -(Q16<X>::HI + z)) : zh_sym;
                     }
 #pragma unroll
                 for (int i2 = 0; i2 < 2; i2++) {
@@ -569,7 +581,11 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
             free(q);
             return NULL;
         }
-        q->fast = 1, q->np = p.np, q->kp = p.kp, q->gs = p.gs;
+        q->fast = 1, q->np = p.np, q->kp = p.kp, q->gs = p.gs, q->glog = -1;
+        if (p.ng == 1) q->glog = 30;  // every packed column (< 2^30) in group 0
+        else
+            for (int b = 0; b < 30; b++)
+                if (p.gs == 1 << b) q->glog = b;
         q->mma = q->mma_ok = w->kind == QK_INT4 && major >= 8;
         const size_t ngp = (size_t)p.ng * p.np;
         e = upload(&q->qw, p.qw, p.n_words);
@@ -640,36 +656,37 @@ extern "C" void qlinear_gemv_set_version(int v) {
     if (v >= 0 && v < N_QGEMV_VERSIONS) g_qgemv_version = v;
 }
 
-template <int U>
-static void launch_gemv(const QLinearGpu *q, const float *xf, const float *bias, float *y, float beta, cudaStream_t s) {
+template <int TB, int U, bool ZP>
+static void launch_tb(const QLinearGpu *q, const float *xf, int ldxf, int T, const float *bias, float *Y, int ldy,
+                      float beta, cudaStream_t s) {
     const uint4 *w = (const uint4 *)q->qw;
+    const int passes = (T + TB - 1) / TB;
     if (q->kind == QK_INT4)
-        k_qgemv4<1, U><<<q->np / 16, QV_WARPS * 32, 0, s>>>(w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows,
-                                                           xf, q->kp, 1, bias, y, q->rows, beta);
+        k_qgemv4<TB, U, ZP><<<dim3(q->np / 16, passes), QV_WARPS * 32, 0, s>>>(
+            w, q->scales, q->zeros, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, xf, ldxf, T, bias, Y, ldy, beta);
     else
-        k_qgemv8<1, U><<<(q->rows + QV_WARPS - 1) / QV_WARPS, QV_WARPS * 32, 0, s>>>(
-            w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows, xf, q->kp, 1, bias, y, q->rows, beta);
+        k_qgemv8<TB, U, ZP><<<dim3((q->rows + QV_WARPS - 1) / QV_WARPS, passes), QV_WARPS * 32, 0, s>>>(
+            w, q->scales, q->zeros, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, xf, ldxf, T, bias, Y, ldy, beta);
+}
+template <int TB, int U>
+static void launch_zp(const QLinearGpu *q, const float *xf, int ldxf, int T, const float *bias, float *Y, int ldy,
+                      float beta, cudaStream_t s) {
+    if (q->zeros) launch_tb<TB, U, true>(q, xf, ldxf, T, bias, Y, ldy, beta, s);
+    else launch_tb<TB, U, false>(q, xf, ldxf, T, bias, Y, ldy, beta, s);
 }
 
 // The GEMV/fallback launch over T tokens of xf (T, ldxf) fp32 (kp wide, zero-padded).
 static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, const float *bias, float *Y, int ldy,
                         float beta, cudaStream_t s) {
-    const uint4 *w = (const uint4 *)q->qw;
     if (T == 1) {
         switch (QGEMV_VERSIONS[g_qgemv_version].U) {
-        case 8: launch_gemv<8>(q, xf, bias, Y, beta, s); break;
-        case 2: launch_gemv<2>(q, xf, bias, Y, beta, s); break;
-        default: launch_gemv<QV_U>(q, xf, bias, Y, beta, s); break;
+        case 8: launch_zp<1, 8>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
+        case 2: launch_zp<1, 2>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
+        default: launch_zp<1, QV_U>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
         }
         return;
     }
-    const int passes = (T + QF_TB - 1) / QF_TB;
-    if (q->kind == QK_INT4)
-        k_qgemv4<QF_TB, 2><<<dim3(q->np / 16, passes), QV_WARPS * 32, 0, s>>>(
-            w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows, xf, ldxf, T, bias, Y, ldy, beta);
-    else
-        k_qgemv8<QF_TB, 2><<<dim3((q->rows + QV_WARPS - 1) / QV_WARPS, passes), QV_WARPS * 32, 0, s>>>(
-            w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows, xf, ldxf, T, bias, Y, ldy, beta);
+    launch_zp<QF_TB, 2>(q, xf, ldxf, T, bias, Y, ldy, beta, s);
 }
 
 extern "C" int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float *bias, float *y, int acc,
@@ -740,8 +757,14 @@ static int gemm_t(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy,
     const dim3 grid(bx, nsplit, passes);
     const uint4 *w = (const uint4 *)q->qw;
 #define QG_LAUNCH(mt)                                                                                                  \
-    k_qgemm4<X, mt><<<grid, QG_WARPS * 32, 0, s>>>(w, q->scales, q->zeros, q->np, q->kp, q->gs, q->ng, q->rows, A, lda, \
-                                                   T, Y, ldy, beta, nsplit)
+    do {                                                                                                               \
+        if (q->zeros)                                                                                                  \
+            k_qgemm4<X, mt, true><<<grid, QG_WARPS * 32, 0, s>>>(w, q->scales, q->zeros, q->np, q->kp, q->gs, q->glog,  \
+                                                                 q->ng, q->rows, A, lda, T, Y, ldy, beta, nsplit);     \
+        else                                                                                                           \
+            k_qgemm4<X, mt, false><<<grid, QG_WARPS * 32, 0, s>>>(w, q->scales, q->zeros, q->np, q->kp, q->gs, q->glog, \
+                                                                  q->ng, q->rows, A, lda, T, Y, ldy, beta, nsplit);    \
+    } while (0)
     switch (MT) {
     case 1: QG_LAUNCH(1); break;
     case 2: QG_LAUNCH(2); break;
