@@ -1,7 +1,7 @@
 // test_step06_gpu.c — step06's quantized linear layer on CUDA (qlinear_gpu.h) against the fp32
 // CPU reference linear_q_cpu, on fresh random QWeights (every integer in 0 .. 2^bits - 1, random
 // scales and zero points):
-//   - INT8 and INT4; groups 32, 64, 128 and per channel; symmetric and asymmetric; with and
+//   - INT8 and INT4; groups 32, 64, 128, 96 and per channel; symmetric and asymmetric; with and
 //     without act-order (a GPTQ-style g_idx: the groups of a random column permutation);
 //   - row counts that are not multiples of any tile (1, 77, 300, 1037), column counts that are
 //     multiples of the group but not all of 128 (per channel: 200, 520);
@@ -91,7 +91,10 @@ static int all_cases(QCase *out, int max) {
     // per channel on column counts that are not multiples of 128
     // and groups of 48 and 16 columns, which the packed kernels refuse: the naive kernels run them
     const QCase extra[] = {{QK_INT8, 129, 200, -1, 1, 0}, {QK_INT4, 65, 520, -1, 0, 0}, {QK_INT4, 33, 200, -1, 1, 0},
-                           {QK_INT4, 40, 192, 48, 0, 0},  {QK_INT8, 23, 96, 16, 1, 1}};
+                           {QK_INT4, 40, 192, 48, 0, 0},  {QK_INT8, 23, 96, 16, 1, 1},
+                           // groups of 96: a multiple of 32 but not a power of two, so a 64-column
+                           // tile straddles two groups
+                           {QK_INT4, 50, 384, 96, 0, 0},  {QK_INT8, 31, 288, 96, 1, 1}, {QK_INT4, 18, 480, 96, 1, 1}};
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         if (n < max) out[n++] = extra[i];
     return n;

@@ -117,6 +117,7 @@ Test(step06_pack, layout_holds_every_weight) {
             check_case(kind, 1, 64, 64, sym, 0, seed++);
             check_case(kind, 29, 512, 128, sym, 1, seed++);  // act-order
             check_case(kind, 33, 256, 32, sym, 1, seed++);
+            check_case(kind, 21, 480, 96, sym, 1, seed++);  // groups of 96 straddle the 64-column tiles
         }
 }
 
