@@ -30,6 +30,7 @@
 // every --steps-csv row's blocks adding up, and the memory comparison at one KV budget.
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,8 @@
 #include "step04_batching/offline.h"
 #include "step04_batching/scheduler.h"
 #include "step05_paged/kv_blocks.h"
+#include "step05_paged/paged_attention.h"
+#include "step05_paged/paged_prefill.h"
 
 static const int BLOCK_SIZES[] = {1, 16, 256};
 
@@ -1296,4 +1299,83 @@ Test(step05, cancelled_requests_give_their_blocks_back) {
     plan_free(&p);
     sched_free(&s);
     for (int i = 0; i < 3; i++) request_free(&r[i]);
+}
+
+// ---------------------------------------------------------------- the fused prefill's plan and reference
+
+// The tiles cover every row of every chunk exactly once, in PP_TILE_M / g row runs of one
+// chunk, with kmax0 = the last key of the run's first row; the heaviest tiles come first.
+Test(step05, prefill_tiles_cover_every_row_once) {
+    const int gs[] = {1, 2, 3, 4, 5, 8};
+    const PrefillChunk ch[] = {{3, 0, 1, 1}, {0, 1, 64, 1091}, {2, 65, 97, 97}, {1, 162, 5, 24}, {4, 167, 33, 33}};
+    const int nc = 5, T = 201;  // rows 0 .. 199 in chunks, row 200 in none
+    for (int gi = 0; gi < 6; gi++) {
+        const int g = gs[gi], H = 2 * g, KV = 2, rpt = 64 / g;
+        cr_assert_eq(paged_prefill_tile_rows(H, KV), rpt);
+        int want = 0;
+        for (int c = 0; c < nc; c++) want += (ch[c].n + rpt - 1) / rpt;
+        const int nt = paged_prefill_num_tiles(ch, nc, H, KV);
+        cr_assert_eq(nt, want, "g=%d: %d tiles, expected %d", g, nt, want);
+        int *tiles = malloc((size_t)nt * PP_TILE_INTS * sizeof(int));
+        cr_expect_eq(paged_prefill_plan(ch, nc, H, KV, tiles, nt - 1), -1, "a too small buffer accepted");
+        cr_assert_eq(paged_prefill_plan(ch, nc, H, KV, tiles, nt), nt);
+        int seen[201] = {0};
+        for (int t = 0; t < nt; t++) {
+            const int *d = tiles + (size_t)t * PP_TILE_INTS, row0 = d[0], rows = d[1], seq = d[2], kmax0 = d[3];
+            cr_assert(rows >= 1 && rows <= rpt, "g=%d tile %d: %d rows", g, t, rows);
+            int c = -1;
+            for (int i = 0; i < nc; i++)
+                if (ch[i].seq == seq) c = i;
+            cr_assert(c >= 0 && row0 >= ch[c].row0 && row0 + rows <= ch[c].row0 + ch[c].n, "g=%d tile %d outside its chunk", g, t);
+            cr_expect_eq((row0 - ch[c].row0) % rpt, 0);
+            cr_expect_eq(kmax0, ch[c].L - ch[c].n + (row0 - ch[c].row0), "g=%d tile %d: kmax0", g, t);
+            for (int r = row0; r < row0 + rows; r++) seen[r]++;
+            if (t > 0) {
+                const int *e = d - PP_TILE_INTS;
+                cr_expect(e[3] + e[1] >= kmax0 + rows, "g=%d: tile %d has more work than tile %d before it", g, t, t - 1);
+            }
+        }
+        for (int c = 0; c < nc; c++)
+            for (int j = 0; j < ch[c].n; j++) cr_expect_eq(seen[ch[c].row0 + j], 1, "g=%d: row %d", g, ch[c].row0 + j);
+        cr_expect_eq(seen[T - 1], 0);
+        free(tiles);
+    }
+    const PrefillChunk bad[] = {{0, 0, 0, 5}, {0, 0, 6, 5}, {-1, 0, 1, 1}};
+    for (int i = 0; i < 3; i++) cr_expect_eq(paged_prefill_num_tiles(bad + i, 1, 4, 2), -1, "bad chunk %d accepted", i);
+    cr_expect_eq(paged_prefill_tile_rows(6, 4), 0, "H %% KV != 0 accepted");
+}
+
+// paged_prefill_cpu (whole chunks) equals paged_decode_cpu run once per query row over its
+// causal key count (L - n + j + 1) on a shuffled pool: the causal indexing, pinned.
+Test(step05, prefill_reference_equals_per_row_decode_reference) {
+    Rng r;
+    rng_seed(&r, 1010);
+    const int H = 6, KV = 2, hd = 16, qd = H * hd, kd = KV * hd, B = 7, nseq = 3, stride = 40;
+    const PrefillChunk ch[] = {{2, 0, 9, 30}, {0, 9, 1, 17}, {1, 10, 12, 12}};
+    const int T = 22, nblk = nseq * stride + 1;
+    int *bt = malloc((size_t)nseq * stride * sizeof(int)), *perm = malloc((size_t)(nblk - 1) * sizeof(int));
+    for (int i = 0; i < nblk - 1; i++) perm[i] = i + 1;
+    for (int i = nblk - 2; i > 0; i--) {
+        const int j = rnd(&r, i + 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int i = 0; i < nseq * stride; i++) bt[i] = perm[i];
+    float *kc = rng_new_uniform(&r, (size_t)nblk * B * kd, -1.0f, 1.0f), *vc = rng_new_uniform(&r, (size_t)nblk * B * kd, -1.0f, 1.0f);
+    float *q = rng_new_uniform(&r, (size_t)T * qd, -2.0f, 2.0f);
+    float *a = calloc((size_t)T * qd, sizeof(float)), *b = calloc((size_t)T * qd, sizeof(float));
+    const float scale = 0.25f;
+    paged_prefill_cpu(q, qd, kc, vc, bt, stride, B, ch, 3, H, KV, hd, scale, a, qd);
+    int rows[T], seqs[T], lens[T], n = 0;
+    for (int c = 0; c < 3; c++)
+        for (int j = 0; j < ch[c].n; j++) rows[n] = ch[c].row0 + j, seqs[n] = ch[c].seq, lens[n] = ch[c].L - ch[c].n + j + 1, n++;
+    paged_decode_cpu(q, qd, kc, vc, bt, stride, B, rows, seqs, lens, n, H, KV, hd, scale, b, qd);
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)T * qd; i++) worst = fabs(a[i] - b[i]) > worst ? fabs(a[i] - b[i]) : worst;
+    cr_expect(worst < 1e-6, "max |prefill - per-row decode| = %.3e", worst);
+    // and the causal mask bites: the first row of a fresh chunk is its first key's value row
+    const size_t p0 = (size_t)bt[1 * stride] * B;  // sequence 1, position 0
+    for (int h = 0; h < H; h++)
+        for (int e = 0; e < hd; e++)
+            cr_expect_float_eq(a[(size_t)10 * qd + h * hd + e], vc[p0 * kd + (h / 3) * hd + e], 1e-6, "head %d element %d", h, e);
+    free(bt), free(perm), free(kc), free(vc), free(q), free(a), free(b);
 }
