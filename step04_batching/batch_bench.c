@@ -61,7 +61,7 @@ static void usage(FILE *f) {
             "                   [--max-num-seqs N] [--max-num-batched-tokens N] [--max-model-len N] [--device cpu|cuda]\n"
             "                   [--json] [--timeline FILE.csv] [--outputs FILE.jsonl] [--steps-csv FILE.csv]\n"
             "                   [--kv slots|paged] [--block-size B] [--num-blocks N | --kv-gib G] [--prefix-cache on|off]\n"
-            "                   [--shared-prefix N]\n"
+            "                   [--shared-prefix N] [--prefill-attn fused|gather]\n"
             "  --preset        tiny (built in: Qwen3-style, 2 layers, d=128) or a step01 preset (qwen3-0.6b,\n"
             "                  llama-3.1-8b, ...): random weights (bf16 on the GPU, fp32 on the CPU)\n"
             "  --requests      one JSON object per line: {\"prompt_ids\": [...], \"max_tokens\": N, \"temperature\": 0,\n"
@@ -90,7 +90,10 @@ static void usage(FILE *f) {
             "  --kv-gib        the block pool as GiB of K/V memory instead (2 x layers x kv_heads x head_dim x\n"
             "                  element bytes per token)\n"
             "  --prefix-cache  on (default with paged KV) or off: share the full blocks of equal prefixes\n"
-            "  --shared-prefix --trace only: every prompt starts with the same N ids, then its own --input-len ids\n");
+            "  --shared-prefix --trace only: every prompt starts with the same N ids, then its own --input-len ids\n"
+            "  --prefill-attn  CUDA paged KV: the attention of chunks longer than the decode path takes: fused\n"
+            "                  (default: one paged prefill launch per layer for all of them, K/V read through the\n"
+            "                  block tables) or gather (each chunk's context gathered, then the GEMM path per sequence)\n");
 }
 
 // ---------------------------------------------------------------- option values (common/args.h: strict)
@@ -266,6 +269,7 @@ int main(int argc, char **argv) {
     double rate = -1;
     // KV layout: -1 = not given (slots unless a paged option is), 0 = slots, 1 = paged
     int kv_paged = -1, paged_opt = 0, block_size = 16, num_blocks = 0, prefix_cache = 1, shared = 0;
+    int prefill_fused = 1;
     double kv_gib = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -302,6 +306,12 @@ int main(int argc, char **argv) {
             else if (!strcmp(k, "off")) prefix_cache = 0;
             else arg_die("--prefix-cache: '%s' is not on or off", k);
             paged_opt = 1;
+        }
+        else if (!strcmp(a, "--prefill-attn")) {
+            const char *k = argv[++i];
+            if (!strcmp(k, "fused")) prefill_fused = 1;
+            else if (!strcmp(k, "gather")) prefill_fused = 0;
+            else arg_die("--prefill-attn: '%s' is not fused or gather", k);
         }
         else if (!strcmp(a, "--policy")) {
             const char *p = argv[++i];
@@ -404,6 +414,13 @@ int main(int argc, char **argv) {
         if (num_blocks < 2) arg_die("--kv-gib %g holds fewer than 2 blocks of %d tokens", kv_gib, block_size);
     }
     const double kv_tok = kv_bytes_per_token(&cfg, kv_elem);
+    // the long-chunk attention path in effect (CUDA paged only: the others have one path)
+    const int fused_eff = runner_set_prefill_attn(run, prefill_fused);
+    const char *prefill_attn = !use_cuda ? "cpu"
+                               : !paged  ? "gemm"
+                               : fused_eff ? "fused"
+                               : prefill_fused ? "gather (the fused kernel does not take this shape here)"
+                                               : "gather";
 
     SchedConfig sc = {.policy = policy, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len};
     if (paged) sc.block_size = block_size, sc.num_blocks = num_blocks, sc.prefix_cache = prefix_cache;
@@ -481,8 +498,9 @@ int main(int argc, char **argv) {
     snprintf(settings, sizeof settings, "max_num_seqs=%d max_num_batched_tokens=%ld max_model_len=%d", max_seqs, budget,
              max_len);
     if (paged)
-        snprintf(settings + strlen(settings), sizeof settings - strlen(settings), " | KV paged: %d blocks of %d, prefix cache %s",
-                 num_blocks, block_size, prefix_cache ? "on" : "off");
+        snprintf(settings + strlen(settings), sizeof settings - strlen(settings),
+                 " | KV paged: %d blocks of %d, prefix cache %s, prefill attention %s", num_blocks, block_size,
+                 prefix_cache ? "on" : "off", prefill_attn);
     else snprintf(settings + strlen(settings), sizeof settings - strlen(settings), " | KV slots");
     snprintf(dev_desc, sizeof dev_desc, "%s", use_cuda ? gi.name : "cpu");
     char workload[300];
@@ -568,6 +586,7 @@ int main(int argc, char **argv) {
         JNUM("kv_allocated_unused_frac", unused_alloc);
         JNUM("forward_share", os.forward_s / dur);
         json_object_set_new(sum, "kv_layout", json_string(kv_layout));
+        json_object_set_new(sum, "prefill_attn", json_string(prefill_attn));
         JINT("block_size", kv_bs);
         JINT("num_blocks", paged ? num_blocks : max_seqs);
         JINT("kv_tokens_budget", kv_budget);

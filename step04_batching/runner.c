@@ -131,6 +131,8 @@ void runner_free(Runner *r) {
 
 const char *runner_describe(const Runner *r) { return r->cuda ? gpu_runner_describe(r->gpu) : r->desc; }
 
+int runner_set_prefill_attn(Runner *r, int fused) { return r->cuda ? gpu_runner_set_prefill_attn(r->gpu, fused) : 0; }
+
 double runner_kv_bytes(const Runner *r) {
     if (r->cuda) return gpu_runner_kv_bytes(r->gpu);
     const ModelConfig *c = &r->m->cfg;

@@ -22,9 +22,15 @@
 // step05's paged runner (gpu_runner_new_paged) is this same runner over a pool of num_blocks
 // blocks of block_size rows: k_qkv_rows writes through the paged slot_mapping unchanged (a slot
 // is a pool row); the decode-path items carry their sequence's block-table row instead of a
-// base row and run step05's paged decode v1/v2 (step05_paged/paged_attention.h); a long chunk's
-// context is first gathered through its table into a contiguous scratch, then the same GEMM
-// path runs over it (so the long path is bit-identical to the slot runner's).
+// base row and run step05's paged decode v1/v2 (step05_paged/paged_attention.h). Long chunks,
+// two ways (gpu_runner_set_prefill_attn):
+//   - fused (default where paged_prefill_supported): ALL long chunks of the step in one
+//     paged_prefill launch per layer (step05_paged/paged_prefill.h), K/V read through the block
+//     tables, tiles planned on the host once per step and uploaded with the other arrays;
+//   - gather: each long chunk's context is first gathered through its table into a contiguous
+//     scratch, then the same GEMM path runs over it (bit-identical to the slot runner's), one
+//     sequence after the other: 1 + 2g + 1 launches per sequence and layer.
+// Short chunks stay on the decode path in both (the rule is at plan_add).
 // KV memory: per layer K and V of (n_slots * max_len, KV*hd) in the weight dtype; the host
 // decides everything (paths, lengths, splits) from the Batch, which is on the host, and copies
 // the integer arrays the kernels read to the device once per step (one packed memcpy).
@@ -45,6 +51,7 @@
 #include "step03_kvcache/decode_gpu.cuh"
 #include "step04_batching/runner_gpu.h"
 #include "step05_paged/paged_attention.h"
+#include "step05_paged/paged_prefill.h"
 
 #define DEFAULT_SMALL_CHUNK 16
 #define SCORE_BUDGET ((size_t)3 << 29)  // bytes for the long path's scores + probabilities (1.5 GiB)
@@ -349,6 +356,7 @@ struct AttnCtx {
     int block_size, bt_stride, num_sms;
     const int *d_bt;
     void *gk, *gv;
+    const int *d_tiles;  // the plan's paged_prefill tiles on the device (plan.ntiles > 0: fused long path)
 };
 
 struct LongItem {
@@ -363,9 +371,17 @@ struct AttnPlan {
     LongItem *lg;
     int nlg;
     int *pad0, *padn, npad;  // rows with no keys when the decode kernel cannot take them: zeroed
+    PrefillChunk *pc;        // paged, fused: the long chunks as paged_prefill's chunks (host, cap)
+    int ntiles;              // > 0: the long chunks run as paged_prefill over this many tiles
 };
 
 // Sequence i: rows cu[i] .. cu[i+1]-1, L = lens[i] keys at cache rows base(i) ...
+// The rule between the paths: a sequence with at most small_max new rows (decodes, short chunks)
+// gives one decode work item per row; longer chunks are long items. With the fused prefill
+// kernel too, short chunks stay decode items: their rows re-read a context that the step's
+// decode rows stream anyway (at most small_max times), the decode kernels split a long context
+// across SMs (v2) where the prefill kernel gives a lone short chunk only KV CTAs, and one
+// threshold keeps one rule for both long paths.
 static void plan_add(AttnPlan *p, int small_ok, int small_max, int row0, int n, int L, int base) {
     if (n <= 0) return;
     if (L <= 0) {
@@ -439,7 +455,15 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
             launches += 2;
         }
     }
-    for (int i = 0; i < p->nlg; i++) {
+    if (p->nlg && p->ntiles > 0) {  // step05, fused: every long chunk of the step in one launch
+        PagedPrefill a = {};
+        a.dt = c->dt, a.H = H, a.KV = KV, a.hd = hd, a.scale = scale, a.q = q, a.ldq = ldq, a.kc = kc, a.vc = vc;
+        a.block_tables = c->d_bt, a.bt_stride = c->bt_stride, a.block_size = c->block_size;
+        a.tiles = c->d_tiles, a.ntiles = p->ntiles, a.out = out, a.ldo = qd, a.out_f32 = out_f32;
+        if (paged_prefill(&a) < 0) die("paged prefill attention: launch refused (see above)");
+        launches++;
+    }
+    for (int i = 0; i < (p->ntiles > 0 ? 0 : p->nlg); i++) {
         const LongItem *it = &p->lg[i];
         const void *lk = kc, *lv = vc;
         size_t base = (size_t)it->base;
@@ -478,6 +502,7 @@ struct GpuRunner {
     size_t lstride;  // bytes of one layer's K (or V)
     double kv_bytes;
     int small_max, use_gemv;
+    int prefill_ok, fused_prefill;  // paged_prefill takes this model's shape here; the long path uses it
     AttnCtx ac;
     AttnPlan plan;
     float *x, *qkv, *gu, *xg, *logits, *xnf, *attf, *hf;
@@ -496,6 +521,26 @@ static void *dalloc_r(size_t n, double *count) {
     CUDA_CHECK(cudaMalloc(&p, n ? n : 4));
     if (count) *count += (double)n;
     return p;
+}
+
+// The runner's one-line description (gpu_runner_describe): layout, sizes, the attention paths.
+static void describe(GpuRunner *r) {
+    const StDtype dt = r->cdt;
+    const int sm = r->ac.small_ok ? r->small_max : 0;
+    if (r->block_size > 0)
+        snprintf(r->desc, sizeof r->desc,
+                 "cuda %s weights, %s paged KV (%d blocks x %d positions, %.2f GiB, max_model_len %d), cuBLAS GEMMs over "
+                 "all rows (step03 GEMV for a 1-row step), attention: paged decode v1/v2 for <= %d new rows per "
+                 "sequence, %s beyond",
+                 dt_name(dt), dt_name(dt), r->num_blocks, r->block_size, r->kv_bytes / 1073741824.0, r->max_len, sm,
+                 r->fused_prefill ? "one fused paged prefill launch for all longer chunks"
+                                  : "block-table gather + GEMM-softmax-GEMM per sequence");
+    else
+        snprintf(r->desc, sizeof r->desc,
+                 "cuda %s weights, %s KV (%d slots x %d positions, %.2f GiB), cuBLAS GEMMs over all rows (step03 GEMV "
+                 "for a 1-row step), attention: split decode kernel for <= %d new rows per sequence, GEMM-softmax-GEMM "
+                 "beyond",
+                 dt_name(dt), dt_name(dt), r->n_slots, r->max_len, r->kv_bytes / 1073741824.0, sm);
 }
 
 // Both layouts: step04's n_slots slots of max_len rows (block_size 0), or step05's pool of
@@ -553,7 +598,8 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     size_t part_cap = per_item * (size_t)(max_tokens_per_step < nseq ? max_tokens_per_step : nseq);
     if (part_cap > PART_BUDGET) part_cap = PART_BUDGET;
     if (part_cap < per_item) part_cap = per_item;
-    const size_t pack_cap = 7 * T + 8 + (size_t)T * nbt;  // + the block tables (at most T sequences)
+    // + the block tables (at most T sequences) + the prefill tiles (at most one per row)
+    const size_t pack_cap = 7 * T + 8 + (size_t)T * nbt + (size_t)PP_TILE_INTS * T;
     const size_t gather = paged ? 2 * (size_t)max_len * kd * es : 0;
     const size_t ws = gather + T * d * 4 + T * d * es + T * nqkv * 4 + 2 * T * qd * es + T * 2 * ff * 4 + T * ff * es +
                       (size_t)lcap * d * 4 + (size_t)lcap * c->vocab * 4 + 2 * T * half * 4 + s_cap * s_es +
@@ -576,6 +622,8 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->lstride = lstride;
     r->small_max = DEFAULT_SMALL_CHUNK;
     r->use_gemv = 1;
+    r->prefill_ok = paged && paged_prefill_supported(dt, H, KV, hd);
+    r->fused_prefill = r->prefill_ok;
     size_t f0, f1;
     CUDA_CHECK(cudaMemGetInfo(&f0, &tot));
     r->kc = dalloc_r(kv_total / 2, NULL);
@@ -623,22 +671,11 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     p->srow = (int *)xmalloc(T * 4), p->slen = (int *)xmalloc(T * 4), p->sbase = (int *)xmalloc(T * 4);
     p->lg = (LongItem *)xmalloc(T * sizeof(LongItem));
     p->pad0 = (int *)xmalloc(T * 4), p->padn = (int *)xmalloc(T * 4);
+    p->pc = (PrefillChunk *)xmalloc(T * sizeof(PrefillChunk));
     CUDA_CHECK(cudaEventCreate(&r->ev0));
     CUDA_CHECK(cudaEventCreate(&r->ev1));
     CUDA_CHECK(cudaDeviceSynchronize());
-    if (paged)
-        snprintf(r->desc, sizeof r->desc,
-                 "cuda %s weights, %s paged KV (%d blocks x %d positions, %.2f GiB, max_model_len %d), cuBLAS GEMMs over "
-                 "all rows (step03 GEMV for a 1-row step), attention: paged decode v1/v2 for <= %d new rows per "
-                 "sequence, block-table gather + GEMM-softmax-GEMM beyond",
-                 dt_name(dt), dt_name(dt), num_blocks, block_size, r->kv_bytes / 1073741824.0, max_len,
-                 small_ok ? DEFAULT_SMALL_CHUNK : 0);
-    else
-        snprintf(r->desc, sizeof r->desc,
-                 "cuda %s weights, %s KV (%d slots x %d positions, %.2f GiB), cuBLAS GEMMs over all rows (step03 GEMV "
-                 "for a 1-row step), attention: split decode kernel for <= %d new rows per sequence, GEMM-softmax-GEMM "
-                 "beyond",
-                 dt_name(dt), dt_name(dt), n_slots, max_len, r->kv_bytes / 1073741824.0, small_ok ? DEFAULT_SMALL_CHUNK : 0);
+    describe(r);
     return r;
 }
 
@@ -669,7 +706,7 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
     CUDA_CHECK(cudaEventDestroy(r->ev0));
     CUDA_CHECK(cudaEventDestroy(r->ev1));
     free(r->plan.srow), free(r->plan.slen), free(r->plan.sbase), free(r->plan.lg), free(r->plan.pad0),
-        free(r->plan.padn);
+        free(r->plan.padn), free(r->plan.pc);
     free(r);
 }
 
@@ -677,7 +714,15 @@ extern "C" const char *gpu_runner_describe(const GpuRunner *r) { return r->desc;
 extern "C" double gpu_runner_kv_bytes(const GpuRunner *r) { return r->kv_bytes; }
 extern "C" double gpu_runner_last_ms(const GpuRunner *r) { return r->last_ms; }
 extern "C" int gpu_runner_launches(const GpuRunner *r) { return r->launches; }
-extern "C" void gpu_runner_set_small_chunk(GpuRunner *r, int rows) { r->small_max = rows < 0 ? 0 : rows; }
+extern "C" void gpu_runner_set_small_chunk(GpuRunner *r, int rows) {
+    r->small_max = rows < 0 ? 0 : rows;
+    describe(r);
+}
+extern "C" int gpu_runner_set_prefill_attn(GpuRunner *r, int fused) {
+    r->fused_prefill = fused && r->prefill_ok;
+    describe(r);
+    return r->fused_prefill;
+}
 
 static float half_to_f(StDtype dt, const void *p, size_t i) {
     if (dt == ST_F32) return ((const float *)p)[i];
@@ -795,8 +840,17 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
             o += r->nbt;
         }
     }
+    const size_t o_tiles = o;  // paged, fused: the long chunks' prefill tiles
+    p->ntiles = 0;
+    if (paged && r->fused_prefill && p->nlg) {
+        for (int i = 0; i < p->nlg; i++) p->pc[i] = PrefillChunk{p->lg[i].base, p->lg[i].row0, p->lg[i].n, p->lg[i].L};
+        p->ntiles = paged_prefill_plan(p->pc, p->nlg, H, KV, hp + o, (int)((r->pack_cap - o) / PP_TILE_INTS));
+        if (p->ntiles < 1) die("gpu_runner_forward: the prefill tile plan does not fit the upload buffer");
+        o += (size_t)p->ntiles * PP_TILE_INTS;
+    }
     int *dp = r->d_pack;
     r->ac.d_bt = paged ? dp + o_bt : NULL;
+    r->ac.d_tiles = dp + o_tiles;
     int launches = 0;
     CUDA_CHECK(cudaEventRecord(r->ev0));
     CUDA_CHECK(cudaMemcpyAsync(dp, hp, o * 4, cudaMemcpyHostToDevice));
@@ -998,4 +1052,82 @@ extern "C" int step04_decode_attention_dev(StDtype dt, const float *q, int ldq, 
     AttnPlan p = {};
     p.ns = n, p.nsplit = nsplit, p.maxlen = max_len;
     return attn_layer(&a, &p, rows, lens, bases, q, ldq, NULL, kc, vc, out, 0);
+}
+
+// ---------------------------------------------------------------- step05's long-chunk attention alone (its ladder)
+
+struct LongAttnBench {
+    AttnCtx ac;
+    AttnPlan plan;
+    int ntiles;
+    const float *q;
+    int ldq;
+    const void *kc, *vc;
+    void *q16, *out;
+    int *d_tiles;
+};
+
+extern "C" LongAttnBench *long_attn_bench_new(StDtype dt, int H, int KV, int hd, const float *q, int ldq, const void *kc,
+                                              const void *vc, const int *d_bt, int bt_stride, int block_size,
+                                              const PrefillChunk *chunks, int nchunks, void *out) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0 || nchunks < 1 || block_size < 1 || H % KV) return NULL;
+    const int nt = paged_prefill_num_tiles(chunks, nchunks, H, KV);
+    if (nt < 1) return NULL;
+    LongAttnBench *b = (LongAttnBench *)xcalloc(1, sizeof(LongAttnBench));
+    const size_t es = esize(dt), qd = (size_t)H * hd, kd = (size_t)KV * hd;
+    int T = 0, maxL = 1, maxn = 1;
+    for (int i = 0; i < nchunks; i++) {
+        const PrefillChunk *c = &chunks[i];
+        T = c->row0 + c->n > T ? c->row0 + c->n : T;
+        maxL = c->L > maxL ? c->L : maxL, maxn = c->n > maxn ? c->n : maxn;
+    }
+    AttnCtx *a = &b->ac;
+    CUBLAS_CHECK(cublasCreate(&a->blas));
+    a->dt = dt, a->H = H, a->KV = KV, a->hd = hd, a->vec_attn = 1, a->small_ok = 1;
+    a->block_size = block_size, a->bt_stride = bt_stride, a->num_sms = gi.sms, a->d_bt = d_bt;
+    a->s_cap = (size_t)H * maxn * maxL;
+    const size_t s_es = 4 + (dt == ST_F32 ? 0 : es);
+    if (a->s_cap * s_es > SCORE_BUDGET) a->s_cap = SCORE_BUDGET / s_es;
+    if (a->s_cap < (size_t)H * maxL) a->s_cap = (size_t)H * maxL;
+    a->S = (float *)dalloc_r(a->s_cap * 4, NULL);
+    a->P = dt == ST_F32 ? (void *)a->S : dalloc_r(a->s_cap * es, NULL);
+    a->gk = dalloc_r((size_t)maxL * kd * es, NULL), a->gv = dalloc_r((size_t)maxL * kd * es, NULL);
+    AttnPlan *p = &b->plan;
+    p->lg = (LongItem *)xmalloc((size_t)nchunks * sizeof(LongItem));
+    for (int i = 0; i < nchunks; i++) p->lg[i] = LongItem{chunks[i].row0, chunks[i].n, chunks[i].L, chunks[i].seq};
+    p->nlg = nchunks;
+    int *tiles = (int *)xmalloc((size_t)nt * PP_TILE_INTS * sizeof(int));
+    if (paged_prefill_plan(chunks, nchunks, H, KV, tiles, nt) != nt) die("long_attn_bench_new: the tile plan failed");
+    b->d_tiles = (int *)dalloc_r((size_t)nt * PP_TILE_INTS * 4, NULL);
+    CUDA_CHECK(cudaMemcpy(b->d_tiles, tiles, (size_t)nt * PP_TILE_INTS * 4, cudaMemcpyHostToDevice));
+    free(tiles);
+    a->d_tiles = b->d_tiles, b->ntiles = nt;
+    // the GEMM path's query copy in dt, (T, H*hd): as the runner's q16
+    b->q16 = dalloc_r((size_t)T * qd * es, NULL);
+    float *tmp = (float *)dalloc_r((size_t)T * qd * 4, NULL);
+    CUDA_CHECK(cudaMemcpy2D(tmp, qd * 4, q, (size_t)ldq * 4, qd * 4, (size_t)T, cudaMemcpyDeviceToDevice));
+    DISPATCH(dt, A, k_round_rows<A><<<256, 256>>>(tmp, (A *)b->q16, (size_t)T * qd));
+    CUDA_CHECK_LAST();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaFree(tmp));
+    b->q = q, b->ldq = ldq, b->kc = kc, b->vc = vc, b->out = out;
+    return b;
+}
+
+extern "C" int long_attn_bench_run(LongAttnBench *b, int fused) {
+    if (fused && !paged_prefill_supported(b->ac.dt, b->ac.H, b->ac.KV, b->ac.hd)) return -1;
+    b->plan.ntiles = fused ? b->ntiles : 0;
+    return attn_layer(&b->ac, &b->plan, NULL, NULL, NULL, b->q, b->ldq, b->q16, b->kc, b->vc, b->out, 0);
+}
+
+extern "C" void long_attn_bench_free(LongAttnBench *b) {
+    if (!b) return;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    void *ps[] = {b->ac.S, b->ac.gk, b->ac.gv, b->d_tiles, b->q16};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
+    if (b->ac.P != b->ac.S) CUDA_CHECK(cudaFree(b->ac.P));
+    CUBLAS_CHECK(cublasDestroy(b->ac.blas));
+    free(b->plan.lg);
+    free(b);
 }

@@ -2,14 +2,16 @@
 // without nvcc). runner.c wraps it behind batch.h's Runner; programs and tests use Runner.
 // defines: GpuRunner, gpu_runner_new, gpu_runner_new_paged, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
 //          gpu_runner_forward, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
-//          gpu_runner_read_kv, batch_attention_gpu_check, batch_attention_gpu_check_paged,
-//          step04_decode_attention_dev
+//          gpu_runner_set_prefill_attn, gpu_runner_read_kv, batch_attention_gpu_check, batch_attention_gpu_check_paged,
+//          step04_decode_attention_dev, LongAttnBench, long_attn_bench_new, long_attn_bench_run,
+//          long_attn_bench_free
 //
 // KV memory: per layer K and V of (n_slots * max_len, n_kv_heads * head_dim) in the weight
 // dtype (step05's paged runner: (num_blocks * block_size, ...)); the new tokens' K/V rows are
 // written at batch->slot_mapping[t] (-1: skipped).
 #pragma once
 #include "step04_batching/batch.h"
+#include "step05_paged/paged_prefill.h"  // PrefillChunk
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,7 +24,9 @@ GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int max_tokens_
 // step05: K/V as a pool of num_blocks blocks of block_size positions; batches carry block
 // tables (batch.h) and attention reads the context through them (step05's paged kernels):
 // sequences with <= small_chunk new rows through paged decode v1/v2 (one work item per row),
-// longer chunks through a block-table gather into a contiguous scratch + the GEMM path. Every
+// longer chunks all together through one fused paged prefill launch per layer (paged_prefill.h;
+// or, gpu_runner_set_prefill_attn(r, 0), each through a block-table gather into a contiguous
+// scratch + the GEMM path). Every
 // forward checks the batch's block_size, positions < max_model_len and that every table entry a
 // context covers is in 1 .. num_blocks-1. gpu_runner_read_kv's row is then block * B + offset.
 GpuRunner *gpu_runner_new_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
@@ -41,6 +45,11 @@ int gpu_runner_launches(const GpuRunner *r);
 // decode kernel, longer chunks the GEMM-softmax-GEMM path (default 16). 0: GEMM path for all;
 // a large value: the decode kernel for all. For the tests and the benchmark.
 void gpu_runner_set_small_chunk(GpuRunner *r, int rows);
+// The paged runner's long-chunk path: fused 1 (the default where paged_prefill_supported: one
+// paged_prefill launch per layer for all of a step's long chunks) or 0 (gather + GEMM path per
+// sequence, as step04's). Returns the path now in effect: 1 fused, 0 gather (asked for, or the
+// fused kernel does not take this model's shape on this device, or the runner is not paged).
+int gpu_runner_set_prefill_attn(GpuRunner *r, int fused);
 // The cached K and V (KV*hd each, as fp32) of cache row `row` (slot * max_len + position) of a
 // layer. A row no batch has written reads as NaN (the cache is poisoned when it is allocated).
 int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float *k, float *v);
@@ -66,6 +75,19 @@ int batch_attention_gpu_check_paged(const float *q, const float *kc, const float
 int step04_decode_attention_dev(StDtype dtype, const float *q, int ldq, const void *kc, const void *vc, const int *rows,
                                 const int *lens, const int *bases, int n, int max_len, int H, int KV, int hd, void *out,
                                 float *part_o, float *part_ml, size_t part_cap);
+
+// The paged runner's long-chunk attention alone, for step05's ladder (paged_attn_bench --op
+// prefill): the chunks (host; seq = block-table row) over the pool kc, vc (device, dtype) through
+// the block tables d_bt (device); q (device, fp32, ld ldq) as the runner's qkv rows; out (device,
+// dtype, ld H*hd). _run queues the same launches as one layer of the runner: fused 1 (one
+// paged_prefill, -1 where paged_prefill_supported says no) or 0 (per chunk: gather + GEMM path,
+// on a dtype copy of q made by _new). Returns the launches. _new: NULL without a GPU / bad sizes.
+typedef struct LongAttnBench LongAttnBench;
+LongAttnBench *long_attn_bench_new(StDtype dtype, int H, int KV, int hd, const float *q, int ldq, const void *kc,
+                                   const void *vc, const int *d_bt, int bt_stride, int block_size,
+                                   const PrefillChunk *chunks, int nchunks, void *out);
+int long_attn_bench_run(LongAttnBench *b, int fused);
+void long_attn_bench_free(LongAttnBench *b);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,10 @@ int gpu_runner_launches(const GpuRunner *r) {
     return 0;
 }
 void gpu_runner_set_small_chunk(GpuRunner *r, int rows) { (void)r, (void)rows; }
+int gpu_runner_set_prefill_attn(GpuRunner *r, int fused) {
+    (void)r, (void)fused;
+    return 0;
+}
 int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float *k, float *v) {
     (void)r, (void)layer, (void)row, (void)k, (void)v;
     return -1;
@@ -65,6 +69,18 @@ int step04_decode_attention_dev(StDtype dtype, const float *q, int ldq, const vo
     (void)H, (void)KV, (void)hd, (void)out, (void)part_o, (void)part_ml, (void)part_cap;
     return -1;
 }
+LongAttnBench *long_attn_bench_new(StDtype dtype, int H, int KV, int hd, const float *q, int ldq, const void *kc,
+                                   const void *vc, const int *d_bt, int bt_stride, int block_size,
+                                   const PrefillChunk *chunks, int nchunks, void *out) {
+    (void)dtype, (void)H, (void)KV, (void)hd, (void)q, (void)ldq, (void)kc, (void)vc, (void)d_bt, (void)bt_stride;
+    (void)block_size, (void)chunks, (void)nchunks, (void)out;
+    return NULL;
+}
+int long_attn_bench_run(LongAttnBench *b, int fused) {
+    (void)b, (void)fused;
+    return -1;
+}
+void long_attn_bench_free(LongAttnBench *b) { (void)b; }
 #else
 typedef int runner_gpu_none_is_empty_with_cuda;  // ISO C forbids an empty translation unit
 #endif
