@@ -11,6 +11,10 @@
 //     non-contiguous blocks, GQA groups 1, 3, 4, 7, 8, head dims 64 and 128, odd context lengths
 //     (1, 17, 130, 513, 1000, 2049), a padding item (no keys: zeros) and a causal 3-row chunk;
 //   - the gather (exact) on row widths that take the 16-, 4- and 2-byte copies;
+//   - the fused prefill kernel (paged_prefill, and its SIMT kernel alone) on several chunks in
+//     one launch: 1, 5, 64, 97 rows over contexts that start mid-block or at 0, block sizes 1, 7,
+//     16, 256, GQA groups 1, 2, 3, 4, 8, head dims 64 and 128, fp32/bf16/fp16 caches, fp32 and
+//     cache-dtype outputs; rows outside every chunk must stay untouched;
 //   - the runner's attention path over a paged pool (short chunks through paged decode, long ones
 //     through the gather + GEMM path, and each forced for all) against step02's attention_at_cpu.
 // Runner, on every checkpoint under tests/data/models/, block sizes 1, 16, 256:
@@ -18,7 +22,10 @@
 //     cached forward, and with the GEMM path forced for every sequence against the step04 slot
 //     runner bit for bit (the same K/V, gathered, go through the same GEMMs);
 //   - the greedy continuation of each checkpoint's prompt against transformers' by vLLM's rule,
-//     and the three block sizes against each other by the same rule.
+//     and the three block sizes against each other by the same rule;
+//   - the long-chunk path fused vs gathered: the mixed batch above with each (against the CPU),
+//     and greedy tokens of a random-weight bf16 model with head_dim 128 (the tensor-core kernel)
+//     identical by vLLM's rule.
 // Every test skips (and says why) without a CUDA device.
 #include <criterion/criterion.h>
 #include <math.h>
@@ -35,6 +42,7 @@
 #include "step03_kvcache/kvcache.h"
 #include "step04_batching/runner_gpu.h"
 #include "step05_paged/paged_attention.h"
+#include "step05_paged/paged_prefill.h"
 
 #define NEED_GPU()                                                      \
     GpuInfo gi_;                                                        \
@@ -340,6 +348,113 @@ Test(step05_gpu, batched_attention_through_block_tables_matches_cpu, .timeout = 
             }
 }
 
+// ---------------------------------------------------------------- fused prefill
+
+// Several chunks in one launch, each of its own sequence: {rows, earlier context}. Their output
+// rows are laid out in reverse sequence order with one untouched row between chunks.
+static const int PF_CHUNK[][2] = {{1, 0}, {5, 19}, {64, 1027}, {97, 0}, {97, 130}, {1, 300}, {64, 33}};
+#define PF_NC ((int)(sizeof PF_CHUNK / sizeof PF_CHUNK[0]))
+
+Test(step05_gpu, prefill_fused_matches_cpu_on_odd_shapes, .timeout = 600) {
+    NEED_GPU();
+    const Shape shapes[] = {{4, 4, 64}, {16, 8, 128}, {6, 2, 128}, {8, 2, 128}, {16, 2, 64}};
+    const int B_[] = {1, 7, 16, 256};
+    const StDtype dts[] = {ST_F32, ST_BF16, ST_F16};
+    int lens[PF_NC], T = 0;
+    PrefillChunk ch[PF_NC];
+    for (int i = PF_NC - 1; i >= 0; i--) {  // rows: the last sequence first, a gap row after each chunk
+        lens[i] = PF_CHUNK[i][0] + PF_CHUNK[i][1];
+        ch[i] = (PrefillChunk){i, T, PF_CHUNK[i][0], lens[i]};
+        T += PF_CHUNK[i][0] + 1;
+    }
+    Rng r;
+    rng_seed(&r, 5150);
+    int runs = 0;
+    double worst[3] = {0, 0, 0};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int bi = 0; bi < 4; bi++)
+            for (int di = 0; di < 3; di++) {
+                const int H = shapes[s].H, KV = shapes[s].KV, hd = shapes[s].hd, qd = H * hd, kd = KV * hd, B = B_[bi];
+                const int ldq = qd + 2 * kd, ldo = qd + 8;  // q inside qkv rows, as the runner's; a padded output
+                const StDtype dt = dts[di];
+                const size_t es = dt == ST_F32 ? 4 : 2;
+                Pool p;
+                pool_make(&p, &r, B, lens, PF_NC, kd);
+                const size_t prow = (size_t)p.nblk * B;
+                round_to(dt, p.k, prow * kd), round_to(dt, p.v, prow * kd);  // the reference sees what the device holds
+                float *q = rng_new_uniform(&r, (size_t)T * ldq, -1.0f, 1.0f);
+                float *ref = malloc((size_t)T * ldo * 4), *out = malloc((size_t)T * ldo * 4);
+                const float scale = 1.0f / sqrtf((float)hd);
+                paged_prefill_cpu(q, ldq, p.k, p.v, p.bt, p.stride, B, ch, PF_NC, H, KV, hd, scale, ref, ldo);
+                const int nt = paged_prefill_num_tiles(ch, PF_NC, H, KV);
+                cr_assert(nt > 0);
+                int *tiles = malloc((size_t)nt * PP_TILE_INTS * sizeof(int));
+                cr_assert_eq(paged_prefill_plan(ch, PF_NC, H, KV, tiles, nt), nt);
+                float *dq = pa_dev_alloc((size_t)T * ldq * 4);
+                void *dk = pa_dev_alloc(prow * kd * es), *dv = pa_dev_alloc(prow * kd * es), *dout = pa_dev_alloc((size_t)T * ldo * 4);
+                int *dbt = pa_dev_alloc((size_t)PF_NC * p.stride * 4), *dt_ = pa_dev_alloc((size_t)nt * PP_TILE_INTS * 4);
+                cr_assert(dq && dk && dv && dout && dbt && dt_);
+                pa_upload(dq, q, (size_t)T * ldq * 4);
+                pa_upload_as(dt, dk, p.k, prow * kd), pa_upload_as(dt, dv, p.v, prow * kd);
+                pa_upload(dbt, p.bt, (size_t)PF_NC * p.stride * 4);
+                pa_upload(dt_, tiles, (size_t)nt * PP_TILE_INTS * 4);
+                const int mma = dt != ST_F32 && paged_prefill_supported(dt, H, KV, hd);
+                if (dt != ST_F32 && gi_.cc_major >= 8) cr_expect(mma, "bf16/fp16 hd %d on sm_%d%d: the tensor-core path refused", hd, gi_.cc_major, gi_.cc_minor);
+                for (int ver = 0; ver < 2; ver++) {  // paged_prefill (the MMA kernel where it applies), then the SIMT kernel
+                    const int out_f32 = dt == ST_F32 || (s + bi + ver) % 2 == 0;
+                    const StDtype odt = out_f32 ? ST_F32 : dt;
+                    PagedPrefill a = {dt, H, KV, hd, scale, dq, ldq, dk, dv, dbt, p.stride, B, dt_, nt, dout, ldo, out_f32};
+                    for (size_t i = 0; i < (size_t)T * ldo; i++) out[i] = NAN;
+                    pa_upload_as(odt, dout, out, (size_t)T * ldo);
+                    cr_assert_eq(ver ? paged_prefill_simt(&a) : paged_prefill(&a), 1, "launch refused");
+                    cr_assert_eq(pa_sync(), 0);
+                    pa_download_f32(odt, out, dout, (size_t)T * ldo);
+                    // fp32: fp32 math; MMA: q and P rounded to the cache dtype; SIMT: fp32 math on the rounded cache
+                    const double tol = dt == ST_F32 ? 1e-4 : (ver == 0 && mma) || !out_f32 ? 2 * ERR_TOL_HALF : 2e-3;
+                    for (int c = 0; c < PF_NC; c++) {
+                        for (int j = 0; j < ch[c].n; j++) {
+                            const size_t row = (size_t)(ch[c].row0 + j) * ldo;
+                            ErrStats e = compare_f32(out + row, ref + row, (size_t)qd);
+                            const int wi = dt == ST_F32 ? 0 : ver == 0 && mma ? 1 : 2;
+                            if (e.max_rel > worst[wi]) worst[wi] = e.max_rel;
+                            cr_expect(e.n_bad == 0 && e.max_rel < tol,
+                                      "%s %s out=%s B=%d H=%d KV=%d hd=%d chunk %d (%d rows after %d keys) row %d: max_rel "
+                                      "%.3e, %zu non-finite (tol %.0e)", ver ? "simt" : "paged_prefill", st_dtype_name(dt),
+                                      st_dtype_name(odt), B, H, KV, hd, c, ch[c].n, ch[c].L - ch[c].n, j, e.max_rel, e.n_bad, tol);
+                        }
+                        int untouched = 1;  // the gap row after the chunk, and the padding columns of every row
+                        const float *gap = out + (size_t)(ch[c].row0 + ch[c].n) * ldo;
+                        for (int i = 0; i < ldo; i++) untouched &= isnan(gap[i]) != 0;
+                        for (int j = 0; j < ch[c].n; j++)
+                            for (int i = qd; i < ldo; i++) untouched &= isnan(out[(size_t)(ch[c].row0 + j) * ldo + i]) != 0;
+                        cr_expect(untouched, "%s B=%d H=%d KV=%d hd=%d: wrote outside chunk %d's rows", st_dtype_name(dt), B, H,
+                                  KV, hd, c);
+                    }
+                    runs++;
+                }
+                void *ps[] = {dq, dk, dv, dout, dbt, dt_};
+                for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) pa_dev_free(ps[i]);
+                free(q), free(ref), free(out), free(tiles);
+                pool_free(&p);
+            }
+    fprintf(stderr, "[paged-prefill] %d runs (fused, SIMT) x 5 shapes x 4 block sizes x 3 dtypes match the CPU; worst "
+            "max_rel fp32 %.2e, tensor cores %.2e, SIMT on 16-bit caches %.2e\n", runs, worst[0], worst[1], worst[2]);
+}
+
+Test(step05_gpu, prefill_refuses_bad_arguments) {
+    NEED_GPU();
+    PagedPrefill a = {ST_BF16, 12, 8, 128, 0.1f, NULL, 12 * 128, NULL, NULL, NULL, 1, 16, NULL, 1, NULL, 12 * 128, 0};
+    cr_expect_eq(paged_prefill(&a), -1, "H %% KV != 0 accepted");
+    cr_expect_eq(paged_prefill_supported(ST_BF16, 12, 8, 128), 0);
+    cr_expect_eq(paged_prefill_supported(ST_BF16, 72, 8, 128), 0, "g = 9 accepted");
+    cr_expect_eq(paged_prefill_supported(ST_BF16, 16, 8, 96), 0, "hd 96 on the tensor-core path accepted");
+    cr_expect_eq(paged_prefill_supported(ST_F32, 16, 8, 96), 1, "fp32 (SIMT) refused hd 96");
+    a.H = 16, a.ldq = a.ldo = 16 * 128, a.block_size = 0;
+    cr_expect_eq(paged_prefill(&a), -1, "block size 0 accepted");
+    a.block_size = 16, a.ntiles = 0;
+    cr_expect_eq(paged_prefill(&a), 0, "no tiles: nothing to launch");
+}
+
 // ---------------------------------------------------------------- runner: paged batches, built here
 
 #define PB_TOK 512
@@ -402,10 +517,12 @@ static int make_tables(Rng *r, int B, int ns, int tables[][PB_LEN]) {
 #define MX_SEQ 4
 // Five steps of four sequences (prompts 40, 9, 20, 1 tokens) through the paged runner (block
 // size B, shuffled tables) and, per sequence, step03's CPU cached forward: logits of every logit
-// row compared. With small_chunk 0 the same steps also run on the step04 slot runner, whose
-// logits must be identical bit for bit (the same GEMM path over the same K/V). The K/V rows
-// written are checked against the CPU cache, unmapped rows of the pool against NaN.
-static void mixed_paged(const Ckpt *ck, int B, int small_chunk) {
+// row compared. fused: the long chunks through the fused prefill kernel where it takes the
+// shape (else the gather path). With small_chunk 0 and the gather path the same steps also run
+// on the step04 slot runner, whose logits must be identical bit for bit (the same GEMM path over
+// the same K/V). The K/V rows written are checked against the CPU cache, unmapped rows of the
+// pool against NaN.
+static void mixed_paged(const Ckpt *ck, int B, int small_chunk, int fused) {
     CkptModels L;
     ckpt_models_load(ck, &L);
     const ModelConfig *c = &L.cm.cfg;
@@ -418,8 +535,12 @@ static void mixed_paged(const Ckpt *ck, int B, int small_chunk) {
     GpuRunner *g = gpu_runner_new_paged(L.gm, nblk, B, PB_LEN, 128, err, sizeof err);
     cr_assert(g, "%s", err);
     gpu_runner_set_small_chunk(g, small_chunk);
+    const int fused_eff = gpu_runner_set_prefill_attn(g, fused);
+    GpuInfo gi;
+    cr_assert_eq(gpu_info(&gi), 0);
+    if (fused && L.f32 && gi.cc_major >= 8) cr_expect(fused_eff, "%s: the fused prefill kernel refused an fp32 model", ck->name);
     GpuRunner *slot = NULL;
-    if (small_chunk == 0) {
+    if (small_chunk == 0 && !fused_eff) {
         slot = gpu_runner_new(L.gm, MX_SEQ, PB_LEN, 128, err, sizeof err);
         cr_assert(slot, "%s", err);
         gpu_runner_set_small_chunk(slot, 0);
@@ -509,8 +630,9 @@ static void mixed_paged(const Ckpt *ck, int B, int small_chunk) {
                 poisoned++;
             }
         }
-    fprintf(stderr, "[paged-mixed] %s B=%d small_chunk=%d: worst logits diff vs CPU %.3e; %d K/V rows match the CPU "
-            "cache, %d unmapped rows untouched%s\n", ck->name, B, small_chunk, worst, written, poisoned,
+    fprintf(stderr, "[paged-mixed] %s B=%d small_chunk=%d prefill %s: worst logits diff vs CPU %.3e; %d K/V rows match "
+            "the CPU cache, %d unmapped rows untouched%s\n", ck->name, B, small_chunk, fused_eff ? "fused" : "gather", worst,
+            written, poisoned,
             slot ? (identical == compared ? "; logits bit-identical to the step04 slot runner" : "; NOT identical to step04") : "");
     free(k), free(v);
     for (int s = 0; s < MX_SEQ; s++) cpu_kv_free(&kv[s]);
@@ -528,8 +650,9 @@ Test(step05_gpu, paged_runner_matches_cpu_and_step04, .timeout = 600) {
     const int Bs[] = {1, 16, 256};
     for (int i = 0; i < n; i++)
         for (int bi = 0; bi < 3; bi++) {
-            mixed_paged(&ck[i], Bs[bi], 16);
-            mixed_paged(&ck[i], Bs[bi], 0);
+            mixed_paged(&ck[i], Bs[bi], 16, 1);
+            mixed_paged(&ck[i], Bs[bi], 0, 0);
+            mixed_paged(&ck[i], Bs[bi], 0, 1);  // every sequence a long item: decode rows through the fused kernel too
         }
 }
 
@@ -656,4 +779,110 @@ Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeou
         tested++;
     }
     if (!tested) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
+}
+
+// ---------------------------------------------------------------- fused vs gathered long chunks, tensor cores
+
+// A random-weight bf16 model of head_dim 128 (the fused kernel's tensor-core path; the test
+// checkpoints' head dims take its SIMT path or none): three prompts (70, 65, 20 tokens) in
+// chunks of 48 + 22, 40 + 25 and 20 (every one a long chunk, two of them starting mid-block),
+// then NG greedy decodes each, through the paged runner with the fused and the gather path.
+#define FV_SEQ 3
+#define FV_NG 12
+#define FV_LEN 128
+static const char *FV_JSON =
+    "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1024,"
+    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":128,\"vocab_size\":1024,"
+    "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}";
+
+static void fused_vs_gather_run(GpuModel *gm, int V, int B, int fused, int toks[FV_SEQ][FV_LEN], int *ntok,
+                                int top5[FV_SEQ][FV_NG * 5]) {
+    const int plen[FV_SEQ] = {70, 65, 20}, first[FV_SEQ] = {48, 40, 20};
+    Rng r;
+    rng_seed(&r, 909 + B);
+    cr_assert(B >= 1);
+    const int per = (int)(((unsigned)FV_LEN + (unsigned)B - 1) / (unsigned)B), nblk = FV_SEQ * per + 4;
+    int *perm = malloc((unsigned)nblk * sizeof(int));
+    for (int i = 0; i < nblk - 1; i++) perm[i] = i + 1;
+    for (int i = nblk - 2; i > 0; i--) {
+        const int j = (int)(rng_u32(&r) % (unsigned)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int *tab = malloc((unsigned)(FV_SEQ * per) * sizeof(int));
+    for (int s = 0; s < FV_SEQ; s++)
+        for (int k = 0; k < per; k++) tab[s * per + k] = perm[s * per + k];
+    char err[512];
+    GpuRunner *g = gpu_runner_new_paged(gm, nblk, B, FV_LEN, 256, err, sizeof err);
+    cr_assert(g, "%s", err);
+    const int eff = gpu_runner_set_prefill_attn(g, fused);
+    cr_assert_eq(eff, fused, "B=%d: the prefill path in effect is %d, asked for %d", B, eff, fused);
+    int ncomp[FV_SEQ] = {0}, ngen[FV_SEQ] = {0};
+    for (int s = 0; s < FV_SEQ; s++) {
+        ntok[s] = plen[s];
+        for (int j = 0; j < plen[s]; j++) toks[s][j] = (int)(rng_u32(&r) % (unsigned)V);
+    }
+    float *logits = malloc((size_t)FV_SEQ * V * 4);
+    for (int step = 0; step < FV_NG + 1; step++) {
+        Batch b;
+        batch_alloc_paged(&b, FV_SEQ, 256, B, per);
+        b.cu_seqlens_q[0] = 0;
+        int owner[FV_SEQ];
+        for (int s = 0; s < FV_SEQ; s++) {
+            const int n = step == 0 ? first[s] : ncomp[s] < plen[s] ? plen[s] - ncomp[s] : 1;
+            if (ngen[s] >= FV_NG) continue;
+            for (int j = 0; j < n; j++) {
+                const int row = b.n_tokens + j, pos = ncomp[s] + j;
+                b.token_ids[row] = toks[s][pos], b.positions[row] = pos;
+                b.slot_mapping[row] = tab[s * per + pos / B] * B + pos % B;
+            }
+            b.n_tokens += n;
+            const int L = ncomp[s] + n;
+            memcpy(b.block_tables + (size_t)b.n_seqs * b.bt_stride, tab + s * per, (size_t)((L + B - 1) / B) * sizeof(int));
+            b.seq_lens_k[b.n_seqs] = L, b.seq_slot[b.n_seqs] = 0;
+            b.cu_seqlens_q[++b.n_seqs] = b.n_tokens;
+            if (L == ntok[s]) owner[b.n_logits] = s, b.logit_rows[b.n_logits++] = b.n_tokens - 1;
+            ncomp[s] = L;
+        }
+        if (b.n_seqs == 0) {
+            batch_free(&b);
+            break;
+        }
+        cr_assert_eq(gpu_runner_forward(g, &b, logits, NULL), 0, "B=%d fused=%d step %d", B, fused, step);
+        for (int i = 0; i < b.n_logits; i++) {
+            const int s = owner[i];
+            const float *lg = logits + (size_t)i * V;
+            forward_topk(lg, V, 5, top5[s] + 5 * ngen[s]);
+            toks[s][ntok[s]++] = top5[s][5 * ngen[s]];
+            ngen[s]++;
+        }
+        batch_free(&b);
+    }
+    free(logits), free(perm), free(tab);
+    gpu_runner_free(g);
+}
+
+Test(step05_gpu, prefill_fused_and_gather_give_the_same_greedy_tokens, .timeout = 300) {
+    NEED_GPU();
+    if (gi_.cc_major < 8) cr_skip_test("the fused kernel's tensor-core path needs sm_80+ (this device: sm_%d%d)", gi_.cc_major, gi_.cc_minor);
+    ModelConfig cfg;
+    char err[512];
+    cr_assert_eq(hf_config_parse(FV_JSON, "test model", &cfg, err, sizeof err), 0, "%s", err);
+    GpuModel *gm = gpu_model_random(&cfg, ST_BF16, 7, err, sizeof err);
+    cr_assert(gm, "%s", err);
+    const int Bs[] = {1, 16, 256};
+    for (int bi = 0; bi < 3; bi++) {
+        static int toks[2][FV_SEQ][FV_LEN], top5[2][FV_SEQ][FV_NG * 5];
+        int ntok[2][FV_SEQ];
+        for (int f = 0; f < 2; f++) fused_vs_gather_run(gm, cfg.vocab, Bs[bi], 1 - f, toks[f], ntok[f], top5[f]);
+        for (int s = 0; s < FV_SEQ; s++) {
+            int a[FV_NG], b[FV_NG];
+            for (int i = 0; i < FV_NG; i++) a[i] = top5[0][s][5 * i], b[i] = top5[1][s][5 * i];
+            char what[200];
+            snprintf(what, sizeof what, "B=%d sequence %d: fused vs gather", Bs[bi], s);
+            const int same = vllm_expect(what, a, top5[0][s], b, top5[1][s], FV_NG);
+            fprintf(stderr, "[prefill-fused] B=%d sequence %d: %d of %d greedy tokens identical, fused vs gather\n", Bs[bi],
+                    s, same, FV_NG);
+        }
+    }
+    gpu_model_free(gm);
 }
