@@ -11,6 +11,10 @@
 #     6    batch 4 at 32768 (few CTAs: v2's split is what keeps the SMs busy)
 #     7    fp16, head_dim 64, 16 query / 2 kv heads (GQA group 8), batch 16, context 2000, block size 16
 #     8-9  the acceptance shapes with v2 partitions of 256 and 1024 keys (512 is the default)
+#   paged_prefill_ladder_h200.csv   paged_attn_bench --op prefill tables: the fused prefill kernel, its
+#                                SIMT kernel and the gather + GEMM path on one layer's chunks (64 x 64
+#                                rows after 1024 cached positions, 8 x 512 from 0), Qwen3-0.6B heads
+#                                (16 / 8, head_dim 128, bf16), block size 16, then 1 and 256
 #   (E2E=1, the default) the engine end to end with batch_bench, random-weight Qwen3-0.6B (bf16, made
 #   on the device), greedy:
 #   bb_nano_slots_s16_h200.json    --trace nano, step04 slots: 16 sequences x 4096 positions
@@ -21,6 +25,8 @@
 #                                  own ids, 64 output tokens, prefix cache on / off (acceptance:
 #                                  ttft_ms_p50 >= 5x lower with it)
 #   bb_prefix_on_outputs.jsonl, bb_prefix_off_outputs.jsonl    their output ids (identical: cmp below)
+#   bb_prefix_on_gather_h200.json  prefix cache on with --prefill-attn gather (the per-sequence gather +
+#                                  GEMM path the fused kernel replaces), for the TTFT comparison
 set -u -o pipefail
 OUT=${1:?usage: bench_h200.sh OUTDIR}
 B=${BIN:-build/bin}
@@ -38,17 +44,25 @@ run --batch 4 --context 32768 --heads 32 --kv-heads 8 --head-dim 128 --block-siz
 run --batch 16 --context 2000 --heads 16 --kv-heads 2 --head-dim 64 --block-size 16 --dtype fp16
 run --batch 32 --context 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16 --part 256
 run --batch 32 --context 32768 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16 --part 1024
+P="$OUT/paged_prefill_ladder_h200.csv"
+: > "$P"
+for bs in 16 1 256; do
+  echo "== paged_attn_bench --op prefill --block-size $bs"
+  "$B/paged_attn_bench" --op prefill --heads 16 --kv-heads 8 --head-dim 128 --block-size "$bs" --dtype bf16 --csv 2>&1 | tee -a "$P"
+  echo >> "$P"
+done
 fi
 
 [ "${E2E:-1}" = 1 ] || exit 0
 bb() { tag=$1; shift; echo "== batch_bench $*"; "$B/batch_bench" --preset qwen3-0.6b --device cuda --json "$@" \
          > "$OUT/bb_${tag}_h200.json" 2> "$OUT/bb_${tag}_h200.log" || echo "batch_bench $tag failed (see $OUT/bb_${tag}_h200.log)"
-       python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("\n".join(f"  {k}: {v}" for k,v in s.items() if k in ("kv_layout","peak_running","output_tok_s","total_tok_s","ttft_ms_p50","prefix_hit_rate","preemptions","kv_unused_frac","num_blocks","block_size")))' \
+       python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("\n".join(f"  {k}: {v}" for k,v in s.items() if k in ("kv_layout","prefill_attn","peak_running","output_tok_s","total_tok_s","ttft_ms_p50","prefix_hit_rate","preemptions","kv_unused_frac","num_blocks","block_size")))' \
          "$OUT/bb_${tag}_h200.json" || true; }
 bb nano_slots_s16 --trace nano --max-num-seqs 16 --max-model-len 4096
 bb nano_paged_b16 --trace nano --kv paged --block-size 16 --num-blocks 4097 --max-num-seqs 256 --max-model-len 4096
 PFX=(--trace nano --num-requests 64 --shared-prefix 1024 --input-len 64:64 --output-len 64:64 --kv paged --block-size 16)
 bb prefix_on "${PFX[@]}" --prefix-cache on --outputs "$OUT/bb_prefix_on_outputs.jsonl"
 bb prefix_off "${PFX[@]}" --prefix-cache off --outputs "$OUT/bb_prefix_off_outputs.jsonl"
+bb prefix_on_gather "${PFX[@]}" --prefix-cache on --prefill-attn gather
 if cmp -s "$OUT/bb_prefix_on_outputs.jsonl" "$OUT/bb_prefix_off_outputs.jsonl"; then echo "prefix cache on/off: outputs identical"
 else echo "prefix cache on/off: OUTPUTS DIFFER"; fi

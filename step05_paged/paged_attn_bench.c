@@ -5,6 +5,7 @@
 //
 //   build/bin/paged_attn_bench [--batch 32] [--context 4096] [--heads 32] [--kv-heads 8]
 //                              [--head-dim 128] [--block-size 16] [--dtype bf16] [--csv|--json]
+//   build/bin/paged_attn_bench --op prefill [--heads 16 --kv-heads 8 ...] [--chunks N --rows n --prior P]
 //
 // Rows (the LADDER table below is the only list of them):
 //   step04_contiguous  step04's split decode kernel over contiguous slots (the baseline: no table)
@@ -20,6 +21,16 @@
 // reference alone runs (timed on the host) and the CUDA rows are reported as skipped.
 // The K/V values are multiples of 1/128 in [-1, 1): exact in bf16, fp16 and fp32, so the CPU
 // reference reads exactly what the device holds; the tables hand out shuffled blocks.
+//
+// --op prefill: the chunked-prefill attention of one layer, every chunk of a step at once (each
+// chunk its own sequence: n new rows after P cached positions, context L = P + n), by default
+// two cases: 64 chunks of 64 rows after 1024 (a shared prefix hit by 64 requests: L = 1088) and
+// 8 chunks of 512 rows from 0. Rows (PREFILL_LADDER below):
+//   fused        paged_prefill: one launch for all chunks (tensor cores for bf16/fp16)
+//   fused_simt   its SIMT kernel alone (fp32 math; the sm_75 / fp32 path)
+//   gather_gemm  the runner's other path: per chunk a gather through its table, then step02's
+//                GEMM-softmax-GEMM (cuBLAS), one chunk after the other
+// TFLOP/s counts the causal attention FLOPs: 4 * H * hd per (query row, key it sees).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +45,7 @@
 #include "step01_matmul/roofline_gpu.h"
 #include "step04_batching/runner_gpu.h"
 #include "step05_paged/paged_attention.h"
+#include "step05_paged/paged_prefill.h"
 #include "table.h"
 #include "timer.h"
 
@@ -42,6 +54,11 @@ static void usage(FILE *f) {
             "usage: paged_attn_bench [--batch N] [--context L] [--heads H] [--kv-heads KV] [--head-dim D]\n"
             "                        [--block-size B] [--dtype bf16|fp16|fp32] [--reps R] [--warmup W]\n"
             "                        [--copy-gbps X] [--check-items N] [--part P] [--seed S] [--csv | --json]\n"
+            "       paged_attn_bench --op prefill [--heads H] [--kv-heads KV] [--head-dim D] [--block-size B]\n"
+            "                        [--dtype T] [--chunks N --rows n --prior P] [--reps R] [--warmup W] [--csv | --json]\n"
+            "  --op           decode (default: the table above) or prefill (the fused prefill ladder; default cases\n"
+            "                 64 chunks x 64 rows after 1024 cached positions and 8 x 512 from 0, heads 16/8)\n"
+            "  --chunks, --rows, --prior  one prefill case instead: N chunks of n rows after P cached positions\n"
             "  --batch        sequences, one decode row each (default 32)\n"
             "  --context      keys of every sequence (default 4096)\n"
             "  --heads        query heads (default 32); --kv-heads (default 8); --head-dim (default 128)\n"
@@ -128,6 +145,150 @@ static const struct {
 };  // the K/V writes come last: they overwrite pool rows the decode rows read
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
 
+// ---------------------------------------------------------------- --op prefill
+
+typedef struct {
+    LongAttnBench *lb;
+    PagedPrefill pp;
+    int which;  // 0 fused (through the runner's attention), 1 simt, 2 gather
+    int launch_err;
+} PCtx;
+static void run_prefill(void *p) {
+    PCtx *c = p;
+    const int r = c->which == 1 ? paged_prefill_simt(&c->pp) : long_attn_bench_run(c->lb, c->which == 0);
+    if (r < 0) c->launch_err = 1;
+}
+static const struct {
+    const char *id;
+    int which;
+    const char *what;
+} PREFILL_LADDER[] = {
+    {"fused", 0, "paged_prefill: all chunks in one launch, K/V through the tables"},
+    {"fused_simt", 1, "paged_prefill_simt: the SIMT kernel alone"},
+    {"gather_gemm", 2, "per chunk: gather + GEMM-softmax-GEMM (cuBLAS)"},
+};
+#define N_PREFILL ((int)(sizeof PREFILL_LADDER / sizeof PREFILL_LADDER[0]))
+
+// One case: nch chunks of n rows after P cached positions each. Returns 1 when a check failed.
+static int prefill_case(Table *t, int nch, int n, int P, int H, int KV, int hd, int B, StDtype dt, int reps, int warmup,
+                        uint64_t seed) {
+    const int qd = H * hd, kd = KV * hd, L = P + n, nb = (L + B - 1) / B, nblk = nch * nb + 1, T = nch * n;
+    const int ldq = qd + 2 * kd;  // q inside qkv rows, as the runner holds it
+    const size_t es = dt == ST_F32 ? 4 : 2, prow = (size_t)nblk * B;
+    if ((double)nblk * B > 2147483647.0) arg_die("the pool (%d blocks of %d) has more than 2^31 rows", nblk, B);
+    const float scale = 1.0f / sqrtf((float)hd);
+    Rng rng;
+    rng_seed(&rng, seed);
+    int *perm = xmalloc((size_t)nblk * sizeof(int)), *bt = xmalloc((size_t)nch * nb * sizeof(int));
+    for (int i = 0; i < nblk - 1; i++) perm[i] = i + 1;
+    for (int i = nblk - 2; i > 0; i--) {
+        const int j = (int)(rng_u32(&rng) % (unsigned)(i + 1)), tt = perm[i];
+        perm[i] = perm[j], perm[j] = tt;
+    }
+    memcpy(bt, perm, (size_t)nch * nb * sizeof(int));
+    float *kc = xmalloc(prow * kd * sizeof(float)), *vc = xmalloc(prow * kd * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < (long long)(prow * kd); i++) kc[i] = kv_value(seed, (size_t)i), vc[i] = kv_value(seed + 1, (size_t)i);
+    float *q = rng_new_uniform(&rng, (size_t)T * ldq, -1.0f, 1.0f);
+    PrefillChunk *ch = xmalloc((size_t)nch * sizeof(PrefillChunk));
+    for (int i = 0; i < nch; i++) ch[i] = (PrefillChunk){i, i * n, n, L};
+    // the CPU reference for the first and the last chunk
+    const int ncheck = nch > 1 ? 2 : 1;
+    PrefillChunk chk[2] = {ch[0], ch[nch - 1]};
+    float *ref = xcalloc((size_t)T * qd, sizeof(float)), *out = xmalloc((size_t)T * qd * sizeof(float));
+    paged_prefill_cpu(q, ldq, kc, vc, bt, nb, B, chk, ncheck, H, KV, hd, scale, ref, qd);
+    double flops = 0;
+    for (int j = 0; j < n; j++) flops += 4.0 * H * hd * (P + j + 1);
+    flops *= nch;
+
+    float *dq = pa_dev_alloc((size_t)T * ldq * 4);
+    void *dk = pa_dev_alloc(prow * kd * es), *dv = pa_dev_alloc(prow * kd * es), *dout = pa_dev_alloc((size_t)T * qd * 4);
+    int *dbt = pa_dev_alloc((size_t)nch * nb * 4);
+    const int nt = paged_prefill_num_tiles(ch, nch, H, KV);
+    int *tiles = xmalloc((size_t)nt * PP_TILE_INTS * sizeof(int)), *dtl = pa_dev_alloc((size_t)nt * PP_TILE_INTS * 4);
+    if (!dq || !dk || !dv || !dout || !dbt || !dtl) die("out of device memory for this case");
+    if (paged_prefill_plan(ch, nch, H, KV, tiles, nt) != nt) die("the prefill tile plan failed");
+    pa_upload(dq, q, (size_t)T * ldq * 4);
+    pa_upload_as(dt, dk, kc, prow * kd), pa_upload_as(dt, dv, vc, prow * kd);
+    pa_upload(dbt, bt, (size_t)nch * nb * 4), pa_upload(dtl, tiles, (size_t)nt * PP_TILE_INTS * 4);
+    PCtx c = {0};
+    c.lb = long_attn_bench_new(dt, H, KV, hd, dq, ldq, dk, dv, dbt, nb, B, ch, nch, dout);
+    if (!c.lb) die("long_attn_bench_new refused the case");
+    c.pp = (PagedPrefill){dt, H, KV, hd, scale, dq, ldq, dk, dv, dbt, nb, B, dtl, nt, dout, qd, 0};
+    char cname[64];
+    snprintf(cname, sizeof cname, "%dx%d after %d", nch, n, P);
+    int failed = 0;
+    for (int li = 0; li < N_PREFILL; li++) {
+        c.which = PREFILL_LADDER[li].which, c.launch_err = 0;
+        if (c.which == 0 && !paged_prefill_supported(dt, H, KV, hd)) continue;  // the runner would not take it either
+        for (size_t i = 0; i < (size_t)T * qd; i++) out[i] = NAN;
+        pa_upload_as(dt, dout, out, (size_t)T * qd);
+        const int launches = c.which == 1 ? paged_prefill_simt(&c.pp) : long_attn_bench_run(c.lb, c.which == 0);
+        if (launches < 0 || pa_sync()) die("%s: launch failed", PREFILL_LADDER[li].id);
+        pa_download_f32(dt, out, dout, (size_t)T * qd);
+        double err = 0;
+        for (int k = 0; k < ncheck; k++)
+            for (int j = 0; j < n; j++) {
+                const size_t r = (size_t)(chk[k].row0 + j) * qd;
+                ErrStats e = compare_f32(out + r, ref + r, (size_t)qd);
+                if (e.n_bad) err = INFINITY;
+                else if (e.max_rel > err) err = e.max_rel;
+            }
+        if (!(err < 2 * ERR_TOL_HALF)) failed = 1;
+        const double ms = gpu_bench(run_prefill, &c, warmup, reps, 1);
+        if (c.launch_err) die("%s: a timed launch failed", PREFILL_LADDER[li].id);
+        table_row(t);
+        table_str(t, "case", cname);
+        table_str(t, "kernel", PREFILL_LADDER[li].id);
+        table_num(t, "ms", ms);
+        table_num(t, "tflops", flops / (ms * 1e-3) / 1e12);
+        table_num(t, "max_rel_err", err);
+        table_num(t, "launches", launches);
+        table_str(t, "what", PREFILL_LADDER[li].what);
+    }
+    long_attn_bench_free(c.lb);
+    void *dps[] = {dq, dk, dv, dout, dbt, dtl};
+    for (size_t i = 0; i < sizeof dps / sizeof dps[0]; i++) pa_dev_free(dps[i]);
+    free(perm), free(bt), free(kc), free(vc), free(q), free(ch), free(ref), free(out), free(tiles);
+    return failed;
+}
+
+static int prefill_ladder(int argc, char **argv, int nch, int n, int P, int H, int KV, int hd, int B, StDtype dt, int reps,
+                          int warmup, uint64_t seed) {
+    Table *t = table_new("step05 fused prefill attention: every chunk of a step in one launch, K/V through the tables");
+    table_std_meta(t);
+    table_meta(t, "shape", "%d query / %d kv heads, head_dim %d, block size %d, %s cache; chunks of n rows after P cached "
+               "positions, one sequence each", H, KV, hd, B, dt == ST_F32 ? "fp32" : dt == ST_F16 ? "fp16" : "bf16");
+    table_meta(t, "flops", "causal attention FLOPs: 4 * H * hd per (query row, key it sees)");
+    table_col(t, "case", NULL);
+    table_col(t, "kernel", NULL);
+    table_col(t, "ms", "%.4f");
+    table_col(t, "tflops", "%.1f");
+    table_col(t, "max_rel_err", "%.2e");
+    table_col(t, "launches", "%.0f");
+    table_col(t, "what", NULL);
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) {
+        table_meta(t, "device", "none: %s (the CUDA rows are skipped)", gi.reason);
+        table_print(t, outfmt_from_args(argc, argv), stdout);
+        table_free(t);
+        return 0;
+    }
+    table_meta(t, "device", "%s (sm_%d%d, %d SMs)", gi.name, gi.cc_major, gi.cc_minor, pa_num_sms());
+    table_meta(t, "timing", "CUDA events, %d warm-up runs, median of %d", warmup, reps);
+    int failed = 0;
+    if (nch > 0) failed |= prefill_case(t, nch, n, P, H, KV, hd, B, dt, reps, warmup, seed);
+    else {
+        failed |= prefill_case(t, 64, 64, 1024, H, KV, hd, B, dt, reps, warmup, seed);
+        failed |= prefill_case(t, 8, 512, 0, H, KV, hd, B, dt, reps, warmup, seed);
+    }
+    table_meta(t, "check", "%s (max relative error of the first and the last chunk vs the fp32 CPU reference, tolerance "
+               "%.0e)", failed ? "FAILED" : "passed", 2 * ERR_TOL_HALF);
+    table_print(t, outfmt_from_args(argc, argv), stdout);
+    table_free(t);
+    return failed;
+}
+
 static StDtype parse_dtype(const char *s) {
     if (!strcmp(s, "bf16")) return ST_BF16;
     if (!strcmp(s, "fp16")) return ST_F16;
@@ -140,13 +301,22 @@ int main(int argc, char **argv) {
     uint64_t seed = 5;
     double copy_gbps = 0;
     StDtype dt = ST_BF16;
+    int prefill = 0, heads_given = 0, nch = 0, nrows = 64, prior = 1024;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
         if (!strcmp(a, "--batch") && more) batch = (int)arg_int(a, argv[++i], 1, 65535);
         else if (!strcmp(a, "--context") && more) L = (int)arg_int(a, argv[++i], 1, 1 << 20);
-        else if (!strcmp(a, "--heads") && more) H = (int)arg_int(a, argv[++i], 1, 256);
-        else if (!strcmp(a, "--kv-heads") && more) KV = (int)arg_int(a, argv[++i], 1, 256);
+        else if (!strcmp(a, "--heads") && more) H = (int)arg_int(a, argv[++i], 1, 256), heads_given = 1;
+        else if (!strcmp(a, "--kv-heads") && more) KV = (int)arg_int(a, argv[++i], 1, 256), heads_given = 1;
+        else if (!strcmp(a, "--chunks") && more) nch = (int)arg_int(a, argv[++i], 1, 65535);
+        else if (!strcmp(a, "--rows") && more) nrows = (int)arg_int(a, argv[++i], 1, 1 << 16);
+        else if (!strcmp(a, "--prior") && more) prior = (int)arg_int(a, argv[++i], 0, 1 << 20);
+        else if (!strcmp(a, "--op") && more) {
+            const char *o = argv[++i];
+            if (!strcmp(o, "prefill")) prefill = 1;
+            else if (strcmp(o, "decode")) arg_die("--op: '%s' is not decode or prefill", o);
+        }
         else if (!strcmp(a, "--head-dim") && more) hd = (int)arg_int(a, argv[++i], 2, 512);
         else if (!strcmp(a, "--block-size") && more) B = (int)arg_int(a, argv[++i], 1, 1 << 16);
         else if (!strcmp(a, "--dtype") && more) dt = parse_dtype(argv[++i]);
@@ -159,7 +329,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else arg_help_or_unknown(a, usage);
     }
+    if (prefill && !heads_given) H = 16, KV = 8;  // the Qwen3-0.6B shape of the shared-prefix workload
     if (H % KV) arg_die("--heads %d is no multiple of --kv-heads %d", H, KV);
+    if (prefill) return prefill_ladder(argc, argv, nch, nrows, prior, H, KV, hd, B, dt, reps, warmup, seed);
     if (check_items > batch) check_items = batch;
     const int qd = H * hd, kd = KV * hd, nb = (L + B - 1) / B, nblk = batch * nb + 1;
     const size_t es = dt == ST_F32 ? 4 : 2, prow = (size_t)nblk * B;
