@@ -448,7 +448,7 @@ Test(step05_gpu, prefill_refuses_bad_arguments) {
     cr_expect_eq(paged_prefill_supported(ST_BF16, 12, 8, 128), 0);
     cr_expect_eq(paged_prefill_supported(ST_BF16, 72, 8, 128), 0, "g = 9 accepted");
     cr_expect_eq(paged_prefill_supported(ST_BF16, 16, 8, 96), 0, "hd 96 on the tensor-core path accepted");
-    cr_expect_eq(paged_prefill_supported(ST_F32, 16, 8, 96), 1, "fp32 (SIMT) refused hd 96");
+    cr_expect_eq(paged_prefill_supported(ST_F32, 16, 8, 96), gi_.cc_major >= 8, "fp32 (SIMT, sm_80+) hd 96");
     a.H = 16, a.ldq = a.ldo = 16 * 128, a.block_size = 0;
     cr_expect_eq(paged_prefill(&a), -1, "block size 0 accepted");
     a.block_size = 16, a.ntiles = 0;
