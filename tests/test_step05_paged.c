@@ -1213,11 +1213,14 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
     char same_budget[200];
     snprintf(same_budget, sizeof same_budget, "--kv paged --max-num-seqs 24 --num-blocks %ld", jint(ss, "kv_tokens_budget") / 16 + 1);
     const char *paged[] = {"--kv paged --block-size 1 --max-num-seqs 24", same_budget, "--block-size 256 --max-num-seqs 24",
-                           "--block-size 4 --num-blocks 12 --max-num-seqs 24 --prefix-cache off"};
+                           "--block-size 4 --num-blocks 12 --max-num-seqs 24 --prefix-cache off",
+                           "--kv paged --max-num-seqs 24 --prefill-attn gather"};
     for (size_t k = 0; k < sizeof paged / sizeof paged[0]; k++) {
         json_t *jp = bench_json(paged[k], out, steps);
         const json_t *sp = json_object_get(jp, "summary");
         cr_expect_str_eq(json_string_value(json_object_get(sp, "kv_layout")), "paged", "%s", paged[k]);
+        cr_expect_str_eq(json_string_value(json_object_get(sp, "prefill_attn")), "cpu", "%s: the CPU runner has one path",
+                         paged[k]);
         const long B = jint(sp, "block_size");
         cr_expect_eq(jint(sp, "kv_tokens_budget"), (jint(sp, "num_blocks") - 1) * B);
         cr_expect(jint(sp, "kv_blocks_peak_used") <= jint(sp, "kv_blocks_total"));
