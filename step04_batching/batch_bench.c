@@ -91,9 +91,9 @@ static void usage(FILE *f) {
             "                  element bytes per token)\n"
             "  --prefix-cache  on (default with paged KV) or off: share the full blocks of equal prefixes\n"
             "  --shared-prefix --trace only: every prompt starts with the same N ids, then its own --input-len ids\n"
-            "  --prefill-attn  CUDA paged KV: the attention of chunks longer than the decode path takes: fused\n"
-            "                  (default: one paged prefill launch per layer for all of them, K/V read through the\n"
-            "                  block tables) or gather (each chunk's context gathered, then the GEMM path per sequence)\n");
+            "  --prefill-attn  CUDA paged KV: the attention of chunks longer than the decode path takes: gather\n"
+            "                  (default: each chunk's context gathered, then the GEMM path per sequence) or fused (one\n"
+            "                  paged prefill launch per layer for all of them, K/V read through the block tables)\n");
 }
 
 // ---------------------------------------------------------------- option values (common/args.h: strict)
@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
     double rate = -1;
     // KV layout: -1 = not given (slots unless a paged option is), 0 = slots, 1 = paged
     int kv_paged = -1, paged_opt = 0, block_size = 16, num_blocks = 0, prefix_cache = 1, shared = 0;
-    int prefill_fused = 1;
+    int prefill_fused = 0;
     double kv_gib = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

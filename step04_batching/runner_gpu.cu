@@ -24,10 +24,10 @@
 // is a pool row); the decode-path items carry their sequence's block-table row instead of a
 // base row and run step05's paged decode v1/v2 (step05_paged/paged_attention.h). Long chunks,
 // two ways (gpu_runner_set_prefill_attn):
-//   - fused (default where paged_prefill_supported): ALL long chunks of the step in one
+//   - fused (opt-in, where paged_prefill_supported): ALL long chunks of the step in one
 //     paged_prefill launch per layer (step05_paged/paged_prefill.h), K/V read through the block
 //     tables, tiles planned on the host once per step and uploaded with the other arrays;
-//   - gather: each long chunk's context is first gathered through its table into a contiguous
+//   - gather (the default): each long chunk's context is first gathered through its table into a contiguous
 //     scratch, then the same GEMM path runs over it (bit-identical to the slot runner's), one
 //     sequence after the other: 1 + 2g + 1 launches per sequence and layer.
 // Short chunks stay on the decode path in both (the rule is at plan_add).
@@ -623,7 +623,7 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->small_max = DEFAULT_SMALL_CHUNK;
     r->use_gemv = 1;
     r->prefill_ok = paged && paged_prefill_supported(dt, H, KV, hd);
-    r->fused_prefill = r->prefill_ok;
+    r->fused_prefill = 0;  // the gather path until the fused kernel has been validated on a GPU (README)
     size_t f0, f1;
     CUDA_CHECK(cudaMemGetInfo(&f0, &tot));
     r->kc = dalloc_r(kv_total / 2, NULL);

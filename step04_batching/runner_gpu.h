@@ -24,9 +24,9 @@ GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int max_tokens_
 // step05: K/V as a pool of num_blocks blocks of block_size positions; batches carry block
 // tables (batch.h) and attention reads the context through them (step05's paged kernels):
 // sequences with <= small_chunk new rows through paged decode v1/v2 (one work item per row),
-// longer chunks all together through one fused paged prefill launch per layer (paged_prefill.h;
-// or, gpu_runner_set_prefill_attn(r, 0), each through a block-table gather into a contiguous
-// scratch + the GEMM path). Every
+// longer chunks each through a block-table gather into a contiguous scratch + the GEMM path, or,
+// after gpu_runner_set_prefill_attn(r, 1), all together through one fused paged prefill launch
+// per layer (paged_prefill.h). Every
 // forward checks the batch's block_size, positions < max_model_len and that every table entry a
 // context covers is in 1 .. num_blocks-1. gpu_runner_read_kv's row is then block * B + offset.
 GpuRunner *gpu_runner_new_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
@@ -45,8 +45,8 @@ int gpu_runner_launches(const GpuRunner *r);
 // decode kernel, longer chunks the GEMM-softmax-GEMM path (default 16). 0: GEMM path for all;
 // a large value: the decode kernel for all. For the tests and the benchmark.
 void gpu_runner_set_small_chunk(GpuRunner *r, int rows);
-// The paged runner's long-chunk path: fused 1 (the default where paged_prefill_supported: one
-// paged_prefill launch per layer for all of a step's long chunks) or 0 (gather + GEMM path per
+// The paged runner's long-chunk path: fused 1 (where paged_prefill_supported: one paged_prefill
+// launch per layer for all of a step's long chunks) or 0 (the default: gather + GEMM path per
 // sequence, as step04's). Returns the path now in effect: 1 fused, 0 gather (asked for, or the
 // fused kernel does not take this model's shape on this device, or the runner is not paged).
 int gpu_runner_set_prefill_attn(GpuRunner *r, int fused);
