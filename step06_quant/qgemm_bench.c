@@ -63,26 +63,10 @@ static void usage(FILE *f) {
             "  --csv FILE   also write the table as CSV to FILE\n");
 }
 
-// A random QWeight: every integer equally likely (any byte is valid), scales in [0.5, 1.5) / 64.
+// A random QWeight (quant.h's qweight_random: every integer equally likely, scales in [0.5, 1.5) / 64).
 static void make_qweight(Rng *r, QuantKind kind, int rows, int cols, int group, int sym, int act, QWeight *w) {
-    if (qweight_alloc(w, kind, rows, cols, group, sym) != 0) die("qweight_alloc: bad sizes %d x %d g%d", rows, cols, group);
-    const size_t qb = kind == QK_INT8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
-    for (size_t i = 0; i < qb; i++) w->q[i] = (uint8_t)rng_u32(r);
-    const size_t ng = (size_t)rows * w->n_groups;
-    for (size_t i = 0; i < ng; i++) w->scales[i] = (0.5f + rng_uniform(r)) / 64.0f;
-    if (!sym)
-        for (size_t i = 0; i < ng; i++) w->zeros[i] = (uint8_t)(rng_u32(r) % (1u << (int)kind));
-    if (act) {
-        int *perm = xmalloc((size_t)cols * sizeof(int));
-        for (int j = 0; j < cols; j++) perm[j] = j;
-        for (int j = cols - 1; j > 0; j--) {
-            const int k = (int)(rng_u32(r) % (unsigned)(j + 1)), t = perm[j];
-            perm[j] = perm[k], perm[k] = t;
-        }
-        w->g_idx = xmalloc((size_t)cols * sizeof(int));
-        for (int k = 0; k < cols; k++) w->g_idx[perm[k]] = k / group;
-        free(perm);
-    }
+    if (qweight_random(w, r, kind, rows, cols, group, sym, act) != 0)
+        die("qweight_random: bad sizes %d x %d g%d", rows, cols, group);
 }
 
 typedef struct {

@@ -333,3 +333,30 @@ void linear_q_cpu(const float *X, const QWeight *w, const float *bias, int T, fl
         free(Wr);
     }
 }
+
+int qweight_random(QWeight *w, Rng *r, QuantKind kind, int rows, int cols, int group, int sym, int act_order) {
+    if (qweight_alloc(w, kind, rows, cols, group, sym)) return -1;
+    const size_t qb = kind == QK_INT8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
+    for (size_t i = 0; i < qb; i++) w->q[i] = (uint8_t)rng_u32(r);  // any byte holds valid integers
+    const size_t ng = (size_t)rows * w->n_groups;
+    for (size_t i = 0; i < ng; i++) w->scales[i] = (0.5f + rng_uniform(r)) / 64.0f;
+    if (!sym)
+        for (size_t i = 0; i < ng; i++) w->zeros[i] = (uint8_t)(rng_u32(r) % (1u << (int)kind));
+    if (act_order) {
+        int *perm = malloc((size_t)cols * sizeof(int));
+        w->g_idx = malloc((size_t)cols * sizeof(int));
+        if (!perm || !w->g_idx) {
+            free(perm);
+            qweight_free(w);
+            return -1;
+        }
+        for (int j = 0; j < cols; j++) perm[j] = j;
+        for (int j = cols - 1; j > 0; j--) {
+            const int k = (int)(rng_u32(r) % (unsigned)(j + 1)), t = perm[j];
+            perm[j] = perm[k], perm[k] = t;
+        }
+        for (int k = 0; k < cols; k++) w->g_idx[perm[k]] = k / group;
+        free(perm);
+    }
+    return 0;
+}

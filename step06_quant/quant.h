@@ -2,7 +2,7 @@
 // (round-to-nearest INT8 / INT4, GPTQ), and the fp32 CPU reference. Plain C.
 // defines: QuantKind, QWeight, qweight_alloc, qweight_free, qweight_group_of, qweight_zero, qweight_scale,
 //          qweight_get, qweight_set, qweight_dequant, quant_rtn, GptqOpts, gptq_hessian_add,
-//          quant_gptq, linear_q_cpu, qweight_bytes, quant_kind_name
+//          quant_gptq, linear_q_cpu, qweight_bytes, quant_kind_name, qweight_random
 //
 // A Linear weight W is (rows = out_features, cols = in_features), y = x W^T + b, as in a Hugging
 // Face checkpoint. Quantized, element (r, c) is an unsigned integer q in 0 .. 2^bits - 1 and
@@ -19,6 +19,8 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+
+#include "rng.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +52,11 @@ float qweight_scale(const QWeight *w, int r, int g);
 void qweight_dequant(const QWeight *w, float *W);            // W (rows, cols) fp32
 size_t qweight_bytes(const QWeight *w);                      // q + scales (+ zeros, g_idx) as stored here
 const char *quant_kind_name(QuantKind k);                    // "int8", "int4"
+// A random layer for the tests and benchmarks: every integer equally likely, scales in
+// [0.5, 1.5) / 64, random zero points when !sym, and with act_order a random GPTQ desc_act
+// g_idx (column perm[k] of a random permutation is the k-th quantized, in group k / group).
+// 0, or -1 (as qweight_alloc).
+int qweight_random(QWeight *w, Rng *r, QuantKind kind, int rows, int cols, int group, int sym, int act_order);
 
 // Round to nearest: per row and group, symmetric s = max|w| / (2^(bits-1) - 1), z = 2^(bits-1)
 // (INT4: q in 1..15; INT8: 1..255); asymmetric over the range widened to hold 0, min' = min(min, 0),

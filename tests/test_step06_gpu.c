@@ -43,29 +43,12 @@ typedef struct {
     int sym, act_order;
 } QCase;
 
-// A random QWeight of case c: every integer equally likely, scales in [0.5, 1.5) * 2^-6 (so
-// outputs are O(1) for uniform(-1, 1) inputs), zero points anywhere in range when asymmetric.
+// A random QWeight of case c (quant.h's qweight_random): every integer equally likely, scales in
+// [0.5, 1.5) * 2^-6 (so outputs are O(1) for uniform(-1, 1) inputs), zero points anywhere in range
+// when asymmetric, GPTQ's desc_act g_idx when act_order.
 static void make_qweight(Rng *r, const QCase *c, QWeight *w) {
     const int group = c->group < 0 ? c->cols : c->group;
-    cr_assert_eq(qweight_alloc(w, c->kind, c->rows, c->cols, group, c->sym), 0);
-    const int maxq = (1 << (int)c->kind) - 1;
-    for (int i = 0; i < c->rows; i++)
-        for (int j = 0; j < c->cols; j++) qweight_set(w, i, j, (int)(rng_u32(r) % (unsigned)(maxq + 1)));
-    const size_t ng = (size_t)c->rows * w->n_groups;
-    for (size_t i = 0; i < ng; i++) w->scales[i] = (0.5f + rng_uniform(r)) / 64.0f;
-    if (!c->sym)
-        for (size_t i = 0; i < ng; i++) w->zeros[i] = (uint8_t)(rng_u32(r) % (unsigned)(maxq + 1));
-    if (c->act_order) {  // GPTQ's desc_act: column perm[k] is the k-th quantized, in group k / group
-        int *perm = malloc((size_t)c->cols * sizeof(int));
-        for (int j = 0; j < c->cols; j++) perm[j] = j;
-        for (int j = c->cols - 1; j > 0; j--) {
-            const int k = (int)(rng_u32(r) % (unsigned)(j + 1)), t = perm[j];
-            perm[j] = perm[k], perm[k] = t;
-        }
-        w->g_idx = malloc((size_t)c->cols * sizeof(int));
-        for (int k = 0; k < c->cols; k++) w->g_idx[perm[k]] = k / group;
-        free(perm);
-    }
+    cr_assert_eq(qweight_random(w, r, c->kind, c->rows, c->cols, group, c->sym, c->act_order), 0);
 }
 
 static const char *case_str(const QCase *c, char *buf, size_t n) {

@@ -16,24 +16,8 @@
 #include "step06_quant/quant.h"
 
 static void random_qweight(Rng *r, QuantKind kind, int rows, int cols, int group, int sym, int act, QWeight *w) {
-    cr_assert_eq(qweight_alloc(w, kind, rows, cols, group, sym), 0);
-    const int maxq = (1 << (int)kind) - 1;
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) qweight_set(w, i, j, (int)(rng_u32(r) % (unsigned)(maxq + 1)));
+    cr_assert_eq(qweight_random(w, r, kind, rows, cols, group, sym, act), 0);
     for (int i = 0; i < rows * w->n_groups; i++) w->scales[i] = 1.0f + (float)i;  // distinct: a mix-up shows
-    if (!sym)
-        for (int i = 0; i < rows * w->n_groups; i++) w->zeros[i] = (uint8_t)(rng_u32(r) % (unsigned)(maxq + 1));
-    if (act) {
-        int *perm = malloc((size_t)cols * sizeof(int));
-        for (int j = 0; j < cols; j++) perm[j] = j;
-        for (int j = cols - 1; j > 0; j--) {
-            const int k = (int)(rng_u32(r) % (unsigned)(j + 1)), t = perm[j];
-            perm[j] = perm[k], perm[k] = t;
-        }
-        w->g_idx = malloc((size_t)cols * sizeof(int));
-        for (int k = 0; k < cols; k++) w->g_idx[perm[k]] = k / group;
-        free(perm);
-    }
 }
 
 // The integer expected at packed (row, column j): the QWeight's, or the zero point as padding.
