@@ -5,6 +5,8 @@
 
 #include "check.h"
 
+#include <jansson.h>
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,9 +37,28 @@ static int want(const ModelWeights *m, const char *dir, const char *name, int nd
     return 0;
 }
 
+// 1 when DIR/config.json has a "quantization_config" object, 0 when not, -1 (err) when it is not
+// an object. (hf_config_load has already read and checked the rest of the file.)
+static int has_quant_config(const char *dir, char *err, int errlen) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) return errf(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
+    const json_t *q = json_object_get(root, "quantization_config");
+    const int rc = !q || json_is_null(q) ? 0 : json_is_object(q) ? 1 : -2;
+    json_decref(root);
+    if (rc == -2) return errf(err, errlen, "%s: quantization_config must be an object", path);
+    return rc;
+}
+
 int model_load(const char *dir, ModelWeights *m, char *err, int errlen) {
     memset(m, 0, sizeof *m);
     if (hf_config_load(dir, &m->cfg, err, errlen)) return -1;
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    const int quant = has_quant_config(dir, err, errlen);
+    if (quant < 0) return -1;
+    m->quantized = quant;
     const ModelConfig *c = &m->cfg;
     if (c->mlp_bias)
         return errf(err, errlen, "%s/config.json: mlp_bias is not implemented (gate/up/down projections with biases)",
@@ -69,10 +90,12 @@ int model_load(const char *dir, ModelWeights *m, char *err, int errlen) {
         WANT(name, nd, d0, d1, dst);                                      \
     } while (0)
         LW("input_layernorm.weight", 1, hidden, 0, &L->attn_norm);
-        LW("self_attn.q_proj.weight", 2, q_out, hidden, &L->wq);
-        LW("self_attn.k_proj.weight", 2, kv_out, hidden, &L->wk);
-        LW("self_attn.v_proj.weight", 2, kv_out, hidden, &L->wv);
-        LW("self_attn.o_proj.weight", 2, hidden, q_out, &L->wo);
+        if (!quant) {  // a quantized checkpoint's projections are step06's to read
+            LW("self_attn.q_proj.weight", 2, q_out, hidden, &L->wq);
+            LW("self_attn.k_proj.weight", 2, kv_out, hidden, &L->wk);
+            LW("self_attn.v_proj.weight", 2, kv_out, hidden, &L->wv);
+            LW("self_attn.o_proj.weight", 2, hidden, q_out, &L->wo);
+        }
         if (c->qkv_bias) {
             LW("self_attn.q_proj.bias", 1, q_out, 0, &L->bq);
             LW("self_attn.k_proj.bias", 1, kv_out, 0, &L->bk);
@@ -84,9 +107,11 @@ int model_load(const char *dir, ModelWeights *m, char *err, int errlen) {
             LW("self_attn.k_norm.weight", 1, hd, 0, &L->k_norm);
         }
         LW("post_attention_layernorm.weight", 1, hidden, 0, &L->mlp_norm);
-        LW("mlp.gate_proj.weight", 2, inter, hidden, &L->w_gate);
-        LW("mlp.up_proj.weight", 2, inter, hidden, &L->w_up);
-        LW("mlp.down_proj.weight", 2, hidden, inter, &L->w_down);
+        if (!quant) {
+            LW("mlp.gate_proj.weight", 2, inter, hidden, &L->w_gate);
+            LW("mlp.up_proj.weight", 2, inter, hidden, &L->w_up);
+            LW("mlp.down_proj.weight", 2, hidden, inter, &L->w_down);
+        }
 #undef LW
     }
 #undef WANT

@@ -18,6 +18,13 @@
 //   model.norm.weight                             (hidden)
 //   lm_head.weight                                (vocab, hidden)   absent when tied
 // A missing tensor, a wrong shape or dtype is an error naming the tensor, expected vs actual.
+//
+// A quantized checkpoint (config.json has a "quantization_config": GPTQ, AWQ) stores the seven
+// projections of each layer (q/k/v/o, gate/up/down) as packed integer tensors instead of
+// P.weight. model_load then sets `quantized`, checks everything else as above and leaves those
+// seven pointers NULL (and q/k/v's biases still loaded): reading and checking the packed tensors
+// is step06's (step06_quant/qmodel.h), which knows the formats. Loaders that only run dense
+// weights (cpu_model_load, gpu_model_load) refuse such a model by name.
 #pragma once
 #include "hf_config.h"
 #include "safetensors.h"
@@ -31,7 +38,7 @@ typedef struct {
     const StTensor *bq, *bk, *bv, *bo;   // NULL when the model has no such bias
     const StTensor *q_norm, *k_norm;     // (head_dim), Qwen3 only, else NULL
     const StTensor *mlp_norm;            // (hidden) post_attention_layernorm
-    const StTensor *w_gate, *w_up, *w_down;
+    const StTensor *w_gate, *w_up, *w_down;  // NULL in a quantized checkpoint (as wq .. wo)
 } LayerTensors;
 
 typedef struct {
@@ -41,6 +48,8 @@ typedef struct {
     const StTensor *final_norm;  // (hidden)
     const StTensor *lm_head;     // (vocab, hidden); the embedding when tied
     LayerTensors *layers;        // [cfg.n_layers]
+    int quantized;               // config.json has a quantization_config (see above)
+    char dir[1024];              // the directory it was loaded from
 } ModelWeights;
 
 // Returns 0, or -1 with a one-line reason in err (file, tensor, expected vs actual).

@@ -3,7 +3,9 @@
 //          embed_cpu, rmsnorm_cpu, rope_inv_freq, rope_table_cpu, rope_apply_cpu, linear_cpu,
 //          attention_cpu, attention_at_cpu, swiglu_cpu, add_cpu, LinearFn, mlp_block_cpu,
 //          mlp_block_lin_cpu, forward_cpu,
-//          ForwardTimes, GpuModel, gpu_model_load, gpu_model_random, gpu_model_free,
+//          Proj, cpu_model_load_base, proj_cpu,
+//          ForwardTimes, GpuModel, gpu_model_load, gpu_model_random, gpu_model_load_q, gpu_model_random_q,
+//          gpu_model_free,
 //          gpu_model_describe, gpu_model_weight_bytes, gpu_mem_used_bytes, forward_cuda, attention_gpu_check,
 //          forward_topk
 //
@@ -31,12 +33,16 @@
 
 #include "hf_config.h"
 #include "model.h"
+#include "step06_quant/quant.h"  // QWeight: a projection may be quantized (step06 fills it; see Proj)
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 // ---------------------------------------------------------------- CPU model: fp32 everywhere
+// The seven projections of a layer, in the order of step06's hfq_linear_names.
+typedef enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN, N_PROJ } Proj;
+
 typedef struct {
     float *attn_norm;                   // (d)
     float *wq, *wk, *wv, *wo;           // (H*hd, d) (KV*hd, d) (KV*hd, d) (d, H*hd)
@@ -44,6 +50,10 @@ typedef struct {
     float *q_norm, *k_norm;             // (hd) Qwen3, else NULL
     float *mlp_norm;                    // (d)
     float *w_gate, *w_up, *w_down;      // (ff, d) (ff, d) (d, ff)
+    // step06's weight-only quantization: q[p] set means projection p runs quantized (linear_q_cpu)
+    // and its fp32 matrix above is NULL. Owned by the model (cpu_model_free frees them). All NULL
+    // unless step06's loader (step06_quant/qmodel.h) made the model.
+    QWeight *q[N_PROJ];
 } CpuLayer;
 
 typedef struct {
@@ -54,8 +64,12 @@ typedef struct {
     CpuLayer *layers;   // [n_layers]
 } CpuModel;
 
-// Every tensor converted to fp32 (bf16/f16 upcast exactly). 0, or -1 + err.
+// Every tensor converted to fp32 (bf16/f16 upcast exactly). 0, or -1 + err (also for a quantized
+// checkpoint: step06's qmodel_cpu_load runs those).
 int cpu_model_load(const ModelWeights *w, CpuModel *m, char *err, int errlen);
+// The same, leaving the projections a quantized checkpoint does not hold densely NULL (for
+// step06's loader, which then fills CpuLayer.q).
+int cpu_model_load_base(const ModelWeights *w, CpuModel *m, char *err, int errlen);
 // Random weights of a config's shape (N(0, 0.02) matrices, norms ~1, biases ~0.02), for benchmarks.
 void cpu_model_random(const ModelConfig *c, uint64_t seed, CpuModel *m);
 void cpu_model_free(CpuModel *m);
@@ -95,6 +109,9 @@ void mlp_block_cpu(const CpuLayer *L, const ModelConfig *c, float *x, int T, flo
                    float *tmp);
 // A projection with linear_cpu's contract (step04 passes its row-deterministic linear_rows_cpu).
 typedef void (*LinearFn)(const float *x, const float *W, const float *b, int T, int n_in, int n_out, float *y);
+// Projection p of layer L: y (T, n_out) = x (T, n_in) W^T + b with L's weight and bias for p; a
+// quantized one (L->q[p]) runs linear_q_cpu, a dense one lin (linear_cpu, or step04's linear_rows_cpu).
+void proj_cpu(const CpuLayer *L, Proj p, LinearFn lin, const float *x, int T, int n_in, int n_out, float *y);
 // mlp_block_cpu with the projection lin instead of linear_cpu.
 void mlp_block_lin_cpu(const CpuLayer *L, const ModelConfig *c, LinearFn lin, float *x, int T, float *xn, float *gate,
                        float *up, float *tmp);
@@ -114,6 +131,10 @@ int forward_cpu(const CpuModel *m, const int *ids, int T, float *logits, Forward
 // ---------------------------------------------------------------- CUDA model
 // Weights live on the device as stored (bf16 / f16; f32 checkpoints stay fp32 and use fp32
 // SGEMM, no TF32); bf16 on a GPU without bf16 tensor cores (sm_75) is converted to fp32 at load.
+// Quantized projections (gpu_model_load_q): step06's QLinearGpu (step06_quant/qlinear_gpu.h),
+// q/k/v stacked into one and gate/up into one when their groups, symmetry and g_idx agree, else
+// run one after the other; everything else in bf16 (fp16 on sm_75), since the quantized GEMM
+// takes bf16 / fp16 activations.
 // Norm weights and biases are fp32. q/k/v and gate/up are concatenated at load, so each layer
 // runs 4 weight GEMMs: qkv, o, gate_up, down (cuBLAS, fp32 accumulation).
 typedef struct GpuModel GpuModel;
@@ -121,6 +142,11 @@ typedef struct GpuModel GpuModel;
 GpuModel *gpu_model_load(const ModelWeights *w, char *err, int errlen);  // NULL + err on failure
 // Random weights of a config's shape, generated on the device in `dtype` (no file needed).
 GpuModel *gpu_model_random(const ModelConfig *c, StDtype dtype, uint64_t seed, char *err, int errlen);
+// With quantized projections: qlin (n_layers * N_PROJ, host, Proj order) each uploaded with
+// qlinear_gpu_new (the caller keeps qlin); the dense ones (all of w's in a dense checkpoint) stay
+// as gpu_model_load has them. w may be a quantized checkpoint (model.h) when qlin is given.
+GpuModel *gpu_model_load_q(const ModelWeights *w, const QWeight *qlin, char *err, int errlen);
+GpuModel *gpu_model_random_q(const ModelConfig *c, uint64_t seed, const QWeight *qlin, char *err, int errlen);
 void gpu_model_free(GpuModel *g);
 const char *gpu_model_describe(const GpuModel *g);  // "bf16 weights, bf16 GEMMs ..."
 double gpu_model_weight_bytes(const GpuModel *g);

@@ -149,14 +149,21 @@ void add_cpu(float *x, const float *y, long n) {
     for (long i = 0; i < n; i++) x[i] += y[i];
 }
 
+void proj_cpu(const CpuLayer *L, Proj p, LinearFn lin, const float *x, int T, int n_in, int n_out, float *y) {
+    const float *W[N_PROJ] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+    const float *b[N_PROJ] = {L->bq, L->bk, L->bv, L->bo, NULL, NULL, NULL};
+    if (L->q[p]) linear_q_cpu(x, L->q[p], b[p], T, y);
+    else lin(x, W[p], b[p], T, n_in, n_out, y);
+}
+
 void mlp_block_lin_cpu(const CpuLayer *L, const ModelConfig *c, LinearFn lin, float *x, int T, float *xn, float *gate,
                        float *up, float *tmp) {
     const int d = c->hidden, ff = c->intermediate;
     rmsnorm_cpu(x, L->mlp_norm, T, d, c->rms_eps, xn);
-    lin(xn, L->w_gate, NULL, T, d, ff, gate);
-    lin(xn, L->w_up, NULL, T, d, ff, up);
+    proj_cpu(L, PROJ_GATE, lin, xn, T, d, ff, gate);
+    proj_cpu(L, PROJ_UP, lin, xn, T, d, ff, up);
     swiglu_cpu(gate, up, (long)T * ff, gate);
-    lin(gate, L->w_down, NULL, T, ff, d, tmp);
+    proj_cpu(L, PROJ_DOWN, lin, gate, T, ff, d, tmp);
     add_cpu(x, tmp, (long)T * d);
 }
 
@@ -188,6 +195,17 @@ static float *to_f32(const StTensor *t) {
 }
 
 int cpu_model_load(const ModelWeights *w, CpuModel *m, char *err, int errlen) {
+    if (w->quantized) {
+        memset(m, 0, sizeof *m);
+        snprintf(err, (size_t)errlen,
+                 "%s is a quantized checkpoint (config.json has a quantization_config): this program runs dense "
+                 "weights only; step06's loader runs it (batch_bench / generate / kv_bench load it)", w->dir);
+        return -1;
+    }
+    return cpu_model_load_base(w, m, err, errlen);
+}
+
+int cpu_model_load_base(const ModelWeights *w, CpuModel *m, char *err, int errlen) {
     memset(m, 0, sizeof *m);
     m->cfg = w->cfg;
     if (w->cfg.mlp_bias) {
@@ -244,6 +262,8 @@ void cpu_model_free(CpuModel *m) {
         float *ps[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->bo,
                        L->q_norm, L->k_norm, L->mlp_norm, L->w_gate, L->w_up, L->w_down};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
+        for (int p = 0; p < N_PROJ; p++)
+            if (L->q[p]) qweight_free(L->q[p]), free(L->q[p]);
     }
     free(m->layers);
     if (m->lm_head != m->embed) free(m->lm_head);
@@ -283,9 +303,9 @@ int forward_cpu(const CpuModel *m, const int *ids, int T, float *logits, Forward
         const CpuLayer *L = &m->layers[l];
         // attention block
         rmsnorm_cpu(x, L->attn_norm, T, d, c->rms_eps, xn);
-        linear_cpu(xn, L->wq, L->bq, T, d, qd, q);
-        linear_cpu(xn, L->wk, L->bk, T, d, kd, k);
-        linear_cpu(xn, L->wv, L->bv, T, d, kd, v);
+        proj_cpu(L, PROJ_Q, linear_cpu, xn, T, d, qd, q);
+        proj_cpu(L, PROJ_K, linear_cpu, xn, T, d, kd, k);
+        proj_cpu(L, PROJ_V, linear_cpu, xn, T, d, kd, v);
         if (L->q_norm) rmsnorm_cpu(q, L->q_norm, T * H, hd, c->rms_eps, q);  // per head, over hd
         if (L->k_norm) rmsnorm_cpu(k, L->k_norm, T * KV, hd, c->rms_eps, k);
         rope_apply_cpu(q, T, H, hd, qd, cos_t, sin_t);
@@ -293,7 +313,7 @@ int forward_cpu(const CpuModel *m, const int *ids, int T, float *logits, Forward
         const double ta = now_sec();
         attention_cpu(q, k, v, T, H, KV, hd, att);
         t_attn += now_sec() - ta;
-        linear_cpu(att, L->wo, L->bo, T, qd, d, tmp);
+        proj_cpu(L, PROJ_O, linear_cpu, att, T, qd, d, tmp);
         add_cpu(x, tmp, (long)Tz * d);
         mlp_block_cpu(L, c, x, T, xn, gate, up, tmp);
     }

@@ -72,15 +72,15 @@ int forward_cached_cpu(const CpuModel *m, CpuKvCache *kv, const int *ids, int T,
         float *kc = kv->k + l * layer_stride, *vc = kv->v + l * layer_stride;  // (max_seq, KV*hd)
         float *k = kc + (size_t)pos0 * kd, *v = vc + (size_t)pos0 * kd;       // the new rows
         rmsnorm_cpu(x, L->attn_norm, T, d, c->rms_eps, xn);
-        linear_cpu(xn, L->wq, L->bq, T, d, qd, q);
-        linear_cpu(xn, L->wk, L->bk, T, d, kd, k);  // straight into the cache
-        linear_cpu(xn, L->wv, L->bv, T, d, kd, v);
+        proj_cpu(L, PROJ_Q, linear_cpu, xn, T, d, qd, q);
+        proj_cpu(L, PROJ_K, linear_cpu, xn, T, d, kd, k);  // straight into the cache
+        proj_cpu(L, PROJ_V, linear_cpu, xn, T, d, kd, v);
         if (L->q_norm) rmsnorm_cpu(q, L->q_norm, T * H, hd, c->rms_eps, q);
         if (L->k_norm) rmsnorm_cpu(k, L->k_norm, T * KV, hd, c->rms_eps, k);
         rope_apply_cpu(q, T, H, hd, qd, cos_t, sin_t);
         rope_apply_cpu(k, T, KV, hd, kd, cos_t, sin_t);  // the cache holds k after rope
         attention_at_cpu(q, kc, vc, pos0, T, H, KV, hd, att);  // over the cache
-        linear_cpu(att, L->wo, L->bo, T, qd, d, tmp);
+        proj_cpu(L, PROJ_O, linear_cpu, att, T, qd, d, tmp);
         add_cpu(x, tmp, (long)Tz * d);
         mlp_block_cpu(L, c, x, T, xn, gate, up, tmp);
     }

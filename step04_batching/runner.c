@@ -173,9 +173,9 @@ static int forward_cpu_batch(Runner *r, const Batch *b, float *logits_out, int *
         const CpuLayer *L = &m->layers[l];
         float *kc = r->kc + (size_t)l * layer_rows * kd, *vc = r->vc + (size_t)l * layer_rows * kd;
         rmsnorm_cpu(r->x, L->attn_norm, T, d, c->rms_eps, r->xn);
-        linear_rows_cpu(r->xn, L->wq, L->bq, T, d, qd, r->q);
-        linear_rows_cpu(r->xn, L->wk, L->bk, T, d, kd, r->k);
-        linear_rows_cpu(r->xn, L->wv, L->bv, T, d, kd, r->v);
+        proj_cpu(L, PROJ_Q, linear_rows_cpu, r->xn, T, d, qd, r->q);
+        proj_cpu(L, PROJ_K, linear_rows_cpu, r->xn, T, d, kd, r->k);
+        proj_cpu(L, PROJ_V, linear_rows_cpu, r->xn, T, d, kd, r->v);
         if (L->q_norm) rmsnorm_cpu(r->q, L->q_norm, T * H, hd, c->rms_eps, r->q);
         if (L->k_norm) rmsnorm_cpu(r->k, L->k_norm, T * KV, hd, c->rms_eps, r->k);
         rope_apply_cpu(r->q, T, H, hd, qd, r->cos_t, r->sin_t);
@@ -206,7 +206,7 @@ static int forward_cpu_batch(Runner *r, const Batch *b, float *logits_out, int *
             const size_t base = (size_t)b->seq_slot[i] * r->max_len * kd;  // the slot's position 0
             attention_at_cpu(r->q + (size_t)r0 * qd, kc + base, vc + base, len - n, n, H, KV, hd, out);
         }
-        linear_rows_cpu(r->att, L->wo, L->bo, T, qd, d, r->tmp);
+        proj_cpu(L, PROJ_O, linear_rows_cpu, r->att, T, qd, d, r->tmp);
         add_cpu(r->x, r->tmp, (long)T * d);
         // the MLP block of step02, with the row-deterministic projection
         mlp_block_lin_cpu(L, c, linear_rows_cpu, r->x, T, r->xn, r->gate, r->up, r->tmp);

@@ -502,6 +502,10 @@ int hfq_write_model(const char *src_dir, const char *out_dir, const HfQuantConfi
     const StDtype sdt = opts && opts->fp32_scales ? ST_F32 : ST_F16;
     ModelWeights m;
     if (model_load(src_dir, &m, err, errlen)) return -1;
+    if (m.quantized) {
+        model_free(&m);
+        return errf(err, errlen, "%s is already a quantized checkpoint (config.json has a quantization_config)", src_dir);
+    }
     const int nl = m.cfg.n_layers, nq = nl * HFQ_N_LINEARS;
     Packed *pk = calloc((size_t)nq + 1, sizeof *pk);
     StWriteTensor *wt = calloc((size_t)m.st.n_tensors + 4 * (size_t)nq + 1, sizeof *wt);

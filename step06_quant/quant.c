@@ -56,6 +56,42 @@ void qweight_free(QWeight *w) {
     memset(w, 0, sizeof *w);
 }
 
+int qweight_stack_rows(const QWeight *const *parts, int n, QWeight *out) {
+    if (n < 1) return 1;
+    const QWeight *a = parts[0];
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        const QWeight *b = parts[i];
+        if (b->kind != a->kind || b->cols != a->cols || b->group != a->group || b->n_groups != a->n_groups ||
+            b->sym != a->sym || !b->g_idx != !a->g_idx ||
+            (a->g_idx && memcmp(a->g_idx, b->g_idx, (size_t)a->cols * sizeof(int)) != 0))
+            return 1;
+        rows += b->rows;
+    }
+    QWeight w = *a;
+    w.rows = rows;
+    const size_t row_q = a->kind == QK_INT8 ? (size_t)a->cols : (size_t)a->cols / 2, ng = (size_t)a->n_groups;
+    w.q = malloc((size_t)rows * row_q);
+    w.scales = malloc((size_t)rows * ng * sizeof(float));
+    w.zeros = a->sym ? NULL : malloc((size_t)rows * ng);
+    w.g_idx = a->g_idx ? malloc((size_t)a->cols * sizeof(int)) : NULL;
+    if (!w.q || !w.scales || (!a->sym && !w.zeros) || (a->g_idx && !w.g_idx)) {
+        qweight_free(&w);
+        return -1;
+    }
+    if (a->g_idx) memcpy(w.g_idx, a->g_idx, (size_t)a->cols * sizeof(int));
+    size_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        const QWeight *b = parts[i];
+        memcpy(w.q + r0 * row_q, b->q, (size_t)b->rows * row_q);
+        memcpy(w.scales + r0 * ng, b->scales, (size_t)b->rows * ng * sizeof(float));
+        if (w.zeros) memcpy(w.zeros + r0 * ng, b->zeros, (size_t)b->rows * ng);
+        r0 += (size_t)b->rows;
+    }
+    *out = w;
+    return 0;
+}
+
 int qweight_group_of(const QWeight *w, int c) { return w->g_idx ? w->g_idx[c] : c / w->group; }
 
 int qweight_get(const QWeight *w, int r, int c) {

@@ -2,7 +2,7 @@
 // (round-to-nearest INT8 / INT4, GPTQ), and the fp32 CPU reference. Plain C.
 // defines: QuantKind, QWeight, qweight_alloc, qweight_free, qweight_group_of, qweight_zero, qweight_scale,
 //          qweight_get, qweight_set, qweight_dequant, quant_rtn, GptqOpts, gptq_hessian_add,
-//          quant_gptq, linear_q_cpu, qweight_bytes, quant_kind_name, qweight_random
+//          quant_gptq, linear_q_cpu, qweight_bytes, quant_kind_name, qweight_random, qweight_stack_rows
 //
 // A Linear weight W is (rows = out_features, cols = in_features), y = x W^T + b, as in a Hugging
 // Face checkpoint. Quantized, element (r, c) is an unsigned integer q in 0 .. 2^bits - 1 and
@@ -57,6 +57,10 @@ const char *quant_kind_name(QuantKind k);                    // "int8", "int4"
 // g_idx (column perm[k] of a random permutation is the k-th quantized, in group k / group).
 // 0, or -1 (as qweight_alloc).
 int qweight_random(QWeight *w, Rng *r, QuantKind kind, int rows, int cols, int group, int sym, int act_order);
+// out = the n weights one above the other (rows r_0 + r_1 + ..., the same cols): the layout of a
+// fused q|k|v or gate|up projection. Only when kind, cols, group, n_groups, sym and g_idx (both
+// NULL or equal) agree: 1 (and *out untouched) when they do not, 0 on success, -1 (no memory).
+int qweight_stack_rows(const QWeight *const *parts, int n, QWeight *out);
 
 // Round to nearest: per row and group, symmetric s = max|w| / (2^(bits-1) - 1), z = 2^(bits-1)
 // (INT4: q in 1..15; INT8: 1..255); asymmetric over the range widened to hold 0, min' = min(min, 0),
