@@ -89,10 +89,14 @@ endif
 # ---- sources: common/ and each step dir may have a step.mk naming its programs
 # (PROGS_<dir> := a b  ->  <dir>/a.c is the main of build/bin/a); every other .c/.cu of the
 # dir goes into build/lib/lib<dir>.a (libcommon.a for common/). Programs and tests link all
-# libraries. A step may use earlier steps' code, with one planned exception: step04's scheduler
+# libraries. A step may use earlier steps' code, with two planned exceptions: step04's scheduler
 # and runner take step05's paged KV as an option (step05_paged/kv_blocks.h, paged_attention.h,
 # sched_paged.h), so that step05 generalizes step04's engine instead of copying it; with the
-# default slot layout none of step05's code runs.
+# default slot layout none of step05's code runs. And a projection of step02's model may be one
+# of step06's quantized weights (step06_quant/quant.h on the CPU, qlinear_gpu.h on the GPU), which
+# step02-04's forwards run where it is set; step06's qmodel.c is what sets it, so a dense model
+# runs none of step06's code. common/ depends on no step (model_load only marks a quantized
+# checkpoint and leaves its packed projections to step06).
 STEP_DIRS := $(patsubst %/step.mk,%,$(sort $(wildcard step*/step.mk final/step.mk)))
 DIRS := common $(STEP_DIRS)
 include $(wildcard common/step.mk step*/step.mk final/step.mk)

@@ -155,7 +155,8 @@ static StDtype pick_dtype(StDtype stored, const GpuInfo *gi, char *desc, size_t 
     return stored;
 }
 
-static GpuModel *model_alloc(const ModelConfig *c, StDtype wdt) {
+// quant: the projections will be step06's GpuQProj (attach_q), no dense matrices for them.
+static GpuModel *model_alloc(const ModelConfig *c, StDtype wdt, int quant) {
     GpuModel *g = (GpuModel *)xcalloc(1, sizeof(GpuModel));
     g->cfg = *c;
     g->wdt = wdt;
@@ -169,6 +170,7 @@ static GpuModel *model_alloc(const ModelConfig *c, StDtype wdt) {
         GpuLayer *L = &g->layers[l];
         L->attn_norm = (float *)dalloc(d * 4, &g->weight_bytes);
         L->mlp_norm = (float *)dalloc(d * 4, &g->weight_bytes);
+        if (quant) continue;
         L->wqkv = dalloc((qd + 2 * kd) * d * es, &g->weight_bytes);
         L->wo = dalloc(d * qd * es, &g->weight_bytes);
         L->wgu = dalloc(2 * ff * d * es, &g->weight_bytes);
@@ -197,11 +199,17 @@ extern "C" GpuModel *gpu_model_load(const ModelWeights *w, char *err, int errlen
         snprintf(err, (size_t)errlen, "mlp_bias=true is not supported by this step");
         return NULL;
     }
+    if (w->quantized) {
+        snprintf(err, (size_t)errlen,
+                 "%s is a quantized checkpoint (config.json has a quantization_config): this program runs dense "
+                 "weights only; step06's loader runs it (batch_bench / generate / kv_bench load it)", w->dir);
+        return NULL;
+    }
     char desc[224];
     StDtype wdt = pick_dtype(w->layers[0].wq->dtype, &gi, desc, sizeof desc);
     ModelConfig cc = *c;
     cc.tie_embeddings = (w->lm_head == w->embed || !w->lm_head);
-    GpuModel *g = model_alloc(&cc, wdt);
+    GpuModel *g = model_alloc(&cc, wdt, 0);
     snprintf(g->desc, sizeof g->desc, "%s", desc);
     const size_t d = c->hidden, qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t ff = c->intermediate, es = esize(wdt);
@@ -242,7 +250,7 @@ extern "C" GpuModel *gpu_model_random(const ModelConfig *c, StDtype dtype, uint6
     }
     char desc[224];
     StDtype wdt = pick_dtype(dtype, &gi, desc, sizeof desc);
-    GpuModel *g = model_alloc(c, wdt);
+    GpuModel *g = model_alloc(c, wdt, 0);
     snprintf(g->desc, sizeof g->desc, "random weights; %s", desc);
     const size_t d = c->hidden, qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t ff = c->intermediate;
@@ -274,6 +282,161 @@ extern "C" GpuModel *gpu_model_random(const ModelConfig *c, StDtype dtype, uint6
         }
     }
     CUDA_CHECK(cudaDeviceSynchronize());
+    return g;
+}
+
+// ---------------------------------------------------------------- quantized projections (step06)
+
+// One projection from its parts (q|k|v, gate|up, or one): stacked into one QLinearGpu when
+// qweight_stack_rows accepts them, else one QLinearGpu per part.
+static int make_qproj(GpuQProj *p, const QWeight *const *parts, int n, double *bytes, char *err, int errlen) {
+    QWeight st;
+    const int rc = n > 1 ? qweight_stack_rows(parts, n, &st) : 1;
+    if (rc < 0) {
+        snprintf(err, (size_t)errlen, "out of host memory stacking quantized projections");
+        return -1;
+    }
+    if (rc == 0 || n == 1) {
+        p->part[0] = qlinear_gpu_new(rc == 0 ? &st : parts[0], err, errlen);
+        p->rows[0] = rc == 0 ? st.rows : parts[0]->rows;
+        if (rc == 0) qweight_free(&st);
+        if (!p->part[0]) return -1;
+        p->n = 1;
+    } else {
+        for (int i = 0; i < n; i++) {
+            p->part[i] = qlinear_gpu_new(parts[i], err, errlen);
+            if (!p->part[i]) return -1;
+            p->rows[i] = parts[i]->rows;
+            p->n = i + 1;
+        }
+    }
+    for (int i = 0; i < p->n; i++) *bytes += (double)qlinear_gpu_bytes(p->part[i]);
+    return 0;
+}
+
+// qlin (n_layers * N_PROJ): checked against the config, uploaded as the layers' GpuQProj.
+static int attach_q(GpuModel *g, const QWeight *qlin, char *err, int errlen) {
+    const ModelConfig *c = &g->cfg;
+    const int d = c->hidden, qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim, ff = c->intermediate;
+    const int want_rows[N_PROJ] = {qd, kd, kd, d, ff, ff, d}, want_cols[N_PROJ] = {d, d, d, qd, d, d, ff};
+    for (int l = 0; l < c->n_layers; l++) {
+        const QWeight *q = qlin + (size_t)l * N_PROJ;
+        for (int p = 0; p < N_PROJ; p++)
+            if (!q[p].q || q[p].rows != want_rows[p] || q[p].cols != want_cols[p]) {
+                snprintf(err, (size_t)errlen, "layer %d projection %d: quantized weight (%d, %d), the config needs (%d, %d)",
+                         l, p, q[p].rows, q[p].cols, want_rows[p], want_cols[p]);
+                return -1;
+            }
+        GpuLayer *L = &g->layers[l];
+        const QWeight *qkv[3] = {&q[PROJ_Q], &q[PROJ_K], &q[PROJ_V]}, *gu[2] = {&q[PROJ_GATE], &q[PROJ_UP]};
+        const QWeight *o[1] = {&q[PROJ_O]}, *dn[1] = {&q[PROJ_DOWN]};
+        if (make_qproj(&L->qqkv, qkv, 3, &g->weight_bytes, err, errlen) || make_qproj(&L->qo, o, 1, &g->weight_bytes, err, errlen) ||
+            make_qproj(&L->qgu, gu, 2, &g->weight_bytes, err, errlen) ||
+            make_qproj(&L->qdown, dn, 1, &g->weight_bytes, err, errlen))
+            return -1;
+    }
+    g->quantized = 1;
+    const GpuLayer *L0 = &g->layers[0];
+    const size_t n = strlen(g->desc);
+    snprintf(g->desc + n, sizeof g->desc - n,
+             "; projections quantized: %s (q|k|v as %d weight%s, gate|up as %d)", qlinear_gpu_describe(L0->qqkv.part[0]),
+             L0->qqkv.n, L0->qqkv.n > 1 ? "s" : "", L0->qgu.n);
+    return 0;
+}
+
+// The dtype of everything that is not a quantized projection: bf16 (fp16 on sm_75, which has no
+// bf16 tensor cores), since the quantized GEMM takes bf16 / fp16 activations.
+static StDtype quant_dtype(const GpuInfo *gi, char *desc, size_t n) {
+    const StDtype dt = gi->cc_major >= 8 ? ST_BF16 : ST_F16;
+    snprintf(desc, n, "%s embeddings, lm_head and GEMM inputs, fp32 accumulation, residual and softmax", dt_name(dt));
+    return dt;
+}
+
+extern "C" GpuModel *gpu_model_load_q(const ModelWeights *w, const QWeight *qlin, char *err, int errlen) {
+    if (!qlin) return gpu_model_load(w, err, errlen);
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) {
+        snprintf(err, (size_t)errlen, "%s", gi.reason);
+        return NULL;
+    }
+    const ModelConfig *c = &w->cfg;
+    if (c->mlp_bias) {
+        snprintf(err, (size_t)errlen, "mlp_bias=true is not supported by this step");
+        return NULL;
+    }
+    char desc[224];
+    const StDtype wdt = quant_dtype(&gi, desc, sizeof desc);
+    ModelConfig cc = *c;
+    cc.tie_embeddings = (w->lm_head == w->embed || !w->lm_head);
+    GpuModel *g = model_alloc(&cc, wdt, 1);
+    snprintf(g->desc, sizeof g->desc, "%s", desc);
+    const size_t qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
+    upload(w->embed, wdt, g->embed);
+    if (!cc.tie_embeddings) upload(w->lm_head, wdt, g->lm_head);
+    upload(w->final_norm, ST_F32, g->final_norm);
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerTensors *s = &w->layers[l];
+        GpuLayer *L = &g->layers[l];
+        upload(s->attn_norm, ST_F32, L->attn_norm);
+        upload(s->mlp_norm, ST_F32, L->mlp_norm);
+        L->q_norm = upload_f32(s->q_norm, &g->weight_bytes);
+        L->k_norm = upload_f32(s->k_norm, &g->weight_bytes);
+        L->bo = upload_f32(s->bo, &g->weight_bytes);
+        if (s->bq || s->bk || s->bv) {
+            L->bqkv = (float *)dalloc((qd + 2 * kd) * 4, &g->weight_bytes);
+            CUDA_CHECK(cudaMemset(L->bqkv, 0, (qd + 2 * kd) * 4));
+            if (s->bq) upload(s->bq, ST_F32, L->bqkv);
+            if (s->bk) upload(s->bk, ST_F32, L->bqkv + qd);
+            if (s->bv) upload(s->bv, ST_F32, L->bqkv + qd + kd);
+        }
+    }
+    if (attach_q(g, qlin, err, errlen) != 0) {
+        gpu_model_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+extern "C" GpuModel *gpu_model_random_q(const ModelConfig *c, uint64_t seed, const QWeight *qlin, char *err, int errlen) {
+    if (!qlin) return gpu_model_random(c, ST_BF16, seed, err, errlen);
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) {
+        snprintf(err, (size_t)errlen, "%s", gi.reason);
+        return NULL;
+    }
+    char desc[224];
+    const StDtype wdt = quant_dtype(&gi, desc, sizeof desc);
+    GpuModel *g = model_alloc(c, wdt, 1);
+    snprintf(g->desc, sizeof g->desc, "random weights; %s", desc);
+    const size_t d = c->hidden, qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
+    unsigned long long s = seed * 1000003ull;
+    fill(wdt, g->embed, (size_t)c->vocab * d, ++s, 0, 0.02f);
+    if (!c->tie_embeddings) fill(wdt, g->lm_head, (size_t)c->vocab * d, ++s, 0, 0.02f);
+    fill(ST_F32, g->final_norm, d, ++s, 1, 0.1f);
+    for (int l = 0; l < c->n_layers; l++) {
+        GpuLayer *L = &g->layers[l];
+        fill(ST_F32, L->attn_norm, d, ++s, 1, 0.1f);
+        fill(ST_F32, L->mlp_norm, d, ++s, 1, 0.1f);
+        if (c->qk_norm) {
+            L->q_norm = (float *)dalloc(c->head_dim * 4, &g->weight_bytes);
+            L->k_norm = (float *)dalloc(c->head_dim * 4, &g->weight_bytes);
+            fill(ST_F32, L->q_norm, c->head_dim, ++s, 1, 0.1f);
+            fill(ST_F32, L->k_norm, c->head_dim, ++s, 1, 0.1f);
+        }
+        if (c->qkv_bias) {
+            L->bqkv = (float *)dalloc((qd + 2 * kd) * 4, &g->weight_bytes);
+            fill(ST_F32, L->bqkv, qd + 2 * kd, ++s, 0, 0.02f);
+        }
+        if (c->o_bias) {
+            L->bo = (float *)dalloc(d * 4, &g->weight_bytes);
+            fill(ST_F32, L->bo, d, ++s, 0, 0.02f);
+        }
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (attach_q(g, qlin, err, errlen) != 0) {
+        gpu_model_free(g);
+        return NULL;
+    }
     return g;
 }
 
@@ -323,6 +486,9 @@ extern "C" void gpu_model_free(GpuModel *g) {
         GpuLayer *L = &g->layers[l];
         void *ps[] = {L->attn_norm, L->mlp_norm, L->q_norm, L->k_norm, L->bqkv, L->bo, L->wqkv, L->wo, L->wgu, L->wdown};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
+        GpuQProj *qp[4] = {&L->qqkv, &L->qo, &L->qgu, &L->qdown};
+        for (int i = 0; i < 4; i++)
+            for (int k = 0; k < qp[i]->n; k++) qlinear_gpu_free(qp[i]->part[k]);
         CUDA_CHECK(cudaEventDestroy(g->ea[l]));
         CUDA_CHECK(cudaEventDestroy(g->eb[l]));
     }
@@ -356,6 +522,20 @@ void gemm_xwt(cublasHandle_t h, StDtype dt, int T, int n_out, int n_in, const vo
     const float one = 1.0f;
     CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n_out, T, n_in, &one, W, cuda_type(dt), n_in, X,
                               cuda_type(dt), ldx, &beta, Y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void proj_gemm(cublasHandle_t h, StDtype dt, const GpuQProj *q, int T, int n_out, int n_in, const void *X, int ldx,
+               const void *W, float *Y, int ldy, float beta) {
+    if (q->n == 0) {
+        gemm_xwt(h, dt, T, n_out, n_in, X, ldx, W, Y, ldy, beta);
+        return;
+    }
+    int off = 0;
+    for (int i = 0; i < q->n; i++) {  // part i fills output columns off .. off + rows[i] - 1
+        if (qlinear_gpu_gemm(q->part[i], dt, T, X, ldx, Y + off, ldy, beta, NULL) != 0)
+            die("qlinear_gpu_gemm failed (%s, T = %d)", qlinear_gpu_describe(q->part[i]), T);
+        off += q->rows[i];
+    }
 }
 
 // Naive causal GQA attention (the part that is quadratic in T), for nq queries that are the
@@ -417,7 +597,7 @@ extern "C" int forward_cuda(GpuModel *g, const int *ids, int T, float *logits, F
         // ---- attention block
         DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(g->x, L->attn_norm, d, 1, d, eps, (A *)g->xn));
         CUDA_CHECK_LAST();
-        gemm_xwt(g->blas, dt, T, nqkv, d, g->xn, d, L->wqkv, g->qkv, nqkv, 0.0f);  // qkv (T, qd+2kd)
+        proj_gemm(g->blas, dt, &L->qqkv, T, nqkv, d, g->xn, d, L->wqkv, g->qkv, nqkv, 0.0f);  // qkv (T, qd+2kd)
         if (L->bqkv) {
             k_add_bias<<<grid_for(Tz * nqkv, 256), 256>>>(g->qkv, L->bqkv, T, nqkv, nqkv);
             CUDA_CHECK_LAST();
@@ -439,7 +619,7 @@ extern "C" int forward_cuda(GpuModel *g, const int *ids, int T, float *logits, F
         attention_gpu(g->blas, dt, T, T, H, KV, hd, g->qkv16, nqkv, (char *)g->qkv16 + (size_t)qd * es, nqkv,
                       (char *)g->qkv16 + (size_t)(qd + kd) * es, nqkv, g->S, g->P, g->att);
         if (times) CUDA_CHECK(cudaEventRecord(g->eb[l]));
-        gemm_xwt(g->blas, dt, T, d, qd, g->att, qd, L->wo, g->x, d, 1.0f);  // x += att Wo^T (residual)
+        proj_gemm(g->blas, dt, &L->qo, T, d, qd, g->att, qd, L->wo, g->x, d, 1.0f);  // x += att Wo^T (residual)
         if (L->bo) {
             k_add_bias<<<grid_for(Tz * d, 256), 256>>>(g->x, L->bo, T, d, d);
             CUDA_CHECK_LAST();
@@ -447,10 +627,10 @@ extern "C" int forward_cuda(GpuModel *g, const int *ids, int T, float *logits, F
         // ---- MLP block
         DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(g->x, L->mlp_norm, d, 1, d, eps, (A *)g->xn));
         CUDA_CHECK_LAST();
-        gemm_xwt(g->blas, dt, T, 2 * ff, d, g->xn, d, L->wgu, g->gu, 2 * ff, 0.0f);  // gate|up (T, 2ff)
+        proj_gemm(g->blas, dt, &L->qgu, T, 2 * ff, d, g->xn, d, L->wgu, g->gu, 2 * ff, 0.0f);  // gate|up (T, 2ff)
         DISPATCH(dt, A, k_swiglu<A><<<grid_for(Tz * ff, 256), 256>>>(g->gu, (A *)g->h, T, ff));
         CUDA_CHECK_LAST();
-        gemm_xwt(g->blas, dt, T, d, ff, g->h, ff, L->wdown, g->x, d, 1.0f);  // x += h Wdown^T
+        proj_gemm(g->blas, dt, &L->qdown, T, d, ff, g->h, ff, L->wdown, g->x, d, 1.0f);  // x += h Wdown^T
     }
     DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(g->x, g->final_norm, d, 1, d, eps, (A *)g->xn));
     CUDA_CHECK_LAST();

@@ -3,8 +3,8 @@
 // on T being the whole sequence (embedding, RMSNorm, SwiGLU), and the GpuModel layout, so that
 // step03's decode step runs on the same weights (q/k/v and gate/up concatenated) without a copy.
 // defines: tof, fromf, DISPATCH, cuda_type, dt_name, esize, block_sum, block_max, k_embed,
-//          k_rmsnorm, k_swiglu, GpuLayer, GpuModel; declares (forward_gpu.cu): k_add_bias, grid_for,
-//          gemm_xwt, attention_gpu
+//          k_rmsnorm, k_swiglu, GpuQProj, GpuLayer, GpuModel; declares (forward_gpu.cu): k_add_bias,
+//          grid_for, gemm_xwt, proj_gemm, attention_gpu
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "forward.h"
+#include "step06_quant/qlinear_gpu.h"  // QLinearGpu: step06's quantized projections (optional)
 
 // ---------------------------------------------------------------- element conversions
 __host__ __device__ inline float tof(float x) { return x; }
@@ -93,6 +94,16 @@ template <class O> __global__ void k_swiglu(const float *gu, O *h, int T, int ff
 
 // ---------------------------------------------------------------- the model on the device
 
+// A quantized projection on the device (step06): n parts whose outputs lie side by side, part i
+// giving rows[i] outputs. n = 1 for a single or a stacked q|k|v / gate|up weight; 2 or 3 when the
+// parts' groups, symmetry or g_idx differ and they cannot be stacked (run one after the other into
+// the same output row). n = 0: the projection is dense (the void * weight of GpuLayer).
+struct GpuQProj {
+    QLinearGpu *part[3];
+    int rows[3];
+    int n;
+};
+
 struct GpuLayer {
     float *attn_norm, *mlp_norm;  // (d)
     float *q_norm, *k_norm;       // (hd) or NULL
@@ -102,12 +113,14 @@ struct GpuLayer {
     void *wo;                     // (d, H*hd)
     void *wgu;                    // (2*ff, d): gate rows then up rows
     void *wdown;                  // (d, ff)
+    GpuQProj qqkv, qo, qgu, qdown;  // quantized (n > 0): then the dense pointer above is NULL
 };
 
 struct GpuModel {
     ModelConfig cfg;
     StDtype wdt;  // dtype of the GEMM weights and of every GEMM input on the device
-    char desc[320];
+    char desc[480];
+    int quantized;  // the layers' projections are GpuQProj (step06)
     double weight_bytes;
     void *embed, *lm_head;  // (vocab, d); lm_head == embed when tied
     float *final_norm;
@@ -143,6 +156,10 @@ int grid_for(size_t n, int block);
 // X and W in dtype dt, fp32 accumulation (cuBLAS GemmEx on the handle's stream).
 void gemm_xwt(cublasHandle_t h, StDtype dt, int T, int n_out, int n_in, const void *X, int ldx, const void *W,
               float *Y, int ldy, float beta);
+// The same for one of a layer's projections: W dense (n_out, n_in) in dt when q->n == 0, else
+// step06's qlinear_gpu_gemm over q's parts (X in dt, bf16 or fp16), on the default stream.
+void proj_gemm(cublasHandle_t h, StDtype dt, const GpuQProj *q, int T, int n_out, int n_in, const void *X, int ldx,
+               const void *W, float *Y, int ldy, float beta);
 // Causal GQA attention of nq queries that are the last nq of nk positions (QK^T GEMM, causal
 // softmax, PV GEMM): q (nq, H*hd) [ld ldq], k, v (nk, KV*hd) [ld ldk, ldv] in dtype dt;
 // S (H, nq, nk) fp32 scratch, P (H, nq, nk) dtype dt scratch (may be S for fp32); out (nq, H*hd).

@@ -17,6 +17,18 @@ GpuModel *gpu_model_random(const ModelConfig *c, StDtype dtype, uint64_t seed, c
     return NULL;
 }
 
+GpuModel *gpu_model_load_q(const ModelWeights *w, const QWeight *qlin, char *err, int errlen) {
+    (void)w, (void)qlin;
+    snprintf(err, (size_t)errlen, "built without CUDA (nvcc was not found at build time)");
+    return NULL;
+}
+
+GpuModel *gpu_model_random_q(const ModelConfig *c, uint64_t seed, const QWeight *qlin, char *err, int errlen) {
+    (void)c, (void)seed, (void)qlin;
+    snprintf(err, (size_t)errlen, "built without CUDA (nvcc was not found at build time)");
+    return NULL;
+}
+
 void gpu_model_free(GpuModel *g) { (void)g; }
 const char *gpu_model_describe(const GpuModel *g) {
     (void)g;

@@ -154,6 +154,20 @@ void gemv_rows(StDtype dt, const void *W, const float *x, const float *b, float 
     gemv(dt, W, x, b, y, rows, n_in, acc, s);
 }
 
+void proj_gemv(StDtype dt, const GpuQProj *q, const void *W, const float *x, const float *b, float *y, int rows,
+               int n_in, int acc, cudaStream_t s) {
+    if (q->n == 0) {
+        gemv(dt, W, x, b, y, rows, n_in, acc, s);
+        return;
+    }
+    int off = 0;
+    for (int i = 0; i < q->n; i++) {  // part i: outputs off .. off + rows[i] - 1 (and their bias)
+        if (qlinear_gpu_gemv(q->part[i], x, b ? b + off : NULL, y + off, acc, s) != 0)
+            die("qlinear_gpu_gemv failed (%s)", qlinear_gpu_describe(q->part[i]));
+        off += q->rows[i];
+    }
+}
+
 extern "C" int gemv_n_versions(void) { return N_GEMV_VERSIONS; }
 extern "C" const char *gemv_version_name(int v) { return v >= 0 && v < N_GEMV_VERSIONS ? GEMV_VERSIONS[v].name : "?"; }
 extern "C" void gemv_set_version(int v) {
@@ -284,7 +298,7 @@ static void decode_enqueue(GpuDecoder *d) {
         void *kc = (char *)d->kc + l * lstride, *vc = (char *)d->vc + l * lstride;
         k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->attn_norm, dm, 1, dm, eps, d->xn);
         CUDA_CHECK_LAST();
-        gemv(dt, L->wqkv, d->xn, L->bqkv, d->qkv, nqkv, dm, 0, s);
+        proj_gemv(dt, &L->qqkv, L->wqkv, d->xn, L->bqkv, d->qkv, nqkv, dm, 0, s);
         DISPATCH(d->cdt, C, k_rope_append<C><<<H + 2 * KV, 32, 0, s>>>(d->qkv, L->q_norm, L->k_norm, d->inv_freq,
                                                                         d->d_pos, H, KV, hd, eps, (C *)kc, (C *)vc));
         CUDA_CHECK_LAST();
@@ -295,13 +309,13 @@ static void decode_enqueue(GpuDecoder *d) {
         k_attn_combine<<<H, hd < 32 ? 32 : (hd > 256 ? 256 : hd), 0, s>>>(d->part_o, d->part_ml, d->d_pos, 1,
                                                                           d->nsplit, hd, d->att);
         CUDA_CHECK_LAST();
-        gemv(dt, L->wo, d->att, L->bo, d->x, dm, qd, 1, s);  // x += att Wo^T
+        proj_gemv(dt, &L->qo, L->wo, d->att, L->bo, d->x, dm, qd, 1, s);  // x += att Wo^T
         k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);
         CUDA_CHECK_LAST();
-        gemv(dt, L->wgu, d->xn, NULL, d->gu, 2 * ff, dm, 0, s);
+        proj_gemv(dt, &L->qgu, L->wgu, d->xn, NULL, d->gu, 2 * ff, dm, 0, s);
         k_swiglu_f32<<<(ff + 255) / 256, 256, 0, s>>>(d->gu, d->h, ff);
         CUDA_CHECK_LAST();
-        gemv(dt, L->wdown, d->h, NULL, d->x, dm, ff, 1, s);  // x += h Wdown^T
+        proj_gemv(dt, &L->qdown, L->wdown, d->h, NULL, d->x, dm, ff, 1, s);  // x += h Wdown^T
     }
     k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, g->final_norm, dm, 1, dm, eps, d->xn);
     CUDA_CHECK_LAST();

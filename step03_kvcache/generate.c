@@ -27,6 +27,7 @@
 #include "gpu.h"
 #include "kvcache.h"
 #include "model.h"
+#include "step06_quant/qmodel.h"  // --quant and quantized checkpoints
 #include "table.h"
 #include "timer.h"
 #include "tokenizer.h"
@@ -35,7 +36,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: generate --model DIR (--ids 1,2,3 | --prompt TEXT) --max-new-tokens N [--device cpu|cuda]\n"
             "                [--no-cache] [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
-            "                [--ignore-eos] [--logprobs K] [--max-seq N] [--json]\n"
+            "                [--ignore-eos] [--logprobs K] [--max-seq N] [--quant none|rtn-int8|rtn-int4] [--json]\n"
             "  --model        a Hugging Face directory (config.json, model.safetensors, optional tokenizer.json)\n"
             "  --ids          the prompt as token ids; --prompt encodes TEXT with DIR/tokenizer.json\n"
             "  --device       cpu (fp32 reference) or cuda (default: cuda when a GPU is usable)\n"
@@ -44,6 +45,8 @@ static void usage(FILE *f) {
             "  --temperature T, --top-k K (0 off), --top-p P (1 off), --min-p M (0 off), --seed S: seeded sampling\n"
             "  --ignore-eos   do not stop at the EOS ids of generation_config.json / config.json\n"
             "  --logprobs K   the top-K log-probabilities of every step (in --json)\n"
+            "  --quant        quantize the projections at load (round to nearest: INT8 per channel, INT4 groups of\n"
+            "                 128; step06); a quantized checkpoint (GPTQ / AWQ) runs quantized without it\n"
             "  --json         one object: ids (generated), prompt_ids, logprobs, times, KV bytes\n");
 }
 
@@ -101,6 +104,8 @@ int main(int argc, char **argv) {
     const double t_start = now_sec();
     const char *model_dir = NULL, *ids_arg = NULL, *prompt = NULL, *device = NULL;
     int max_new = 16, no_cache = 0, ignore_eos = 0, n_logprobs = 0, json = 0, max_seq = 0, sampling = 0;
+    QuantSpec qs;
+    quant_spec_parse("none", &qs);
     SamplerParams sp = {.greedy = 1, .temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -121,6 +126,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--logprobs") && more) n_logprobs = (int)arg_int(a, argv[++i], 0, 20);
         else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--quant") && more) {
+            if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
+        }
         else arg_help_or_unknown(a, usage);
     }
     for (int i = 1; i < argc; i++)
@@ -165,17 +173,20 @@ int main(int argc, char **argv) {
     CpuKvCache kv = {0};
     GpuModel *gm = NULL;
     GpuDecoder *dec = NULL;
-    double kv_elem = 4;
+    double kv_elem = 4, weight_bytes;
+    char qfmt[256];
     if (use_cuda) {
-        gm = gpu_model_load(&w, err, sizeof err);
+        gm = qmodel_gpu_load(&w, &qs, qfmt, sizeof qfmt, err, sizeof err);
         if (!gm) die("%s: %s", model_dir, err);
+        weight_bytes = gpu_model_weight_bytes(gm);
         if (!no_cache) {
             dec = gpu_decoder_new(gm, max_seq, err, sizeof err);
             if (!dec) die("%s", err);
             kv_elem = gpu_decoder_kv_elem_bytes(dec);
         }
     } else {
-        if (cpu_model_load(&w, &cm, err, sizeof err) != 0) die("%s: %s", model_dir, err);
+        if (qmodel_cpu_load(&w, &qs, &cm, qfmt, sizeof qfmt, err, sizeof err) != 0) die("%s: %s", model_dir, err);
+        weight_bytes = qmodel_cpu_weight_bytes(&cm);
         if (!no_cache && cpu_kv_init(&kv, c, max_seq) != 0) die("cannot make the cache");
     }
 
@@ -302,6 +313,8 @@ int main(int argc, char **argv) {
         json_object_set_new(o, "kv_bytes_per_token", json_real(kv_tok));
         json_object_set_new(o, "kv_bytes", json_real(no_cache ? 0 : kv_tok * (n - 1)));
         json_object_set_new(o, "kv_bytes_allocated", json_real(kv_alloc));
+        json_object_set_new(o, "quant", json_string(qfmt));
+        json_object_set_new(o, "weight_bytes", json_real(weight_bytes));
         json_dumpf(o, stdout, JSON_COMPACT);
         printf("\n");
         json_decref(o);
@@ -311,6 +324,11 @@ int main(int argc, char **argv) {
         table_meta(t, "model", "%s (%s, %d layers, d=%d, H=%d, KV=%d, hd=%d)", model_dir, model_arch_name(c->arch),
                    c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim);
         table_meta(t, "device", "%s", use_cuda ? gi.name : "cpu (fp32 reference)");
+        table_meta(t, "weights", "%s", use_cuda ? gpu_model_describe(gm)
+                                           : strncmp(qfmt, "none", 4) ? "fp32 reference, quantized projections "
+                                                                          "dequantized row by row (linear_q_cpu)"
+                                                                        : "fp32 reference");
+        table_meta(t, "quant", "%s; weight bytes %.4g", qfmt, weight_bytes);
         table_meta(t, "mode", "%s, %s", no_cache ? "no cache (recompute the prefix every step)" : "KV cache",
                    sp.greedy ? "greedy" : "sampled");
         table_meta(t, "ids", "%d prompt + %d generated (%s)", np, ngen, finish);

@@ -29,6 +29,7 @@
 #include "step01_matmul/accounting.h"
 #include "step01_matmul/ceilings.h"
 #include "step01_matmul/roofline_gpu.h"
+#include "step06_quant/qmodel.h"  // --quant and quantized checkpoints
 #include "table.h"
 #include "timer.h"
 
@@ -41,13 +42,15 @@ static const char *TINY_JSON =
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
-            "                [--window W] [--reps N] [--copy-gbps X] [--csv | --json]\n"
+            "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
             "  --window     latency at p = median of the cached steps p-W .. p+W (default 8)\n"
             "  --reps       uncached forwards timed per position, and CPU cached runs (median; default 3)\n"
             "  --copy-gbps  the bandwidth ceiling (default: measured now on the GPU, build/ceilings.json on the CPU)\n"
-            "  --gemv V     GPU: GEMV version 1..4 for the table (default: the fastest decode of the ladder, measured first)\n");
+            "  --gemv V     GPU: GEMV version 1..4 for the table (default: the fastest decode of the ladder, measured first)\n"
+            "  --quant      quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups of\n"
+            "               128), random integers with --preset; a GPTQ / AWQ checkpoint runs quantized without it\n");
 }
 
 // --positions: at most `max` positions, each in 0..2^20 (the model's context is checked later).
@@ -98,6 +101,8 @@ int main(int argc, char **argv) {
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
     int window = 8, reps = 3, gemv_ver = -1;
     double copy_gbps = 0;
+    QuantSpec qs;
+    quant_spec_parse("none", &qs);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
@@ -109,7 +114,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--reps") && more) reps = (int)arg_int(a, argv[++i], 1, 1000);
         else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--gemv") && more) gemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
-        else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
+        else if (!strcmp(a, "--quant") && more) {
+            if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
+        } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else arg_help_or_unknown(a, usage);
     }
     if (!model_dir == !preset) {
@@ -144,15 +151,24 @@ int main(int argc, char **argv) {
         arg_die("--gemv: %d is out of range (allowed: 1..%d)", gemv_ver + 1, gemv_n_versions());
     CpuModel cm = {0};
     GpuModel *gm = NULL;
+    char qfmt[256];
+    double weight_bytes;  // as held on the device (GPU) or in memory (CPU)
     if (use_cuda) {
-        gm = model_dir ? gpu_model_load(&w, err, sizeof err) : gpu_model_random(&cfg, ST_BF16, 1, err, sizeof err);
+        gm = model_dir ? qmodel_gpu_load(&w, &qs, qfmt, sizeof qfmt, err, sizeof err)
+                       : qmodel_gpu_random(&cfg, &qs, 1, qfmt, sizeof qfmt, err, sizeof err);
         if (!gm) die("%s", err);
         dtype = gpu_model_describe(gm);
-    } else if (model_dir) {
-        if (cpu_model_load(&w, &cm, err, sizeof err) != 0) die("%s", err);
+        weight_bytes = gpu_model_weight_bytes(gm);
     } else {
-        cpu_model_random(&cfg, 1, &cm);
+        if (model_dir) {
+            if (qmodel_cpu_load(&w, &qs, &cm, qfmt, sizeof qfmt, err, sizeof err) != 0) die("%s", err);
+        } else {
+            cpu_model_random(&cfg, 1, &cm);
+            if (qmodel_quantize_cpu(&cm, &qs, qfmt, sizeof qfmt, err, sizeof err) != 0) die("%s", err);
+        }
+        weight_bytes = qmodel_cpu_weight_bytes(&cm);
     }
+    const int quantized = (model_dir && w.quantized) || qs.method != QLOAD_NONE;
     const ModelConfig *c = &cfg;
 
     // ---- GPU: the GEMV ladder inside the whole decode step (160 greedy steps per version)
@@ -205,7 +221,12 @@ int main(int argc, char **argv) {
     // ---- bytes a decode step must read: step01's account_decode_step (every weight once, the
     // embedding table one row unless it is the tied lm_head; the KV rows of every position so far)
     const double es = use_cuda ? kv_elem : 4.0;
-    const double weights_read = account_decode_step(c, 1, 0, es, kv_elem).weights;
+    // Quantized: the bytes the projections take as stored (integers + scales), not es per weight:
+    // every weight held, less the embedding table but one row unless it is the tied lm_head.
+    const double emb_unread = c->tie_embeddings ? 0 : ((double)c->vocab - 1) * c->hidden * es;
+    const double weights_dense = account_decode_step(c, 1, 0, es, kv_elem).weights;
+    const double weights_read = quantized ? weight_bytes - emb_unread : weights_dense;
+    const double weights_extra = weights_read - weights_dense;  // added to account_decode_step's bytes below
     if (copy_gbps <= 0) {
         if (use_cuda) {
             double rd, wr;
@@ -273,6 +294,8 @@ int main(int argc, char **argv) {
                model_arch_name(c->arch), c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->intermediate,
                c->vocab);
     table_meta(t, "precision", "%s", dtype);
+    table_meta(t, "quant", "%s", qfmt);
+    table_meta(t, "weight_bytes", "%.4g (held; %s)", weight_bytes, use_cuda ? "device allocations" : "host arrays");
     if (!use_cuda) table_meta(t, "cpu_threads", "%s", cpu_env_describe());
     table_meta(t, "timing", "%s", use_cuda ? "CUDA events; one cached run after a warm-up run"
                                            : "wall clock; a warm-up round, then --reps rounds of (one cached run, one uncached "
@@ -285,7 +308,8 @@ int main(int argc, char **argv) {
                nsteps);
     table_meta(t, "kv_bytes_per_token_if_mha", "%.0f (kv_heads = %d): GQA stores %.1fx less", kv_mha, c->n_heads,
                kv_mha / kv_tok);
-    table_meta(t, "weights_read_per_token", "%.4g bytes (all weights once; the embedding table one row)", weights_read);
+    table_meta(t, "weights_read_per_token", "%.4g bytes (all weights once%s; the embedding table one row)", weights_read,
+               quantized ? ", the quantized projections as stored" : "");
     table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps,
                copy_gbps > 0 ? (use_cuda ? "measured now: device copy, read+write counted" : ceilings_path())
                              : "unknown: pct columns empty");
@@ -327,7 +351,7 @@ int main(int argc, char **argv) {
         const TimeStats nst = time_stats(nocache_ms + (size_t)i * reps, reps);
         const double nms = nst.median;
         const DecodeStep ds = account_decode_step(c, 1, p + 1, es, kv_elem);  // position p reads p + 1 K/V rows
-        const double kvb = ds.kv, bytes = ds.bytes;
+        const double kvb = ds.kv, bytes = ds.bytes + weights_extra;
         table_row(t);
         table_num(t, "position", p);
         table_num(t, "cached_ms", cms);
@@ -349,7 +373,7 @@ int main(int argc, char **argv) {
         const TimeStats hs = steps_stats(step_ms, runs, nsteps, 1, hn);
         const double hm = hs.median;
         const int mid_ctx = 1 + (hn + 1) / 2;  // the middle of positions 1..hn, as a context length
-        const double hb = account_decode_step(c, 1, mid_ctx, es, kv_elem).bytes;
+        const double hb = account_decode_step(c, 1, mid_ctx, es, kv_elem).bytes + weights_extra;
         table_meta(t, "decode_batch1", "median step %.4f ms over positions 1..%d = %.1f tok/s; %.4g bytes/token -> %.1f GB/s = %.1f%% of copy",
                    hm, hn, 1e3 / hm, hb, hb / hm * 1e-6, copy_gbps > 0 ? 100.0 * hb / hm * 1e-6 / copy_gbps : 0.0);
         table_meta(t, "decode_batch1_spread", "p10 %.4f, p90 %.4f ms over %d steps (%d run%s)", hs.p10, hs.p90, hs.n, runs,

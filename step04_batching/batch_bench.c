@@ -35,6 +35,7 @@
 #include "step04_batching/offline.h"
 #include "step04_batching/scheduler.h"
 #include "step05_paged/kv_blocks.h"
+#include "step06_quant/qmodel.h"  // --quant and quantized checkpoints
 #include "table.h"
 
 // A small Qwen3-style model (q/k norm, GQA) for CPU runs and CI: seconds for a scaled-down trace.
@@ -61,7 +62,7 @@ static void usage(FILE *f) {
             "                   [--max-num-seqs N] [--max-num-batched-tokens N] [--max-model-len N] [--device cpu|cuda]\n"
             "                   [--json] [--timeline FILE.csv] [--outputs FILE.jsonl] [--steps-csv FILE.csv]\n"
             "                   [--kv slots|paged] [--block-size B] [--num-blocks N | --kv-gib G] [--prefix-cache on|off]\n"
-            "                   [--shared-prefix N] [--prefill-attn fused|gather]\n"
+            "                   [--shared-prefix N] [--prefill-attn fused|gather] [--quant none|rtn-int8|rtn-int4]\n"
             "  --preset        tiny (built in: Qwen3-style, 2 layers, d=128) or a step01 preset (qwen3-0.6b,\n"
             "                  llama-3.1-8b, ...): random weights (bf16 on the GPU, fp32 on the CPU)\n"
             "  --requests      one JSON object per line: {\"prompt_ids\": [...], \"max_tokens\": N, \"temperature\": 0,\n"
@@ -93,7 +94,10 @@ static void usage(FILE *f) {
             "  --shared-prefix --trace only: every prompt starts with the same N ids, then its own --input-len ids\n"
             "  --prefill-attn  CUDA paged KV: the attention of chunks longer than the decode path takes: gather\n"
             "                  (default: each chunk's context gathered, then the GEMM path per sequence) or fused (one\n"
-            "                  paged prefill launch per layer for all of them, K/V read through the block tables)\n");
+            "                  paged prefill launch per layer for all of them, K/V read through the block tables)\n"
+            "  --quant         quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups\n"
+            "                  of 128), random integers with --preset on the GPU; a GPTQ / AWQ checkpoint runs\n"
+            "                  quantized without it\n");
 }
 
 // ---------------------------------------------------------------- option values (common/args.h: strict)
@@ -271,6 +275,8 @@ int main(int argc, char **argv) {
     int kv_paged = -1, paged_opt = 0, block_size = 16, num_blocks = 0, prefix_cache = 1, shared = 0;
     int prefill_fused = 0;
     double kv_gib = 0;
+    QuantSpec qs;
+    quant_spec_parse("none", &qs);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
@@ -290,6 +296,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-num-batched-tokens")) budget = (long)arg_int(a, argv[++i], 1, 1 << 24);
         else if (!strcmp(a, "--max-model-len")) max_len = (int)arg_int(a, argv[++i], 2, 1 << 22);
         else if (!strcmp(a, "--outputs")) outputs = argv[++i];
+        else if (!strcmp(a, "--quant")) {
+            if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
+        }
         else if (!strcmp(a, "--steps-csv")) steps_csv = argv[++i];
         else if (!strcmp(a, "--shared-prefix")) shared = (int)arg_int(a, argv[++i], 0, 1 << 20);
         else if (!strcmp(a, "--block-size")) block_size = (int)arg_int(a, argv[++i], 1, 1 << 16), paged_opt = 1;
@@ -383,13 +392,21 @@ int main(int argc, char **argv) {
     CpuModel cm = {0};
     GpuModel *gm = NULL;
     Runner *run;
+    char qfmt[256];
+    double weight_bytes;
     if (use_cuda) {
-        gm = model_dir ? gpu_model_load(&w, err, sizeof err) : gpu_model_random(&cfg, ST_BF16, 1, err, sizeof err);
+        gm = model_dir ? qmodel_gpu_load(&w, &qs, qfmt, sizeof qfmt, err, sizeof err)
+                       : qmodel_gpu_random(&cfg, &qs, 1, qfmt, sizeof qfmt, err, sizeof err);
         if (!gm) die("%s", err);
+        weight_bytes = gpu_model_weight_bytes(gm);
     } else {
         if (model_dir) {
-            if (cpu_model_load(&w, &cm, err, sizeof err) != 0) die("%s", err);
-        } else cpu_model_random(&cfg, 1, &cm);
+            if (qmodel_cpu_load(&w, &qs, &cm, qfmt, sizeof qfmt, err, sizeof err) != 0) die("%s", err);
+        } else {
+            cpu_model_random(&cfg, 1, &cm);
+            if (qmodel_quantize_cpu(&cm, &qs, qfmt, sizeof qfmt, err, sizeof err) != 0) die("%s", err);
+        }
+        weight_bytes = qmodel_cpu_weight_bytes(&cm);
     }
     // KV rows per layer of the runner: slots x max_len, or blocks x B
     double kv_rows;
@@ -552,6 +569,9 @@ int main(int argc, char **argv) {
         json_object_set_new(sum, "model", json_string(model_desc));
         json_object_set_new(sum, "workload", json_string(workload));
         json_object_set_new(sum, "policy", json_string(policy_name(policy)));
+        json_object_set_new(sum, "quant", json_string(qfmt));
+        json_object_set_new(sum, "weights", json_string(use_cuda ? gpu_model_describe(gm) : "fp32 CPU reference"));
+        JNUM("weight_bytes", weight_bytes);
         json_object_set_new(sum, "commit", json_string(build_commit()));
         JINT("max_num_seqs", max_seqs);
         JINT("max_num_batched_tokens", budget);
@@ -612,6 +632,8 @@ int main(int argc, char **argv) {
         if (use_cuda) table_meta(t, "compute_capability", "%d.%d", gi.cc_major, gi.cc_minor);
         else table_meta(t, "cpu_threads", "%s", cpu_env_describe());
         table_meta(t, "model", "%s", model_desc);
+        table_meta(t, "quant", "%s; weight bytes %.4g%s%s", qfmt, weight_bytes, use_cuda ? "; " : "",
+                   use_cuda ? gpu_model_describe(gm) : "");
         table_meta(t, "workload", "%s (%ld prompt + %ld output tokens; %d could not run)", workload, prompt, gen, n_err);
         table_col(t, "metric", NULL);
         table_col(t, "value", "%.4g");

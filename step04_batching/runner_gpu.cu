@@ -513,7 +513,7 @@ struct GpuRunner {
     cudaEvent_t ev0, ev1;
     double last_ms;
     int launches;
-    char desc[400];
+    char desc[480];
 };
 
 static void *dalloc_r(size_t n, double *count) {
@@ -541,6 +541,10 @@ static void describe(GpuRunner *r) {
                  "for a 1-row step), attention: split decode kernel for <= %d new rows per sequence, GEMM-softmax-GEMM "
                  "beyond",
                  dt_name(dt), dt_name(dt), r->n_slots, r->max_len, r->kv_bytes / 1073741824.0, sm);
+    if (r->g->quantized) {  // the projections are step06's: say so (the model's description says which format)
+        const size_t n = strlen(r->desc);
+        snprintf(r->desc + n, sizeof r->desc - n, "; quantized projections: step06 GEMV (1 row) / GEMM (more rows)");
+    }
 }
 
 // Both layouts: step04's n_slots slots of max_len rows (block_size 0), or step05's pool of
@@ -869,11 +873,11 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         if (gemv1) {
             k_rmsnorm<float><<<1, 1024>>>(r->x, L->attn_norm, d, 1, d, eps, r->xnf);
             CUDA_CHECK_LAST();
-            gemv_rows(dt, L->wqkv, r->xnf, L->bqkv, r->qkv, nqkv, d, 0, 0);
+            proj_gemv(dt, &L->qqkv, L->wqkv, r->xnf, L->bqkv, r->qkv, nqkv, d, 0, 0);
         } else {
             DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->attn_norm, d, 1, d, eps, (A *)r->xn));
             CUDA_CHECK_LAST();
-            gemm_xwt(g->blas, dt, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
+            proj_gemm(g->blas, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
         }
         DISPATCH(dt, A,
                  k_qkv_rows<A, A><<<qkv_grid, qkv_block>>>(r->qkv, gemv1 ? NULL : L->bqkv, L->q_norm, L->k_norm,
@@ -884,9 +888,9 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         launches += attn_layer(&r->ac, p, dp + o_sr, dp + o_sl, dp + o_sb, r->qkv, nqkv, r->q16, kc, vc,
                                gemv1 ? (void *)r->attf : r->att, gemv1);
         if (gemv1) {
-            gemv_rows(dt, L->wo, r->attf, L->bo, r->x, d, qd, 1, 0);  // x += att Wo^T + bo
+            proj_gemv(dt, &L->qo, L->wo, r->attf, L->bo, r->x, d, qd, 1, 0);  // x += att Wo^T + bo
         } else {
-            gemm_xwt(g->blas, dt, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
+            proj_gemm(g->blas, dt, &L->qo, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
             if (L->bo) {
                 k_add_bias<<<grid_for((size_t)T * d, 256), 256>>>(r->x, L->bo, T, d, d);
                 CUDA_CHECK_LAST();
@@ -897,17 +901,17 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         if (gemv1) {
             k_rmsnorm<float><<<1, 1024>>>(r->x, L->mlp_norm, d, 1, d, eps, r->xnf);
             CUDA_CHECK_LAST();
-            gemv_rows(dt, L->wgu, r->xnf, NULL, r->gu, 2 * ff, d, 0, 0);
+            proj_gemv(dt, &L->qgu, L->wgu, r->xnf, NULL, r->gu, 2 * ff, d, 0, 0);
             k_swiglu<float><<<(ff + 255) / 256, 256>>>(r->gu, r->hf, 1, ff);
             CUDA_CHECK_LAST();
-            gemv_rows(dt, L->wdown, r->hf, NULL, r->x, d, ff, 1, 0);
+            proj_gemv(dt, &L->qdown, L->wdown, r->hf, NULL, r->x, d, ff, 1, 0);
         } else {
             DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->mlp_norm, d, 1, d, eps, (A *)r->xn));
             CUDA_CHECK_LAST();
-            gemm_xwt(g->blas, dt, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
+            proj_gemm(g->blas, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
             DISPATCH(dt, A, k_swiglu<A><<<grid_for((size_t)T * ff, 256), 256>>>(r->gu, (A *)r->h, T, ff));
             CUDA_CHECK_LAST();
-            gemm_xwt(g->blas, dt, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
+            proj_gemm(g->blas, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
         }
         launches += 6;
     }

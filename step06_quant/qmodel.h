@@ -1,0 +1,65 @@
+// qmodel.h — step06's quantized projections in the engine: a model whose seven projections per
+// layer (q/k/v/o, gate/up/down) are QWeights (quant.h), on the CPU (CpuLayer.q: linear_q_cpu) and
+// on the GPU (GpuModel's QLinearGpu projections: qlinear_gpu_gemv for one row, qlinear_gpu_gemm for
+// more), everything else (embeddings, norms, biases, lm_head) as the dense loaders have it.
+// defines: QuantAtLoad, QuantSpec, quant_spec_parse, qmodel_linears, qmodel_random_linears,
+//          qmodel_linears_free, qmodel_quantize_cpu, qmodel_cpu_load, qmodel_gpu_load,
+//          qmodel_gpu_random, qmodel_cpu_weight_bytes
+//
+// Where the QWeights come from:
+//   - a quantized checkpoint (config.json has a quantization_config, model.h's `quantized`): GPTQ
+//     or AWQ tensors read by hf_quant.h (what build/bin/quantize writes is GPTQ v1);
+//   - a dense checkpoint with --quant rtn-int8 | rtn-int4: round-to-nearest at load (quant_rtn),
+//     INT8 per output channel, INT4 symmetric in groups of 128 inputs (a projection whose inputs
+//     128 does not divide gets one group per row: the tiny test models are 64 and 172 wide);
+//   - a random preset (no checkpoint) on the GPU: random integers and scales of the same shapes
+//     (weights of std ~0.02, as the dense random presets), made on the host without an fp32 copy.
+// The programs' --quant none (the default) keeps a dense checkpoint dense; a quantized checkpoint
+// runs quantized whatever --quant says (it has no dense weights).
+#pragma once
+#include <stdint.h>
+
+#include "model.h"
+#include "step02_attention/forward.h"
+#include "step06_quant/quant.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { QLOAD_NONE = 0, QLOAD_RTN_INT8 = 8, QLOAD_RTN_INT4 = 4 } QuantAtLoad;
+
+typedef struct {
+    QuantAtLoad method;
+    int group;  // INT4 inputs per group (default 128; -1: one group per row); INT8 is per row
+} QuantSpec;
+
+// "none", "rtn-int8", "rtn-int4" (group 128). 0, or -1 (unknown name).
+int quant_spec_parse(const char *s, QuantSpec *q);
+
+// The projections of w as QWeights, (n_layers * N_PROJ) in Proj order, or NULL with *err = 0 when
+// the model stays dense (a dense checkpoint and q->method none). NULL with err set on failure.
+// fmt (if not NULL) gets one line saying what they are, e.g. "gptq int4 g128 sym (checkpoint)" or
+// "rtn-int4 g128 sym (quantized at load)".
+QWeight *qmodel_linears(const ModelWeights *w, const QuantSpec *q, char *fmt, int fmtlen, char *err, int errlen);
+// Random quantized projections of c's shapes (method int8 or int4, as q).
+QWeight *qmodel_random_linears(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen);
+void qmodel_linears_free(QWeight *ql, int n_layers);
+
+// Quantize a dense CpuModel's projections in place (RTN, as above; the fp32 matrices are freed).
+// 0, or -1 + err.
+int qmodel_quantize_cpu(CpuModel *m, const QuantSpec *q, char *fmt, int fmtlen, char *err, int errlen);
+// cpu_model_load for any checkpoint: dense as cpu_model_load, or with the projections of
+// qmodel_linears. 0, or -1 + err.
+int qmodel_cpu_load(const ModelWeights *w, const QuantSpec *q, CpuModel *m, char *fmt, int fmtlen, char *err, int errlen);
+// gpu_model_load for any checkpoint (gpu_model_load_q with qmodel_linears), and the random preset
+// (gpu_model_random_q with qmodel_random_linears; bf16 and dense when q->method is none).
+GpuModel *qmodel_gpu_load(const ModelWeights *w, const QuantSpec *q, char *fmt, int fmtlen, char *err, int errlen);
+GpuModel *qmodel_gpu_random(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen, char *err,
+                            int errlen);
+// Bytes the CPU model's weights take as held: fp32 tensors + each QWeight's qweight_bytes.
+double qmodel_cpu_weight_bytes(const CpuModel *m);
+
+#ifdef __cplusplus
+}
+#endif
