@@ -16,6 +16,13 @@ Output (for each variant under OUT/<variant>/): config.json (a quantization_conf
 else), model.safetensors, and expected/<prefix>.{q,z,s,g,W}.npy: q (out, in) int32, z (out, G)
 int32, s (out, G) float32 (the fp16 scales widened), g (in) int32, W (out, in) float32 computed
 here in float64 and rounded once (exact: small integer times an fp16 value).
+Also a whole tiny Llama (OUT/gptq4_act_model: 2 layers, hidden 64, intermediate 128, 4 heads, 2 kv
+heads, vocab 128, its own lm_head) whose seven projections per layer are GPTQ 4-bit, group 32,
+asymmetric, desc_act (each projection its own input permutation), with the other tensors drawn
+here in float32; and its dequantized twin OUT/gptq4_act_model_dense: the same config without a
+quantization_config and each projection's P.weight = W above, for the end-to-end test that both
+generate the same tokens (tests/test_step06_engine.c). Its own random stream (seed 20261202), so
+the variants above are byte-identical with or without it.
 Usage: tools/quant_pack.py OUT     (needs numpy only)
 """
 import json
@@ -121,6 +128,47 @@ def pack_cols(q, bits):
     return (qt << shifts).sum(axis=1).astype(np.uint32).view(np.int32)
 
 
+MODEL_CFG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+    "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "float32",
+}
+MODEL_QCFG = {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False, "desc_act": True,
+              "checkpoint_format": "gptq"}
+
+
+def write_model(root):
+    """The whole-model pair described in the module docstring."""
+    rng = np.random.default_rng(20261202)
+    c = MODEL_CFG
+    d, ff, hd = c["hidden_size"], c["intermediate_size"], c["head_dim"]
+    qd, kd = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    shapes = {"self_attn.q_proj": (qd, d), "self_attn.k_proj": (kd, d), "self_attn.v_proj": (kd, d),
+              "self_attn.o_proj": (d, qd), "mlp.gate_proj": (ff, d), "mlp.up_proj": (ff, d), "mlp.down_proj": (d, ff)}
+    f32 = lambda a: a.astype(np.float32)
+    common = [("model.embed_tokens.weight", f32(rng.normal(0, 0.5, size=(c["vocab_size"], d)))),
+              ("model.norm.weight", f32(rng.normal(1, 0.1, size=d))),
+              ("lm_head.weight", f32(rng.normal(0, 0.5, size=(c["vocab_size"], d))))]
+    quant, dense = [], []
+    for layer in range(c["num_hidden_layers"]):
+        pre = f"model.layers.{layer}."
+        common += [(pre + "input_layernorm.weight", f32(rng.normal(1, 0.1, size=d))),
+                   (pre + "post_attention_layernorm.weight", f32(rng.normal(1, 0.1, size=d)))]
+        for name, (out, inp) in shapes.items():
+            t, exp = make_linear(rng, MODEL_QCFG, out, inp)
+            quant += [(f"{pre}{name}.{k}", v) for k, v in t.items()]
+            dense.append((f"{pre}{name}.weight", exp["W"]))
+    for sub, tensors, cfg in (("gptq4_act_model", common + quant, dict(c, quantization_config=MODEL_QCFG)),
+                              ("gptq4_act_model_dense", common + dense, c)):
+        out_dir = os.path.join(root, sub)
+        os.makedirs(out_dir, exist_ok=True)
+        write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+            f.write("\n")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: quant_pack.py OUT_DIR")
@@ -139,6 +187,7 @@ def main():
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump({"quantization_config": cfg}, f, indent=2)
             f.write("\n")
+    write_model(root)
 
 
 if __name__ == "__main__":
