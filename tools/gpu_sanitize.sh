@@ -15,7 +15,7 @@
 # error, on a failing test, or when the GPU tests do not really run (no GPU: they would skip).
 #
 #   make gpu-sanitize                                  (builds first, then calls this script)
-#   tools/gpu_sanitize.sh build/tests/run_tests ['@(*/gpu_*|step04_gpu/*|step05_gpu/*|step06_gpu/*)'] [memcheck racecheck synccheck]
+#   tools/gpu_sanitize.sh build/tests/run_tests ['@(*/gpu_*|step04_gpu/*|step05_gpu/*|step06_gpu/*|step06_egpu/*)'] [memcheck racecheck synccheck]
 # Environment: COMPUTE_SANITIZER (the binary; default: on PATH, else /usr/local/cuda/bin),
 #              GPU_SANITIZE_OUT (log directory; default build/gpu-sanitize),
 #              GPU_SANITIZE_JOBS (default 1: one sanitized run of all tests; N: each test in its own
@@ -28,7 +28,7 @@
 set -uo pipefail
 
 bin=${1:?usage: gpu_sanitize.sh TEST_BINARY [FILTER] [TOOLS...]}
-filter=${2:-'@(*/gpu_*|step04_gpu/*|step05_gpu/*|step06_gpu/*)'}
+filter=${2:-'@(*/gpu_*|step04_gpu/*|step05_gpu/*|step06_gpu/*|step06_egpu/*)'}
 shift $(($# >= 2 ? 2 : $#))
 tools=${*:-memcheck racecheck synccheck}
 out=${GPU_SANITIZE_OUT:-build/gpu-sanitize}
