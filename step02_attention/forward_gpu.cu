@@ -188,46 +188,18 @@ static GpuModel *model_alloc(const ModelConfig *c, StDtype wdt, int quant) {
     return g;
 }
 
-extern "C" GpuModel *gpu_model_load(const ModelWeights *w, char *err, int errlen) {
-    GpuInfo gi;
-    if (gpu_info(&gi) != 0) {
-        snprintf(err, (size_t)errlen, "%s", gi.reason);
-        return NULL;
-    }
+// Everything of w but the seven projections of each layer: embeddings, norms, biases.
+static void upload_rest(const ModelWeights *w, GpuModel *g) {
     const ModelConfig *c = &w->cfg;
-    if (c->mlp_bias) {
-        snprintf(err, (size_t)errlen, "mlp_bias=true is not supported by this step");
-        return NULL;
-    }
-    if (w->quantized) {
-        snprintf(err, (size_t)errlen,
-                 "%s is a quantized checkpoint (config.json has a quantization_config): this program runs dense "
-                 "weights only; step06's loader runs it (batch_bench / generate / kv_bench load it)", w->dir);
-        return NULL;
-    }
-    char desc[224];
-    StDtype wdt = pick_dtype(w->layers[0].wq->dtype, &gi, desc, sizeof desc);
-    ModelConfig cc = *c;
-    cc.tie_embeddings = (w->lm_head == w->embed || !w->lm_head);
-    GpuModel *g = model_alloc(&cc, wdt, 0);
-    snprintf(g->desc, sizeof g->desc, "%s", desc);
-    const size_t d = c->hidden, qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
-    const size_t ff = c->intermediate, es = esize(wdt);
-    upload(w->embed, wdt, g->embed);
-    if (!cc.tie_embeddings) upload(w->lm_head, wdt, g->lm_head);
+    const size_t qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
+    upload(w->embed, g->wdt, g->embed);
+    if (!g->cfg.tie_embeddings) upload(w->lm_head, g->wdt, g->lm_head);
     upload(w->final_norm, ST_F32, g->final_norm);
     for (int l = 0; l < c->n_layers; l++) {
         const LayerTensors *s = &w->layers[l];
         GpuLayer *L = &g->layers[l];
         upload(s->attn_norm, ST_F32, L->attn_norm);
         upload(s->mlp_norm, ST_F32, L->mlp_norm);
-        upload(s->wq, wdt, L->wqkv);
-        upload(s->wk, wdt, (char *)L->wqkv + qd * d * es);
-        upload(s->wv, wdt, (char *)L->wqkv + (qd + kd) * d * es);
-        upload(s->wo, wdt, L->wo);
-        upload(s->w_gate, wdt, L->wgu);
-        upload(s->w_up, wdt, (char *)L->wgu + ff * d * es);
-        upload(s->w_down, wdt, L->wdown);
         L->q_norm = upload_f32(s->q_norm, &g->weight_bytes);
         L->k_norm = upload_f32(s->k_norm, &g->weight_bytes);
         L->bo = upload_f32(s->bo, &g->weight_bytes);
@@ -239,19 +211,59 @@ extern "C" GpuModel *gpu_model_load(const ModelWeights *w, char *err, int errlen
             if (s->bv) upload(s->bv, ST_F32, L->bqkv + qd + kd);
         }
     }
+}
+
+// The checks both loaders make; 0, or -1 + err.
+static int load_checks(const ModelWeights *w, GpuInfo *gi, char *err, int errlen) {
+    if (gpu_info(gi) != 0) {
+        snprintf(err, (size_t)errlen, "%s", gi->reason);
+        return -1;
+    }
+    if (w->cfg.mlp_bias) {
+        snprintf(err, (size_t)errlen, "mlp_bias=true is not supported by this step");
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" GpuModel *gpu_model_load(const ModelWeights *w, char *err, int errlen) {
+    GpuInfo gi;
+    if (load_checks(w, &gi, err, errlen) != 0) return NULL;
+    if (w->quantized) {
+        snprintf(err, (size_t)errlen,
+                 "%s is a quantized checkpoint (config.json has a quantization_config): this program runs dense "
+                 "weights only; step06's loader runs it (batch_bench / generate / kv_bench load it)", w->dir);
+        return NULL;
+    }
+    const ModelConfig *c = &w->cfg;
+    char desc[224];
+    StDtype wdt = pick_dtype(w->layers[0].wq->dtype, &gi, desc, sizeof desc);
+    ModelConfig cc = *c;
+    cc.tie_embeddings = (w->lm_head == w->embed || !w->lm_head);
+    GpuModel *g = model_alloc(&cc, wdt, 0);
+    snprintf(g->desc, sizeof g->desc, "%s", desc);
+    upload_rest(w, g);
+    const size_t d = c->hidden, qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t ff = c->intermediate, es = esize(wdt);
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerTensors *s = &w->layers[l];
+        GpuLayer *L = &g->layers[l];
+        upload(s->wq, wdt, L->wqkv);
+        upload(s->wk, wdt, (char *)L->wqkv + qd * d * es);
+        upload(s->wv, wdt, (char *)L->wqkv + (qd + kd) * d * es);
+        upload(s->wo, wdt, L->wo);
+        upload(s->w_gate, wdt, L->wgu);
+        upload(s->w_up, wdt, (char *)L->wgu + ff * d * es);
+        upload(s->w_down, wdt, L->wdown);
+    }
     return g;
 }
 
-extern "C" GpuModel *gpu_model_random(const ModelConfig *c, StDtype dtype, uint64_t seed, char *err, int errlen) {
-    GpuInfo gi;
-    if (gpu_info(&gi) != 0) {
-        snprintf(err, (size_t)errlen, "%s", gi.reason);
-        return NULL;
-    }
-    char desc[224];
-    StDtype wdt = pick_dtype(dtype, &gi, desc, sizeof desc);
-    GpuModel *g = model_alloc(c, wdt, 0);
-    snprintf(g->desc, sizeof g->desc, "random weights; %s", desc);
+// Random weights of g's config; dense = 0: the projections are left alone (quantized ones come
+// later), their seeds still drawn, so the other tensors are the dense model's exactly.
+static void fill_random(GpuModel *g, uint64_t seed, int dense) {
+    const ModelConfig *c = &g->cfg;
+    const StDtype wdt = g->wdt;
     const size_t d = c->hidden, qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t ff = c->intermediate;
     unsigned long long s = seed * 1000003ull;
@@ -262,10 +274,12 @@ extern "C" GpuModel *gpu_model_random(const ModelConfig *c, StDtype dtype, uint6
         GpuLayer *L = &g->layers[l];
         fill(ST_F32, L->attn_norm, d, ++s, 1, 0.1f);
         fill(ST_F32, L->mlp_norm, d, ++s, 1, 0.1f);
-        fill(wdt, L->wqkv, (qd + 2 * kd) * d, ++s, 0, 0.02f);
-        fill(wdt, L->wo, d * qd, ++s, 0, 0.02f);
-        fill(wdt, L->wgu, 2 * ff * d, ++s, 0, 0.02f);
-        fill(wdt, L->wdown, d * ff, ++s, 0, 0.02f);
+        if (dense) {
+            fill(wdt, L->wqkv, (qd + 2 * kd) * d, ++s, 0, 0.02f);
+            fill(wdt, L->wo, d * qd, ++s, 0, 0.02f);
+            fill(wdt, L->wgu, 2 * ff * d, ++s, 0, 0.02f);
+            fill(wdt, L->wdown, d * ff, ++s, 0, 0.02f);
+        } else s += 4;
         if (c->qk_norm) {
             L->q_norm = (float *)dalloc(c->head_dim * 4, &g->weight_bytes);
             L->k_norm = (float *)dalloc(c->head_dim * 4, &g->weight_bytes);
@@ -282,6 +296,19 @@ extern "C" GpuModel *gpu_model_random(const ModelConfig *c, StDtype dtype, uint6
         }
     }
     CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+extern "C" GpuModel *gpu_model_random(const ModelConfig *c, StDtype dtype, uint64_t seed, char *err, int errlen) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) {
+        snprintf(err, (size_t)errlen, "%s", gi.reason);
+        return NULL;
+    }
+    char desc[224];
+    StDtype wdt = pick_dtype(dtype, &gi, desc, sizeof desc);
+    GpuModel *g = model_alloc(c, wdt, 0);
+    snprintf(g->desc, sizeof g->desc, "random weights; %s", desc);
+    fill_random(g, seed, 1);
     return g;
 }
 
@@ -330,17 +357,16 @@ static int attach_q(GpuModel *g, const QWeight *qlin, char *err, int errlen) {
         GpuLayer *L = &g->layers[l];
         const QWeight *qkv[3] = {&q[PROJ_Q], &q[PROJ_K], &q[PROJ_V]}, *gu[2] = {&q[PROJ_GATE], &q[PROJ_UP]};
         const QWeight *o[1] = {&q[PROJ_O]}, *dn[1] = {&q[PROJ_DOWN]};
-        if (make_qproj(&L->qqkv, qkv, 3, &g->weight_bytes, err, errlen) || make_qproj(&L->qo, o, 1, &g->weight_bytes, err, errlen) ||
-            make_qproj(&L->qgu, gu, 2, &g->weight_bytes, err, errlen) ||
-            make_qproj(&L->qdown, dn, 1, &g->weight_bytes, err, errlen))
+        double *b = &g->weight_bytes;
+        if (make_qproj(&L->qqkv, qkv, 3, b, err, errlen) || make_qproj(&L->qo, o, 1, b, err, errlen) ||
+            make_qproj(&L->qgu, gu, 2, b, err, errlen) || make_qproj(&L->qdown, dn, 1, b, err, errlen))
             return -1;
     }
     g->quantized = 1;
     const GpuLayer *L0 = &g->layers[0];
     const size_t n = strlen(g->desc);
-    snprintf(g->desc + n, sizeof g->desc - n,
-             "; projections quantized: %s (q|k|v as %d weight%s, gate|up as %d)", qlinear_gpu_describe(L0->qqkv.part[0]),
-             L0->qqkv.n, L0->qqkv.n > 1 ? "s" : "", L0->qgu.n);
+    snprintf(g->desc + n, sizeof g->desc - n, "; projections quantized: %s (q|k|v as %d weight%s, gate|up as %d)",
+             qlinear_gpu_describe(L0->qqkv.part[0]), L0->qqkv.n, L0->qqkv.n > 1 ? "s" : "", L0->qgu.n);
     return 0;
 }
 
@@ -355,41 +381,14 @@ static StDtype quant_dtype(const GpuInfo *gi, char *desc, size_t n) {
 extern "C" GpuModel *gpu_model_load_q(const ModelWeights *w, const QWeight *qlin, char *err, int errlen) {
     if (!qlin) return gpu_model_load(w, err, errlen);
     GpuInfo gi;
-    if (gpu_info(&gi) != 0) {
-        snprintf(err, (size_t)errlen, "%s", gi.reason);
-        return NULL;
-    }
-    const ModelConfig *c = &w->cfg;
-    if (c->mlp_bias) {
-        snprintf(err, (size_t)errlen, "mlp_bias=true is not supported by this step");
-        return NULL;
-    }
+    if (load_checks(w, &gi, err, errlen) != 0) return NULL;
     char desc[224];
     const StDtype wdt = quant_dtype(&gi, desc, sizeof desc);
-    ModelConfig cc = *c;
+    ModelConfig cc = w->cfg;
     cc.tie_embeddings = (w->lm_head == w->embed || !w->lm_head);
     GpuModel *g = model_alloc(&cc, wdt, 1);
     snprintf(g->desc, sizeof g->desc, "%s", desc);
-    const size_t qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
-    upload(w->embed, wdt, g->embed);
-    if (!cc.tie_embeddings) upload(w->lm_head, wdt, g->lm_head);
-    upload(w->final_norm, ST_F32, g->final_norm);
-    for (int l = 0; l < c->n_layers; l++) {
-        const LayerTensors *s = &w->layers[l];
-        GpuLayer *L = &g->layers[l];
-        upload(s->attn_norm, ST_F32, L->attn_norm);
-        upload(s->mlp_norm, ST_F32, L->mlp_norm);
-        L->q_norm = upload_f32(s->q_norm, &g->weight_bytes);
-        L->k_norm = upload_f32(s->k_norm, &g->weight_bytes);
-        L->bo = upload_f32(s->bo, &g->weight_bytes);
-        if (s->bq || s->bk || s->bv) {
-            L->bqkv = (float *)dalloc((qd + 2 * kd) * 4, &g->weight_bytes);
-            CUDA_CHECK(cudaMemset(L->bqkv, 0, (qd + 2 * kd) * 4));
-            if (s->bq) upload(s->bq, ST_F32, L->bqkv);
-            if (s->bk) upload(s->bk, ST_F32, L->bqkv + qd);
-            if (s->bv) upload(s->bv, ST_F32, L->bqkv + qd + kd);
-        }
-    }
+    upload_rest(w, g);
     if (attach_q(g, qlin, err, errlen) != 0) {
         gpu_model_free(g);
         return NULL;
@@ -408,31 +407,7 @@ extern "C" GpuModel *gpu_model_random_q(const ModelConfig *c, uint64_t seed, con
     const StDtype wdt = quant_dtype(&gi, desc, sizeof desc);
     GpuModel *g = model_alloc(c, wdt, 1);
     snprintf(g->desc, sizeof g->desc, "random weights; %s", desc);
-    const size_t d = c->hidden, qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
-    unsigned long long s = seed * 1000003ull;
-    fill(wdt, g->embed, (size_t)c->vocab * d, ++s, 0, 0.02f);
-    if (!c->tie_embeddings) fill(wdt, g->lm_head, (size_t)c->vocab * d, ++s, 0, 0.02f);
-    fill(ST_F32, g->final_norm, d, ++s, 1, 0.1f);
-    for (int l = 0; l < c->n_layers; l++) {
-        GpuLayer *L = &g->layers[l];
-        fill(ST_F32, L->attn_norm, d, ++s, 1, 0.1f);
-        fill(ST_F32, L->mlp_norm, d, ++s, 1, 0.1f);
-        if (c->qk_norm) {
-            L->q_norm = (float *)dalloc(c->head_dim * 4, &g->weight_bytes);
-            L->k_norm = (float *)dalloc(c->head_dim * 4, &g->weight_bytes);
-            fill(ST_F32, L->q_norm, c->head_dim, ++s, 1, 0.1f);
-            fill(ST_F32, L->k_norm, c->head_dim, ++s, 1, 0.1f);
-        }
-        if (c->qkv_bias) {
-            L->bqkv = (float *)dalloc((qd + 2 * kd) * 4, &g->weight_bytes);
-            fill(ST_F32, L->bqkv, qd + 2 * kd, ++s, 0, 0.02f);
-        }
-        if (c->o_bias) {
-            L->bo = (float *)dalloc(d * 4, &g->weight_bytes);
-            fill(ST_F32, L->bo, d, ++s, 0, 0.02f);
-        }
-    }
-    CUDA_CHECK(cudaDeviceSynchronize());
+    fill_random(g, seed, 0);
     if (attach_q(g, qlin, err, errlen) != 0) {
         gpu_model_free(g);
         return NULL;
