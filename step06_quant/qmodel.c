@@ -232,13 +232,13 @@ double qmodel_cpu_weight_bytes(const CpuModel *m) {
     for (int l = 0; l < c->n_layers; l++) {
         const CpuLayer *L = &m->layers[l];
         const float *W[N_PROJ] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        const float *bias[N_PROJ] = {L->bq, L->bk, L->bv, L->bo, NULL, NULL, NULL};
         for (int p = 0; p < N_PROJ; p++) {
             int rows, cols;
             proj_shape(c, p, &rows, &cols);
             if (L->q[p]) b += (double)qweight_bytes(L->q[p]);
             else if (W[p]) b += (double)rows * cols * 4;
-            if (p < PROJ_O + 1 && (p == PROJ_O ? L->bo : p == PROJ_Q ? L->bq : p == PROJ_K ? L->bk : L->bv))
-                b += rows * 4.0;
+            if (bias[p]) b += rows * 4.0;
         }
         b += 2.0 * c->hidden * 4 + (L->q_norm ? 2.0 * c->head_dim * 4 : 0);
     }
