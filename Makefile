@@ -94,9 +94,10 @@ endif
 # sched_paged.h), so that step05 generalizes step04's engine instead of copying it; with the
 # default slot layout none of step05's code runs. And a projection of step02's model may be one
 # of step06's quantized weights (step06_quant/quant.h on the CPU, qlinear_gpu.h on the GPU), which
-# step02-04's forwards run where it is set; step06's qmodel.c is what sets it, so a dense model
-# runs none of step06's code. common/ depends on no step (model_load only marks a quantized
-# checkpoint and leaves its packed projections to step06).
+# step02-04's forwards run where it is set; step06's qmodel.c is what sets it (step03's generate
+# and kv_bench and step04's batch_bench load their model through it, for --quant and quantized
+# directories), so a dense model runs none of step06's code. common/ depends on no step
+# (model_load only marks a quantized checkpoint and leaves its packed projections to step06).
 STEP_DIRS := $(patsubst %/step.mk,%,$(sort $(wildcard step*/step.mk final/step.mk)))
 DIRS := common $(STEP_DIRS)
 include $(wildcard common/step.mk step*/step.mk final/step.mk)
