@@ -92,8 +92,9 @@ QWeight *qmodel_linears(const ModelWeights *w, const QuantSpec *q, char *fmt, in
             char g[32];
             if (hc.group_size == -1) snprintf(g, sizeof g, "per-row");
             else snprintf(g, sizeof g, "g%d", hc.group_size);
-            snprintf(fmt, (size_t)fmtlen, "%s int%d %s %s%s (checkpoint)", hc.method == HFQ_GPTQ ? "gptq" : "awq", hc.bits,
-                     g, hc.sym ? "sym" : "asym", hc.desc_act ? " act-order" : "");
+            snprintf(fmt, (size_t)fmtlen, "%s int%d %s %s%s (checkpoint%s)", hc.method == HFQ_GPTQ ? "gptq" : "awq",
+                     hc.bits, g, hc.sym ? "sym" : "asym", hc.desc_act ? " act-order" : "",
+                     q->method != QLOAD_NONE ? "; --quant ignored: it is quantized already" : "");
         }
         return ql;
     }
