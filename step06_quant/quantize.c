@@ -3,7 +3,7 @@
 //
 //   build/bin/quantize --model DIR --out DIR --method rtn-int8|rtn-int4|gptq-int4
 //                      [--group 128|-1] [--sym|--asym] [--act-order] [--calib FILE] [--calib-tokens N]
-//                      [--seq-len T] [--damp F] [--block B] [--seed S] [--eval-tokens N]
+//                      [--seq-len T] [--damp F] [--block B] [--seed S] [--eval-tokens N] [--json]
 //
 // GPTQ's calibration runs layer by layer, as in the paper's code: the calibration sequences'
 // hidden states enter layer l after the already-quantized layers 0..l-1; layer l runs once with
@@ -13,13 +13,19 @@
 // --eval-tokens N: afterwards, the logits of the quantized model (its dequantized weights, with
 // the scales rounded to fp16 exactly as written) against the fp32 model on N random tokens:
 // KL(fp32 || quantized) mean and p99 over tokens, and top-1 agreement.
+// --json: one JSON object on stdout (the progress lines go to stderr): the method, the weight
+// bytes of the quantized linears (as written, in the engine's layout, and as fp32 / bf16), each
+// linear's relative output errors (GPTQ), and the evaluation (null without --eval-tokens).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "args.h"
 #include "model.h"
+#include "safetensors.h"
 #include "rng.h"
 #include "step02_attention/forward.h"
 #include "step06_quant/hf_quant.h"
@@ -38,7 +44,8 @@ static void usage(FILE *f) {
             "  --damp F          GPTQ damping, fraction of mean(diag H) (default 0.01)\n"
             "  --block B         GPTQ lazy block size (default 128)\n"
             "  --seed S          random calibration / evaluation ids (default 1)\n"
-            "  --eval-tokens N   then compare logits with the fp32 model on N random tokens (default 0: off)\n");
+            "  --eval-tokens N   then compare logits with the fp32 model on N random tokens (default 0: off)\n"
+            "  --json            one JSON summary on stdout (method, weight bytes, layer errors, KL, top-1); log on stderr\n");
 }
 
 static void *xcalloc(size_t n, size_t sz) {
@@ -59,6 +66,10 @@ typedef struct {
     int ready;        // the layer whose Hessians are collected (-1: none)
     double *H[4];     // input Hessians: q/k/v (d, d), o (qd, qd), gate/up (d, d), down (ff, ff)
     long nH[4];
+    FILE *log;        // progress lines: stdout, or stderr with --json
+    json_t *linears;  // --json: one record per quantized linear (NULL without)
+    long n_weights;   // weights of the quantized linears
+    size_t engine_bytes;  // their QWeight bytes in memory (qweight_bytes)
 } Ctx;
 
 static float **layer_weight(CpuLayer *L, int which) {
@@ -181,14 +192,46 @@ static int on_linear(void *ctx, int layer, int which, const char *name, const fl
     if (cx->gptq) q_err = rel_out_err(W, D, rows, cols, cx->H[hslot[which]]);
     memcpy(*layer_weight(L, which), D, (size_t)rows * cols * 4);
     free(D);
+    cx->n_weights += (long)rows * cols;
+    cx->engine_bytes += qweight_bytes(out);
+    if (cx->linears) {
+        json_t *o = json_object();
+        json_object_set_new(o, "layer", json_integer(layer));
+        json_object_set_new(o, "name", json_string(hfq_linear_names[which]));
+        json_object_set_new(o, "rows", json_integer(rows));
+        json_object_set_new(o, "cols", json_integer(cols));
+        json_object_set_new(o, "gptq_rel_err", cx->gptq ? json_real(q_err) : json_null());
+        json_object_set_new(o, "rtn_rel_err", cx->gptq && rtn_err >= 0 ? json_real(rtn_err) : json_null());
+        json_array_append_new(cx->linears, o);
+    }
     if (cx->gptq)
-        printf("layer %d %-17s (%5d x %5d): relative output error on calibration inputs: GPTQ %.4f, RTN %.4f\n",
-               layer, hfq_linear_names[which], rows, cols, q_err, rtn_err);
+        fprintf(cx->log, "layer %d %-17s (%5d x %5d): relative output error on calibration inputs: GPTQ %.4f, RTN %.4f\n",
+                layer, hfq_linear_names[which], rows, cols, q_err, rtn_err);
     else
-        printf("layer %d %-17s (%5d x %5d): %s round-to-nearest, group %d\n", layer, hfq_linear_names[which], rows,
-               cols, quant_kind_name((QuantKind)cx->kind), group);
-    fflush(stdout);
+        fprintf(cx->log, "layer %d %-17s (%5d x %5d): %s round-to-nearest, group %d\n", layer, hfq_linear_names[which],
+                rows, cols, quant_kind_name((QuantKind)cx->kind), group);
+    fflush(cx->log);
     if (cx->gptq && which == HFQ_N_LINEARS - 1) layer_run(cx, L, cx->x, 0);  // inputs of the next layer
+    return 0;
+}
+
+// The bytes of the tensors of dir/model.safetensors: all of them (*total), and those of the
+// quantized linears (P.qweight, P.qzeros, P.scales, P.g_idx), as written. 0, or -1 + err.
+static int checkpoint_bytes(const char *dir, size_t *total, size_t *quant, char *err, int errlen) {
+    static const char *const sfx[] = {".qweight", ".qzeros", ".scales", ".g_idx"};
+    StSet st;
+    if (st_open(dir, &st, err, errlen) != 0) return -1;
+    *total = *quant = 0;
+    for (int i = 0; i < st.n_tensors; i++) {
+        const StTensor *t = &st.tensors[i];
+        const size_t n = strlen(t->name);
+        *total += t->nbytes;
+        for (int k = 0; k < 4; k++) {
+            const size_t m = strlen(sfx[k]);
+            if (n > m && !strcmp(t->name + n - m, sfx[k])) *quant += t->nbytes;
+        }
+    }
+    st_close(&st);
     return 0;
 }
 
@@ -200,7 +243,7 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *model = NULL, *outdir = NULL, *method = NULL, *calib = NULL;
     int group = 128, sym = 1, act = 0, calib_tokens = 2048, seq_len = 128, block = 128, eval_tokens = 0;
-    int group_set = 0;
+    int group_set = 0, json = 0;
     double damp = 0.01;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -219,6 +262,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--block") && v) block = (int)arg_int(a, argv[++i], 1, 1 << 20);
         else if (!strcmp(a, "--seed") && v) seed = arg_u64(a, argv[++i]);
         else if (!strcmp(a, "--eval-tokens") && v) eval_tokens = (int)arg_int(a, argv[++i], 0, 1 << 24);
+        else if (!strcmp(a, "--json")) json = 1;
         else arg_help_or_unknown(a, usage);
     }
     if (!model || !outdir || !method) {
@@ -227,6 +271,8 @@ int main(int argc, char **argv) {
     }
     Ctx cx = {0};
     cx.ready = -1;
+    cx.log = json ? stderr : stdout;
+    if (json) cx.linears = json_array();
     if (!strcmp(method, "rtn-int8")) cx.kind = QK_INT8;
     else if (!strcmp(method, "rtn-int4")) cx.kind = QK_INT4;
     else if (!strcmp(method, "gptq-int4")) cx.kind = QK_INT4, cx.gptq = 1;
@@ -252,7 +298,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const ModelConfig *c = &cx.m.cfg;
-    printf("quantize: %s -> %s, %s, group %d, %s%s; %d layers, hidden %d, intermediate %d\n", model, outdir, method,
+    fprintf(cx.log, "quantize: %s -> %s, %s, group %d, %s%s; %d layers, hidden %d, intermediate %d\n", model, outdir, method,
            group, sym ? "sym" : "asym", act ? ", act-order" : "", c->n_layers, c->hidden, c->intermediate);
     Rng rng;
     rng_seed(&rng, seed);
@@ -291,19 +337,19 @@ int main(int argc, char **argv) {
             tokids_free(&t);
             tokenizer_free(tk);
             free(text);
-            printf("calibration: %d tokens of %s\n", n_ids, calib);
+            fprintf(cx.log, "calibration: %d tokens of %s\n", n_ids, calib);
         } else {
             n_ids = calib_tokens;
             ids = xcalloc((size_t)n_ids, sizeof(int));
             for (int i = 0; i < n_ids; i++) ids[i] = (int)(rng_u32(&rng) % (uint32_t)c->vocab);
-            printf("calibration: %d random token ids (no --calib: the Hessians see random inputs, not text)\n",
+            fprintf(cx.log, "calibration: %d random token ids (no --calib: the Hessians see random inputs, not text)\n",
                    n_ids);
         }
         if (c->max_pos > 0 && seq_len > c->max_pos) seq_len = c->max_pos;
         if (seq_len > n_ids) seq_len = n_ids;
         cx.T = seq_len;
         cx.n_seq = n_ids / seq_len;
-        printf("calibration: %d sequences of %d tokens\n", cx.n_seq, cx.T);
+        fprintf(cx.log, "calibration: %d sequences of %d tokens\n", cx.n_seq, cx.T);
         cx.x = xcalloc((size_t)cx.n_seq * cx.T * c->hidden, 4);
         embed_cpu(cx.m.embed, ids, cx.n_seq * cx.T, c->hidden, cx.x);
         free(ids);
@@ -313,7 +359,40 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    printf("wrote %s\n", outdir);
+    fprintf(cx.log, "wrote %s\n", outdir);
+    json_t *root = NULL;
+    if (json) {
+        size_t src_total, src_q, out_total, out_q;
+        if (checkpoint_bytes(model, &src_total, &src_q, err, sizeof err) != 0 ||
+            checkpoint_bytes(outdir, &out_total, &out_q, err, sizeof err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            return 1;
+        }
+        root = json_object();
+        json_object_set_new(root, "model", json_string(model));
+        json_object_set_new(root, "out", json_string(outdir));
+        json_object_set_new(root, "method", json_string(method));
+        json_object_set_new(root, "bits", json_integer(cx.kind));
+        json_object_set_new(root, "group", json_integer(group));
+        json_object_set_new(root, "sym", json_boolean(sym));
+        json_object_set_new(root, "act_order", json_boolean(act));
+        json_object_set_new(root, "layers", json_integer(c->n_layers));
+        json_object_set_new(root, "calib_tokens", json_integer(cx.gptq ? (json_int_t)cx.n_seq * cx.T : 0));
+        json_t *wb = json_object();  // the quantized linears' weights, in bytes
+        json_object_set_new(wb, "n_weights", json_integer(cx.n_weights));
+        json_object_set_new(wb, "fp32_bytes", json_integer((json_int_t)cx.n_weights * 4));
+        json_object_set_new(wb, "bf16_bytes", json_integer((json_int_t)cx.n_weights * 2));
+        json_object_set_new(wb, "checkpoint_bytes", json_integer((json_int_t)out_q));
+        json_object_set_new(wb, "engine_bytes", json_integer((json_int_t)cx.engine_bytes));
+        json_object_set_new(wb, "checkpoint_bytes_per_weight", json_real((double)out_q / (double)cx.n_weights));
+        json_object_set_new(wb, "engine_bytes_per_weight", json_real((double)cx.engine_bytes / (double)cx.n_weights));
+        json_object_set_new(wb, "src_file_tensor_bytes", json_integer((json_int_t)src_total));
+        json_object_set_new(wb, "out_file_tensor_bytes", json_integer((json_int_t)out_total));
+        json_object_set_new(root, "weights", wb);
+        json_object_set_new(root, "linears", cx.linears);
+        cx.linears = NULL;
+        json_object_set_new(root, "eval", json_null());
+    }
 
     if (eval_tokens > 0) {
         CpuModel fp;
@@ -353,15 +432,31 @@ int main(int argc, char **argv) {
         mean /= n;
         qsort(kl, n, sizeof *kl, cmp_double);
         double p99 = kl[(int)floor(0.99 * (n - 1))];
-        printf("\neval: %d random tokens (%d sequences of %d), logits of the quantized model vs fp32\n", n, n_seq, T);
-        printf("| method | group | sym | KL mean | KL p99 | top-1 agreement |\n|---|---|---|---|---|---|\n");
-        printf("| %s%s | %d | %s | %.3g | %.3g | %.4f |\n", method, act ? " act-order" : "", group,
+        fprintf(cx.log, "\neval: %d random tokens (%d sequences of %d), logits of the quantized model vs fp32\n", n, n_seq, T);
+        fprintf(cx.log, "| method | group | sym | KL mean | KL p99 | top-1 agreement |\n|---|---|---|---|---|---|\n");
+        fprintf(cx.log, "| %s%s | %d | %s | %.3g | %.3g | %.4f |\n", method, act ? " act-order" : "", group,
                sym ? "sym" : "asym", mean, p99, (double)agree / n);
+        if (root) {
+            json_t *ev = json_object();
+            json_object_set_new(ev, "tokens", json_integer(n));
+            json_object_set_new(ev, "seq_len", json_integer(T));
+            json_object_set_new(ev, "kl_mean", json_real(mean));
+            json_object_set_new(ev, "kl_p99", json_real(p99));
+            json_object_set_new(ev, "top1_agreement", json_real((double)agree / n));
+            json_object_set(root, "eval", ev);
+            json_decref(ev);
+        }
         free(kl);
         free(la);
         free(lb);
         free(ids);
         cpu_model_free(&fp);
+    }
+    if (root) {
+        char *txt = json_dumps(root, JSON_INDENT(1));
+        puts(txt);
+        free(txt);
+        json_decref(root);
     }
     for (int i = 0; i < 4; i++) free(cx.H[i]);
     free(cx.x);

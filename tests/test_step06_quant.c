@@ -11,13 +11,19 @@
 // X = Z A (random mixing A, uneven input scales) and W with outliers, the layer output error
 // ||X W^T - X Wq^T|| is clearly below RTN's for INT4 sym/asym (with and without act-order) and
 // INT8; act-order sets a g_idx with `group` columns per group; a Hessian that is not positive
-// definite is refused with a message.
+// definite is refused with a message. The quantize program's --json summary: stdout is one JSON
+// object; its quantized-weight bytes equal the GPTQ v1 tensor sizes computed here from the
+// model's shapes; its KL, p99 and top-1 are the numbers of the text table of the same run without
+// --json; INT8's KL is below INT4's.
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs_util.h"
+#include "model.h"
 #include "rng.h"
 #include "step02_attention/forward.h"
 #include "step06_quant/quant.h"
@@ -376,4 +382,122 @@ Test(step06, gptq_refuses_non_positive_definite) {
     cr_assert(strstr(err, "bad sizes") != NULL, "message: %s", err);
     cr_assert_eq(quant_gptq(W, rows, cols, H, 10, QK_INT4, 8, 1, &o, &q, err, sizeof err), 0, "%s", err);
     qweight_free(&q);
+}
+
+// ---------------------------------------------------------------- quantize --json
+// Runs a shell command; its exit status, and (up to 1 MiB of) its stdout in *out (caller frees).
+static int run_cmd(const char *cmd, char **out) {
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    char *buf = calloc(1, 1 << 20);
+    const size_t n = fread(buf, 1, (1 << 20) - 1, p);
+    buf[n] = 0;
+    *out = buf;
+    return pclose(p);
+}
+
+static double jnum(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    cr_assert(json_is_number(v), "\"%s\" missing or not a number", key);
+    return json_number_value(v);
+}
+
+#define Q_MODEL "tests/data/models/llama3_tied_rope_f32"
+#define Q_ARGS "--model " Q_MODEL " --group -1 --calib-tokens 256 --seq-len 64 --eval-tokens 256"
+
+// quantize's --json for one method; the same run's text table (without --json) gives kl/p99/top1.
+static json_t *quantize_json(const char *dir, const char *method, const char *extra, double table[3]) {
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/quantize " Q_ARGS " --method %s %s --out %s/q --json 2>/dev/null",
+             BUILD_BIN_DIR, method, extra, dir);
+    cr_assert_eq(run_cmd(cmd, &out), 0, "%s failed", cmd);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);  // the whole of stdout: nothing but the JSON object
+    cr_assert(json_is_object(j), "%s: stdout is not one JSON object: %s\n%s", method, je.text, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/quantize " Q_ARGS " --method %s %s --out %s/t 2>/dev/null | tail -n 1",
+             BUILD_BIN_DIR, method, extra, dir);
+    cr_assert_eq(run_cmd(cmd, &out), 0, "%s failed", cmd);
+    // "| method | group | sym | KL mean | KL p99 | top-1 agreement |"
+    char *cell = out;
+    for (int k = 0; k < 3; k++) {  // to the bar before KL mean
+        cell = strchr(cell + 1, '|');
+        cr_assert(cell, "%s: no table row in: %s", method, out);
+    }
+    cr_assert_eq(sscanf(cell, "| %lf | %lf | %lf |", &table[0], &table[1], &table[2]), 3, "%s: table row: %s", method,
+                 out);
+    free(out);
+    return j;
+}
+
+Test(step06, quantize_json_summary, .timeout = 300) {
+    ModelWeights mw;
+    char err[512], dir[64];
+    cr_assert_eq(model_load(Q_MODEL, &mw, err, sizeof err), 0, "%s", err);
+    const ModelConfig *c = &mw.cfg;
+    const int qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
+    const int shape[7][2] = {{qd, c->hidden}, {kd, c->hidden}, {kd, c->hidden}, {c->hidden, qd},
+                             {c->intermediate, c->hidden}, {c->intermediate, c->hidden}, {c->hidden, c->intermediate}};
+    test_mkdtemp(dir, sizeof dir, "step06_qjson");
+    struct {
+        const char *method, *extra;
+        int bits, sym, gptq;
+    } runs[] = {{"rtn-int8", "", 8, 1, 0}, {"rtn-int4", "", 4, 1, 0}, {"gptq-int4", "--asym", 4, 0, 1}};
+    double kl[3];
+    for (int r = 0; r < 3; r++) {
+        double table[3];
+        json_t *j = quantize_json(dir, runs[r].method, runs[r].extra, table);
+        cr_expect_str_eq(json_string_value(json_object_get(j, "method")), runs[r].method);
+        cr_expect_eq(jnum(j, "bits"), runs[r].bits);
+        cr_expect_eq(jnum(j, "group"), -1);
+        cr_expect_eq(json_is_true(json_object_get(j, "sym")), runs[r].sym, "%s: sym", runs[r].method);
+        // GPTQ v1 per linear (R out x C in, one group per row): qweight C*R*bits/8, qzeros R*bits/8,
+        // fp16 scales 2R, int32 g_idx 4C
+        long n = 0, ck = 0;
+        for (int i = 0; i < 7; i++) {
+            const long R = shape[i][0], C = shape[i][1];
+            n += R * C;
+            ck += C * R * runs[r].bits / 8 + R * runs[r].bits / 8 + 2 * R + 4 * C;
+        }
+        n *= c->n_layers, ck *= c->n_layers;
+        const json_t *w = json_object_get(j, "weights");
+        cr_assert(json_is_object(w));
+        cr_expect_eq((long)jnum(w, "n_weights"), n, "%s: n_weights", runs[r].method);
+        cr_expect_eq((long)jnum(w, "fp32_bytes"), 4 * n);
+        cr_expect_eq((long)jnum(w, "bf16_bytes"), 2 * n);
+        cr_expect_eq((long)jnum(w, "checkpoint_bytes"), ck, "%s: checkpoint bytes %ld, want %ld", runs[r].method,
+                     (long)jnum(w, "checkpoint_bytes"), ck);
+        cr_expect(fabs(jnum(w, "checkpoint_bytes_per_weight") - (double)ck / n) < 1e-9);
+        const double bpw = jnum(w, "engine_bytes_per_weight");
+        cr_expect(bpw > runs[r].bits / 8.0 && bpw < runs[r].bits / 8.0 + 0.2, "%s: engine bytes/weight %g",
+                  runs[r].method, bpw);
+        const json_t *lin = json_object_get(j, "linears");
+        cr_assert(json_is_array(lin));
+        cr_expect_eq((int)json_array_size(lin), 7 * c->n_layers);
+        for (size_t i = 0; i < json_array_size(lin); i++) {
+            const json_t *l = json_array_get(lin, i);
+            cr_expect_eq(jnum(l, "rows"), shape[i % 7][0]);
+            cr_expect_eq(jnum(l, "cols"), shape[i % 7][1]);
+            if (runs[r].gptq) {
+                const double g = jnum(l, "gptq_rel_err"), t = jnum(l, "rtn_rel_err");
+                cr_expect(g > 0 && g < 1 && t > 0 && t < 1, "linear %zu: errors %g %g", i, g, t);
+            } else {
+                cr_expect(json_is_null(json_object_get(l, "gptq_rel_err")), "RTN: no GPTQ error");
+            }
+        }
+        const json_t *ev = json_object_get(j, "eval");
+        cr_assert(json_is_object(ev));
+        cr_expect_eq(jnum(ev, "tokens"), 256);
+        // the table prints 3 / 3 / 4 significant digits
+        cr_expect(fabs(jnum(ev, "kl_mean") - table[0]) <= 5e-3 * table[0], "%s: KL %g vs table %g", runs[r].method,
+                  jnum(ev, "kl_mean"), table[0]);
+        cr_expect(fabs(jnum(ev, "kl_p99") - table[1]) <= 5e-3 * table[1]);
+        cr_expect(fabs(jnum(ev, "top1_agreement") - table[2]) <= 5e-5);
+        cr_expect(jnum(ev, "kl_mean") > 0 && jnum(ev, "kl_p99") >= jnum(ev, "kl_mean"));
+        kl[r] = jnum(ev, "kl_mean");
+        json_decref(j);
+    }
+    cr_expect(kl[0] < 0.1 * kl[1], "INT8 KL %g should be far below INT4's %g", kl[0], kl[1]);
+    test_rmtree(dir);
+    model_free(&mw);
 }
