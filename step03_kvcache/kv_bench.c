@@ -153,21 +153,10 @@ int main(int argc, char **argv) {
     GpuModel *gm = NULL;
     char qfmt[256];
     double weight_bytes;  // as held on the device (GPU) or in memory (CPU)
-    if (use_cuda) {
-        gm = model_dir ? qmodel_gpu_load(&w, &qs, qfmt, sizeof qfmt, err, sizeof err)
-                       : qmodel_gpu_random(&cfg, &qs, 1, qfmt, sizeof qfmt, err, sizeof err);
-        if (!gm) die("%s", err);
-        dtype = gpu_model_describe(gm);
-        weight_bytes = gpu_model_weight_bytes(gm);
-    } else {
-        if (model_dir) {
-            if (qmodel_cpu_load(&w, &qs, &cm, qfmt, sizeof qfmt, err, sizeof err) != 0) die("%s", err);
-        } else {
-            cpu_model_random(&cfg, 1, &cm);
-            if (qmodel_quantize_cpu(&cm, &qs, qfmt, sizeof qfmt, err, sizeof err) != 0) die("%s", err);
-        }
-        weight_bytes = qmodel_cpu_weight_bytes(&cm);
-    }
+    if (qmodel_load(model_dir ? &w : NULL, &cfg, &qs, use_cuda, &gm, &cm, &weight_bytes, qfmt, sizeof qfmt, err,
+                    sizeof err) != 0)
+        die("%s", err);
+    if (use_cuda) dtype = gpu_model_describe(gm);
     const int quantized = (model_dir && w.quantized) || qs.method != QLOAD_NONE;
     const ModelConfig *c = &cfg;
 

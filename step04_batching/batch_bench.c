@@ -395,20 +395,9 @@ int main(int argc, char **argv) {
     Runner *run;
     char qfmt[256];
     double weight_bytes;
-    if (use_cuda) {
-        gm = model_dir ? qmodel_gpu_load(&w, &qs, qfmt, sizeof qfmt, err, sizeof err)
-                       : qmodel_gpu_random(&cfg, &qs, 1, qfmt, sizeof qfmt, err, sizeof err);
-        if (!gm) die("%s", err);
-        weight_bytes = gpu_model_weight_bytes(gm);
-    } else {
-        if (model_dir) {
-            if (qmodel_cpu_load(&w, &qs, &cm, qfmt, sizeof qfmt, err, sizeof err) != 0) die("%s", err);
-        } else {
-            cpu_model_random(&cfg, 1, &cm);
-            if (qmodel_quantize_cpu(&cm, &qs, qfmt, sizeof qfmt, err, sizeof err) != 0) die("%s", err);
-        }
-        weight_bytes = qmodel_cpu_weight_bytes(&cm);
-    }
+    if (qmodel_load(model_dir ? &w : NULL, &cfg, &qs, use_cuda, &gm, &cm, &weight_bytes, qfmt, sizeof qfmt, err,
+                    sizeof err) != 0)
+        die("%s", err);
     // KV rows per layer of the runner: slots x max_len, or blocks x B
     double kv_rows;
     for (int attempt = 0;; attempt++) {

@@ -245,3 +245,21 @@ double qmodel_cpu_weight_bytes(const CpuModel *m) {
     }
     return b;
 }
+
+int qmodel_load(const ModelWeights *w, const ModelConfig *c, const QuantSpec *q, int use_cuda, GpuModel **gm,
+                CpuModel *cm, double *weight_bytes, char *fmt, int fmtlen, char *err, int errlen) {
+    if (use_cuda) {
+        *gm = w ? qmodel_gpu_load(w, q, fmt, fmtlen, err, errlen) : qmodel_gpu_random(c, q, 1, fmt, fmtlen, err, errlen);
+        if (!*gm) return -1;
+        *weight_bytes = gpu_model_weight_bytes(*gm);
+        return 0;
+    }
+    if (w) {
+        if (qmodel_cpu_load(w, q, cm, fmt, fmtlen, err, errlen) != 0) return -1;
+    } else {
+        cpu_model_random(c, 1, cm);
+        if (qmodel_quantize_cpu(cm, q, fmt, fmtlen, err, errlen) != 0) return -1;
+    }
+    *weight_bytes = qmodel_cpu_weight_bytes(cm);
+    return 0;
+}

@@ -4,7 +4,7 @@
 // more), everything else (embeddings, norms, biases, lm_head) as the dense loaders have it.
 // defines: QuantAtLoad, QuantSpec, quant_spec_parse, qmodel_linears, qmodel_random_linears,
 //          qmodel_linears_free, qmodel_quantize_cpu, qmodel_cpu_load, qmodel_gpu_load,
-//          qmodel_gpu_random, qmodel_cpu_weight_bytes
+//          qmodel_gpu_random, qmodel_cpu_weight_bytes, qmodel_load
 //
 // Where the QWeights come from:
 //   - a quantized checkpoint (config.json has a quantization_config, model.h's `quantized`): GPTQ
@@ -59,6 +59,11 @@ GpuModel *qmodel_gpu_random(const ModelConfig *c, const QuantSpec *q, uint64_t s
                             int errlen);
 // Bytes the CPU model's weights take as held: fp32 tensors + each QWeight's qweight_bytes.
 double qmodel_cpu_weight_bytes(const CpuModel *m);
+// What the programs do: the model on the GPU (*gm) or the CPU (*cm) from a checkpoint w, or (w
+// NULL) random weights of c with seed 1, with the projections q asks for; *weight_bytes as held
+// there. 0, or -1 + err.
+int qmodel_load(const ModelWeights *w, const ModelConfig *c, const QuantSpec *q, int use_cuda, GpuModel **gm,
+                CpuModel *cm, double *weight_bytes, char *fmt, int fmtlen, char *err, int errlen);
 
 #ifdef __cplusplus
 }
