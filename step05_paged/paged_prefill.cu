@@ -103,11 +103,15 @@ __global__ void __launch_bounds__(PP_THREADS)
     constexpr int KCH = HD / 16, NT = BN / 8, DT = HD / 8, VPR = HD / 8;
     static_assert(BM == 16 * (PP_THREADS / 32), "one 16-row mma slice per warp");
     static_assert(BM == BN, "Q borrows a V stage");
+    static_assert(4 * BN * LDS * sizeof(C) <= 99 * 1024, "over sm_86/sm_89's opt-in shared memory per block");
+    static_assert(HD % 16 == 0 && LDS * sizeof(C) % 16 == 0, "ldmatrix / cp.async rows must be 16-byte aligned");
     extern __shared__ __align__(16) unsigned char pp_smem[];
     C *Ks = (C *)pp_smem;         // (2, BN, LDS)
     C *Vs = Ks + 2 * BN * LDS;    // (2, BN, LDS)
     C *Qs = Vs + BN * LDS;        // (BM, LDS): V's stage 1, free until the loop's first prefetch
     const int *d = tiles + (size_t)blockIdx.x * PP_TILE_INTS;
+    // nrows * g <= BM: the plan's tiles for this H / KV (paged_prefill_tile_rows); more M rows
+    // would be dropped silently
     const int row0 = d[0], nrows = d[1], kmax0 = d[3], kvh = blockIdx.y;
     const int *tab = bt + (size_t)d[2] * bt_stride;
     const int g = H / KV, tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
@@ -244,6 +248,8 @@ __global__ void __launch_bounds__(PP_THREADS)
             else ((C *)out)[at + j * 8] = fromf<C>(x), ((C *)out)[at + j * 8 + 1] = fromf<C>(y);
         }
     }
+#elif defined(__CUDA_ARCH__)
+    __trap();  // no bf16/fp16 mma.sync below sm_80: paged_prefill never launches this there (mma_path)
 #endif
 }
 
@@ -352,10 +358,15 @@ static int check_args(const PagedPrefill *a) {
 
 template <class C, int HD> static void launch_mma(const PagedPrefill *a) {
     const size_t smem = (size_t)4 * PP_TILE_N * (HD + PP_PAD) * sizeof(C);
-    static int attr_set = 0;  // per instantiation: allow more than 48 KB of dynamic shared memory
-    if (!attr_set) {
+    // More than 48 KB of dynamic shared memory (69.6 KB at hd 128; every sm_80+ part allows at
+    // least 99 KB) must be allowed first; the attribute lives in the current device's context,
+    // so one flag per device and instantiation (a process may drive several GPUs).
+    static unsigned long long attr_set = 0;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= 64 || !(attr_set >> dev & 1)) {
         CUDA_CHECK(cudaFuncSetAttribute(k_prefill_mma<C, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        attr_set = 1;
+        if (dev < 64) attr_set |= 1ull << dev;
     }
     const float scale_log2 = a->scale * 1.4426950408889634f;
     k_prefill_mma<C, HD><<<dim3(a->ntiles, a->KV), PP_THREADS, smem>>>(
