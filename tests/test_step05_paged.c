@@ -28,6 +28,9 @@
 // cancelled request gives its blocks back. batch_bench: --outputs identical to the slot run for
 // block sizes 1, 16, 256, a tight pool and a shared prefix (hits with the cache, none without),
 // every --steps-csv row's blocks adding up, and the memory comparison at one KV budget.
+// The fused prefill (paged_prefill.h): its tile plan, its CPU reference against the per-row decode
+// reference, and its tensor-core kernel emulated lane by lane (ldmatrix and mma.sync from the PTX
+// ISA's fragment tables, the kernel's own index formulas) against that reference.
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -1381,4 +1384,249 @@ Test(step05, prefill_reference_equals_per_row_decode_reference) {
         for (int e = 0; e < hd; e++)
             cr_expect_float_eq(a[(size_t)10 * qd + h * hd + e], vc[p0 * kd + (h / 3) * hd + e], 1e-6, "head %d element %d", h, e);
     free(bt), free(perm), free(kc), free(vc), free(q), free(a), free(b);
+}
+
+// ---------------------------------------------------------------- the tensor-core prefill kernel, emulated
+
+// paged_prefill.cu's k_prefill_mma lane by lane on the host, in fp32: the kernel's own index
+// formulas (the Q load, every ldmatrix row address, the S -> P register reuse, the mask's keys and
+// row limits, the GQA row -> (query row, head) mapping, the output offsets) drive emulations of
+// ldmatrix and mma.sync built from the PTX ISA's fragment tables, and the result must equal
+// paged_prefill_cpu. An index or layout bug fails here, on any machine, before the kernel runs;
+// a change to the kernel's indexing must be made here too.
+
+// mma.m16n8k16, .f16/.bf16 inputs, .f32 accumulators: (row, col) of element i of lane's fragment
+// (element i = register i / 2, low half first), as the PTX ISA's fragment tables give them.
+static void frag_a(int lane, int i, int *row, int *col) {  // A, 16 x 16, i = 0..7
+    *row = lane / 4 + ((i >> 1) & 1) * 8, *col = lane % 4 * 2 + (i & 1) + (i >= 4) * 8;
+}
+static void frag_b(int lane, int i, int *k, int *n) {  // B, 16 x 8, i = 0..3
+    *k = lane % 4 * 2 + (i & 1) + (i >= 2) * 8, *n = lane / 4;
+}
+static void frag_c(int lane, int i, int *row, int *col) {  // C and D, 16 x 8, i = 0..3
+    *row = lane / 4 + (i >= 2) * 8, *col = lane % 4 * 2 + (i & 1);
+}
+
+typedef float Frag8[32][8];  // four b32 registers of 16-bit pairs per lane (an A fragment, ldmatrix .x4)
+
+// ldmatrix.sync.aligned.m8n8.x4{.trans}.b16 from the row-major matrix m (row length ld): lane l
+// gives the address {row, col} of row l % 8 of matrix l / 8; lane t receives in register i row
+// t / 4, columns 2 (t % 4) and +1 of matrix i, or with .trans rows 2 (t % 4) and +1 of column t / 4.
+static void emu_ldsm4(const float *m, int ld, int addr[32][2], int trans, Frag8 r) {
+    for (int t = 0; t < 32; t++)
+        for (int i = 0; i < 4; i++)
+            for (int h = 0; h < 2; h++) {
+                const int *a = addr[8 * i + (trans ? 2 * (t % 4) + h : t / 4)];
+                r[t][2 * i + h] = m[(size_t)a[0] * ld + a[1] + (trans ? t / 4 : 2 * (t % 4) + h)];
+            }
+}
+
+static int emu_layout_bad;  // a fragment table that does not cover A, B or D exactly once
+
+// d (16 x 8) += a (16 x 16) b (16 x 8), b's elements at b[lane][boff .. boff + 3] (ldmatrix
+// registers boff / 2 and +1)
+static void emu_mma(float d[32][4], Frag8 a, Frag8 b, int boff) {
+    float A[16][16], Bm[16][8], D[16][8];
+    int na[16][16] = {{0}}, nb[16][8] = {{0}}, nd[16][8] = {{0}}, r, c;
+    for (int t = 0; t < 32; t++) {
+        for (int i = 0; i < 8; i++) frag_a(t, i, &r, &c), A[r][c] = a[t][i], na[r][c]++;
+        for (int i = 0; i < 4; i++) frag_b(t, i, &r, &c), Bm[r][c] = b[t][boff + i], nb[r][c]++;
+        for (int i = 0; i < 4; i++) frag_c(t, i, &r, &c), D[r][c] = d[t][i], nd[r][c]++;
+    }
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) emu_layout_bad |= na[i][j] != 1 || (j < 8 && (nb[i][j] != 1 || nd[i][j] != 1));
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++)
+            for (int k = 0; k < 16; k++) D[i][j] += A[i][k] * Bm[k][j];
+    for (int t = 0; t < 32; t++)
+        for (int i = 0; i < 4; i++) frag_c(t, i, &r, &c), d[t][i] = D[r][c];
+}
+
+#define EMU_MAXHD 128
+// One CTA of k_prefill_mma: tile descriptor d, kv head kvh (the kernel's blockIdx.y).
+static void emu_prefill_cta(const int *d, int kvh, const float *q, int ldq, const float *kc, const float *vc,
+                            const int *bt, int bt_stride, int B, int H, int KV, int hd, float scale_log2, float *out,
+                            int ldo) {
+    enum { BN = PP_TILE_N, BM = PP_TILE_M, NW = PP_TILE_M / 16, NT = PP_TILE_N / 8 };
+    const int LDS = hd + 8, KCH = hd / 16, DT = hd / 8, VPR = hd / 8;
+    const int row0 = d[0], nrows = d[1], kmax0 = d[3], g = H / KV;
+    const int *tab = bt + (size_t)d[2] * bt_stride, kmax_t = kmax0 + nrows - 1, nkt = kmax_t / BN + 1;
+    const size_t kd = (size_t)KV * hd;
+    float *Qs = malloc((size_t)BM * LDS * sizeof(float)), *ks = malloc((size_t)BN * LDS * sizeof(float));
+    float *vs = malloc((size_t)BN * LDS * sizeof(float));
+    for (int i = 0; i < BM * LDS; i++) Qs[i] = ks[i] = vs[i] = NAN;  // the padding columns: never read
+    Frag8 *qa = malloc((size_t)NW * KCH * sizeof(Frag8)), b;
+    static float s[NT][32][4], o[NW][EMU_MAXHD / 8][32][4];
+    float m_a[NW][32], m_b[NW][32], l_a[NW][32], l_b[NW][32];
+    int addr[32][2];
+    for (int idx = 0; idx < BM * hd / 2; idx++) {  // Q: M row m = (query row m / g, head m % g)
+        const int m = idx / (hd / 2), e = (idx % (hd / 2)) * 2, i = m / g, hh = m % g;
+        float x = 0, y = 0;
+        if (i < nrows) {
+            const float *src = q + (size_t)(row0 + i) * ldq + (size_t)(kvh * g + hh) * hd + e;
+            x = src[0], y = src[1];
+        }
+        Qs[m * LDS + e] = x, Qs[m * LDS + e + 1] = y;
+    }
+    for (int warp = 0; warp < NW; warp++) {
+        for (int kc0 = 0; kc0 < KCH; kc0++) {
+            for (int lane = 0; lane < 32; lane++)
+                addr[lane][0] = warp * 16 + (lane & 15), addr[lane][1] = kc0 * 16 + (lane >> 4) * 8;
+            emu_ldsm4(Qs, LDS, addr, 0, qa[warp * KCH + kc0]);
+        }
+        for (int lane = 0; lane < 32; lane++) {
+            m_a[warp][lane] = m_b[warp][lane] = -INFINITY, l_a[warp][lane] = l_b[warp][lane] = 0;
+            for (int j = 0; j < DT; j++) o[warp][j][lane][0] = o[warp][j][lane][1] = o[warp][j][lane][2] = o[warp][j][lane][3] = 0;
+        }
+    }
+    for (int kt = 0; kt < nkt; kt++) {
+        for (int idx = 0; idx < BN * VPR; idx++) {  // load_kv: keys past the tile's last are zeros
+            const int r = idx / VPR, c = idx % VPR, p = kt * BN + r, ok = p <= kmax_t;
+            const size_t prow = ok ? (size_t)tab[p / B] * B + p % B : 0;
+            const size_t off = prow * kd + (size_t)kvh * hd + c * 8;
+            for (int e = 0; e < 8; e++) ks[r * LDS + c * 8 + e] = ok ? kc[off + e] : 0, vs[r * LDS + c * 8 + e] = ok ? vc[off + e] : 0;
+        }
+        for (int warp = 0; warp < NW; warp++) {
+            memset(s, 0, sizeof s);
+            for (int kc0 = 0; kc0 < KCH; kc0++)
+                for (int np = 0; np < NT / 2; np++) {
+                    for (int lane = 0; lane < 32; lane++)
+                        addr[lane][0] = np * 16 + (lane & 7) + ((lane >> 4) << 3), addr[lane][1] = kc0 * 16 + ((lane >> 3) & 1) * 8;
+                    emu_ldsm4(ks, LDS, addr, 0, b);
+                    emu_mma(s[2 * np], qa[warp * KCH + kc0], b, 0);
+                    emu_mma(s[2 * np + 1], qa[warp * KCH + kc0], b, 4);
+                }
+            const int k0 = kt * BN, masked = k0 + BN - 1 > kmax0;
+            float mx_a[32], mx_b[32], t_a[32], t_b[32];
+            for (int lane = 0; lane < 32; lane++) {
+                const int gid = lane / 4, tig = lane % 4, ra = warp * 16 + gid, rb = ra + 8;
+                const int lim_a = kmax0 + (ra / g < nrows - 1 ? ra / g : nrows - 1);
+                const int lim_b = kmax0 + (rb / g < nrows - 1 ? rb / g : nrows - 1);
+                mx_a[lane] = m_a[warp][lane], mx_b[lane] = m_b[warp][lane];
+                for (int j = 0; j < NT; j++) {
+                    float *x = s[j][lane];
+                    const int key = k0 + j * 8 + tig * 2;
+                    for (int e = 0; e < 4; e++) x[e] *= scale_log2;
+                    if (masked) {
+                        if (key > lim_a) x[0] = -INFINITY;
+                        if (key + 1 > lim_a) x[1] = -INFINITY;
+                        if (key > lim_b) x[2] = -INFINITY;
+                        if (key + 1 > lim_b) x[3] = -INFINITY;
+                    }
+                    mx_a[lane] = fmaxf(mx_a[lane], fmaxf(x[0], x[1])), mx_b[lane] = fmaxf(mx_b[lane], fmaxf(x[2], x[3]));
+                }
+            }
+            for (int off = 1; off < 4; off <<= 1) {  // __shfl_xor_sync: every lane reads the old values
+                memcpy(t_a, mx_a, sizeof t_a), memcpy(t_b, mx_b, sizeof t_b);
+                for (int lane = 0; lane < 32; lane++)
+                    mx_a[lane] = fmaxf(t_a[lane], t_a[lane ^ off]), mx_b[lane] = fmaxf(t_b[lane], t_b[lane ^ off]);
+            }
+            for (int lane = 0; lane < 32; lane++) {
+                const float al_a = exp2f(m_a[warp][lane] - mx_a[lane]), al_b = exp2f(m_b[warp][lane] - mx_b[lane]);
+                m_a[warp][lane] = mx_a[lane], m_b[warp][lane] = mx_b[lane];
+                float ps_a = 0, ps_b = 0;
+                for (int j = 0; j < NT; j++) {
+                    float *x = s[j][lane];
+                    x[0] = exp2f(x[0] - mx_a[lane]), x[1] = exp2f(x[1] - mx_a[lane]);
+                    x[2] = exp2f(x[2] - mx_b[lane]), x[3] = exp2f(x[3] - mx_b[lane]);
+                    ps_a += x[0] + x[1], ps_b += x[2] + x[3];
+                }
+                l_a[warp][lane] = l_a[warp][lane] * al_a + ps_a, l_b[warp][lane] = l_b[warp][lane] * al_b + ps_b;
+                for (int j = 0; j < DT; j++) {
+                    float *y = o[warp][j][lane];
+                    y[0] *= al_a, y[1] *= al_a, y[2] *= al_b, y[3] *= al_b;
+                }
+            }
+            for (int kk = 0; kk < BN / 16; kk++) {  // the S accumulators as P's A fragment, register for register
+                Frag8 pa;
+                for (int lane = 0; lane < 32; lane++)
+                    for (int e = 0; e < 4; e++) pa[lane][e] = s[2 * kk][lane][e], pa[lane][4 + e] = s[2 * kk + 1][lane][e];
+                for (int dp = 0; dp < DT / 2; dp++) {
+                    for (int lane = 0; lane < 32; lane++) addr[lane][0] = kk * 16 + (lane & 15), addr[lane][1] = dp * 16 + (lane >> 4) * 8;
+                    emu_ldsm4(vs, LDS, addr, 1, b);
+                    emu_mma(o[warp][2 * dp], pa, b, 0);
+                    emu_mma(o[warp][2 * dp + 1], pa, b, 4);
+                }
+            }
+        }
+    }
+    for (int warp = 0; warp < NW; warp++) {
+        float t_a[32], t_b[32];
+        for (int off = 1; off < 4; off <<= 1) {
+            memcpy(t_a, l_a[warp], sizeof t_a), memcpy(t_b, l_b[warp], sizeof t_b);
+            for (int lane = 0; lane < 32; lane++) l_a[warp][lane] = t_a[lane] + t_a[lane ^ off], l_b[warp][lane] = t_b[lane] + t_b[lane ^ off];
+        }
+        for (int lane = 0; lane < 32; lane++)
+            for (int half = 0; half < 2; half++) {
+                const int ra = warp * 16 + lane / 4, r = half ? ra + 8 : ra, tig = lane % 4;
+                if (r >= nrows * g) continue;
+                const float inv = 1.0f / (half ? l_b[warp][lane] : l_a[warp][lane]);
+                const size_t at = (size_t)(row0 + r / g) * ldo + (size_t)(kvh * g + r % g) * hd + tig * 2;
+                for (int j = 0; j < DT; j++)
+                    out[at + j * 8] = o[warp][j][lane][half * 2] * inv, out[at + j * 8 + 1] = o[warp][j][lane][half * 2 + 1] * inv;
+            }
+    }
+    free(Qs), free(ks), free(vs), free(qa);
+}
+
+// The emulated kernel over every (tile, kv head) of a plan equals paged_prefill_cpu for g = 1, 3,
+// 5, 8 (64 / g not an integer for 3 and 5: tiles with padding M rows), partial tiles, chunks
+// over 1 .. 4 key tiles, block sizes 1, 7, 16, 256, hd 64 and 128; no row outside the chunks
+// and no padding column is written; the fragment tables cover A, B and D exactly once.
+Test(step05, prefill_mma_kernel_emulated_matches_cpu, .timeout = 120) {
+    const int shapes[][3] = {{4, 4, 64}, {6, 2, 64}, {10, 2, 64}, {16, 2, 64}, {6, 2, 128}};
+    const int Bs[] = {1, 7, 16, 256, 7};
+    static const int CH[][2] = {{1, 0}, {5, 19}, {64, 130}, {97, 0}, {23, 70}, {1, 200}};  // {rows, earlier context}
+    enum { NC = sizeof CH / sizeof CH[0] };
+    Rng r;
+    rng_seed(&r, 4242);
+    PrefillChunk ch[NC];
+    int T = 0, lmax = 0;
+    for (int i = NC - 1; i >= 0; i--) {  // the last chunk's rows first, a gap row after each
+        ch[i] = (PrefillChunk){i, T, CH[i][0], CH[i][0] + CH[i][1]};
+        T += CH[i][0] + 1, lmax = ch[i].L > lmax ? ch[i].L : lmax;
+    }
+    emu_layout_bad = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int H = shapes[si][0], KV = shapes[si][1], hd = shapes[si][2], B = Bs[si], qd = H * hd, kd = KV * hd;
+        const int stride = (lmax + B - 1) / B, nblk = NC * stride + 1, ldq = qd + 2 * kd, ldo = qd + 8;
+        int *bt = malloc((size_t)NC * stride * sizeof(int)), *perm = malloc((size_t)nblk * sizeof(int));
+        for (int i = 0; i < nblk; i++) perm[i] = i;
+        for (int i = nblk - 1; i > 0; i--) {
+            const int j = rnd(&r, i + 1), t = perm[i];
+            perm[i] = perm[j], perm[j] = t;
+        }
+        for (int i = 0; i < NC * stride; i++) bt[i] = perm[i];
+        float *kc = rng_new_uniform(&r, (size_t)nblk * B * kd, -1.0f, 1.0f), *vc = rng_new_uniform(&r, (size_t)nblk * B * kd, -1.0f, 1.0f);
+        float *q = rng_new_uniform(&r, (size_t)T * ldq, -2.0f, 2.0f);
+        float *ref = malloc((size_t)T * ldo * sizeof(float)), *out = malloc((size_t)T * ldo * sizeof(float));
+        for (size_t i = 0; i < (size_t)T * ldo; i++) out[i] = NAN;
+        const float scale = 1.0f / sqrtf((float)hd);
+        paged_prefill_cpu(q, ldq, kc, vc, bt, stride, B, ch, NC, H, KV, hd, scale, ref, ldo);
+        const int nt = paged_prefill_num_tiles(ch, NC, H, KV);
+        cr_assert(nt > 0);
+        int *tiles = malloc((size_t)nt * PP_TILE_INTS * sizeof(int));
+        cr_assert_eq(paged_prefill_plan(ch, NC, H, KV, tiles, nt), nt);
+        for (int t = 0; t < nt; t++)
+            for (int kvh = 0; kvh < KV; kvh++)
+                emu_prefill_cta(tiles + (size_t)t * PP_TILE_INTS, kvh, q, ldq, kc, vc, bt, stride, B, H, KV, hd,
+                                scale * 1.4426950408889634f, out, ldo);
+        double worst = 0;
+        int stray = 0;
+        for (int c = 0; c < NC; c++) {
+            for (int j = 0; j < ch[c].n; j++) {
+                const size_t row = (size_t)(ch[c].row0 + j) * ldo;
+                for (int e = 0; e < qd; e++) {
+                    const double err = fabs((double)out[row + e] - ref[row + e]);
+                    worst = err > worst || isnan(err) ? (isnan(err) ? INFINITY : err) : worst;
+                }
+                for (int e = qd; e < ldo; e++) stray += !isnan(out[row + e]);
+            }
+            for (int e = 0; e < ldo; e++) stray += !isnan(out[(size_t)(ch[c].row0 + ch[c].n) * ldo + e]);
+        }
+        cr_expect(worst < 1e-5, "H=%d KV=%d hd=%d B=%d: max |emulated kernel - CPU| = %.3e", H, KV, hd, B, worst);
+        cr_expect_eq(stray, 0, "H=%d KV=%d hd=%d B=%d: %d elements written outside the chunks' rows", H, KV, hd, B, stray);
+        free(bt), free(perm), free(kc), free(vc), free(q), free(ref), free(out), free(tiles);
+    }
+    cr_expect_eq(emu_layout_bad, 0, "a fragment table does not cover its matrix exactly once");
 }
