@@ -29,6 +29,7 @@
 //   across steps), lane = output element for P V. Correct and simple; not tuned.
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "check.h"
@@ -389,7 +390,9 @@ extern "C" int paged_prefill_simt(const PagedPrefill *a) {
 extern "C" int paged_prefill(const PagedPrefill *a) {
     if (check_args(a)) return -1;
     if (a->ntiles == 0) return 0;
-    if (!mma_path(a->dt, a->hd)) return paged_prefill_simt(a);
+    // cp.async copies 16-byte pieces: the pool's base must be 16-byte aligned (its rows then are,
+    // KV * hd * 2 bytes with hd 64 or 128); cudaMalloc's always is, a sub-allocation may not be
+    if (!mma_path(a->dt, a->hd) || ((uintptr_t)a->kc | (uintptr_t)a->vc) % 16) return paged_prefill_simt(a);
     if (a->dt == ST_BF16) {
         if (a->hd == 64) launch_mma<__nv_bfloat16, 64>(a);
         else launch_mma<__nv_bfloat16, 128>(a);

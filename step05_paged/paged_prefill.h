@@ -72,7 +72,8 @@ typedef struct {
 // one does not apply).
 int paged_prefill_supported(StDtype dt, int H, int KV, int hd);
 // One launch over every tile (1), 0 when ntiles is 0, -1 for bad arguments or a launch error.
-// bf16/fp16 on sm_80+: the tensor-core kernel; otherwise the SIMT kernel.
+// bf16/fp16, hd 64 or 128, on sm_80+ with kc and vc 16-byte aligned: the tensor-core kernel;
+// otherwise the SIMT kernel.
 int paged_prefill(const PagedPrefill *a);
 // The SIMT kernel whatever the dtype and device (the reference point of the ladder). 1, 0 or -1.
 int paged_prefill_simt(const PagedPrefill *a);
