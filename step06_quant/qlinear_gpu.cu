@@ -29,8 +29,8 @@
 //       registers one stage ahead, and one word is dequantized straight into two B fragments:
 //       the 4 masked pairs are (1024 + q) fp16 or (128 + q) bf16, minus (1024 + z) exactly (see
 //       dequant4: bf16 needs a shift per pair, fp16 one per two), times
-//       the group's scale (rounded to 16 bits: the only rounding the weights see), then
-//       mma.sync.m16n8k16 with fp32 accumulation.
+//       the group's scale (the scale and that product each rounded to the X type: q - z itself
+//       is exact), then mma.sync.m16n8k16 with fp32 accumulation.
 //   fallback GEMM (INT8 weights, and INT4 before sm_80): X gathered to fp32, then the GEMV
 //       kernels over TB = 8 tokens at a time (each weight load feeds 8 tokens).
 //   k_gather              x or X permuted (act-order) and padded to the packed width, into a
@@ -360,6 +360,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t *a, const void *smem) {
 
 #define QG_KS (QG_SC * 64)  // columns per stage
 #define QG_LDS (QG_KS + 8)  // shared row stride (elements): 272 bytes, so ldmatrix rows hit distinct banks
+static_assert(QG_LDS * 2 % 16 == 0, "ldmatrix needs every shared row address 16-byte aligned");
+static_assert(QG_LDS * 2 / 4 % 32 == 4, "8 rows of 16 bytes at this stride must fall in distinct banks");
+static_assert(4 * 16 * QG_LDS * 2 <= 48 * 1024, "k_qgemm4's A tile (MT = 4) must fit static shared memory");
+static_assert(QV_WARPS * QF_TB * 16 * 4 <= 48 * 1024, "k_qgemv4's reduction buffer must fit static shared memory");
 
 // Y (T, ldy) = A (T, lda; kp valid columns, 16-byte aligned rows) W^T (+ beta Y); blockIdx.x: 128
 // rows, blockIdx.y: the K split (of nsplit), blockIdx.z: 64-token pass. nsplit > 1: atomicAdd
@@ -476,7 +480,7 @@ __global__ void __launch_bounds__(QG_WARPS * 32)
                     if (nsplit > 1) atomicAdd(out, acc[m][j][h][e]);
                     else *out = acc[m][j][h][e] + (beta != 0.0f ? beta * *out : 0.0f);
                 }
-#endif
+#endif  // before sm_80 the body is empty: qlinear_gpu_new never picks this kernel there (mma_ok)
 }
 
 // Y (T rows of `rows`, ldy) *= beta (= 0 when beta == 0: Y may hold anything).
@@ -586,7 +590,14 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
         else
             for (int b = 0; b < 30; b++)
                 if (p.gs == 1 << b) q->glog = b;
-        q->mma = q->mma_ok = w->kind == QK_INT4 && major >= 8;
+        // The tensor-core body exists only in code built for sm_80+ (__CUDA_ARCH__ >= 800); a
+        // binary whose newest code is older (say CUDA_ARCHS=75 run on an sm_90 through its PTX)
+        // has an empty k_qgemm4, so ask what k_qgemm4 was compiled for, not only the device.
+        cudaFuncAttributes fa;
+        const int mma_built =
+            cudaFuncGetAttributes(&fa, k_qgemm4<__half, 1, false>) == cudaSuccess && fa.ptxVersion >= 80;
+        cudaGetLastError();
+        q->mma = q->mma_ok = w->kind == QK_INT4 && major >= 8 && mma_built;
         const size_t ngp = (size_t)p.ng * p.np;
         e = upload(&q->qw, p.qw, p.n_words);
         if (e == cudaSuccess) e = upload(&q->scales, p.scales, ngp);

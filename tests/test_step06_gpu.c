@@ -10,8 +10,9 @@
 //   - the GEMM for T = 1, 2, 7, 16, 33, 64, 100, bf16 and fp16 X (the reference runs on X rounded
 //     the same way), beta 0 and 1, X and Y with row strides wider than the matrix (an odd X
 //     stride too; the columns past `rows` in each Y row must come back untouched), the default
-//     kernel and the SIMT fallback forced; tolerance ERR_TOL_HALF of max|ref|, since the
-//     tensor-core path rounds the dequantized weights to 16 bits;
+//     kernel (on sm_80+ it must be the tensor-core one for INT4) and the SIMT fallback forced;
+//     tolerance ERR_TOL_HALF of max|ref|, since the tensor-core path rounds the dequantized
+//     weights to 16 bits;
 //   - the GEMV on an x that is not 16-byte aligned; groups of 16 and 48 (the naive kernels);
 //   - bad arguments refused (dtype, T < 0) and T = 0 a no-op.
 // Every test skips (and says why) without a CUDA device.
@@ -189,6 +190,10 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
         QLinearGpu *q = make_layer(&w, what);
         for (int path = 0; path < 2; path++) {  // the default kernel, then the SIMT fallback forced
             cr_assert_eq(qlinear_gpu_set_gemm_path(q, path ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO), 0);
+            const char *desc = qlinear_gpu_describe(q);
+            if (path == 0 && c->kind == QK_INT4 && gi_.cc_major >= 8 && !strstr(desc, "naive"))  // else nothing tests it
+                cr_expect(strstr(desc, "tensor-core") != NULL, "%s on sm_%d%d: not the tensor-core GEMM (%s)", what,
+                          gi_.cc_major, gi_.cc_minor, desc);
             for (int ti = 0; ti < 7; ti++) {  // dtype, beta and the X row stride vary so every pair meets every T
                 const int ldx = c->cols + ((ti + path) % 3 == 2 ? 3 : 8);  // an odd stride takes the gather
                 check_gemm(&r, &w, q, (ti + ci + path) % 2 ? ST_F16 : ST_BF16, Ts[ti], (float)((ti / 2 + ci) % 2), ldx,
