@@ -105,20 +105,13 @@ static int launch_ok(const char *what) {
     return -1;
 }
 
-__device__ __forceinline__ float2 h2f(uint32_t u) {
-    __half2 h;
-    memcpy(&h, &u, 4);
-    return __half22float2(h);
-}
-__device__ __forceinline__ uint32_t h2u(__half2 h) {
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-}
-__device__ __forceinline__ __half2 u2h(uint32_t u) {
-    __half2 h;
-    memcpy(&h, &u, 4);
-    return h;
+// The same 32 bits as another type (packed halves <-> the words they travel in).
+template <class To, class From>
+__device__ __forceinline__ To bits(From f) {
+    static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+    To t;
+    memcpy(&t, &f, sizeof t);
+    return t;
 }
 
 // The group of packed column col: a shift when the group size is a power of two (glog >= 0; one
@@ -177,10 +170,10 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
                     const uint32_t wd = h == 0 ? (i2 == 0 ? wv[u].x : wv[u].y) : (i2 == 0 ? wv[u].z : wv[u].w);
                     const uint32_t w2 = wd >> 8;
                     // q - z, exact in fp16: (k, k+1) and (k+8, k+9) of row n_lo, then of n_hi
-                    const float2 qa = h2f(h2u(__hsub2(u2h((wd & 0x000F000Fu) | 0x64006400u), za_lo)));
-                    const float2 qb = h2f(h2u(__hfma2(u2h((wd & 0x00F000F0u) | 0x64006400u), sixteenth, zb_lo)));
-                    const float2 qc = h2f(h2u(__hsub2(u2h((w2 & 0x000F000Fu) | 0x64006400u), za_hi)));
-                    const float2 qd = h2f(h2u(__hfma2(u2h((w2 & 0x00F000F0u) | 0x64006400u), sixteenth, zb_hi)));
+                    const float2 qa = __half22float2(__hsub2(bits<__half2>((wd & 0x000F000Fu) | 0x64006400u), za_lo));
+                    const float2 qb = __half22float2(__hfma2(bits<__half2>((wd & 0x00F000F0u) | 0x64006400u), sixteenth, zb_lo));
+                    const float2 qc = __half22float2(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | 0x64006400u), za_hi));
+                    const float2 qd = __half22float2(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | 0x64006400u), sixteenth, zb_hi));
                     const int k = col + 16 * i2 + kl;
 #pragma unroll
                     for (int t = 0; t < TB; t++) {
@@ -290,32 +283,17 @@ template <> struct Q16<__nv_bfloat16> {
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-__device__ __forceinline__ uint32_t x2_of(__half, float v) { return h2u(__float2half2_rn(v)); }
-__device__ __forceinline__ uint32_t x2_of(__nv_bfloat16, float v) {
-    __nv_bfloat162 b = __float2bfloat162_rn(v);
-    uint32_t u;
-    memcpy(&u, &b, 4);
-    return u;
-}
+__device__ __forceinline__ uint32_t x2_of(__half, float v) { return bits<uint32_t>(__float2half2_rn(v)); }
+__device__ __forceinline__ uint32_t x2_of(__nv_bfloat16, float v) { return bits<uint32_t>(__float2bfloat162_rn(v)); }
 // (pair - zo) * s and (pair / 16 - zh) * s, in the X type's packed arithmetic.
 __device__ __forceinline__ uint32_t dq_lo(__half, uint32_t p, uint32_t zo, uint32_t s) {
-    return h2u(__hmul2(__hsub2(u2h(p), u2h(zo)), u2h(s)));
+    return bits<uint32_t>(__hmul2(__hsub2(bits<__half2>(p), bits<__half2>(zo)), bits<__half2>(s)));
 }
 __device__ __forceinline__ uint32_t dq_hi(__half, uint32_t p, uint32_t zh, uint32_t s) {
-    return h2u(__hmul2(__hfma2(u2h(p), __float2half2_rn(1.0f / 16.0f), u2h(zh)), u2h(s)));
-}
-__device__ __forceinline__ __nv_bfloat162 u2b(uint32_t u) {
-    __nv_bfloat162 b;
-    memcpy(&b, &u, 4);
-    return b;
-}
-__device__ __forceinline__ uint32_t b2u(__nv_bfloat162 b) {
-    uint32_t u;
-    memcpy(&u, &b, 4);
-    return u;
+    return bits<uint32_t>(__hmul2(__hfma2(bits<__half2>(p), __float2half2_rn(1.0f / 16.0f), bits<__half2>(zh)), bits<__half2>(s)));
 }
 __device__ __forceinline__ uint32_t dq_lo(__nv_bfloat16, uint32_t p, uint32_t zo, uint32_t s) {
-    return b2u(__hmul2(__hsub2(u2b(p), u2b(zo)), u2b(s)));
+    return bits<uint32_t>(__hmul2(__hsub2(bits<__nv_bfloat162>(p), bits<__nv_bfloat162>(zo)), bits<__nv_bfloat162>(s)));
 }
 // One word -> the B fragments of rows 0..7 (b0, b1) and 8..15 (b2, b3), scaled. fp16: the pairs
 // (w & 0x000F000F) and (w & 0x00F000F0), then of w >> 8 (a nibble at bits 4..7 is 16 q, still

@@ -91,19 +91,22 @@ static void check_case(QuantKind kind, int rows, int cols, int group, int sym, i
     qweight_free(&w);
 }
 
+// The shapes both host walks run, for INT8 and INT4, symmetric and not: per channel with columns
+// not a multiple of 64, act-order, groups of 96 (a division, not a shift; they straddle the
+// 64-column tiles).
+static const struct {
+    int rows, cols, group, act;
+} PACK_CASES[] = {{37, 256, 32, 0}, {16, 384, 128, 0}, {50, 200, 200, 0}, {1, 64, 64, 0},
+                  {29, 512, 128, 1}, {33, 256, 32, 1}, {21, 480, 96, 1},  {24, 192, 64, 1}};
+#define N_PACK_CASES ((int)(sizeof PACK_CASES / sizeof PACK_CASES[0]))
+
 Test(step06_pack, layout_holds_every_weight) {
     uint64_t seed = 70;
     for (int k = 0; k < 2; k++)
-        for (int sym = 0; sym < 2; sym++) {
-            const QuantKind kind = k ? QK_INT4 : QK_INT8;
-            check_case(kind, 37, 256, 32, sym, 0, seed++);
-            check_case(kind, 16, 384, 128, sym, 0, seed++);
-            check_case(kind, 50, 200, 200, sym, 0, seed++);  // per channel, columns not a multiple of 64
-            check_case(kind, 1, 64, 64, sym, 0, seed++);
-            check_case(kind, 29, 512, 128, sym, 1, seed++);  // act-order
-            check_case(kind, 33, 256, 32, sym, 1, seed++);
-            check_case(kind, 21, 480, 96, sym, 1, seed++);  // groups of 96 straddle the 64-column tiles
-        }
+        for (int sym = 0; sym < 2; sym++)
+            for (int i = 0; i < N_PACK_CASES; i++)
+                check_case(k ? QK_INT4 : QK_INT8, PACK_CASES[i].rows, PACK_CASES[i].cols, PACK_CASES[i].group, sym,
+                           PACK_CASES[i].act, seed++);
 }
 
 Test(step06_pack, unsupported_groups_refused) {
@@ -332,16 +335,11 @@ static void check_kernel_math(QuantKind kind, int rows, int cols, int group, int
 
 Test(step06_pack, kernel_dequant_formulas_rebuild_every_weight) {
     uint64_t seed = 300;
-    for (int kk = 0; kk < 2; kk++)
-        for (int sym = 0; sym < 2; sym++) {
-            const QuantKind kind = kk ? QK_INT4 : QK_INT8;
-            check_kernel_math(kind, 37, 256, 32, sym, 0, seed++);
-            check_kernel_math(kind, 16, 384, 128, sym, 0, seed++);
-            check_kernel_math(kind, 50, 200, 200, sym, 0, seed++);  // per channel, padded columns
-            check_kernel_math(kind, 29, 512, 128, sym, 1, seed++);  // act-order
-            check_kernel_math(kind, 21, 480, 96, sym, 1, seed++);   // groups of 96: a division, not a shift
-            check_kernel_math(kind, 24, 192, 64, sym, 1, seed++);
-        }
+    for (int k = 0; k < 2; k++)
+        for (int sym = 0; sym < 2; sym++)
+            for (int i = 0; i < N_PACK_CASES; i++)
+                check_kernel_math(k ? QK_INT4 : QK_INT8, PACK_CASES[i].rows, PACK_CASES[i].cols, PACK_CASES[i].group,
+                                  sym, PACK_CASES[i].act, seed++);
 }
 
 // Every q and z: the magic-number forms are exact (q - z), before any scale.
