@@ -94,6 +94,39 @@ static QLinearGpu *make_layer(const QWeight *w, const char *what) {
     return q;
 }
 
+// One GEMV check of layer q (holding w): x, bias and y random; every mode: with and without bias,
+// with and without accumulation, x at an odd float offset (not 16-byte aligned), and the other
+// GEMV versions of the ladder.
+static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what) {
+    const int rows = w->rows, cols = w->cols;
+    float *x = rng_new_uniform(r, (size_t)cols, -1, 1), *b = rng_new_uniform(r, (size_t)rows, -1, 1);
+    float *y0 = rng_new_uniform(r, (size_t)rows, -1, 1);
+    float *ref = malloc((size_t)rows * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
+    float *dx = pa_dev_alloc((size_t)cols * 4), *db = pa_dev_alloc((size_t)rows * 4);
+    float *dy = pa_dev_alloc((size_t)rows * 4);
+    pa_upload(dx, x, (size_t)cols * 4), pa_upload(db, b, (size_t)rows * 4);
+    float *dx1 = pa_dev_alloc((size_t)(cols + 1) * 4);  // x at an odd float offset: not 16-byte aligned
+    pa_upload(dx1 + 1, x, (size_t)cols * 4);
+    for (int mode = 0; mode < 5 + qlinear_gemv_n_versions() - 1; mode++) {
+        // bit 0: bias, bit 1: accumulate; mode 4: misaligned x; 5..: the other GEMV versions
+        const int use_b = mode & 1, acc = (mode >> 1) & 1;
+        qlinear_gemv_set_version(mode >= 5 ? mode - 4 : 0);
+        linear_q_cpu(x, w, use_b ? b : NULL, 1, ref);
+        if (acc)
+            for (int i = 0; i < rows; i++) ref[i] += y0[i];
+        pa_upload(dy, y0, (size_t)rows * 4);  // y0 also poisons the non-accumulating case
+        cr_assert_eq(qlinear_gpu_gemv(q, mode == 4 ? dx1 + 1 : dx, use_b ? db : NULL, dy, acc, NULL), 0, "%s", what);
+        cr_assert_eq(pa_sync(), 0, "%s", what);
+        pa_download(y, dy, (size_t)rows * 4);
+        const ErrStats e = compare_f32(y, ref, (size_t)rows);
+        cr_expect(e.max_rel < TOL_GEMV, "gemv %s mode %d: max_rel %.3g (row %zu: %g vs %g) [%s]", what, mode,
+                  e.max_rel, e.worst, y[e.worst], ref[e.worst], qlinear_gpu_describe(q));
+    }
+    qlinear_gemv_set_version(0);
+    pa_dev_free(dx), pa_dev_free(dx1), pa_dev_free(db), pa_dev_free(dy);
+    free(x), free(b), free(y0), free(ref), free(y);
+}
+
 Test(step06_gpu, gemv_matches_cpu_reference) {
     NEED_GPU();
     QCase cases[64];
@@ -107,32 +140,7 @@ Test(step06_gpu, gemv_matches_cpu_reference) {
         QWeight w;
         make_qweight(&r, c, &w);
         QLinearGpu *q = make_layer(&w, what);
-        float *x = rng_new_uniform(&r, (size_t)c->cols, -1, 1), *b = rng_new_uniform(&r, (size_t)c->rows, -1, 1);
-        float *y0 = rng_new_uniform(&r, (size_t)c->rows, -1, 1);
-        float *ref = malloc((size_t)c->rows * sizeof(float)), *y = malloc((size_t)c->rows * sizeof(float));
-        float *dx = pa_dev_alloc((size_t)c->cols * 4), *db = pa_dev_alloc((size_t)c->rows * 4);
-        float *dy = pa_dev_alloc((size_t)c->rows * 4);
-        pa_upload(dx, x, (size_t)c->cols * 4), pa_upload(db, b, (size_t)c->rows * 4);
-        float *dx1 = pa_dev_alloc((size_t)(c->cols + 1) * 4);  // x at an odd float offset: not 16-byte aligned
-        pa_upload(dx1 + 1, x, (size_t)c->cols * 4);
-        for (int mode = 0; mode < 5 + qlinear_gemv_n_versions() - 1; mode++) {
-            // bit 0: bias, bit 1: accumulate; mode 4: misaligned x; 5..: the other GEMV versions
-            const int use_b = mode & 1, acc = (mode >> 1) & 1;
-            qlinear_gemv_set_version(mode >= 5 ? mode - 4 : 0);
-            linear_q_cpu(x, &w, use_b ? b : NULL, 1, ref);
-            if (acc)
-                for (int i = 0; i < c->rows; i++) ref[i] += y0[i];
-            pa_upload(dy, y0, (size_t)c->rows * 4);  // y0 also poisons the non-accumulating case
-            cr_assert_eq(qlinear_gpu_gemv(q, mode == 4 ? dx1 + 1 : dx, use_b ? db : NULL, dy, acc, NULL), 0, "%s", what);
-            cr_assert_eq(pa_sync(), 0, "%s", what);
-            pa_download(y, dy, (size_t)c->rows * 4);
-            const ErrStats e = compare_f32(y, ref, (size_t)c->rows);
-            cr_expect(e.max_rel < TOL_GEMV, "gemv %s mode %d: max_rel %.3g (row %zu: %g vs %g) [%s]", what, mode,
-                      e.max_rel, e.worst, y[e.worst], ref[e.worst], qlinear_gpu_describe(q));
-        }
-        qlinear_gemv_set_version(0);
-        pa_dev_free(dx), pa_dev_free(dx1), pa_dev_free(db), pa_dev_free(dy);
-        free(x), free(b), free(y0), free(ref), free(y);
+        check_gemv(&r, &w, q, what);
         qlinear_gpu_free(q);
         qweight_free(&w);
     }
@@ -217,17 +225,7 @@ Test(step06_gpu, llama_down_proj_shape) {
     QLinearGpu *q = make_layer(&w, "down_proj");
     check_gemm(&r, &w, q, ST_BF16, 16, 0.0f, c.cols, "down_proj int4");
     check_gemm(&r, &w, q, ST_F16, 64, 1.0f, c.cols, "down_proj int4");
-    float *x = rng_new_uniform(&r, (size_t)c.cols, -1, 1), *ref = malloc((size_t)c.rows * 4), *y = malloc((size_t)c.rows * 4);
-    float *dx = pa_dev_alloc((size_t)c.cols * 4), *dy = pa_dev_alloc((size_t)c.rows * 4);
-    pa_upload(dx, x, (size_t)c.cols * 4);
-    linear_q_cpu(x, &w, NULL, 1, ref);
-    cr_assert_eq(qlinear_gpu_gemv(q, dx, NULL, dy, 0, NULL), 0);
-    cr_assert_eq(pa_sync(), 0);
-    pa_download(y, dy, (size_t)c.rows * 4);
-    const ErrStats e = compare_f32(y, ref, (size_t)c.rows);
-    cr_expect(e.max_rel < TOL_GEMV, "gemv down_proj: max_rel %.3g", e.max_rel);
-    pa_dev_free(dx), pa_dev_free(dy);
-    free(x), free(ref), free(y);
+    check_gemv(&r, &w, q, "down_proj int4");
     qlinear_gpu_free(q);
     qweight_free(&w);
 }
