@@ -89,17 +89,18 @@ Test(step06_egpu, decode_graph_matches_the_cpu_quantized_forward, .timeout = 300
         cr_assert_eq(forward_cached_cpu(&m.cm, &kv, prompt, NP, lc), 0);
         for (int i = 0; i < NP; i++) cr_assert_eq(gpu_decoder_step(d, prompt[i], i == NP - 1 ? lg : NULL), 0);
         double worst = 0;
-        int tokc = 0, tokg = 0;
+        int tokc = 0;
         for (int s = 0; s < NG; s++) {
             const double e = compare_f32(lg, lc, (size_t)V).max_rel;
             worst = e > worst ? e : worst;
             cr_expect(e <= TOL_BF16, "%s: step %d: logits max_rel %.3e", m.what, s, e);
             forward_topk(lc, V, 5, t5c + 5 * s);
             forward_topk(lg, V, 5, t5g + 5 * s);
-            tc[s] = tokc = t5c[5 * s], tg[s] = tokg = t5g[5 * s];
-            if (s + 1 < NG) {  // each side continues with its own token (vLLM's rule compares the prefixes)
+            tc[s] = tokc = t5c[5 * s], tg[s] = t5g[5 * s];
+            if (s + 1 < NG) {  // both sides continue with the CPU's token, so every step's logits are
+                               // comparable (a near tie that flips one greedy token does not end the check)
                 cr_assert_eq(forward_cached_cpu(&m.cm, &kv, &tokc, 1, lc), 0);
-                cr_assert_eq(gpu_decoder_step(d, tokg, lg), 0);
+                cr_assert_eq(gpu_decoder_step(d, tokc, lg), 0);
             }
         }
         const int agreed = vllm_expect(m.what, tc, t5c, tg, t5g, NG);
