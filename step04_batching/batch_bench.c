@@ -93,9 +93,10 @@ static void usage(FILE *f) {
             "                  element bytes per token)\n"
             "  --prefix-cache  on (default with paged KV) or off: share the full blocks of equal prefixes\n"
             "  --shared-prefix --trace only: every prompt starts with the same N ids, then its own --input-len ids\n"
-            "  --prefill-attn  CUDA paged KV: the attention of chunks longer than the decode path takes: gather\n"
-            "                  (default: each chunk's context gathered, then the GEMM path per sequence) or fused (one\n"
-            "                  paged prefill launch per layer for all of them, K/V read through the block tables)\n"
+            "  --prefill-attn  CUDA paged KV: the attention of prompt chunks: fused (default: one paged prefill launch\n"
+            "                  per layer for every chunk of more than one row, K/V read through the block tables) or\n"
+            "                  gather (chunks of more than 16 rows: each context gathered, then the GEMM path per\n"
+            "                  sequence; shorter chunks as decode rows)\n"
             "  --quant         quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups\n"
             "                  of 128), random integers with --preset on the GPU; a GPTQ / AWQ checkpoint runs\n"
             "                  quantized without it\n");
@@ -274,7 +275,7 @@ int main(int argc, char **argv) {
     double rate = -1;
     // KV layout: -1 = not given (slots unless a paged option is), 0 = slots, 1 = paged
     int kv_paged = -1, paged_opt = 0, block_size = 16, num_blocks = 0, prefix_cache = 1, shared = 0;
-    int prefill_fused = 0;
+    int prefill_fused = 1;
     double kv_gib = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);

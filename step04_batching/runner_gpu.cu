@@ -377,11 +377,10 @@ struct AttnPlan {
 
 // Sequence i: rows cu[i] .. cu[i+1]-1, L = lens[i] keys at cache rows base(i) ...
 // The rule between the paths: a sequence with at most small_max new rows (decodes, short chunks)
-// gives one decode work item per row; longer chunks are long items. With the fused prefill
-// kernel too, short chunks stay decode items: their rows re-read a context that the step's
-// decode rows stream anyway (at most small_max times), the decode kernels split a long context
-// across SMs (v2) where the prefill kernel gives a lone short chunk only KV CTAs, and one
-// threshold keeps one rule for both long paths.
+// gives one decode work item per row; longer chunks are long items. small_max is small_rows():
+// 16 by default on the gather path (a short chunk's rows re-read a context the step's decode
+// rows stream anyway, and v2 splits a long context across SMs where a lone short gather runs
+// few CTAs), 1 with the fused prefill kernel (every prompt row through one kernel).
 static void plan_add(AttnPlan *p, int small_ok, int small_max, int row0, int n, int L, int base) {
     if (n <= 0) return;
     if (L <= 0) {
@@ -523,10 +522,18 @@ static void *dalloc_r(size_t n, double *count) {
     return p;
 }
 
+// The decode path's chunk limit in effect: with the fused prefill kernel only one-row chunks (the
+// decode rows) take it, so every prompt row is computed by the same kernel however the scheduler
+// cuts the prompt into chunks or a prefix-cache hit shortens it: a row of the fused kernel
+// depends only on its own query and keys (its K/V tiles are the same 64-key tiles from key 0,
+// whatever tile of query rows it sits in), and greedy outputs with and without the prefix cache
+// stay identical. The gather path keeps small_max (its short chunks are cheaper as decode items).
+static int small_rows(const GpuRunner *r) { return r->fused_prefill && r->small_max > 1 ? 1 : r->small_max; }
+
 // The runner's one-line description (gpu_runner_describe): layout, sizes, the attention paths.
 static void describe(GpuRunner *r) {
     const StDtype dt = r->cdt;
-    const int sm = r->ac.small_ok ? r->small_max : 0;
+    const int sm = r->ac.small_ok ? small_rows(r) : 0;
     if (r->block_size > 0)
         snprintf(r->desc, sizeof r->desc,
                  "cuda %s weights, %s paged KV (%d blocks x %d positions, %.2f GiB, max_model_len %d), cuBLAS GEMMs over "
@@ -627,7 +634,7 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->small_max = DEFAULT_SMALL_CHUNK;
     r->use_gemv = 1;
     r->prefill_ok = paged && paged_prefill_supported(dt, H, KV, hd);
-    r->fused_prefill = 0;  // the gather path until the fused kernel has been validated on a GPU (README)
+    r->fused_prefill = r->prefill_ok;  // the fused kernel where it takes the shape (gpu_runner_set_prefill_attn)
     size_t f0, f1;
     CUDA_CHECK(cudaMemGetInfo(&f0, &tot));
     r->kc = dalloc_r(kv_total / 2, NULL);
@@ -822,7 +829,7 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
     p->ns = 0, p->nsplit = 0, p->maxlen = 0, p->nlg = 0, p->npad = 0;
     const int paged = r->block_size > 0;  // then an item's base is its sequence (its block-table row)
     for (int i = 0; i < b->n_seqs; i++)
-        plan_add(p, r->ac.small_ok, r->small_max, b->cu_seqlens_q[i], b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i],
+        plan_add(p, r->ac.small_ok, small_rows(r), b->cu_seqlens_q[i], b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i],
                  b->seq_lens_k[i], paged ? i : b->seq_lens_k[i] > 0 ? b->seq_slot[i] * r->max_len : 0);
     const int gemv1 = r->use_gemv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
     // ---- one packed upload: token ids, positions, slots, logit rows, decode items

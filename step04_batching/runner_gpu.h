@@ -23,10 +23,11 @@ typedef struct GpuRunner GpuRunner;
 GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen);
 // step05: K/V as a pool of num_blocks blocks of block_size positions; batches carry block
 // tables (batch.h) and attention reads the context through them (step05's paged kernels):
-// sequences with <= small_chunk new rows through paged decode v1/v2 (one work item per row),
-// longer chunks each through a block-table gather into a contiguous scratch + the GEMM path, or,
-// after gpu_runner_set_prefill_attn(r, 1), all together through one fused paged prefill launch
-// per layer (paged_prefill.h). Every
+// by default every chunk of more than one row through one fused paged prefill launch per layer
+// (paged_prefill.h) and the one-row sequences (decodes) through paged decode v1/v2; after
+// gpu_runner_set_prefill_attn(r, 0), sequences with <= small_chunk new rows through paged
+// decode v1/v2 (one work item per row) and longer chunks each through a block-table gather into
+// a contiguous scratch + the GEMM path. Every
 // forward checks the batch's block_size, positions < max_model_len and that every table entry a
 // context covers is in 1 .. num_blocks-1. gpu_runner_read_kv's row is then block * B + offset.
 GpuRunner *gpu_runner_new_paged(GpuModel *g, int num_blocks, int block_size, int max_model_len,
@@ -45,9 +46,9 @@ int gpu_runner_launches(const GpuRunner *r);
 // decode kernel, longer chunks the GEMM-softmax-GEMM path (default 16). 0: GEMM path for all;
 // a large value: the decode kernel for all. For the tests and the benchmark.
 void gpu_runner_set_small_chunk(GpuRunner *r, int rows);
-// The paged runner's long-chunk path: fused 1 (where paged_prefill_supported: one paged_prefill
-// launch per layer for all of a step's long chunks) or 0 (the default: gather + GEMM path per
-// sequence, as step04's). Returns the path now in effect: 1 fused, 0 gather (asked for, or the
+// The paged runner's prompt-chunk path: fused 1 (the default where paged_prefill_supported: one
+// paged_prefill launch per layer for all of a step's chunks of more than one row) or 0 (gather +
+// GEMM path per chunk longer than small_chunk, as step04's). Returns the path now in effect: 1 fused, 0 gather (asked for, or the
 // fused kernel does not take this model's shape on this device, or the runner is not paged).
 int gpu_runner_set_prefill_attn(GpuRunner *r, int fused);
 // The cached K and V (KV*hd each, as fp32) of cache row `row` (slot * max_len + position) of a

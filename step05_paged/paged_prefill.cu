@@ -35,6 +35,7 @@
 #include "check.h"
 #include "cuda_check.h"
 #include "step03_kvcache/decode_gpu.cuh"  // forward_gpu.cuh: tof, fromf, DISPATCH, dt_name, esize
+#include "step05_paged/cp_async.cuh"  // cp_async16, cp_async_commit, cp_async_wait
 #include "step05_paged/paged_prefill.h"
 
 #define PP_THREADS 128  // 4 warps per CTA, both kernels
@@ -81,13 +82,6 @@ __device__ inline void ldsm_x4_t(unsigned r[4], const void *p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
-// 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros.
-__device__ inline void cp_async16(void *dst, const void *src, int src_bytes) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 #endif
 
 // ---------------------------------------------------------------- the tensor-core kernel
