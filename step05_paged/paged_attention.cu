@@ -24,6 +24,9 @@
 //   software-pipelined 32-key tiles (next tile in flight), 2 barriers per tile ........ 50 / 58
 //   this loop with the next iteration's K/V loads held in registers (168 instead of 141 registers)
 //   .............................................................. v2 53.6 / 63.0 (the plain loop, same run: 57.6 / 68.3)
+//   a ring of 4 iterations per warp in shared memory filled by cp.async (each lane copies what it
+//   reads, no barrier; 2-8 stages swept: 2-4 best, 6 and 8 lose occupancy) ....... v2 54.4 / 61.2
+//   (this loop, same run: 65.7 / 75.5; results/versions/ladder_c473f5f_cp_async_ring.csv)
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +35,6 @@
 #include "check.h"
 #include "cuda_check.h"
 #include "step03_kvcache/decode_gpu.cuh"  // Vec16; forward_gpu.cuh: tof, fromf, DISPATCH, block_sum/max
-#include "step05_paged/cp_async.cuh"  // cp_async16, cp_async_commit, cp_async_wait_n
 #include "step05_paged/paged_attention.h"
 
 // ---------------------------------------------------------------- K/V write
@@ -67,104 +69,111 @@ extern "C" int paged_kv_write(StDtype dt, const float *k, const float *v, int ld
 // Every warp runs on its own: its rows are WR = U * RPW consecutive keys per iteration (the CTA
 // covers NW * WR), with its own online softmax (running max m, sum l and accumulators rescaled
 // by exp(m_old - m_new)) kept in registers: the scores never go through shared memory and the
-// loop has no barrier. Rows past the range load the range's last row (a valid address) and are
-// masked. The NW warps' (m, l, o) are merged once at the end. Two loops feed the same math
-// (pa_iter): k_paged_decode_regs, the previous rung, loads an iteration's U K and U V vectors per
-// lane into registers and waits for them; k_paged_decode (the default) keeps `stages` iterations
-// per warp in flight through a ring in shared memory filled by cp.async (each lane copies the
-// vectors it later reads itself, so no barrier or warp sync is needed around the ring).
-// Dynamic shared: NW * g * (hd + 2) floats (the merge), then the ring (k_paged_decode).
-#define PA_U 4  // rows per lane per iteration
-
-// The per-lane state of one CTA's loop.
-template <class C, int G> struct PaState {
-    float qf[G][Vec16<C>::N], acc[G][Vec16<C>::N], m[G], l[G];
-};
-
-// q rows of the item's g heads (this lane's vector), pre-scaled; m = -inf, l = 0, acc = 0.
-template <class C, int G>
-__device__ __forceinline__ void pa_init(PaState<C, G> &st, const float *qr, int g, int hd, int on, float scale) {
-#pragma unroll
-    for (int hh = 0; hh < G; hh++) {
-        st.m[hh] = -INFINITY, st.l[hh] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < Vec16<C>::N; i++)
-            st.qf[hh][i] = (hh < g && on) ? qr[hh * hd + i] * scale : 0.0f, st.acc[hh][i] = 0.0f;
-    }
-}
-
-// One iteration: this lane's U K and V vectors of rows j0 + k * RPW + sub (valid below k1).
+// loop has no barrier. Each lane reads its U table entries first, then issues its U K and U V
+// loads together (rows past the range load the range's last row, a valid address, and are
+// masked). The NW warps' (m, l, o) are merged once at the end.
+// Dynamic shared: NW * g * (hd + 2) floats.
 template <class C, int LPR, int G>
-__device__ __forceinline__ void pa_iter(PaState<C, G> &st, const uint4 (&uk)[PA_U], const uint4 (&uv)[PA_U], int j0,
-                                        int k1, int sub, int g) {
-    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, U = PA_U;
-    // ---- scores: the LPR lanes of a row sum their partial dots (every one of them gets the sum)
-    float s[U][G];
-#pragma unroll
-    for (int k = 0; k < U; k++) {
-        float kf[N];
-        Vec16<C>::unpack(uk[k], kf);
-        const int valid = j0 + k * RPW + sub < k1;
+__global__ void __launch_bounds__(PA_THREADS)
+    k_paged_decode(const float *__restrict__ q, int ldq, const C *__restrict__ kc, const C *__restrict__ vc,
+                   const int *__restrict__ bt, int bt_stride, int B, const int *rows, const int *seqs,
+                   const int *lens, int H, int KV, int hd, float scale, int part, void *out, int ldo, int out_f32,
+                   float *part_o, float *part_ml) {
+    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = PA_THREADS / 32;
+    constexpr int U = 4, WR = U * RPW, CR = NW * WR;
+    extern __shared__ float red[];  // (NW, g, hd) accumulators, then (NW, g, 2) m and l
+    const int w = blockIdx.z, kvh = blockIdx.x, pi = blockIdx.y, nparts = gridDim.y;
+    const int len = lens[w];
+    const int k0 = part ? pi * part : 0, k1 = part ? min(len, k0 + part) : len;
+    if (part && k0 >= len) return;  // v2: a partition past this item's context (the reduce skips it)
+    const int g = H / KV, t = threadIdx.x, warp = t / 32, lane = t % 32, c = lane % LPR, sub = lane / LPR;
+    const int on = c * N < hd;  // lanes past the row's last vector idle
+    const size_t kd = (size_t)KV * hd;
+    const int *tab = bt + (size_t)seqs[w] * bt_stride;
+    const C *kb = kc + (size_t)kvh * hd + c * N, *vb = vc + (size_t)kvh * hd + c * N;
+    float qf[G][N], acc[G][N], m[G], l[G];
+    {
+        const float *qr = q + (size_t)rows[w] * ldq + (size_t)kvh * g * hd + c * N;
 #pragma unroll
         for (int hh = 0; hh < G; hh++) {
-            float dot = 0;
+            m[hh] = -INFINITY, l[hh] = 0.0f;
 #pragma unroll
-            for (int i = 0; i < N; i++) dot = fmaf(st.qf[hh][i], kf[i], dot);
-#pragma unroll
-            for (int o = LPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-            s[k][hh] = valid ? dot : -INFINITY;
+            for (int i = 0; i < N; i++) qf[hh][i] = (hh < g && on) ? qr[hh * hd + i] * scale : 0.0f, acc[hh][i] = 0.0f;
         }
     }
-    // ---- online softmax over the warp's WR rows (max and sum across the RPW row groups)
-#pragma unroll
-    for (int hh = 0; hh < G; hh++) {
-        if (hh >= g) continue;
-        float mt = s[0][hh];
-#pragma unroll
-        for (int k = 1; k < U; k++) mt = fmaxf(mt, s[k][hh]);
-#pragma unroll
-        for (int o = LPR; o < 32; o <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-        const float mn = fmaxf(st.m[hh], mt);  // finite: row j0 is in range
-        const float al = expf(st.m[hh] - mn);  // 0 on the warp's first rows (m = -inf)
-        float ls = 0;
+    for (int j0 = k0 + warp * WR; j0 < k1; j0 += CR) {
+        // ---- this lane's rows j0 + k*RPW + sub: table entries, then all K and V loads
+        size_t r[U];
 #pragma unroll
         for (int k = 0; k < U; k++) {
-            const float p = expf(s[k][hh] - mn);  // 0 for masked rows
-            s[k][hh] = p, ls += p;
+            const int p = min(j0 + k * RPW + sub, k1 - 1);
+            r[k] = ((size_t)tab[p / B] * B + p % B) * kd;
         }
+        uint4 uk[U], uv[U];
 #pragma unroll
-        for (int o = LPR; o < 32; o <<= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
-        st.l[hh] = st.l[hh] * al + ls, st.m[hh] = mn;
+        for (int k = 0; k < U; k++) {
+            uk[k] = on ? *(const uint4 *)(kb + r[k]) : make_uint4(0, 0, 0, 0);
+            uv[k] = on ? *(const uint4 *)(vb + r[k]) : make_uint4(0, 0, 0, 0);
+        }
+        // ---- scores: the LPR lanes of a row sum their partial dots (every one of them gets the sum)
+        float s[U][G];
 #pragma unroll
-        for (int i = 0; i < N; i++) st.acc[hh][i] *= al;
+        for (int k = 0; k < U; k++) {
+            float kf[N];
+            Vec16<C>::unpack(uk[k], kf);
+            const int valid = j0 + k * RPW + sub < k1;
+#pragma unroll
+            for (int hh = 0; hh < G; hh++) {
+                float dot = 0;
+#pragma unroll
+                for (int i = 0; i < N; i++) dot = fmaf(qf[hh][i], kf[i], dot);
+#pragma unroll
+                for (int o = LPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                s[k][hh] = valid ? dot : -INFINITY;
+            }
+        }
+        // ---- online softmax over the warp's WR rows (max and sum across the RPW row groups)
+#pragma unroll
+        for (int hh = 0; hh < G; hh++) {
+            if (hh >= g) continue;
+            float mt = s[0][hh];
+#pragma unroll
+            for (int k = 1; k < U; k++) mt = fmaxf(mt, s[k][hh]);
+#pragma unroll
+            for (int o = LPR; o < 32; o <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+            const float mn = fmaxf(m[hh], mt);  // finite: row j0 is in range
+            const float al = expf(m[hh] - mn);  // 0 on the warp's first rows (m = -inf)
+            float ls = 0;
+#pragma unroll
+            for (int k = 0; k < U; k++) {
+                const float p = expf(s[k][hh] - mn);  // 0 for masked rows
+                s[k][hh] = p, ls += p;
+            }
+#pragma unroll
+            for (int o = LPR; o < 32; o <<= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
+            l[hh] = l[hh] * al + ls, m[hh] = mn;
+#pragma unroll
+            for (int i = 0; i < N; i++) acc[hh][i] *= al;
+        }
+        // ---- P V
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            float vf[N];
+            Vec16<C>::unpack(uv[k], vf);
+#pragma unroll
+            for (int hh = 0; hh < G; hh++)
+                if (hh < g)
+#pragma unroll
+                    for (int i = 0; i < N; i++) acc[hh][i] = fmaf(s[k][hh], vf[i], acc[hh][i]);
+        }
     }
-    // ---- P V
-#pragma unroll
-    for (int k = 0; k < U; k++) {
-        float vf[N];
-        Vec16<C>::unpack(uv[k], vf);
-#pragma unroll
-        for (int hh = 0; hh < G; hh++)
-            if (hh < g)
-#pragma unroll
-                for (int i = 0; i < N; i++) st.acc[hh][i] = fmaf(s[k][hh], vf[i], st.acc[hh][i]);
-    }
-}
-
-// The end of the CTA: each warp's o summed over its row groups, the NW warps merged through
-// `red`, then v1's normalized row or v2's partial (o, m, l).
-template <class C, int LPR, int G>
-__device__ __forceinline__ void pa_finish(PaState<C, G> &st, float *red, int g, int hd, int H, int kvh, int w, int pi,
-                                          int nparts, int part, int row, int c, int sub, int on, void *out, int ldo,
-                                          int out_f32, float *part_o, float *part_ml) {
-    constexpr int N = Vec16<C>::N, NW = PA_THREADS / 32;
-    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+    // ---- the warp's o: sum over its row groups; then merge the warps
     float *ml = red + (size_t)NW * g * hd;
 #pragma unroll
     for (int hh = 0; hh < G; hh++)
 #pragma unroll
         for (int i = 0; i < N; i++) {
-            float a = st.acc[hh][i];
+            float a = acc[hh][i];
 #pragma unroll
             for (int o = LPR; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
             if (hh < g && sub == 0 && on) red[((size_t)warp * g + hh) * hd + c * N + i] = a;
@@ -173,7 +182,7 @@ __device__ __forceinline__ void pa_finish(PaState<C, G> &st, float *red, int g, 
         float mv = -INFINITY, lv = 0;
 #pragma unroll
         for (int hh = 0; hh < G; hh++)
-            if (hh == lane) mv = st.m[hh], lv = st.l[hh];
+            if (hh == lane) mv = m[hh], lv = l[hh];
         ml[(warp * g + lane) * 2] = mv, ml[(warp * g + lane) * 2 + 1] = lv;
     }
     __syncthreads();
@@ -194,97 +203,11 @@ __device__ __forceinline__ void pa_finish(PaState<C, G> &st, float *red, int g, 
             }
         } else {
             const float val = L > 0 ? sum / L : 0.0f;  // len 0: zeros
-            const size_t at = (size_t)row * ldo + (size_t)h * hd + e;
+            const size_t at = (size_t)rows[w] * ldo + (size_t)h * hd + e;
             if (out_f32) ((float *)out)[at] = val;
             else ((C *)out)[at] = fromf<C>(val);
         }
     }
-}
-
-#define PA_KERNEL_ARGS                                                                                               \
-    const float *__restrict__ q, int ldq, const C *__restrict__ kc, const C *__restrict__ vc,                       \
-        const int *__restrict__ bt, int bt_stride, int B, const int *rows, const int *seqs, const int *lens, int H, \
-        int KV, int hd, float scale, int part, void *out, int ldo, int out_f32, float *part_o, float *part_ml
-
-// The common head of both kernels: the CTA's item, range [k0, k1), lane roles and state.
-#define PA_PROLOGUE                                                                                                 \
-    constexpr int RPW = 32 / LPR, NW = PA_THREADS / 32, WR = PA_U * RPW, CR = NW * WR;                             \
-    extern __shared__ float red[];                                                                                  \
-    const int w = blockIdx.z, kvh = blockIdx.x, pi = blockIdx.y, nparts = gridDim.y;                               \
-    const int len = lens[w];                                                                                        \
-    const int k0 = part ? pi * part : 0, k1 = part ? min(len, k0 + part) : len;                                    \
-    if (part && k0 >= len) return; /* v2: a partition past this item's context (the reduce skips it) */           \
-    const int g = H / KV, t = threadIdx.x, warp = t / 32, lane = t % 32, c = lane % LPR, sub = lane / LPR;         \
-    const int on = c * Vec16<C>::N < hd; /* lanes past the row's last vector idle */                               \
-    const size_t kd = (size_t)KV * hd;                                                                              \
-    const int *tab = bt + (size_t)seqs[w] * bt_stride;                                                              \
-    const C *kb = kc + (size_t)kvh * hd + c * Vec16<C>::N, *vb = vc + (size_t)kvh * hd + c * Vec16<C>::N;          \
-    PaState<C, G> st;                                                                                               \
-    pa_init<C, G>(st, q + (size_t)rows[w] * ldq + (size_t)kvh * g * hd + c * Vec16<C>::N, g, hd, on, scale)
-
-// The previous rung: each iteration's loads in registers (the lane waits for them every time).
-template <class C, int LPR, int G>
-__global__ void __launch_bounds__(PA_THREADS) k_paged_decode_regs(PA_KERNEL_ARGS) {
-    PA_PROLOGUE;
-    for (int j0 = k0 + warp * WR; j0 < k1; j0 += CR) {
-        size_t r[PA_U];  // this lane's rows j0 + k*RPW + sub: table entries first, then all loads
-#pragma unroll
-        for (int k = 0; k < PA_U; k++) {
-            const int p = min(j0 + k * RPW + sub, k1 - 1);
-            r[k] = ((size_t)tab[p / B] * B + p % B) * kd;
-        }
-        uint4 uk[PA_U], uv[PA_U];
-#pragma unroll
-        for (int k = 0; k < PA_U; k++) {
-            uk[k] = on ? *(const uint4 *)(kb + r[k]) : make_uint4(0, 0, 0, 0);
-            uv[k] = on ? *(const uint4 *)(vb + r[k]) : make_uint4(0, 0, 0, 0);
-        }
-        pa_iter<C, LPR, G>(st, uk, uv, j0, k1, sub, g);
-    }
-    pa_finish<C, LPR, G>(st, red, g, hd, H, kvh, w, pi, nparts, part, rows[w], c, sub, on, out, ldo, out_f32, part_o,
-                         part_ml);
-}
-
-// The default: a ring of `stages` iterations per warp in shared memory (after the merge's floats),
-// K and V of row k*RPW + sub of a stage at ((stage * 2 + kv) * WR + k*RPW + sub) * LPR * N elements.
-template <class C, int LPR, int G>
-__global__ void __launch_bounds__(PA_THREADS) k_paged_decode(PA_KERNEL_ARGS, int stages) {
-    PA_PROLOGUE;
-    constexpr int N = Vec16<C>::N, RS = LPR * N;  // elements per ring row
-    C *ring = (C *)(red + (size_t)NW * g * (hd + 2)) + (size_t)warp * stages * 2 * WR * RS + sub * RS + c * N;
-    const int span = k1 - k0 - warp * WR, nit = span > 0 ? (span + CR - 1) / CR : 0;  // this warp's iterations
-    auto issue = [&](int it) {
-        const int j0 = k0 + warp * WR + it * CR;
-        C *slot = ring + (size_t)(it % stages) * 2 * WR * RS;
-#pragma unroll
-        for (int k = 0; k < PA_U; k++) {
-            const int p = min(j0 + k * RPW + sub, k1 - 1);
-            const size_t r = ((size_t)tab[p / B] * B + p % B) * kd;
-            if (on) {
-                cp_async16(slot + (size_t)k * RPW * RS, kb + r, 16);
-                cp_async16(slot + (size_t)(WR + k * RPW) * RS, vb + r, 16);
-            }
-        }
-    };
-    for (int it = 0; it < stages - 1; it++) {
-        if (it < nit) issue(it);
-        cp_async_commit();  // empty groups keep the count uniform
-    }
-    for (int it = 0; it < nit; it++) {
-        if (it + stages - 1 < nit) issue(it + stages - 1);  // the slot read in iteration it - 1
-        cp_async_commit();
-        cp_async_wait_n(stages - 1);  // this lane's copies of iteration it have landed
-        const C *slot = ring + (size_t)(it % stages) * 2 * WR * RS;
-        uint4 uk[PA_U], uv[PA_U];
-#pragma unroll
-        for (int k = 0; k < PA_U; k++) {
-            uk[k] = on ? *(const uint4 *)(slot + (size_t)k * RPW * RS) : make_uint4(0, 0, 0, 0);
-            uv[k] = on ? *(const uint4 *)(slot + (size_t)(WR + k * RPW) * RS) : make_uint4(0, 0, 0, 0);
-        }
-        pa_iter<C, LPR, G>(st, uk, uv, k0 + warp * WR + it * CR, k1, sub, g);
-    }
-    pa_finish<C, LPR, G>(st, red, g, hd, H, kvh, w, pi, nparts, part, rows[w], c, sub, on, out, ldo, out_f32, part_o,
-                         part_ml);
 }
 
 // v2's reduce: grid (H, items), one head of one item: M = max of the partitions' maxima,
@@ -326,65 +249,30 @@ extern "C" int paged_decode_supported(StDtype dt, int H, int KV, int hd) {
     return KV >= 1 && H % KV == 0 && H / KV <= 8 && lanes_per_row(dt, hd) > 0;
 }
 
-// Launch a decode kernel for grid (KV, nparts, n) with the template arguments this shape needs:
-// k_paged_decode with a ring of `stages` (> 0), else k_paged_decode_regs.
+// Launch k_paged_decode for grid (KV, nparts, n) with the template arguments this shape needs.
 template <class C, int G>
-static void launch_decode_g(int lpr, dim3 grid, size_t smem, int stages, const PagedDecode *a, const int *rows,
-                            const int *seqs, const int *lens, int part, float *po, float *pm) {
-#define PA_ARGS                                                                                                     \
-    a->q, a->ldq, (const C *)a->kc, (const C *)a->vc, a->block_tables, a->bt_stride, a->block_size, rows, seqs, lens, \
-        a->H, a->KV, a->hd, a->scale, part, a->out, a->ldo, a->out_f32, po, pm
-#define PA_CASE(L)                                                                                            \
-    case L:                                                                                                   \
-        if (stages > 0) {                                                                                     \
-            static size_t smem_set = 0; /* the opt-in above 48 KB, once per kernel and size */                \
-            if (smem > smem_set) {                                                                            \
-                CUDA_CHECK(cudaFuncSetAttribute(k_paged_decode<C, L, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                                (int)smem));                                                  \
-                smem_set = smem;                                                                              \
-            }                                                                                                 \
-            k_paged_decode<C, L, G><<<grid, PA_THREADS, smem>>>(PA_ARGS, stages);                             \
-        } else {                                                                                              \
-            k_paged_decode_regs<C, L, G><<<grid, PA_THREADS, smem>>>(PA_ARGS);                                \
-        }                                                                                                     \
+static void launch_decode_g(int lpr, dim3 grid, size_t smem, const PagedDecode *a, const int *rows, const int *seqs,
+                            const int *lens, int part, float *po, float *pm) {
+#define PA_CASE(L)                                                                                                 \
+    case L:                                                                                                        \
+        k_paged_decode<C, L, G><<<grid, PA_THREADS, smem>>>(a->q, a->ldq, (const C *)a->kc, (const C *)a->vc,      \
+                                                           a->block_tables, a->bt_stride, a->block_size, rows, seqs, \
+                                                           lens, a->H, a->KV, a->hd, a->scale, part, a->out, a->ldo, \
+                                                           a->out_f32, po, pm);                                     \
         break;
     switch (lpr) {
         PA_CASE(2) PA_CASE(4) PA_CASE(8) PA_CASE(16) PA_CASE(32)
     }
 #undef PA_CASE
-#undef PA_ARGS
 }
 template <class C>
-static void launch_decode(int lpr, dim3 grid, size_t smem, int stages, const PagedDecode *a, const int *rows,
-                          const int *seqs, const int *lens, int part, float *po, float *pm) {
+static void launch_decode(int lpr, dim3 grid, size_t smem, const PagedDecode *a, const int *rows, const int *seqs,
+                          const int *lens, int part, float *po, float *pm) {
     const int g = a->H / a->KV;
-    if (g <= 1) launch_decode_g<C, 1>(lpr, grid, smem, stages, a, rows, seqs, lens, part, po, pm);
-    else if (g <= 2) launch_decode_g<C, 2>(lpr, grid, smem, stages, a, rows, seqs, lens, part, po, pm);
-    else if (g <= 4) launch_decode_g<C, 4>(lpr, grid, smem, stages, a, rows, seqs, lens, part, po, pm);
-    else launch_decode_g<C, 8>(lpr, grid, smem, stages, a, rows, seqs, lens, part, po, pm);
-}
-
-// The ring's depth for this call (0: the register loop) and the CTA's dynamic shared bytes. The
-// ring takes stages x (K + V) x one 16-byte vector per lane per row x PA_U rows x NW warps =
-// stages x 16 KB whatever the dtype and hd; it needs cp.async (sm_80+) to pay and must fit the
-// opt-in shared memory per block (sm_80: 163 KB, sm_86/89: 99 KB, sm_90: 227 KB), else fewer
-// stages (at least 2) or the register loop.
-static int decode_stages(const PagedDecode *a, size_t *smem) {
-    static int major = -1, optin = 0;
-    if (major < 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev))
-            major = 0, optin = 0;
-    }
-    const size_t red = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * (a->hd + 2) * sizeof(float);
-    const size_t per_stage = (size_t)(PA_THREADS / 32) * 2 * PA_U * 32 * 16;
-    int stages = a->impl == 1 || major < 8 ? 0 : a->stages > 0 ? a->stages : PA_STAGES;
-    if (stages > 8) stages = 8;
-    while (stages >= 2 && red + stages * per_stage > (size_t)optin) stages--;
-    if (stages < 2) stages = 0;
-    *smem = red + (stages ? stages * per_stage : 0);
-    return stages;
+    if (g <= 1) launch_decode_g<C, 1>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
+    else if (g <= 2) launch_decode_g<C, 2>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
+    else if (g <= 4) launch_decode_g<C, 4>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
+    else launch_decode_g<C, 8>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
 }
 
 static int check_args(const PagedDecode *a) {
@@ -399,13 +287,12 @@ static int check_args(const PagedDecode *a) {
 extern "C" int paged_decode_v1(const PagedDecode *a) {
     if (check_args(a)) return -1;
     const int lpr = lanes_per_row(a->dt, a->hd);
-    size_t smem;
-    const int stages = decode_stages(a, &smem);
+    const size_t smem = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * (a->hd + 2) * sizeof(float);
     int launches = 0;
     for (int w0 = 0; w0 < a->n; w0 += 65535) {
         const int n = a->n - w0 < 65535 ? a->n - w0 : 65535;
-        DISPATCH(a->dt, C, launch_decode<C>(lpr, dim3(a->KV, 1, n), smem, stages, a, a->rows + w0, a->seqs + w0,
-                                            a->lens + w0, 0, NULL, NULL));
+        DISPATCH(a->dt, C, launch_decode<C>(lpr, dim3(a->KV, 1, n), smem, a, a->rows + w0, a->seqs + w0, a->lens + w0, 0,
+                                            NULL, NULL));
         CUDA_CHECK_LAST();
         launches++;
     }
@@ -424,14 +311,13 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
     }
     size_t grp = a->part_cap / per_item;
     if (grp > 65535) grp = 65535;
-    size_t smem;
-    const int stages = decode_stages(a, &smem);
+    const size_t smem = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * (a->hd + 2) * sizeof(float);
     int launches = 0;
     for (int w0 = 0; w0 < a->n; w0 += (int)grp) {
         const int n = a->n - w0 < (int)grp ? a->n - w0 : (int)grp;
         DISPATCH(a->dt, C,
-                 launch_decode<C>(lpr, dim3(a->KV, nparts, n), smem, stages, a, a->rows + w0, a->seqs + w0,
-                                  a->lens + w0, part, a->part_o, a->part_ml));
+                 launch_decode<C>(lpr, dim3(a->KV, nparts, n), smem, a, a->rows + w0, a->seqs + w0, a->lens + w0,
+                                  part, a->part_o, a->part_ml));
         CUDA_CHECK_LAST();
         DISPATCH(a->dt, C,
                  k_paged_reduce<C><<<dim3(a->H, n), 128>>>(

@@ -46,7 +46,6 @@ extern "C" {
 
 #define PA_THREADS 128  // threads per decode CTA
 #define PA_PART 512     // keys per v2 partition
-#define PA_STAGES 4     // decode loop iterations in flight per warp (the cp.async ring; 2 .. 8)
 
 typedef struct {
     StDtype dt;                  // cache dtype; the output's too unless out_f32
@@ -65,8 +64,6 @@ typedef struct {
     float *part_o, *part_ml;     // v2 scratch: part_cap floats, part_cap / hd * 2 floats
     size_t part_cap;
     int part;                    // v2 keys per partition (0: PA_PART)
-    int stages;                  // iterations in flight per warp through the shared ring (0: PA_STAGES)
-    int impl;                    // 0: the cp.async ring (sm_80+), 1: the register loop (the previous rung)
 } PagedDecode;
 
 // 0 on success (kernels queued on the default stream), -1 on bad arguments / a launch error.

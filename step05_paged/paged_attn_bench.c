@@ -53,8 +53,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: paged_attn_bench [--batch N] [--context L] [--heads H] [--kv-heads KV] [--head-dim D]\n"
             "                        [--block-size B] [--dtype bf16|fp16|fp32] [--reps R] [--warmup W]\n"
-            "                        [--copy-gbps X] [--check-items N] [--part P] [--stages S] [--seed S]\n"
-            "                        [--csv | --json]\n"
+            "                        [--copy-gbps X] [--check-items N] [--part P] [--seed S] [--csv | --json]\n"
             "       paged_attn_bench --op prefill [--heads H] [--kv-heads KV] [--head-dim D] [--block-size B]\n"
             "                        [--dtype T] [--chunks N --rows n --prior P] [--reps R] [--warmup W] [--csv | --json]\n"
             "  --op           decode (default: the table above) or prefill (the fused prefill ladder; default cases\n"
@@ -68,8 +67,7 @@ static void usage(FILE *f) {
             "  --reps         timed runs per kernel, median reported (default 20), after --warmup (default 5)\n"
             "  --copy-gbps    the bandwidth ceiling (default: measured now, device copy, read + write counted)\n"
             "  --check-items  sequences compared with the CPU reference (default 2: the first and the last)\n"
-            "  --part         keys per v2 partition (default PA_PART = 512)\n"
-            "  --stages       loop iterations in flight per warp in the cp.async ring, 2 .. 8 (default PA_STAGES = 4)\n");
+            "  --part         keys per v2 partition (default PA_PART = 512)\n");
 }
 
 // K/V value of element i: a multiple of 1/128 in [-1, 1) from a counter hash (splitmix64).
@@ -134,18 +132,16 @@ typedef enum { K_DECODE, K_STEP04, K_GATHER, K_WRITE_DECODE, K_WRITE_PREFILL } K
 static const struct {
     const char *id;
     Kind kind;
-    int version, impl;
+    int version;
     const char *what;
 } LADDER[] = {
-    {"step04_contiguous", K_STEP04, 0, 0, "step04 split decode kernel, contiguous slots (baseline)"},
-    {"paged_v1_regs", K_DECODE, 1, 1, "v1, each iteration's K/V loads in registers (the previous rung)"},
-    {"paged_v2_regs", K_DECODE, 2, 1, "v2, each iteration's K/V loads in registers (the previous rung)"},
-    {"paged_v1", K_DECODE, 1, 0, "one CTA per (sequence, kv head), whole context; cp.async ring (--stages)"},
-    {"paged_v2", K_DECODE, 2, 0, "split-K partitions (--part keys) + rescaling reduce; cp.async ring"},
-    {"paged_rule", K_DECODE, 0, 0, "paged_decode: v1 or v2 by paged_decode_choose"},
-    {"gather", K_GATHER, 0, 0, "contexts through the tables into contiguous rows (read + write)"},
-    {"kv_write_decode", K_WRITE_DECODE, 0, 0, "K/V write through the slot mapping, batch rows"},
-    {"kv_write_prefill", K_WRITE_PREFILL, 0, 0, "K/V write through the slot mapping, 8192 rows"},
+    {"step04_contiguous", K_STEP04, 0, "step04 split decode kernel, contiguous slots (baseline)"},
+    {"paged_v1", K_DECODE, 1, "one CTA per (sequence, kv head), whole context"},
+    {"paged_v2", K_DECODE, 2, "split-K partitions (--part keys) + rescaling reduce"},
+    {"paged_rule", K_DECODE, 0, "paged_decode: v1 or v2 by paged_decode_choose"},
+    {"gather", K_GATHER, 0, "contexts through the tables into contiguous rows (read + write)"},
+    {"kv_write_decode", K_WRITE_DECODE, 0, "K/V write through the slot mapping, batch rows"},
+    {"kv_write_prefill", K_WRITE_PREFILL, 0, "K/V write through the slot mapping, 8192 rows"},
 };  // the K/V writes come last: they overwrite pool rows the decode rows read
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
 
@@ -301,8 +297,7 @@ static StDtype parse_dtype(const char *s) {
 }
 
 int main(int argc, char **argv) {
-    int batch = 32, L = 4096, H = 32, KV = 8, hd = 128, B = 16, reps = 20, warmup = 5, check_items = 2, part = PA_PART,
-        stages = PA_STAGES;
+    int batch = 32, L = 4096, H = 32, KV = 8, hd = 128, B = 16, reps = 20, warmup = 5, check_items = 2, part = PA_PART;
     uint64_t seed = 5;
     double copy_gbps = 0;
     StDtype dt = ST_BF16;
@@ -331,7 +326,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--check-items") && more) check_items = (int)arg_int(a, argv[++i], 1, 65535);
         else if (!strcmp(a, "--seed") && more) seed = arg_u64(a, argv[++i]);
         else if (!strcmp(a, "--part") && more) part = (int)arg_int(a, argv[++i], 32, 1 << 20);
-        else if (!strcmp(a, "--stages") && more) stages = (int)arg_int(a, argv[++i], 2, 8);
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else arg_help_or_unknown(a, usage);
     }
@@ -412,7 +406,6 @@ int main(int argc, char **argv) {
                L <= PA_PART ? "the context fits one partition"
                : rule == 1 ? "batch * kv_heads >= 8 CTAs per SM" : "batch * kv_heads < 8 CTAs per SM and the context spans partitions");
     table_meta(t, "v2_partition", "%d keys", part);
-    table_meta(t, "ring_stages", "%d loop iterations in flight per warp (cp.async ring; the _regs rungs: none)", stages);
     table_meta(t, "timing", "CUDA events, %d warm-up runs, median of %d", warmup, reps);
     if (dec_bytes < 2.0 * gi.l2_bytes)
         table_meta(t, "note", "the K/V (%.1f MB) is under twice the L2 (%.1f MB): timings are partly cache-resident",
@@ -455,7 +448,7 @@ int main(int argc, char **argv) {
 
     Ctx c = {0};
     c.pd = (PagedDecode){dt, H, KV, hd, scale, dq, qd, dk, dv, dbt, nb, B, ditem, ditem + batch, ditem + 2 * batch, batch,
-                         L, dout, qd, 0, po, pm, part_cap, part, stages, 0};
+                         L, dout, qd, 0, po, pm, part_cap, part};
     c.nsms = nsms, c.dt = dt, c.ck = ck, c.cv = cv, c.rows = ditem, c.lens = ditem + 2 * batch, c.bases = ditem + 3 * batch;
     c.n = batch, c.L = L, c.H = H, c.KV = KV, c.hd = hd, c.out = dout, c.po = po, c.pm = pm, c.part_cap4 = part_cap;
     c.kc = dk, c.vc = dv, c.bt = dbt, c.bt_stride = nb, c.B = B, c.kd = kd, c.gk = ck, c.gv = cv;
@@ -470,7 +463,7 @@ int main(int argc, char **argv) {
         c.launch_err = 0;
         if (LADDER[li].kind == K_DECODE || LADDER[li].kind == K_STEP04) {
             fn = LADDER[li].kind == K_STEP04 ? run_step04 : run_paged;
-            c.version = LADDER[li].version, c.pd.impl = LADDER[li].impl;
+            c.version = LADDER[li].version;
             bytes = dec_bytes;
             // check: poison, one run, compare the checked sequences
             for (size_t i = 0; i < (size_t)batch * qd; i++) out[i] = NAN;
