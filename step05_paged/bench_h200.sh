@@ -25,9 +25,10 @@
 #                                  own ids, 64 output tokens, prefix cache on / off (acceptance:
 #                                  ttft_ms_p50 >= 5x lower with it)
 #   bb_prefix_on_outputs.jsonl, bb_prefix_off_outputs.jsonl    their output ids (identical: cmp below)
-#   (these two with the default long-chunk path, the per-sequence gather + GEMM)
-#   bb_prefix_on_fused_h200.json, bb_prefix_off_fused_h200.json    the same with --prefill-attn fused
-#                                  (all long chunks of a step in one paged prefill launch per layer)
+#   (these two with the default prompt path, --prefill-attn fused: every chunk of a step in one
+#   paged prefill launch per layer)
+#   bb_prefix_on_gather_h200.json, bb_prefix_off_gather_h200.json    the same with --prefill-attn
+#                                  gather (per sequence: a gather through the table + the GEMM path)
 set -u -o pipefail
 OUT=${1:?usage: bench_h200.sh OUTDIR}
 B=${BIN:-build/bin}
@@ -64,9 +65,11 @@ bb nano_paged_b16 --trace nano --kv paged --block-size 16 --num-blocks 4097 --ma
 PFX=(--trace nano --num-requests 64 --shared-prefix 1024 --input-len 64:64 --output-len 64:64 --kv paged --block-size 16)
 bb prefix_on "${PFX[@]}" --prefix-cache on --outputs "$OUT/bb_prefix_on_outputs.jsonl"
 bb prefix_off "${PFX[@]}" --prefix-cache off --outputs "$OUT/bb_prefix_off_outputs.jsonl"
-bb prefix_on_fused "${PFX[@]}" --prefix-cache on --prefill-attn fused --outputs "$OUT/bb_prefix_on_fused_outputs.jsonl"
-bb prefix_off_fused "${PFX[@]}" --prefix-cache off --prefill-attn fused
-if cmp -s "$OUT/bb_prefix_on_outputs.jsonl" "$OUT/bb_prefix_off_outputs.jsonl"; then echo "prefix cache on/off: outputs identical"
-else echo "prefix cache on/off: OUTPUTS DIFFER"; fi
-if cmp -s "$OUT/bb_prefix_on_outputs.jsonl" "$OUT/bb_prefix_on_fused_outputs.jsonl"; then echo "gather/fused prefill: outputs identical"
-else echo "gather/fused prefill: outputs differ (bf16 rounding differs between the paths; compare by vLLM's rule)"; fi
+bb prefix_on_gather "${PFX[@]}" --prefix-cache on --prefill-attn gather --outputs "$OUT/bb_prefix_on_gather_outputs.jsonl"
+bb prefix_off_gather "${PFX[@]}" --prefix-cache off --prefill-attn gather --outputs "$OUT/bb_prefix_off_gather_outputs.jsonl"
+for p in "" _gather; do
+  if cmp -s "$OUT/bb_prefix_on${p}_outputs.jsonl" "$OUT/bb_prefix_off${p}_outputs.jsonl"; then echo "prefix cache on/off${p}: outputs identical"
+  else echo "prefix cache on/off${p}: OUTPUTS DIFFER"; fi
+done
+if cmp -s "$OUT/bb_prefix_on_outputs.jsonl" "$OUT/bb_prefix_on_gather_outputs.jsonl"; then echo "fused/gather prefill: outputs identical"
+else echo "fused/gather prefill: outputs differ (bf16 rounding differs between the paths; compare by vLLM's rule)"; fi
