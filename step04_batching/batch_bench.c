@@ -17,7 +17,7 @@
 // token) / (output tokens - 1); output tok/s = output tokens / (last finish - 0); total tok/s
 // counts prompt tokens too. On CUDA a greedy step copies only the argmax of each sampling row
 // (computed on the device); a step with a sampled row copies the logits of its sampling rows.
-// One warm-up forward runs before the clock starts.
+// Warm-up forwards run before the clock starts (a full-budget prompt step and a decode step on CUDA).
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -437,22 +437,46 @@ int main(int argc, char **argv) {
     Scheduler s;
     if (sched_init(&s, &sc, rl.r, rl.n, err, sizeof err) != 0) die("%s", err);
 
-    // ---- warm-up: one forward of a short prompt in slot 0 (paged: blocks 1, 2, ...); its rows are
-    // rewritten before any read (a block is read only where a real forward wrote it)
+    // ---- warm-up, before the clock starts: on CUDA a prompt step as large as a step can be (the
+    // budget's rows over as many sequences as it takes, each below max_len, within the slots or
+    // the pool), then a decode step of one row for each of them, so the first timed steps do not
+    // pay for loading the kernels of these shapes (CUDA loads a module at a kernel's first
+    // launch; cuBLAS picks kernels by the row count); on the CPU one prompt of 16 rows. Its rows
+    // are rewritten before any read (a block or slot row is read only where a real forward wrote it).
     {
-        int n = max_len - 1 < 16 ? max_len - 1 : 16, wt = n < rows ? n : (int)rows;
-        if (paged && wt > (long)(num_blocks - 1) * block_size) wt = (num_blocks - 1) * block_size;
-        Batch b;
-        if (paged) {
-            batch_alloc_paged(&b, 1, wt, block_size, (wt + block_size - 1) / block_size);
-            for (int j = 0; j < b.bt_stride; j++) b.block_tables[j] = 1 + j;
-        } else batch_alloc(&b, 1, wt);
-        b.n_seqs = 1, b.n_tokens = wt, b.cu_seqlens_q[0] = 0, b.cu_seqlens_q[1] = wt, b.seq_lens_k[0] = wt, b.seq_slot[0] = 0;
-        for (int t = 0; t < wt; t++) b.token_ids[t] = t % cfg.vocab, b.positions[t] = t, b.slot_mapping[t] = paged ? block_size + t : t;
-        b.n_logits = 1, b.logit_rows[0] = wt - 1;
-        int am;
-        if (runner_forward(run, &b, NULL, &am) != 0) die("warm-up forward failed");
-        batch_free(&b);
+        const long per = use_cuda || max_len - 1 < 16 ? max_len - 1 : 16;  // rows per sequence
+        const long want = use_cuda ? rows : per < rows ? per : rows;
+        const int cap_seqs = (int)(want / per) + 1, bts = (max_len + block_size - 1) / block_size;
+        for (int pass = 0; pass < (use_cuda ? 2 : 1); pass++) {  // 0: the prompts, 1: one decode row each
+            Batch b;
+            if (paged) batch_alloc_paged(&b, cap_seqs, (int)want, block_size, bts);
+            else batch_alloc(&b, cap_seqs, (int)want);
+            long left = want;
+            int t = 0, n = 0, next_block = 1;
+            while (left > 0 && n < cap_seqs && (paged || n < max_seqs)) {
+                long len = per < left ? per : left;
+                if (paged) {
+                    const long room = (long)(num_blocks - next_block) * block_size;  // blocks 1 .. num_blocks-1
+                    if (len > room) len = room;
+                    if (len < 1) break;
+                    for (int j = 0; j < (len + block_size - 1) / block_size; j++) b.block_tables[(size_t)n * bts + j] = next_block++;
+                }
+                const int p0 = pass == 0 ? 0 : (int)len - 1, nrow = pass == 0 ? (int)len : 1;
+                b.cu_seqlens_q[n] = t, b.seq_lens_k[n] = (int)len, b.seq_slot[n] = paged ? 0 : n;
+                for (int p = p0; p < p0 + nrow; p++, t++) {
+                    b.token_ids[t] = (int)(((long)t * 7919) % cfg.vocab), b.positions[t] = p;
+                    b.slot_mapping[t] = paged ? b.block_tables[(size_t)n * bts + p / block_size] * block_size + p % block_size
+                                              : n * max_len + p;
+                }
+                b.logit_rows[n++] = t - 1;
+                left -= len;
+            }
+            b.n_seqs = n, b.n_tokens = t, b.cu_seqlens_q[n] = t, b.n_logits = n;
+            int *am = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+            if (n > 0 && runner_forward(run, &b, NULL, am) != 0) die("warm-up forward failed");
+            free(am);
+            batch_free(&b);
+        }
     }
 
     // ---- the run
