@@ -17,7 +17,9 @@
 //       is the fp16 pair (1024 + q0, 1024 + q4), so q - z is one exact fp16 subtraction.
 //       INT8: one warp per row, 16 weights per load; byte b of a word becomes the float 2^23 + q
 //       by one byte permute (__byte_perm with 0x4B000000).
-//       The ladder (QGEMV_VERSIONS, timed by qgemm_bench): v1_u4, v2_u8, v3_u2 loads in flight.
+//       The ladder (QGEMV_VERSIONS, timed by qgemm_bench): v1_u4, v2_u8, v3_u2 loads in flight;
+//       v4_r2, v5_r4w16, v6_r2w16: k_qgemv4r / k_qgemv8r, R tiles or rows per lane (x loaded once
+//       for all of them), W warps per block.
 //       x is read through the read-only L1 path (__ldg): every block on an SM reads the same x,
 //       so L1 serves it once per SM; staging it in each block's shared memory would re-read the
 //       whole vector from L2 per block (256 blocks x 56 KB for a 14336-column layer).
@@ -267,6 +269,158 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
             v += bias ? bias[row] : 0.0f;
             if (beta != 0.0f) v += beta * *out;
             *out = v;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- GEMV, R tiles / rows per warp (v4+)
+// The same loads and arithmetic as k_qgemv4 / k_qgemv8 for one token, but each lane takes R
+// 16-row tiles (INT4) or R rows (INT8) at the same columns, so every x value it loads serves 2R
+// rows (INT4) or R rows (INT8) instead of 2 or 1: k_qgemv4 loads 64 bytes of fp32 x per 16 bytes
+// of weights, which fills the load units before the weights do. W warps per block; INT4: the
+// block's warps split the columns (warp w: 64-column tiles w, w + W, ...), UK of them per
+// iteration, R x UK 16-byte loads in flight per lane; INT8: warp w owns rows (block * W + w) * R
+// .. + R - 1 and takes the whole row, UK pieces of each row per iteration.
+template <int W, int UK, int R, bool ZP>
+__global__ void __launch_bounds__(W * 32)
+    k_qgemv4r(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros,
+              int np, int kp, int gs, int glog, int ng, int rows, const float *__restrict__ x,
+              const float *__restrict__ bias, float *Y, float beta) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nb0 = blockIdx.x * R, nt = np / 16, nk = kp / 64, kl = 2 * (lane % 4);
+    float acc_lo[R], acc_hi[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc_lo[r] = acc_hi[r] = 0.0f;
+    const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+    const __half2 za_sym = __float2half2_rn(1024.0f + 8.0f), zb_sym = __float2half2_rn(-64.0f - 8.0f);
+    for (int kc0 = warp; kc0 < nk; kc0 += W * UK) {
+        uint4 wv[UK][R];
+#pragma unroll
+        for (int u = 0; u < UK; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int kc = kc0 + W * u, nb = nb0 + r;
+                wv[u][r] = kc < nk && nb < nt ? __ldcs(qw + ((size_t)nb * nk + kc) * 32 + lane) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < UK; u++) {
+            const int kc = kc0 + W * u;
+            if (kc >= nk) break;  // the same for the whole warp
+#pragma unroll
+            for (int h = 0; h < 2; h++) {  // two 32-column halves, each inside one group
+                const int col = kc * 64 + 32 * h, g = group_of(col, gs, glog, ng);
+                float2 xa[2], xb[2];  // columns k, k+1 and k+8, k+9 of the two 16-column steps
+#pragma unroll
+                for (int i2 = 0; i2 < 2; i2++) {
+                    const int k = col + 16 * i2 + kl;
+                    xa[i2] = __ldg((const float2 *)(x + k)), xb[i2] = __ldg((const float2 *)(x + k + 8));
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int n_lo = (nb0 + r) * 16 + lane / 4, n_hi = n_lo + 8;
+                    if (nb0 + r >= nt) break;  // the same for the whole block
+                    const float s_lo = __ldg(scales + (size_t)g * np + n_lo), s_hi = __ldg(scales + (size_t)g * np + n_hi);
+                    const float z_lo = ZP ? (float)__ldg(zeros + (size_t)g * np + n_lo) : 8.0f;
+                    const float z_hi = ZP ? (float)__ldg(zeros + (size_t)g * np + n_hi) : 8.0f;
+                    const __half2 za_lo = ZP ? __float2half2_rn(1024.0f + z_lo) : za_sym;
+                    const __half2 zb_lo = ZP ? __float2half2_rn(-64.0f - z_lo) : zb_sym;
+                    const __half2 za_hi = ZP ? __float2half2_rn(1024.0f + z_hi) : za_sym;
+                    const __half2 zb_hi = ZP ? __float2half2_rn(-64.0f - z_hi) : zb_sym;
+                    float p_lo = 0.0f, p_hi = 0.0f;
+#pragma unroll
+                    for (int i2 = 0; i2 < 2; i2++) {
+                        const uint32_t wd = h == 0 ? (i2 == 0 ? wv[u][r].x : wv[u][r].y) : (i2 == 0 ? wv[u][r].z : wv[u][r].w);
+                        const uint32_t w2 = wd >> 8;
+                        const float2 qa = __half22float2(__hsub2(bits<__half2>((wd & 0x000F000Fu) | 0x64006400u), za_lo));
+                        const float2 qb = __half22float2(__hfma2(bits<__half2>((wd & 0x00F000F0u) | 0x64006400u), sixteenth, zb_lo));
+                        const float2 qc = __half22float2(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | 0x64006400u), za_hi));
+                        const float2 qd = __half22float2(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | 0x64006400u), sixteenth, zb_hi));
+                        p_lo = fmaf(qa.x, xa[i2].x, fmaf(qa.y, xa[i2].y, fmaf(qb.x, xb[i2].x, fmaf(qb.y, xb[i2].y, p_lo))));
+                        p_hi = fmaf(qc.x, xa[i2].x, fmaf(qc.y, xa[i2].y, fmaf(qd.x, xb[i2].x, fmaf(qd.y, xb[i2].y, p_hi))));
+                    }
+                    acc_lo[r] = fmaf(s_lo, p_lo, acc_lo[r]), acc_hi[r] = fmaf(s_hi, p_hi, acc_hi[r]);
+                }
+            }
+        }
+    }
+    __shared__ float red[W][R][16];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float lo = acc_lo[r], hi = acc_hi[r];
+        lo += __shfl_xor_sync(0xffffffffu, lo, 1), hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+        lo += __shfl_xor_sync(0xffffffffu, lo, 2), hi += __shfl_xor_sync(0xffffffffu, hi, 2);
+        if (lane % 4 == 0) red[warp][r][lane / 4] = lo, red[warp][r][lane / 4 + 8] = hi;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < R * 16; idx += W * 32) {
+        const int r = idx / 16, row = (nb0 + r) * 16 + idx % 16;
+        if (nb0 + r >= nt || row >= rows) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; w++) v += red[w][r][idx % 16];
+        v += bias ? bias[row] : 0.0f;
+        if (beta != 0.0f) v += beta * Y[row];
+        Y[row] = v;
+    }
+}
+
+template <int W, int UK, int R, bool ZP>
+__global__ void __launch_bounds__(W * 32)
+    k_qgemv8r(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros,
+              int np, int kp, int gs, int glog, int ng, int rows, const float *__restrict__ x,
+              const float *__restrict__ bias, float *Y, float beta) {
+    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * W + (threadIdx.x >> 5)) * R;
+    if (row0 >= rows) return;
+    const int nv = kp / 16;  // 16-byte pieces per row
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    for (int c0 = lane; c0 < nv; c0 += 32 * UK) {
+        uint4 wv[UK][R];
+#pragma unroll
+        for (int u = 0; u < UK; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int c = c0 + 32 * u, row = row0 + r;
+                wv[u][r] = c < nv && row < rows ? __ldcs(qw + (size_t)row * nv + c) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < UK; u++) {
+            const int c = c0 + 32 * u;
+            if (c >= nv) break;
+            const int g = group_of(c * 16, gs, glog, ng);
+            float4 xv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) xv[i] = __ldg((const float4 *)(x + (size_t)c * 16 + 4 * i));
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int row = row0 + r;
+                if (row >= rows) break;
+                const float s = __ldg(scales + (size_t)g * np + row);
+                const float zoff = 8388608.0f + (ZP ? (float)__ldg(zeros + (size_t)g * np + row) : 128.0f);
+                const uint32_t wd[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
+                float p = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {  // 2^23 + q, exactly, minus 2^23 + z: q - z
+                    const float q0 = __int_as_float((int)__byte_perm(wd[i], 0x4B000000u, 0x7650u)) - zoff;
+                    const float q1 = __int_as_float((int)__byte_perm(wd[i], 0x4B000000u, 0x7651u)) - zoff;
+                    const float q2 = __int_as_float((int)__byte_perm(wd[i], 0x4B000000u, 0x7652u)) - zoff;
+                    const float q3 = __int_as_float((int)__byte_perm(wd[i], 0x4B000000u, 0x7653u)) - zoff;
+                    p = fmaf(q0, xv[i].x, fmaf(q1, xv[i].y, fmaf(q2, xv[i].z, fmaf(q3, xv[i].w, p))));
+                }
+                acc[r] = fmaf(s, p, acc[r]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float v = acc[r];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        const int row = row0 + r;
+        if (lane == 0 && row < rows) {
+            v += bias ? bias[row] : 0.0f;
+            if (beta != 0.0f) v += beta * Y[row];
+            Y[row] = v;
         }
     }
 }
@@ -630,12 +784,15 @@ extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q-
 
 // The GEMV ladder: the only list of its versions (qgemm_bench times each; qlinear_gpu_gemv runs
 // g_qgemv_version). They differ in how many 16-byte weight loads each lane has in flight.
+// v4 .. v6 (R > 0): k_qgemv4r / k_qgemv8r with W warps per block, UK loads per tile or row per
+// iteration and R tiles (INT4) or rows (INT8) per lane.
 typedef struct {
     const char *name;
-    int U;
+    int U, W, R;
 } QGemvVersion;
-static const QGemvVersion QGEMV_VERSIONS[] = {{"v1_u4", 4}, {"v2_u8", 8}, {"v3_u2", 2}};
-#define N_QGEMV_VERSIONS 3
+static const QGemvVersion QGEMV_VERSIONS[] = {{"v1_u4", 4, 8, 0},    {"v2_u8", 8, 8, 0},    {"v3_u2", 2, 8, 0},
+                                              {"v4_r2", 2, 8, 2},    {"v5_r4w16", 1, 16, 4}, {"v6_r2w16", 2, 16, 2}};
+#define N_QGEMV_VERSIONS 6
 static int g_qgemv_version = 0;
 extern "C" int qlinear_gemv_n_versions(void) { return N_QGEMV_VERSIONS; }
 extern "C" const char *qlinear_gemv_version_name(int v) {
@@ -664,10 +821,32 @@ static void launch_zp(const QLinearGpu *q, const float *xf, int ldxf, int T, con
     else launch_tb<TB, U, false>(q, xf, ldxf, T, bias, Y, ldy, beta, s);
 }
 
+template <int W, int UK, int R, bool ZP>
+static void launch_r(const QLinearGpu *q, const float *xf, const float *bias, float *Y, float beta, cudaStream_t s) {
+    const uint4 *w = (const uint4 *)q->qw;
+    if (q->kind == QK_INT4)
+        k_qgemv4r<W, UK, R, ZP><<<(q->np / 16 + R - 1) / R, W * 32, 0, s>>>(w, q->scales, q->zeros, q->np, q->kp, q->gs,
+                                                                         q->glog, q->ng, q->rows, xf, bias, Y, beta);
+    else
+        k_qgemv8r<W, UK, R, ZP><<<(q->rows + W * R - 1) / (W * R), W * 32, 0, s>>>(
+            w, q->scales, q->zeros, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, xf, bias, Y, beta);
+}
+template <int W, int UK, int R>
+static void launch_rz(const QLinearGpu *q, const float *xf, const float *bias, float *Y, float beta, cudaStream_t s) {
+    if (q->zeros) launch_r<W, UK, R, true>(q, xf, bias, Y, beta, s);
+    else launch_r<W, UK, R, false>(q, xf, bias, Y, beta, s);
+}
+
 // The GEMV/fallback launch over T tokens of xf (T, ldxf) fp32 (kp wide, zero-padded).
 static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, const float *bias, float *Y, int ldy,
                         float beta, cudaStream_t s) {
     if (T == 1) {
+        switch (g_qgemv_version) {
+        case 3: launch_rz<8, 2, 2>(q, xf, bias, Y, beta, s); return;
+        case 4: launch_rz<16, 1, 4>(q, xf, bias, Y, beta, s); return;
+        case 5: launch_rz<16, 2, 2>(q, xf, bias, Y, beta, s); return;
+        default: break;
+        }
         switch (QGEMV_VERSIONS[g_qgemv_version].U) {
         case 8: launch_zp<1, 8>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
         case 2: launch_zp<1, 2>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
