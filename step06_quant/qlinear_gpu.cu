@@ -122,6 +122,49 @@ __device__ __forceinline__ int group_of(int col, int gs, int glog, int ng) {
     return min(glog >= 0 ? col >> glog : col / gs, ng - 1);
 }
 
+// INT4's zero terms for one (group, row): za = 1024 + z, zb = -64 - z as fp16 pairs (z = 8 when
+// symmetric), so that (1024 + q) - za and (1024 + 16 q) / 16 + zb are q - z exactly.
+template <bool ZP>
+__device__ __forceinline__ void zero4(const uint8_t *__restrict__ zeros, size_t at, __half2 &za, __half2 &zb) {
+    const float z = ZP ? (float)__ldg(zeros + at) : 8.0f;
+    za = __float2half2_rn(1024.0f + z), zb = __float2half2_rn(-64.0f - z);
+}
+// q - z of one packed word: columns (k, k+1) and (k+8, k+9) of row n (low nibbles), then of row
+// n + 8 (the word >> 8). (w & 0x000F000F) | 0x64006400 is the fp16 pair (1024 + q0, 1024 + q4).
+__device__ __forceinline__ void dq4(uint32_t wd, __half2 za_lo, __half2 zb_lo, __half2 za_hi, __half2 zb_hi, float2 &qa,
+                                    float2 &qb, float2 &qc, float2 &qd) {
+    const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+    const uint32_t w2 = wd >> 8;
+    qa = __half22float2(__hsub2(bits<__half2>((wd & 0x000F000Fu) | 0x64006400u), za_lo));
+    qb = __half22float2(__hfma2(bits<__half2>((wd & 0x00F000F0u) | 0x64006400u), sixteenth, zb_lo));
+    qc = __half22float2(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | 0x64006400u), za_hi));
+    qd = __half22float2(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | 0x64006400u), sixteenth, zb_hi));
+}
+// out = v + bias[row] (+ beta * out).
+__device__ __forceinline__ void out_store(float v, float *out, const float *bias, int row, float beta) {
+    v += bias ? bias[row] : 0.0f;
+    if (beta != 0.0f) v += beta * *out;
+    *out = v;
+}
+// One output of a warp (INT8: a row's partial sums across the lanes): summed over the warp, then
+// written by lane 0 where ok.
+__device__ __forceinline__ void warp_out(float v, float *out, const float *bias, int row, float beta, bool ok) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0 && ok) out_store(v, out, bias, row, beta);
+}
+// INT4: the 4 lanes of a row pair (lane % 4) summed; the first writes rows lane/4 and lane/4 + 8
+// of a 16-row tile's slot in shared memory.
+__device__ __forceinline__ void quad_to_shared(float lo, float hi, float *red16) {
+    const int lane = threadIdx.x & 31;
+    lo += __shfl_xor_sync(0xffffffffu, lo, 1), hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+    lo += __shfl_xor_sync(0xffffffffu, lo, 2), hi += __shfl_xor_sync(0xffffffffu, hi, 2);
+    if (lane % 4 == 0) red16[lane / 4] = lo, red16[lane / 4 + 8] = hi;
+}
+// INT8: byte b of a word becomes 2^23 + q exactly (one byte permute), minus zoff = 2^23 + z.
+__device__ __forceinline__ float dq8(uint32_t w, int b, float zoff) {
+    return __int_as_float((int)__byte_perm(w, 0x4B000000u, 0x7650u | b)) - zoff;
+}
+
 // ---------------------------------------------------------------- GEMV (and fallback GEMM)
 // Y[t][row] = sum_k W[row][k] x_t[k] (+ bias[row]) (+ beta * Y[t][row] when beta != 0), for the
 // tokens t0 .. t0 + TB - 1 < T of x (T, ldxf) fp32, padded to kp with zeros (and permuted).
@@ -141,8 +184,6 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
     float acc_lo[TB], acc_hi[TB];
 #pragma unroll
     for (int t = 0; t < TB; t++) acc_lo[t] = acc_hi[t] = 0.0f;
-    const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
-    const __half2 za_sym = __float2half2_rn(1024.0f + 8.0f), zb_sym = __float2half2_rn(-64.0f - 8.0f);
     for (int kc0 = warp; kc0 < nk; kc0 += QV_WARPS * U) {
         uint4 wv[U];
 #pragma unroll
@@ -158,24 +199,16 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
             for (int h = 0; h < 2; h++) {  // two 32-column halves, each inside one group
                 const int col = kc * 64 + 32 * h, g = group_of(col, gs, glog, ng);
                 const float s_lo = __ldg(scales + (size_t)g * np + n_lo), s_hi = __ldg(scales + (size_t)g * np + n_hi);
-                const float z_lo = ZP ? (float)__ldg(zeros + (size_t)g * np + n_lo) : 8.0f;
-                const float z_hi = ZP ? (float)__ldg(zeros + (size_t)g * np + n_hi) : 8.0f;
-                const __half2 za_lo = ZP ? __float2half2_rn(1024.0f + z_lo) : za_sym;
-                const __half2 zb_lo = ZP ? __float2half2_rn(-64.0f - z_lo) : zb_sym;
-                const __half2 za_hi = ZP ? __float2half2_rn(1024.0f + z_hi) : za_sym;
-                const __half2 zb_hi = ZP ? __float2half2_rn(-64.0f - z_hi) : zb_sym;
+                __half2 za_lo, zb_lo, za_hi, zb_hi;
+                zero4<ZP>(zeros, (size_t)g * np + n_lo, za_lo, zb_lo), zero4<ZP>(zeros, (size_t)g * np + n_hi, za_hi, zb_hi);
                 float p_lo[TB], p_hi[TB];
 #pragma unroll
                 for (int t = 0; t < TB; t++) p_lo[t] = p_hi[t] = 0.0f;
 #pragma unroll
                 for (int i2 = 0; i2 < 2; i2++) {
                     const uint32_t wd = h == 0 ? (i2 == 0 ? wv[u].x : wv[u].y) : (i2 == 0 ? wv[u].z : wv[u].w);
-                    const uint32_t w2 = wd >> 8;
-                    // q - z, exact in fp16: (k, k+1) and (k+8, k+9) of row n_lo, then of n_hi
-                    const float2 qa = __half22float2(__hsub2(bits<__half2>((wd & 0x000F000Fu) | 0x64006400u), za_lo));
-                    const float2 qb = __half22float2(__hfma2(bits<__half2>((wd & 0x00F000F0u) | 0x64006400u), sixteenth, zb_lo));
-                    const float2 qc = __half22float2(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | 0x64006400u), za_hi));
-                    const float2 qd = __half22float2(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | 0x64006400u), sixteenth, zb_hi));
+                    float2 qa, qb, qc, qd;  // q - z, exact in fp16
+                    dq4(wd, za_lo, zb_lo, za_hi, zb_hi, qa, qb, qc, qd);
                     const int k = col + 16 * i2 + kl;
 #pragma unroll
                     for (int t = 0; t < TB; t++) {
@@ -191,12 +224,7 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
     }
     __shared__ float red[QV_WARPS][TB][16];
 #pragma unroll
-    for (int t = 0; t < TB; t++) {
-        float lo = acc_lo[t], hi = acc_hi[t];
-        lo += __shfl_xor_sync(0xffffffffu, lo, 1), hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-        lo += __shfl_xor_sync(0xffffffffu, lo, 2), hi += __shfl_xor_sync(0xffffffffu, hi, 2);
-        if (lane % 4 == 0) red[warp][t][lane / 4] = lo, red[warp][t][lane / 4 + 8] = hi;
-    }
+    for (int t = 0; t < TB; t++) quad_to_shared(acc_lo[t], acc_hi[t], red[warp][t]);
     __syncthreads();
     for (int idx = threadIdx.x; idx < TB * 16; idx += blockDim.x) {
         const int t = idx / 16, r = idx % 16, row = nb * 16 + r, tok = t0 + t;
@@ -204,10 +232,7 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
         float v = 0.0f;
 #pragma unroll
         for (int w = 0; w < QV_WARPS; w++) v += red[w][t][r];
-        float *out = Y + (size_t)tok * ldy + row;
-        v += bias ? bias[row] : 0.0f;
-        if (beta != 0.0f) v += beta * *out;
-        *out = v;
+        out_store(v, Y + (size_t)tok * ldy + row, bias, row, beta);
     }
 }
 
@@ -245,8 +270,7 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
             float q[16];
             const uint32_t wd[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
 #pragma unroll
-            for (int i = 0; i < 16; i++)  // 2^23 + q, exactly, minus 2^23 + z: q - z
-                q[i] = __int_as_float((int)__byte_perm(wd[i / 4], 0x4B000000u, 0x7650u | (i % 4))) - zoff;
+            for (int i = 0; i < 16; i++) q[i] = dq8(wd[i / 4], i % 4, zoff);  // q - z
 #pragma unroll
             for (int t = 0; t < TB; t++) {
                 float p = 0.0f;
@@ -260,17 +284,7 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
         }
     }
 #pragma unroll
-    for (int t = 0; t < TB; t++) {
-        float v = acc[t];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        const int tok = t0 + t;
-        if (lane == 0 && tok < T) {
-            float *out = Y + (size_t)tok * ldy + row;
-            v += bias ? bias[row] : 0.0f;
-            if (beta != 0.0f) v += beta * *out;
-            *out = v;
-        }
-    }
+    for (int t = 0; t < TB; t++) warp_out(acc[t], Y + (size_t)(t0 + t) * ldy + row, bias, row, beta, t0 + t < T);
 }
 
 // ---------------------------------------------------------------- GEMV, R tiles / rows per warp (v4+)
@@ -291,8 +305,6 @@ __global__ void __launch_bounds__(W * 32)
     float acc_lo[R], acc_hi[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc_lo[r] = acc_hi[r] = 0.0f;
-    const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
-    const __half2 za_sym = __float2half2_rn(1024.0f + 8.0f), zb_sym = __float2half2_rn(-64.0f - 8.0f);
     for (int kc0 = warp; kc0 < nk; kc0 += W * UK) {
         uint4 wv[UK][R];
 #pragma unroll
@@ -320,21 +332,14 @@ __global__ void __launch_bounds__(W * 32)
                     const int n_lo = (nb0 + r) * 16 + lane / 4, n_hi = n_lo + 8;
                     if (nb0 + r >= nt) break;  // the same for the whole block
                     const float s_lo = __ldg(scales + (size_t)g * np + n_lo), s_hi = __ldg(scales + (size_t)g * np + n_hi);
-                    const float z_lo = ZP ? (float)__ldg(zeros + (size_t)g * np + n_lo) : 8.0f;
-                    const float z_hi = ZP ? (float)__ldg(zeros + (size_t)g * np + n_hi) : 8.0f;
-                    const __half2 za_lo = ZP ? __float2half2_rn(1024.0f + z_lo) : za_sym;
-                    const __half2 zb_lo = ZP ? __float2half2_rn(-64.0f - z_lo) : zb_sym;
-                    const __half2 za_hi = ZP ? __float2half2_rn(1024.0f + z_hi) : za_sym;
-                    const __half2 zb_hi = ZP ? __float2half2_rn(-64.0f - z_hi) : zb_sym;
+                    __half2 za_lo, zb_lo, za_hi, zb_hi;
+                    zero4<ZP>(zeros, (size_t)g * np + n_lo, za_lo, zb_lo), zero4<ZP>(zeros, (size_t)g * np + n_hi, za_hi, zb_hi);
                     float p_lo = 0.0f, p_hi = 0.0f;
 #pragma unroll
                     for (int i2 = 0; i2 < 2; i2++) {
                         const uint32_t wd = h == 0 ? (i2 == 0 ? wv[u][r].x : wv[u][r].y) : (i2 == 0 ? wv[u][r].z : wv[u][r].w);
-                        const uint32_t w2 = wd >> 8;
-                        const float2 qa = __half22float2(__hsub2(bits<__half2>((wd & 0x000F000Fu) | 0x64006400u), za_lo));
-                        const float2 qb = __half22float2(__hfma2(bits<__half2>((wd & 0x00F000F0u) | 0x64006400u), sixteenth, zb_lo));
-                        const float2 qc = __half22float2(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | 0x64006400u), za_hi));
-                        const float2 qd = __half22float2(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | 0x64006400u), sixteenth, zb_hi));
+                        float2 qa, qb, qc, qd;
+                        dq4(wd, za_lo, zb_lo, za_hi, zb_hi, qa, qb, qc, qd);
                         p_lo = fmaf(qa.x, xa[i2].x, fmaf(qa.y, xa[i2].y, fmaf(qb.x, xb[i2].x, fmaf(qb.y, xb[i2].y, p_lo))));
                         p_hi = fmaf(qc.x, xa[i2].x, fmaf(qc.y, xa[i2].y, fmaf(qd.x, xb[i2].x, fmaf(qd.y, xb[i2].y, p_hi))));
                     }
@@ -345,12 +350,7 @@ __global__ void __launch_bounds__(W * 32)
     }
     __shared__ float red[W][R][16];
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        float lo = acc_lo[r], hi = acc_hi[r];
-        lo += __shfl_xor_sync(0xffffffffu, lo, 1), hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-        lo += __shfl_xor_sync(0xffffffffu, lo, 2), hi += __shfl_xor_sync(0xffffffffu, hi, 2);
-        if (lane % 4 == 0) red[warp][r][lane / 4] = lo, red[warp][r][lane / 4 + 8] = hi;
-    }
+    for (int r = 0; r < R; r++) quad_to_shared(acc_lo[r], acc_hi[r], red[warp][r]);
     __syncthreads();
     for (int idx = threadIdx.x; idx < R * 16; idx += W * 32) {
         const int r = idx / 16, row = (nb0 + r) * 16 + idx % 16;
@@ -358,9 +358,7 @@ __global__ void __launch_bounds__(W * 32)
         float v = 0.0f;
 #pragma unroll
         for (int w = 0; w < W; w++) v += red[w][r][idx % 16];
-        v += bias ? bias[row] : 0.0f;
-        if (beta != 0.0f) v += beta * Y[row];
-        Y[row] = v;
+        out_store(v, Y + row, bias, row, beta);
     }
 }
 
@@ -401,28 +399,15 @@ __global__ void __launch_bounds__(W * 32)
                 const uint32_t wd[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
                 float p = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 4; i++) {  // 2^23 + q, exactly, minus 2^23 + z: q - z
-                    const float q0 = __int_as_float((int)__byte_perm(wd[i], 0x4B000000u, 0x7650u)) - zoff;
-                    const float q1 = __int_as_float((int)__byte_perm(wd[i], 0x4B000000u, 0x7651u)) - zoff;
-                    const float q2 = __int_as_float((int)__byte_perm(wd[i], 0x4B000000u, 0x7652u)) - zoff;
-                    const float q3 = __int_as_float((int)__byte_perm(wd[i], 0x4B000000u, 0x7653u)) - zoff;
-                    p = fmaf(q0, xv[i].x, fmaf(q1, xv[i].y, fmaf(q2, xv[i].z, fmaf(q3, xv[i].w, p))));
-                }
+                for (int i = 0; i < 4; i++)
+                    p = fmaf(dq8(wd[i], 0, zoff), xv[i].x,
+                             fmaf(dq8(wd[i], 1, zoff), xv[i].y, fmaf(dq8(wd[i], 2, zoff), xv[i].z, fmaf(dq8(wd[i], 3, zoff), xv[i].w, p))));
                 acc[r] = fmaf(s, p, acc[r]);
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        float v = acc[r];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        const int row = row0 + r;
-        if (lane == 0 && row < rows) {
-            v += bias ? bias[row] : 0.0f;
-            if (beta != 0.0f) v += beta * Y[row];
-            Y[row] = v;
-        }
-    }
+    for (int r = 0; r < R; r++) warp_out(acc[r], Y + row0 + r, bias, row0 + r, beta, row0 + r < rows);
 }
 
 // ---------------------------------------------------------------- tensor-core GEMM (INT4, sm_80+)
