@@ -29,7 +29,8 @@
 #include "step01_matmul/accounting.h"
 #include "step01_matmul/ceilings.h"
 #include "step01_matmul/roofline_gpu.h"
-#include "step06_quant/qmodel.h"  // --quant and quantized checkpoints
+#include "step06_quant/qlinear_bench_gpu.h"  // --qgemv: the quantized GEMV's ladder
+#include "step06_quant/qmodel.h"            // --quant and quantized checkpoints
 #include "table.h"
 #include "timer.h"
 
@@ -42,7 +43,8 @@ static const char *TINY_JSON =
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
-            "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--csv | --json]\n"
+            "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--qgemv V]\n"
+            "                [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
             "  --window     latency at p = median of the cached steps p-W .. p+W (default 8)\n"
@@ -50,7 +52,9 @@ static void usage(FILE *f) {
             "  --copy-gbps  the bandwidth ceiling (default: measured now on the GPU, build/ceilings.json on the CPU)\n"
             "  --gemv V     GPU: GEMV version 1..4 for the table (default: the fastest decode of the ladder, measured first)\n"
             "  --quant      quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups of\n"
-            "               128), random integers with --preset; a GPTQ / AWQ checkpoint runs quantized without it\n");
+            "               128), random integers with --preset; a GPTQ / AWQ checkpoint runs quantized without it\n"
+            "  --qgemv V    GPU, quantized projections: the quantized GEMV's version 1..N of its ladder (qgemm_bench\n"
+            "               names them; default 1)\n");
 }
 
 // --positions: at most `max` positions, each in 0..2^20 (the model's context is checked later).
@@ -99,7 +103,7 @@ static TimeStats window_stats(const double *v, int runs, int n, int p, int w) {
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = 0;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -114,6 +118,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--reps") && more) reps = (int)arg_int(a, argv[++i], 1, 1000);
         else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--gemv") && more) gemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
+        else if (!strcmp(a, "--qgemv") && more) qgemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--quant") && more) {
             if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
         } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
@@ -149,6 +154,9 @@ int main(int argc, char **argv) {
                 window, cfg.max_pos, model_dir ? model_dir : preset);
     if (use_cuda && gemv_ver >= gemv_n_versions())
         arg_die("--gemv: %d is out of range (allowed: 1..%d)", gemv_ver + 1, gemv_n_versions());
+    if (use_cuda && qgemv_ver >= qlinear_gemv_n_versions())
+        arg_die("--qgemv: %d is out of range (allowed: 1..%d)", qgemv_ver + 1, qlinear_gemv_n_versions());
+    if (use_cuda) qlinear_gemv_set_version(qgemv_ver);
     CpuModel cm = {0};
     GpuModel *gm = NULL;
     char qfmt[256];
@@ -284,6 +292,7 @@ int main(int argc, char **argv) {
                c->vocab);
     table_meta(t, "precision", "%s", dtype);
     table_meta(t, "quant", "%s", qfmt);
+    if (use_cuda && quantized) table_meta(t, "qgemv", "%s (quantized GEMV version %d)", qlinear_gemv_version_name(qgemv_ver), qgemv_ver + 1);
     table_meta(t, "weight_bytes", "%.4g (held; %s)", weight_bytes, use_cuda ? "device allocations" : "host arrays");
     if (!use_cuda) table_meta(t, "cpu_threads", "%s", cpu_env_describe());
     table_meta(t, "timing", "%s", use_cuda ? "CUDA events; one cached run after a warm-up run"

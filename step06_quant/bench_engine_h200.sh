@@ -8,7 +8,8 @@
 #                    tok/s, GB/s counting the bytes the quantized projections take as stored)
 #   batch 16         step04's batch_bench: 32 requests of 128 prompt + 256 output tokens through
 #                    16 seats (qlinear_gpu_gemm for the steps of several rows); output tok/s
-#   step06_quant/bench_engine_h200.sh OUTDIR          (BIN=build/bin by default; QUANTS="none rtn-int8 rtn-int4")
+#   step06_quant/bench_engine_h200.sh OUTDIR          (BIN=build/bin by default; QUANTS="none rtn-int8 rtn-int4";
+#   QGEMV="1 4 5 6": batch-1 decode once per quantized GEMV rung, kv_bench --qgemv, default 1)
 set -u -o pipefail
 OUT=${1:?usage: bench_engine_h200.sh OUTDIR}
 B=${BIN:-build/bin}
@@ -16,11 +17,14 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,memory.used --format=csv \
     > "$OUT/gpu_state_engine_h200.txt" 2>&1
 for q in ${QUANTS:-none rtn-int8 rtn-int4}; do
-  echo "== kv_bench (batch-1 decode), Llama-3.1-8B shape, --quant $q"
-  $B/kv_bench --device cuda --preset llama-3.1-8b --positions 1,64,128 --reps 1 --quant "$q" \
-      > "$OUT/kv_bench_8b_${q}_h200.txt" 2>&1 \
-    && grep -E "^# (quant|weight_bytes|precision|decode_batch1):" "$OUT/kv_bench_8b_${q}_h200.txt" \
-    || echo "kv_bench --quant $q failed (see $OUT/kv_bench_8b_${q}_h200.txt)"
+  for v in $([ "$q" = none ] && echo 1 || echo ${QGEMV:-1}); do  # QGEMV="1 4 5 6": the quantized GEMV rungs
+    tag=${q}$([ "$q" = none ] || [ "${QGEMV:-1}" = 1 ] || echo "_qgemv$v")
+    echo "== kv_bench (batch-1 decode), Llama-3.1-8B shape, --quant $q --qgemv $v"
+    $B/kv_bench --device cuda --preset llama-3.1-8b --positions 1,64,128 --reps 1 --quant "$q" --qgemv "$v" \
+        > "$OUT/kv_bench_8b_${tag}_h200.txt" 2>&1 \
+      && grep -E "^# (quant|qgemv|weight_bytes|precision|decode_batch1):" "$OUT/kv_bench_8b_${tag}_h200.txt" \
+      || echo "kv_bench --quant $q --qgemv $v failed (see $OUT/kv_bench_8b_${tag}_h200.txt)"
+  done
 done
 for q in ${QUANTS:-none rtn-int8 rtn-int4}; do
   echo "== batch_bench (16 seats), Llama-3.1-8B shape, --quant $q"

@@ -217,6 +217,7 @@ static const Case bench_cases[] = {
     {"kv_bench", "--device cpu --preset tiny --positions 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65", 2, "--positions: 65 positions given, at most 64"},
     {"kv_bench", "--device cpu --preset tiny --copy-gbps nan", 2, "--copy-gbps: 'nan' is not a finite number"},
     {"kv_bench", "--device cpu --preset tiny --gemv 0", 2, "--gemv: 0 is out of range"},
+    {"kv_bench", "--device cpu --preset tiny --qgemv 0", 2, "--qgemv: 0 is out of range"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --max-num-seqs 8k", 2, "--max-num-seqs: '8k' is not an integer"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --max-num-batched-tokens -5", 2, "--max-num-batched-tokens: -5 is out of range"},
     {"batch_bench", "--preset tiny --trace poisson --rate nan --num-requests 4 --device cpu", 2, "--rate: 'nan' is not a finite number"},
