@@ -73,14 +73,16 @@ extern "C" int paged_kv_write(StDtype dt, const float *k, const float *v, int ld
 // loads together (rows past the range load the range's last row, a valid address, and are
 // masked). The NW warps' (m, l, o) are merged once at the end.
 // Dynamic shared: NW * g * (hd + 2) floats.
-template <class C, int LPR, int G>
-__global__ void __launch_bounds__(PA_THREADS)
+// U: rows per lane per iteration (4; the ladder's u8 rung: 8); MINB: CTAs per SM the register
+// budget must allow (1: no cap; the lb4 rung: 4, at most 128 registers a thread).
+template <class C, int LPR, int G, int U = 4, int MINB = 1>
+__global__ void __launch_bounds__(PA_THREADS, MINB)
     k_paged_decode(const float *__restrict__ q, int ldq, const C *__restrict__ kc, const C *__restrict__ vc,
                    const int *__restrict__ bt, int bt_stride, int B, const int *rows, const int *seqs,
                    const int *lens, int H, int KV, int hd, float scale, int part, void *out, int ldo, int out_f32,
                    float *part_o, float *part_ml) {
     constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = PA_THREADS / 32;
-    constexpr int U = 4, WR = U * RPW, CR = NW * WR;
+    constexpr int WR = U * RPW, CR = NW * WR;
     extern __shared__ float red[];  // (NW, g, hd) accumulators, then (NW, g, 2) m and l
     const int w = blockIdx.z, kvh = blockIdx.x, pi = blockIdx.y, nparts = gridDim.y;
     const int len = lens[w];
@@ -253,17 +255,20 @@ extern "C" int paged_decode_supported(StDtype dt, int H, int KV, int hd) {
 template <class C, int G>
 static void launch_decode_g(int lpr, dim3 grid, size_t smem, const PagedDecode *a, const int *rows, const int *seqs,
                             const int *lens, int part, float *po, float *pm) {
-#define PA_CASE(L)                                                                                                 \
-    case L:                                                                                                        \
-        k_paged_decode<C, L, G><<<grid, PA_THREADS, smem>>>(a->q, a->ldq, (const C *)a->kc, (const C *)a->vc,      \
-                                                           a->block_tables, a->bt_stride, a->block_size, rows, seqs, \
-                                                           lens, a->H, a->KV, a->hd, a->scale, part, a->out, a->ldo, \
-                                                           a->out_f32, po, pm);                                     \
-        break;
-    switch (lpr) {
-        PA_CASE(2) PA_CASE(4) PA_CASE(8) PA_CASE(16) PA_CASE(32)
-    }
+#define PA_ARGS                                                                                                     \
+    a->q, a->ldq, (const C *)a->kc, (const C *)a->vc, a->block_tables, a->bt_stride, a->block_size, rows, seqs, lens, \
+        a->H, a->KV, a->hd, a->scale, part, a->out, a->ldo, a->out_f32, po, pm
+#define PA_CASE(L)                                                     \
+    case L: k_paged_decode<C, L, G><<<grid, PA_THREADS, smem>>>(PA_ARGS); break;
+    // the ladder's rungs (a->variant) exist for 16 lanes per row (hd 128 in bf16/fp16, 64 in fp32)
+    if (lpr == 16 && a->variant == 1) k_paged_decode<C, 16, G, 4, 4><<<grid, PA_THREADS, smem>>>(PA_ARGS);
+    else if (lpr == 16 && a->variant == 2) k_paged_decode<C, 16, G, 8, 1><<<grid, PA_THREADS, smem>>>(PA_ARGS);
+    else
+        switch (lpr) {
+            PA_CASE(2) PA_CASE(4) PA_CASE(8) PA_CASE(16) PA_CASE(32)
+        }
 #undef PA_CASE
+#undef PA_ARGS
 }
 template <class C>
 static void launch_decode(int lpr, dim3 grid, size_t smem, const PagedDecode *a, const int *rows, const int *seqs,

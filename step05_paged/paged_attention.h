@@ -64,6 +64,8 @@ typedef struct {
     float *part_o, *part_ml;     // v2 scratch: part_cap floats, part_cap / hd * 2 floats
     size_t part_cap;
     int part;                    // v2 keys per partition (0: PA_PART)
+    int variant;                 // the loop (16 lanes per row only): 0 the default, 1 at most 128 registers
+                                 // (4 CTAs per SM), 2 eight rows per lane per iteration (paged_attn_bench's rungs)
 } PagedDecode;
 
 // 0 on success (kernels queued on the default stream), -1 on bad arguments / a launch error.

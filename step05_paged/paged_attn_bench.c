@@ -132,16 +132,18 @@ typedef enum { K_DECODE, K_STEP04, K_GATHER, K_WRITE_DECODE, K_WRITE_PREFILL } K
 static const struct {
     const char *id;
     Kind kind;
-    int version;
+    int version, variant;
     const char *what;
 } LADDER[] = {
-    {"step04_contiguous", K_STEP04, 0, "step04 split decode kernel, contiguous slots (baseline)"},
-    {"paged_v1", K_DECODE, 1, "one CTA per (sequence, kv head), whole context"},
-    {"paged_v2", K_DECODE, 2, "split-K partitions (--part keys) + rescaling reduce"},
-    {"paged_rule", K_DECODE, 0, "paged_decode: v1 or v2 by paged_decode_choose"},
-    {"gather", K_GATHER, 0, "contexts through the tables into contiguous rows (read + write)"},
-    {"kv_write_decode", K_WRITE_DECODE, 0, "K/V write through the slot mapping, batch rows"},
-    {"kv_write_prefill", K_WRITE_PREFILL, 0, "K/V write through the slot mapping, 8192 rows"},
+    {"step04_contiguous", K_STEP04, 0, 0, "step04 split decode kernel, contiguous slots (baseline)"},
+    {"paged_v1", K_DECODE, 1, 0, "one CTA per (sequence, kv head), whole context"},
+    {"paged_v2", K_DECODE, 2, 0, "split-K partitions (--part keys) + rescaling reduce"},
+    {"paged_v2_lb4", K_DECODE, 2, 1, "v2, at most 128 registers a thread: 4 CTAs per SM (16 lanes per row only)"},
+    {"paged_v2_u8", K_DECODE, 2, 2, "v2, 8 rows per lane per iteration (16 lanes per row only)"},
+    {"paged_rule", K_DECODE, 0, 0, "paged_decode: v1 or v2 by paged_decode_choose"},
+    {"gather", K_GATHER, 0, 0, "contexts through the tables into contiguous rows (read + write)"},
+    {"kv_write_decode", K_WRITE_DECODE, 0, 0, "K/V write through the slot mapping, batch rows"},
+    {"kv_write_prefill", K_WRITE_PREFILL, 0, 0, "K/V write through the slot mapping, 8192 rows"},
 };  // the K/V writes come last: they overwrite pool rows the decode rows read
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
 
@@ -448,7 +450,7 @@ int main(int argc, char **argv) {
 
     Ctx c = {0};
     c.pd = (PagedDecode){dt, H, KV, hd, scale, dq, qd, dk, dv, dbt, nb, B, ditem, ditem + batch, ditem + 2 * batch, batch,
-                         L, dout, qd, 0, po, pm, part_cap, part};
+                         L, dout, qd, 0, po, pm, part_cap, part, 0};
     c.nsms = nsms, c.dt = dt, c.ck = ck, c.cv = cv, c.rows = ditem, c.lens = ditem + 2 * batch, c.bases = ditem + 3 * batch;
     c.n = batch, c.L = L, c.H = H, c.KV = KV, c.hd = hd, c.out = dout, c.po = po, c.pm = pm, c.part_cap4 = part_cap;
     c.kc = dk, c.vc = dv, c.bt = dbt, c.bt_stride = nb, c.B = B, c.kd = kd, c.gk = ck, c.gv = cv;
@@ -463,7 +465,7 @@ int main(int argc, char **argv) {
         c.launch_err = 0;
         if (LADDER[li].kind == K_DECODE || LADDER[li].kind == K_STEP04) {
             fn = LADDER[li].kind == K_STEP04 ? run_step04 : run_paged;
-            c.version = LADDER[li].version;
+            c.version = LADDER[li].version, c.pd.variant = LADDER[li].variant;
             bytes = dec_bytes;
             // check: poison, one run, compare the checked sequences
             for (size_t i = 0; i < (size_t)batch * qd; i++) out[i] = NAN;

@@ -204,13 +204,15 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                 pa_upload_as(dt, dk, p.k, prow * kd), pa_upload_as(dt, dv, p.v, prow * kd);
                 pa_upload(dbt, p.bt, (size_t)NS * p.stride * 4);
                 pa_upload(dit, rows, (size_t)n * 4), pa_upload(dit + 16, seqs, (size_t)n * 4), pa_upload(dit + 32, ilen, (size_t)n * 4);
-                for (int ver = 1; ver <= 3; ver++) {  // v1, v2, the rule
+                static const char *const VER_NAME[] = {"", "v1", "v2", "the rule", "v2 variant 1 (lb4)", "v2 variant 2 (u8)"};
+                for (int ver = 1; ver <= 5; ver++) {  // v1, v2, the rule, v2 with the loop variants 1 and 2
                     const int out_f32 = dt == ST_F32 || (ver == 2 && s == 1);
                     PagedDecode a = {dt, H, KV, hd, 1.0f / sqrtf((float)hd), dq, qd, dk, dv, dbt, p.stride, B,
-                                     dit, dit + 16, dit + 32, n, maxlen, dout, qd, out_f32, po, pm, part_cap, 0};
+                                     dit, dit + 16, dit + 32, n, maxlen, dout, qd, out_f32, po, pm, part_cap, 0,
+                                     ver >= 4 ? ver - 3 : 0};
                     for (size_t i = 0; i < (size_t)n * qd; i++) out[i] = NAN;
                     pa_upload_as(out_f32 ? ST_F32 : dt, dout, out, (size_t)n * qd);
-                    const int nl = ver == 1 ? paged_decode_v1(&a) : ver == 2 ? paged_decode_v2(&a) : paged_decode(&a, nsms);
+                    const int nl = ver == 1 ? paged_decode_v1(&a) : ver == 3 ? paged_decode(&a, nsms) : paged_decode_v2(&a);
                     cr_assert(nl >= 1, "launch refused");
                     cr_assert_eq(pa_sync(), 0);
                     pa_download_f32(out_f32 ? ST_F32 : dt, out, dout, (size_t)n * qd);
@@ -220,12 +222,12 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                         if (ilen[w] == 0) {
                             int zeros = 1;
                             for (int i = 0; i < qd; i++) zeros &= o[i] == 0.0f;
-                            cr_expect(zeros, "padding item: not zeros (v%d)", ver);
+                            cr_expect(zeros, "padding item: not zeros (%s)", VER_NAME[ver]);
                             continue;
                         }
                         ErrStats e = compare_f32(o, rf, (size_t)qd);
-                        cr_expect(e.n_bad == 0 && e.max_rel < tol, "v%d %s B=%d H=%d KV=%d hd=%d item %d (%d keys): max_rel %.3e, "
-                                  "%zu non-finite (tol %.0e)", ver == 3 ? 0 : ver, st_dtype_name(dt), B, H, KV, hd, w, ilen[w],
+                        cr_expect(e.n_bad == 0 && e.max_rel < tol, "%s %s B=%d H=%d KV=%d hd=%d item %d (%d keys): max_rel %.3e, "
+                                  "%zu non-finite (tol %.0e)", VER_NAME[ver], st_dtype_name(dt), B, H, KV, hd, w, ilen[w],
                                   e.max_rel, e.n_bad, tol);
                     }
                     runs++;
@@ -235,7 +237,7 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                 free(q), free(ref), free(out);
                 pool_free(&p);
             }
-    fprintf(stderr, "[paged-decode] %d kernel runs (v1, v2, rule) x 5 shapes x 3 block sizes x 3 dtypes match the CPU\n", runs);
+    fprintf(stderr, "[paged-decode] %d kernel runs (v1, v2, rule, v2 variants 1 and 2) x 5 shapes x 3 block sizes x 3 dtypes match the CPU\n", runs);
 }
 
 // ---------------------------------------------------------------- gather
