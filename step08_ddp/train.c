@@ -103,8 +103,9 @@ int main(int argc, char **argv) {
         if (train_model_from_weights(&w, &m, err, sizeof err)) die("%s", err);
         model_free(&w);
         if (m.cfg.vocab < TASK_SYM0 + n_sym)
-            die("%s: vocabulary %d is smaller than the task's %d ids (--symbols %d + BOS + SEP)", model_dir, m.cfg.vocab,
-                TASK_SYM0 + n_sym, n_sym);
+            arg_die("--symbols %d: %s has a vocabulary of %d, smaller than the task's %d ids (symbols + BOS + SEP)", n_sym,
+                    model_dir, m.cfg.vocab,
+                    TASK_SYM0 + n_sym);
     } else {
         ModelConfig c;
         if (hf_config_parse(TINY_JSON, "preset tiny", &c, err, sizeof err)) die("%s", err);
@@ -113,7 +114,7 @@ int main(int argc, char **argv) {
         train_model_init_random(&m, seed);
     }
     const ModelConfig *c = &m.cfg;
-    if (T > c->max_pos) die("--seq %d: sequences of %d tokens exceed the model's %d positions", L, T, c->max_pos);
+    if (T > c->max_pos) arg_die("--seq %d: sequences of %d tokens exceed the model's %d positions", L, T, c->max_pos);
 
     Table *tb = table_new("step08 training on the CPU (fp32): loss, gradient norm, learning rate, tokens/s");
     table_std_meta(tb);
@@ -141,19 +142,22 @@ int main(int argc, char **argv) {
     int *ids = xmalloc((size_t)B * T * sizeof(int)), *tg = xmalloc((size_t)B * T * sizeof(int));
     Rng data;
     rng_seed(&data, seed * 2 + 1);
-    double t_train = 0, loss = 0;
+    double t_train = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, loss = 0;
     for (int s = 0; s < steps; s++) {
         const double t0 = now_sec();
         task_make_batch(task, &data, B, L, n_sym, ids, tg);
         train_zero_grad(&m);
+        const double t1 = now_sec();
         loss = train_forward(&m, &a, ids, tg, B, T);
         if (loss < 0) die("train_forward failed");
+        const double t2 = now_sec();
         train_backward(&m, &a);
+        const double t3 = now_sec();
         const double gn = grad_global_norm_clip(m.grads, m.n_params, clip);
         const float lr_s = lr_schedule(s, warmup, steps, (float)lr, (float)min_lr);
         train_adamw_step(&m, &opt, &ac, lr_s);
-        const double dt = now_sec() - t0;
-        t_train += dt;
+        const double t4 = now_sec(), dt = t4 - t0;
+        t_train += dt, t_fwd += t2 - t1, t_bwd += t3 - t2, t_opt += t4 - t3;
         if (!isfinite(loss) || !isfinite(gn)) die("step %d: loss %g, gradient norm %g: diverged (lower --lr?)", s, loss, gn);
         if (s == 0 || s == steps - 1 || (s + 1) % log_every == 0) {
             table_row(tb);
@@ -166,6 +170,9 @@ int main(int argc, char **argv) {
     }
     table_meta(tb, "train_time", "%.2f s for %d steps: %.0f tokens/s on average", t_train, steps,
                (double)steps * B * T / t_train);
+    table_meta(tb, "time_split", "forward %.0f%%, backward %.0f%% (%.2f x the forward), clip + AdamW %.0f%%, the rest "
+               "(batch, zeroing) %.0f%%", 100 * t_fwd / t_train, 100 * t_bwd / t_train, t_bwd / t_fwd,
+               100 * t_opt / t_train, 100 * (t_train - t_fwd - t_bwd - t_opt) / t_train);
     // Held-out: a stream the training data never draws from; answered by the engine's forward.
     CpuModel cm;
     train_cpu_view(&m, &cm);

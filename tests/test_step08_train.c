@@ -9,13 +9,15 @@
 //             tied embeddings and llama3 rope;
 //   optimizer AdamW, global-norm clipping and the schedule against straightforward double
 //             versions written here;
-//   learning  a tiny model trained on the copy task, then asked to do it through forward_cpu.
+//   learning  a tiny model trained on the copy task, then asked to do it through forward_cpu;
+//   program   build/bin/train refuses bad options with one line naming them, and runs.
 #include <criterion/criterion.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "golden_util.h"
 #include "model.h"
@@ -380,4 +382,50 @@ Test(step08, copy_task_is_learned, .timeout = 120) {
     train_model_free(&m);
     free(ids), free(tg);
     omp_set_num_threads(saved_threads);
+}
+
+// ---------------------------------------------------------------- the program
+
+// BUILD_BIN_DIR/train args: exit code, and stdout + stderr in out.
+static int run_train(const char *args, char *out, size_t cap) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/train %s 2>&1", BUILD_BIN_DIR, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    const size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    while (fgetc(p) != EOF) {
+    }
+    const int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(step08, train_program_refuses_bad_options_and_runs, .timeout = 120) {
+    static const struct { const char *args; int rc; const char *msg; } cases[] = {
+        {"--preset tiny --steps 0", 2, "--steps: 0 is out of range"},
+        {"--preset tiny --lr nan", 2, "--lr: 'nan' is not a finite number"},
+        {"--preset tiny --clip -1", 2, "--clip: -1 is out of range"},
+        {"--preset tiny --batch 1e3", 2, "--batch: '1e3' is not an integer"},
+        {"--preset tiny --task sort", 2, "--task: 'sort' is not a task (allowed: copy, reverse)"},
+        {"--preset small", 2, "--preset: 'small' is not a preset (allowed: tiny)"},
+        {"--preset tiny --model " MODELS_DIR "/llama_mha_f32", 2, "need exactly one of --preset tiny / --model DIR"},
+        {"--preset tiny --steps 10 --warmup 10", 2, "--warmup: 10 is not below --steps 10"},
+        {"--preset tiny --lr 1e-3 --min-lr 1e-2", 2, "--min-lr: 0.01 is above --lr 0.001"},
+        {"--preset tiny --seq 200", 2, "sequences of 402 tokens exceed the model's 256 positions"},
+        {"--model " MODELS_DIR "/llama_mha_f32 --symbols 700", 2, "a vocabulary of 608, smaller than the task's 702 ids"},
+        {"--preset tiny --bogus", 2, "unknown or incomplete argument: --bogus"},
+    };
+    static char out[1 << 16];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int rc = run_train(cases[i].args, out, sizeof out);
+        cr_expect_eq(rc, cases[i].rc, "train %s: exit %d, expected %d:\n%s", cases[i].args, rc, cases[i].rc, out);
+        cr_expect(strstr(out, cases[i].msg) && strstr(out, "error: "), "train %s: no \"error: ... %s\":\n%s",
+                  cases[i].args, cases[i].msg, out);
+    }
+    // a short run: a table row per step, the held-out line, exit 0
+    const int rc = run_train("--preset tiny --steps 4 --warmup 1 --log-every 1 --eval 3 --csv", out, sizeof out);
+    cr_expect_eq(rc, 0, "train control run: exit %d:\n%s", rc, out);
+    cr_expect(strstr(out, "step,loss,grad_norm,lr,tok_s") && strstr(out, "\n4,") && strstr(out, "# held_out: 3 examples"),
+              "train control run output:\n%s", out);
+    cr_expect(!strstr(out, "runtime error") && !strstr(out, "Sanitizer"), "sanitizer report:\n%s", out);
 }
