@@ -104,8 +104,7 @@ int main(int argc, char **argv) {
         model_free(&w);
         if (m.cfg.vocab < TASK_SYM0 + n_sym)
             arg_die("--symbols %d: %s has a vocabulary of %d, smaller than the task's %d ids (symbols + BOS + SEP)", n_sym,
-                    model_dir, m.cfg.vocab,
-                    TASK_SYM0 + n_sym);
+                    model_dir, m.cfg.vocab, TASK_SYM0 + n_sym);
     } else {
         ModelConfig c;
         if (hf_config_parse(TINY_JSON, "preset tiny", &c, err, sizeof err)) die("%s", err);

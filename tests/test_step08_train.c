@@ -88,6 +88,8 @@ Test(step08, forward_matches_step02_on_checkpoints) {
         cr_expect(fabs(loss - ce) <= 1e-5 * ce, "%s: loss %.8f, cross-entropy of forward_cpu's logits %.8f", names[c],
                   loss, ce);
         cr_expect_eq(a.n_counted, cnt);
+        cr_log_info("%s: max|train - forward_cpu| %.2e (max|logit| %.2f), |loss - ce| %.2e", names[c], worst, maxabs,
+                    fabs(loss - ce));
         free(ref);
         train_acts_free(&a);
         cpu_model_free(&cm);
@@ -159,7 +161,7 @@ Test(step08, backward_matches_finite_differences) {
         train_forward(&m, &a, ids, tg, B, T);
         train_backward(&m, &a);
         int checked = 0, bad = 0;
-        double worst = 0;
+        double worst = 0, worst_big = 0;
         for (int ti = 0; ti < m.n_tensors; ti++) {
             const TrainTensor *t = &m.tensors[ti];
             const int is_embed = !strcmp(t->name, "model.embed_tokens.weight");
@@ -193,13 +195,14 @@ Test(step08, backward_matches_finite_differences) {
                                  t->name, j, an, fd, tmax);
                 }
                 if (fabs(an) > 1e-3) worst = fmax(worst, e / fabs(an));
+                if (fabs(an) > 1e-2) worst_big = fmax(worst_big, e / fabs(an));
             }
             cr_expect(tmax > 0, "variant %d: %s has an all-zero gradient", variant, t->name);
         }
         cr_expect_eq(bad, 0, "variant %d: %d of %d sampled entries off (worst relative error %.2e)", variant, bad,
                      checked, worst);
-        cr_log_info("variant %d: %d entries of %d tensors, worst relative error (|g| > 1e-3) %.2e", variant, checked,
-                    m.n_tensors, worst);
+        cr_log_info("variant %d: %d entries of %d tensors, worst relative error %.2e where |g| > 1e-3, %.2e where "
+                    "|g| > 1e-2", variant, checked, m.n_tensors, worst, worst_big);
         // untied: rows of the table no id read have exactly zero gradient
         if (!c.tie_embeddings)
             for (int row = 30; row < 37; row++)
