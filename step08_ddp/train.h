@@ -18,7 +18,8 @@
 //
 // Supported: Llama, Mistral (no sliding window), Qwen2 (q/k/v biases), Qwen3 (q/k norm); MHA,
 // GQA, MQA; any rope theta, llama3 rope scaling; tied embeddings; o_proj bias. Refused with an
-// error: mlp biases (mlp_bias=true, which the engine does not run either), head_dim odd.
+// error: mlp biases (mlp_bias=true, which the engine does not run either), an odd head_dim, query
+// heads that are not a multiple of the kv heads.
 //
 // Memory: ALL parameters are one contiguous fp32 buffer `params`, each tensor a view at an
 // offset, listed in `tensors` under its Hugging Face name (so data parallelism can all-reduce
