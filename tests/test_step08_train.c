@@ -33,8 +33,9 @@ static void random_ids(Rng *r, int *ids, int n, int V) {
 }
 
 Test(step08, forward_matches_step02_on_checkpoints) {
+    // the f32 checkpoints, and two bf16 ones (both sides upcast the same bf16 values)
     const char *names[] = {"llama_mha_f32", "llama_gqa_hd_f32", "llama3_tied_rope_f32", "qwen2_bias_f32",
-                           "qwen3_qknorm_f32"};
+                           "qwen3_qknorm_f32", "llama_mha_bf16", "qwen3_qknorm_bf16"};
     for (size_t c = 0; c < sizeof names / sizeof names[0]; c++) {
         char dir[512], err[512];
         snprintf(dir, sizeof dir, "%s/%s", MODELS_DIR, names[c]);
@@ -112,6 +113,35 @@ Test(step08, refuses_unsupported_configs) {
     cr_expect(train_model_new(&c, &m, err, sizeof err) == -1 && strstr(err, "multiple"), "heads: '%s'", err);
     c.n_kv_heads = 1;
     cr_assert(train_model_new(&c, &m, err, sizeof err) == 0, "%s", err);
+    train_model_free(&m);
+}
+
+// The random init is the one train.h documents: norms 1, biases 0, matrices N(0, 1/fan_in) with
+// o_proj / down_proj further / sqrt(2 n_layers), untied embedding N(0, 1), lm_head N(0, 1/d).
+Test(step08, random_init_follows_the_documented_scheme) {
+    ModelConfig c = {0};
+    c.hidden = 96, c.n_layers = 3, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 24, c.intermediate = 160;
+    c.vocab = 200, c.rms_eps = 1e-6f, c.rope_theta = 1e4, c.qkv_bias = 1, c.qk_norm = 1;
+    TrainModel m;
+    char err[256];
+    cr_assert(train_model_new(&c, &m, err, sizeof err) == 0, "%s", err);
+    train_model_init_random(&m, 11);
+    for (int i = 0; i < m.n_tensors; i++) {
+        const TrainTensor *t = &m.tensors[i];
+        const float *p = m.params + t->off;
+        double s1 = 0, s2 = 0;
+        for (size_t j = 0; j < t->numel; j++) s1 += p[j], s2 += (double)p[j] * p[j];
+        const double mean = s1 / t->numel, sd = sqrt(s2 / t->numel - mean * mean);
+        double want_mean = 0, want_sd;
+        if (strstr(t->name, "norm")) want_mean = 1, want_sd = 0;
+        else if (strstr(t->name, "bias")) want_sd = 0;
+        else if (!strcmp(t->name, "model.embed_tokens.weight")) want_sd = 1;
+        else if (!strcmp(t->name, "lm_head.weight")) want_sd = 1 / sqrt(96.0);
+        else want_sd = 1 / sqrt((double)t->cols) / (strstr(t->name, "o_proj") || strstr(t->name, "down_proj") ? sqrt(6.0) : 1);
+        cr_expect(fabs(mean - want_mean) <= 0.05 * (want_sd + 1e-3) + 1e-7 && fabs(sd - want_sd) <= 0.05 * want_sd + 1e-7,
+                  "%s: mean %.4f sd %.4f, expected %.4f and %.4f", t->name, mean, sd, want_mean, want_sd);
+        cr_expect(t->decay == (t->rows > 1), "%s: decay flag %d", t->name, t->decay);
+    }
     train_model_free(&m);
 }
 
