@@ -1,7 +1,7 @@
 // forward.h — the Llama-family forward pass (prefill, no KV cache), on the CPU and on CUDA.
 // defines: CpuLayer, CpuModel, cpu_model_load, cpu_model_random, cpu_model_free,
 //          embed_cpu, rmsnorm_cpu, rope_inv_freq, rope_table_cpu, rope_apply_cpu, linear_cpu,
-//          attention_cpu, attention_at_cpu, swiglu_cpu, add_cpu, LinearFn, mlp_block_cpu,
+//          attention_row_cpu, attention_cpu, attention_at_cpu, swiglu_cpu, add_cpu, LinearFn, mlp_block_cpu,
 //          mlp_block_lin_cpu, forward_cpu,
 //          Proj, cpu_model_load_base, proj_cpu,
 //          ForwardTimes, GpuModel, gpu_model_load, gpu_model_random, gpu_model_load_q, gpu_model_random_q,
@@ -89,6 +89,10 @@ void rope_table_cpu(const ModelConfig *cfg, int pos0, int T, float *cos_t, float
 void rope_apply_cpu(float *x, int T, int n_heads, int hd, int ld, const float *cos_t, const float *sin_t);
 // y (T, n_out) = x (T, n_in) W^T + b, W (n_out, n_in) (Hugging Face Linear layout), b (n_out) or NULL
 void linear_cpu(const float *x, const float *W, const float *b, int T, int n_in, int n_out, float *y);
+// One query row over keys 0 .. n-1: s (n) = softmax(qi . k_j * scale) (the probabilities, fp32),
+// oi (hd) = sum_j s[j] v_j; k and v point at the row's kv head in row 0, rows ldk floats apart.
+void attention_row_cpu(const float *qi, const float *k, const float *v, int n, size_t ldk, int hd, float scale,
+                       float *s, float *oi);
 // Causal GQA attention over the whole sequence (no cache):
 //   q (T, H*hd), k, v (T, KV*hd), out (T, H*hd); query head h reads kv head h / (H/KV).
 //   scores for one row are kept in fp32; softmax in fp32; scale 1/sqrt(hd).

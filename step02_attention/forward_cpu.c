@@ -94,6 +94,29 @@ void linear_cpu(const float *x, const float *W, const float *b, int T, int n_in,
             for (int j = 0; j < n_out; j++) y[(size_t)t * n_out + j] += b[j];
 }
 
+void attention_row_cpu(const float *qi, const float *k, const float *v, int n, size_t ldk, int hd, float scale,
+                       float *s, float *oi) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        const float *kj = k + (size_t)j * ldk;
+        float dot = 0;
+        for (int e = 0; e < hd; e++) dot += qi[e] * kj[e];
+        s[j] = dot * scale;
+        if (s[j] > mx) mx = s[j];
+    }
+    float sum = 0;
+    for (int j = 0; j < n; j++) {
+        s[j] = expf(s[j] - mx);
+        sum += s[j];
+    }
+    for (int e = 0; e < hd; e++) oi[e] = 0;
+    for (int j = 0; j < n; j++) {
+        s[j] = s[j] / sum;
+        const float *vj = v + (size_t)j * ldk;
+        for (int e = 0; e < hd; e++) oi[e] += s[j] * vj[e];
+    }
+}
+
 void attention_cpu(const float *q, const float *k, const float *v, int T, int H, int KV, int hd, float *out) {
     attention_at_cpu(q, k, v, 0, T, H, KV, hd, out);
 }
@@ -113,28 +136,9 @@ void attention_at_cpu(const float *q, const float *k, const float *v, int pos0, 
         for (int h = 0; h < H; h++)
             for (int i = 0; i < T; i++) {
                 const int n = pos0 + i + 1;  // causal: the query at position pos0+i sees keys 0 .. pos0+i
-                const float *qi = q + (size_t)i * ldq + (size_t)h * hd;
-                const int kvh = h / g;
-                float mx = -INFINITY;
-                for (int j = 0; j < n; j++) {
-                    const float *kj = k + (size_t)j * ldk + (size_t)kvh * hd;
-                    float dot = 0;
-                    for (int e = 0; e < hd; e++) dot += qi[e] * kj[e];
-                    s[j] = dot * scale;
-                    if (s[j] > mx) mx = s[j];
-                }
-                float sum = 0;
-                for (int j = 0; j < n; j++) {
-                    s[j] = expf(s[j] - mx);
-                    sum += s[j];
-                }
-                float *oi = out + (size_t)i * ldq + (size_t)h * hd;
-                for (int e = 0; e < hd; e++) oi[e] = 0;
-                for (int j = 0; j < n; j++) {
-                    const float p = s[j] / sum;
-                    const float *vj = v + (size_t)j * ldk + (size_t)kvh * hd;
-                    for (int e = 0; e < hd; e++) oi[e] += p * vj[e];
-                }
+                const size_t kvo = (size_t)(h / g) * hd;
+                attention_row_cpu(q + (size_t)i * ldq + (size_t)h * hd, k + kvo, v + kvo, n, ldk, hd, scale, s,
+                                  out + (size_t)i * ldq + (size_t)h * hd);
             }
         free(s);
     }

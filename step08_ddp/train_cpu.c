@@ -223,30 +223,12 @@ void attention_train_cpu(const float *q, const float *k, const float *v, int T, 
 #pragma omp parallel for collapse(2) schedule(dynamic, 4) if ((double)T * T * H * hd >= 1e6)
     for (int h = 0; h < H; h++)
         for (int i = 0; i < T; i++) {
-            const int n = i + 1, kvh = h / g;
-            const float *qi = q + (size_t)i * ldq + (size_t)h * hd;
-            float *s = P + ((size_t)h * T + i) * T;  // this row of P holds the scores first
-            float mx = -INFINITY;
-            for (int j = 0; j < n; j++) {
-                const float *kj = k + (size_t)j * ldk + (size_t)kvh * hd;
-                float dot = 0;
-                for (int e = 0; e < hd; e++) dot += qi[e] * kj[e];
-                s[j] = dot * scale;
-                if (s[j] > mx) mx = s[j];
-            }
-            float sum = 0;
-            for (int j = 0; j < n; j++) {
-                s[j] = expf(s[j] - mx);
-                sum += s[j];
-            }
+            const int n = i + 1;
+            const size_t kvo = (size_t)(h / g) * hd;
+            float *s = P + ((size_t)h * T + i) * T;  // this row of P: step02's row attention keeps it
+            attention_row_cpu(q + (size_t)i * ldq + (size_t)h * hd, k + kvo, v + kvo, n, ldk, hd, scale, s,
+                              out + (size_t)i * ldq + (size_t)h * hd);
             for (int j = n; j < T; j++) s[j] = 0;  // masked: exactly zero probability
-            float *oi = out + (size_t)i * ldq + (size_t)h * hd;
-            for (int e = 0; e < hd; e++) oi[e] = 0;
-            for (int j = 0; j < n; j++) {
-                s[j] = s[j] / sum;
-                const float *vj = v + (size_t)j * ldk + (size_t)kvh * hd;
-                for (int e = 0; e < hd; e++) oi[e] += s[j] * vj[e];
-            }
         }
 }
 
