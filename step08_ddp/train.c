@@ -22,6 +22,7 @@
 #include "hf_config.h"
 #include "model.h"
 #include "rng.h"
+#include "step08_ddp/ckpt.h"
 #include "step08_ddp/task.h"
 #include "step08_ddp/train.h"
 #include "table.h"
@@ -39,6 +40,8 @@ static void usage(FILE *f) {
             "usage: train (--preset tiny | --model DIR) [--task copy|reverse] [--steps N] [--batch B] [--seq L]\n"
             "             [--symbols K] [--lr X] [--min-lr X] [--warmup N] [--wd X] [--clip X] [--seed S]\n"
             "             [--log-every N] [--eval N] [--csv | --json]\n"
+            "             [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async] [--keep N] [--resume]] [--stop-at S]\n"
+            "             [--loss-log FILE]\n"
             "  --preset tiny  built-in Llama (d 64, 2 layers, 4 query / 2 kv heads, head_dim 16, ff 128), random init\n"
             "                 (train.h says how); its vocabulary is BOS, SEP and the K symbols (default)\n"
             "  --model DIR    start from a Hugging Face checkpoint (converted to fp32); its vocabulary must hold K + 2 ids\n"
@@ -53,7 +56,14 @@ static void usage(FILE *f) {
             "  --clip X       clip the global gradient norm to X (default 1; 0 = off)\n"
             "  --seed S       init and training data (default 1); held-out examples use another stream\n"
             "  --log-every N  a table row every N steps (default 10; the first and last step always)\n"
-            "  --eval N       held-out examples decoded at the end (default 100)\n");
+            "  --eval N       held-out examples decoded at the end (default 100)\n"
+            "  --ckpt-dir DIR checkpoints (model, AdamW moments, step, data RNG) into DIR/step-NNNNNN, written atomically\n"
+            "  --ckpt-every K a checkpoint every K steps (default 100) and at the last step\n"
+            "  --ckpt-async   snapshot to memory on the training thread, write on a background thread (default: sync)\n"
+            "  --keep N       keep only the N newest complete checkpoints (default 0 = all)\n"
+            "  --resume       continue from DIR's newest complete checkpoint (same options; from step 0 if none)\n"
+            "  --stop-at S    stop after step S as if the job were killed there (to try --resume)\n"
+            "  --loss-log F   write each step's loss and gradient norm to F, exactly (C99 hex floats)\n");
 }
 
 int main(int argc, char **argv) {
@@ -62,6 +72,8 @@ int main(int argc, char **argv) {
     int steps = 300, B = 16, L = 6, n_sym = 10, warmup = 20, log_every = 10, n_eval = 100;
     double lr = 1e-2, min_lr = -1, wd = 0.01, clip = 1.0;
     uint64_t seed = 1;
+    const char *ckpt_dir = NULL, *loss_log = NULL;  // checkpoints (ckpt.h)
+    int ckpt_every = 100, ckpt_async = 0, ckpt_keep = 0, resume = 0, stop_at = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
@@ -80,6 +92,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--seed") && more) seed = arg_u64(a, argv[++i]);
         else if (!strcmp(a, "--log-every") && more) log_every = (int)arg_int(a, argv[++i], 1, 10000000);
         else if (!strcmp(a, "--eval") && more) n_eval = (int)arg_int(a, argv[++i], 0, 1000000);
+        else if (!strcmp(a, "--ckpt-dir") && more) ckpt_dir = argv[++i];
+        else if (!strcmp(a, "--ckpt-every") && more) ckpt_every = (int)arg_int(a, argv[++i], 1, 10000000);
+        else if (!strcmp(a, "--ckpt-async")) ckpt_async = 1;
+        else if (!strcmp(a, "--keep") && more) ckpt_keep = (int)arg_int(a, argv[++i], 0, 1000000);
+        else if (!strcmp(a, "--resume")) resume = 1;
+        else if (!strcmp(a, "--stop-at") && more) stop_at = (int)arg_int(a, argv[++i], 1, 10000000);
+        else if (!strcmp(a, "--loss-log") && more) loss_log = argv[++i];
         else if (!strcmp(a, "--json") || !strcmp(a, "--csv")) continue;
         else arg_help_or_unknown(a, usage);
     }
@@ -94,6 +113,8 @@ int main(int argc, char **argv) {
     if (min_lr > lr) arg_die("--min-lr: %g is above --lr %g", min_lr, lr);
     if (warmup >= steps) arg_die("--warmup: %d is not below --steps %d", warmup, steps);
     const int T = task_seq_len(L);
+    if (!ckpt_dir && (resume || ckpt_async || ckpt_keep))
+        arg_die("--resume, --ckpt-async and --keep need --ckpt-dir DIR");
 
     char err[512];
     ModelWeights w;
@@ -141,8 +162,40 @@ int main(int argc, char **argv) {
     int *ids = xmalloc((size_t)B * T * sizeof(int)), *tg = xmalloc((size_t)B * T * sizeof(int));
     Rng data;
     rng_seed(&data, seed * 2 + 1);
+    // Checkpoints: the options a resume must match, the newest complete checkpoint, the writer.
+    int s0 = 0;
+    CkptWriter ckw;
+    if (ckpt_dir) {
+        CkptKV kv[CKPT_MAX_KV];
+        int nkv = 0;
+        nkv = ckpt_kv_set(kv, nkv, "model", "%s", model_dir ? model_dir : "preset tiny");
+        nkv = ckpt_kv_set(kv, nkv, "task", "%s", task_name(task));
+        nkv = ckpt_kv_set(kv, nkv, "steps", "%d", steps);
+        nkv = ckpt_kv_set(kv, nkv, "batch", "%d", B);
+        nkv = ckpt_kv_set(kv, nkv, "seq", "%d", L);
+        nkv = ckpt_kv_set(kv, nkv, "symbols", "%d", n_sym);
+        nkv = ckpt_kv_set(kv, nkv, "lr", "%.17g", lr);
+        nkv = ckpt_kv_set(kv, nkv, "min_lr", "%.17g", min_lr);
+        nkv = ckpt_kv_set(kv, nkv, "warmup", "%d", warmup);
+        nkv = ckpt_kv_set(kv, nkv, "wd", "%.17g", wd);
+        nkv = ckpt_kv_set(kv, nkv, "clip", "%.17g", clip);
+        nkv = ckpt_kv_set(kv, nkv, "seed", "%llu", (unsigned long long)seed);
+        if (ckpt_writer_init(&ckw, ckpt_dir, ckpt_async, ckpt_keep, kv, nkv, err, sizeof err)) die("%s", err);
+        char latest[2048];
+        if (resume && ckpt_latest(ckpt_dir, latest, sizeof latest)) {
+            CkptState st;
+            if (ckpt_load(latest, &m, &opt, &st, kv, nkv, err, sizeof err)) die("--resume: %s", err);
+            if (st.step >= steps) die("--resume: %s is at step %ld, the end of --steps %d: nothing to train", latest, st.step, steps);
+            s0 = (int)st.step, data = st.data;
+            table_meta(tb, "resume", "from %s: step %ld done, AdamW t %ld; training steps %d..%d", latest, st.step,
+                       st.adam_t, s0 + 1, steps);
+        } else if (resume) {
+            table_meta(tb, "resume", "no complete checkpoint in %s: starting at step 1", ckpt_dir);
+        }
+    }
+    FILE *flog = loss_log ? fopen_check(loss_log, "w") : NULL;
     double t_train = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, loss = 0;
-    for (int s = 0; s < steps; s++) {
+    for (int s = s0; s < steps; s++) {
         const double t0 = now_sec();
         task_make_batch(task, &data, B, L, n_sym, ids, tg);
         train_zero_grad(&m);
@@ -158,6 +211,11 @@ int main(int argc, char **argv) {
         const double t4 = now_sec(), dt = t4 - t0;
         t_train += dt, t_fwd += t2 - t1, t_bwd += t3 - t2, t_opt += t4 - t3;
         if (!isfinite(loss) || !isfinite(gn)) die("step %d: loss %g, gradient norm %g: diverged (lower --lr?)", s, loss, gn);
+        if (flog) fprintf(flog, "%d %a %a\n", s + 1, loss, gn);
+        if (ckpt_dir && ((s + 1) % ckpt_every == 0 || s + 1 == steps)) {
+            const CkptState st = {.step = s + 1, .adam_t = opt.t, .data = data};
+            if (ckpt_save(&ckw, &m, &opt, &st, err, sizeof err)) die("%s", err);
+        }
         if (s == 0 || s == steps - 1 || (s + 1) % log_every == 0) {
             table_row(tb);
             table_num(tb, "step", s + 1);
@@ -166,9 +224,21 @@ int main(int argc, char **argv) {
             table_num(tb, "lr", lr_s);
             table_num(tb, "tok_s", B * T / dt);
         }
+        if (stop_at && s + 1 == stop_at) break;
     }
-    table_meta(tb, "train_time", "%.2f s for %d steps: %.0f tokens/s on average", t_train, steps,
-               (double)steps * B * T / t_train);
+    if (flog && fclose(flog)) die("%s: write failed", loss_log);
+    const int steps_run = (stop_at && stop_at < steps ? stop_at : steps) - s0;
+    if (ckpt_dir) {
+        if (ckpt_wait(&ckw, err, sizeof err)) die("%s", err);
+        table_meta(tb, "checkpoint", "%d written to %s (%s, every %d steps%s): training thread stalled %.4f s = %.2f%% of "
+                   "the training time; writes took %.4f s (%.2f ms each)%s", ckw.n_written, ckpt_dir,
+                   ckpt_async ? "async" : "sync", ckpt_every, ckpt_keep ? ", keep newest" : "", ckw.stall_s,
+                   100 * ckw.stall_s / t_train, ckw.write_total_s, ckw.n_written ? 1e3 * ckw.write_total_s / ckw.n_written : 0,
+                   ckpt_async ? " on the writer thread" : ", all of it on the training thread");
+        ckpt_writer_free(&ckw);
+    }
+    table_meta(tb, "train_time", "%.2f s for %d steps: %.0f tokens/s on average", t_train, steps_run,
+               (double)steps_run * B * T / t_train);
     table_meta(tb, "time_split", "forward %.0f%%, backward %.0f%% (%.2f x the forward), clip + AdamW %.0f%%, the rest "
                "(batch, zeroing) %.0f%%", 100 * t_fwd / t_train, 100 * t_bwd / t_train, t_bwd / t_fwd,
                100 * t_opt / t_train, 100 * (t_train - t_fwd - t_bwd - t_opt) / t_train);
