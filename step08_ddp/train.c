@@ -229,12 +229,17 @@ int main(int argc, char **argv) {
     if (flog && fclose(flog)) die("%s: write failed", loss_log);
     const int steps_run = (stop_at && stop_at < steps ? stop_at : steps) - s0;
     if (ckpt_dir) {
+        const double stall_in_loop = ckw.stall_s;
         if (ckpt_wait(&ckw, err, sizeof err)) die("%s", err);
         table_meta(tb, "checkpoint", "%d written to %s (%s, every %d steps%s): training thread stalled %.4f s = %.2f%% of "
                    "the training time; writes took %.4f s (%.2f ms each)%s", ckw.n_written, ckpt_dir,
                    ckpt_async ? "async" : "sync", ckpt_every, ckpt_keep ? ", keep newest" : "", ckw.stall_s,
                    100 * ckw.stall_s / t_train, ckw.write_total_s, ckw.n_written ? 1e3 * ckw.write_total_s / ckw.n_written : 0,
                    ckpt_async ? " on the writer thread" : ", all of it on the training thread");
+        if (ckpt_async)
+            table_meta(tb, "ckpt_stall", "async: snapshots (memcpy of params, m and v, %.2f MB each time) %.4f s, waits for "
+                       "the previous write %.4f s, for the last write at the end %.4f s", 12e-6 * m.n_params, ckw.snapshot_s,
+                       stall_in_loop - ckw.snapshot_s, ckw.stall_s - stall_in_loop);
         ckpt_writer_free(&ckw);
     }
     table_meta(tb, "train_time", "%.2f s for %d steps: %.0f tokens/s on average", t_train, steps_run,
