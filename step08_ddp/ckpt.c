@@ -364,6 +364,12 @@ int ckpt_load(const char *sdir, TrainModel *m, AdamW *o, CkptState *out, const C
         errf(err, errlen, "%s: negative step %lld or adam_t %lld", p, step, adam_t);
         goto done;
     }
+    const char *base = strrchr(sdir, '/');
+    long dir_step;
+    if (is_step_dir(base ? base + 1 : sdir, &dir_step) && dir_step != step) {
+        errf(err, errlen, "%s: step %lld, but the directory is named for step %ld", p, step, dir_step);
+        goto done;
+    }
     json_t *rng = json_object_get(j, "data_rng");
     if (get_hex(rng, "state", p, &st.data.state, err, errlen) || get_hex(rng, "inc", p, &st.data.inc, err, errlen))
         goto done;

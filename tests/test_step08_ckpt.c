@@ -275,6 +275,12 @@ Test(step08_ckpt, refuses_other_config_or_options) {
     expect_refused(&f, 12, other, "option batch was 16, is 8 now", "state.json");
     const CkptKV renamed[2] = {{"task", "copy"}, {"seq", "6"}};
     expect_refused(&f, 12, renamed, "option seq was (absent)", "state.json");
+    // a checkpoint directory renamed to another step
+    char moved[1100];
+    snprintf(moved, sizeof moved, "%s/step-000011", f.dir);
+    cr_assert(rename(f.step_dir, moved) == 0);
+    snprintf(f.step_dir, sizeof f.step_dir, "%s", moved);
+    expect_refused(&f, 12, RUN, "step 10, but the directory is named for step 11", "state.json");
     fixture_free(&f);
 }
 
