@@ -11,6 +11,8 @@
 // shows the loss falling from ln(symbols) (guessing) towards 0, the gradient norm before clipping,
 // the learning rate (warmup, then cosine) and tokens/s (B * T tokens through forward + backward +
 // update, wall clock). At the end: held-out examples answered by greedy decoding.
+// With --ckpt-dir it writes checkpoints (ckpt.h: sync, or async on a writer thread) and prints what
+// they cost the training thread; --resume continues a stopped run with bit-identical losses.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,10 +232,12 @@ int main(int argc, char **argv) {
     const int steps_run = (stop_at && stop_at < steps ? stop_at : steps) - s0;
     if (ckpt_dir) {
         const double stall_in_loop = ckw.stall_s;
+        char keep_s[32] = "all";
+        if (ckpt_keep) snprintf(keep_s, sizeof keep_s, "the newest %d", ckpt_keep);
         if (ckpt_wait(&ckw, err, sizeof err)) die("%s", err);
-        table_meta(tb, "checkpoint", "%d written to %s (%s, every %d steps%s): training thread stalled %.4f s = %.2f%% of "
+        table_meta(tb, "checkpoint", "%d written to %s (%s, every %d steps, keep %s): training thread stalled %.4f s = %.2f%% of "
                    "the training time; writes took %.4f s (%.2f ms each)%s", ckw.n_written, ckpt_dir,
-                   ckpt_async ? "async" : "sync", ckpt_every, ckpt_keep ? ", keep newest" : "", ckw.stall_s,
+                   ckpt_async ? "async" : "sync", ckpt_every, keep_s, ckw.stall_s,
                    100 * ckw.stall_s / t_train, ckw.write_total_s, ckw.n_written ? 1e3 * ckw.write_total_s / ckw.n_written : 0,
                    ckpt_async ? " on the writer thread" : ", all of it on the training thread");
         if (ckpt_async)
