@@ -6,6 +6,7 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
 void test_mkdtemp(char *buf, size_t n, const char *prefix) {
     snprintf(buf, n, "/tmp/%s_XXXXXX", prefix);
@@ -19,4 +20,15 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 
 void test_rmtree(const char *dir) {
     if (dir && dir[0]) nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int test_run_cmd(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    const size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    while (fgetc(p) != EOF) {
+    }
+    const int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

@@ -1,5 +1,5 @@
 // fs_util.h — temporary directories for the tests that write files.
-// defines: test_mkdtemp, test_rmtree
+// defines: test_mkdtemp, test_rmtree, test_run_cmd
 #pragma once
 #include <stddef.h>
 
@@ -8,3 +8,6 @@
 void test_mkdtemp(char *buf, size_t n, const char *prefix);
 // Removes dir and everything under it (nothing when dir is empty or "").
 void test_rmtree(const char *dir);
+// Runs the shell command cmd; its stdout (the first cap - 1 bytes, NUL-terminated) into out, the
+// rest read and dropped. Returns the exit code, -1 if it did not exit normally.
+int test_run_cmd(const char *cmd, char *out, size_t cap);

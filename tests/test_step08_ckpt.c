@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fs_util.h"
@@ -363,16 +362,6 @@ Test(step08_ckpt, keep_prunes_old_complete_checkpoints) {
 
 // ---------------------------------------------------------------- exact resume through train
 
-static int run_cmd(const char *cmd, char *out, size_t cap) {
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "popen %s", cmd);
-    const size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    while (fgetc(p) != EOF) {
-    }
-    const int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 #define K 6
 // One OpenMP thread: the same reduction order on every run (and no spinning threads in CI).
@@ -383,11 +372,11 @@ static void resume_case(const char *async) {
     static char out[1 << 16];
     test_mkdtemp(dir, sizeof dir, "ckpt_resume");
     snprintf(cmd, sizeof cmd, TRAIN " --ckpt-dir %s/a --loss-log %s/a.log 2>&1", dir, dir);
-    cr_assert(run_cmd(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
+    cr_assert(test_run_cmd(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
     snprintf(cmd, sizeof cmd, TRAIN " %s --ckpt-dir %s/b --loss-log %s/b1.log --stop-at %d 2>&1", async, dir, dir, K);
-    cr_assert(run_cmd(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
+    cr_assert(test_run_cmd(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
     snprintf(cmd, sizeof cmd, TRAIN " %s --ckpt-dir %s/b --loss-log %s/b2.log --resume 2>&1", async, dir, dir);
-    cr_assert(run_cmd(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
+    cr_assert(test_run_cmd(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
     cr_expect(strstr(out, "# resume: from ") && strstr(out, "step 6 done, AdamW t 6; training steps 7..12"),
               "no resume line:\n%s", out);
     cr_expect(strstr(out, "# checkpoint: 1 written"), "no checkpoint summary:\n%s", out);
@@ -415,7 +404,7 @@ static void resume_case(const char *async) {
     expect_same_dirs(pa, pb);
     // a resume with another option is refused, naming it
     snprintf(cmd, sizeof cmd, TRAIN " --ckpt-dir %s/b --resume --seq 5 2>&1", dir);
-    cr_expect_eq(run_cmd(cmd, out, sizeof out), 1, "%s:\n%s", cmd, out);
+    cr_expect_eq(test_run_cmd(cmd, out, sizeof out), 1, "%s:\n%s", cmd, out);
     cr_expect(strstr(out, "error: --resume: ") && strstr(out, "option seq was 6, is 5 now"), "%s", out);
     free(a), free(b1), free(b2);
     test_rmtree(dir);
@@ -426,7 +415,7 @@ Test(step08_ckpt, resume_is_bit_identical_async, .timeout = 60) { resume_case("-
 
 Test(step08_ckpt, train_refuses_checkpoint_options_without_dir) {
     static char out[1 << 14];
-    const int rc = run_cmd(BUILD_BIN_DIR "/train --preset tiny --resume 2>&1", out, sizeof out);
+    const int rc = test_run_cmd(BUILD_BIN_DIR "/train --preset tiny --resume 2>&1", out, sizeof out);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "error: --resume, --ckpt-async and --keep need --ckpt-dir DIR"), "%s", out);
 }

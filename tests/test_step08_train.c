@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
+#include "fs_util.h"
 #include "golden_util.h"
 #include "model.h"
 #include "rng.h"
@@ -423,14 +423,7 @@ Test(step08, copy_task_is_learned, .timeout = 120) {
 static int run_train(const char *args, char *out, size_t cap) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s/train %s 2>&1", BUILD_BIN_DIR, args);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "popen %s", cmd);
-    const size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    while (fgetc(p) != EOF) {
-    }
-    const int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return test_run_cmd(cmd, out, cap);
 }
 
 Test(step08, train_program_refuses_bad_options_and_runs, .timeout = 120) {
