@@ -25,6 +25,7 @@
 #include "model.h"
 #include "rng.h"
 #include "step08_ddp/ckpt.h"
+#include "step08_ddp/export.h"
 #include "step08_ddp/task.h"
 #include "step08_ddp/train.h"
 #include "table.h"
@@ -41,7 +42,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: train (--preset tiny | --model DIR) [--task copy|reverse] [--steps N] [--batch B] [--seq L]\n"
             "             [--symbols K] [--lr X] [--min-lr X] [--warmup N] [--wd X] [--clip X] [--seed S]\n"
-            "             [--log-every N] [--eval N] [--csv | --json]\n"
+            "             [--log-every N] [--eval N] [--save DIR [--save-dtype fp32|bf16]] [--csv | --json]\n"
             "             [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async] [--keep N] [--resume]] [--stop-at S]\n"
             "             [--loss-log FILE]\n"
             "  --preset tiny  built-in Llama (d 64, 2 layers, 4 query / 2 kv heads, head_dim 16, ff 128), random init\n"
@@ -65,7 +66,11 @@ static void usage(FILE *f) {
             "  --keep N       keep only the N newest complete checkpoints (default 0 = all)\n"
             "  --resume       continue from DIR's newest complete checkpoint (same options; from step 0 if none)\n"
             "  --stop-at S    stop after step S as if the job were killed there (to try --resume)\n"
-            "  --loss-log F   write each step's loss and gradient norm to F, exactly (C99 hex floats)\n");
+            "  --loss-log F   write each step's loss and gradient norm to F, exactly (C99 hex floats)\n"
+            "  --save DIR     after training, write a Hugging Face directory (config.json, model.safetensors,\n"
+            "                 tokenizer.json of the task's symbols) that generate --model DIR runs; DIR must not exist\n"
+            "                 or be empty\n"
+            "  --save-dtype   fp32 (default: the trained values exactly) or bf16 (rounded to nearest)\n");
 }
 
 int main(int argc, char **argv) {
@@ -76,6 +81,7 @@ int main(int argc, char **argv) {
     uint64_t seed = 1;
     const char *ckpt_dir = NULL, *loss_log = NULL;  // checkpoints (ckpt.h)
     int ckpt_every = 100, ckpt_async = 0, ckpt_keep = 0, resume = 0, stop_at = 0;
+    const char *save_dir = NULL, *save_dtype_s = "fp32";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
@@ -101,6 +107,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--resume")) resume = 1;
         else if (!strcmp(a, "--stop-at") && more) stop_at = (int)arg_int(a, argv[++i], 1, 10000000);
         else if (!strcmp(a, "--loss-log") && more) loss_log = argv[++i];
+        else if (!strcmp(a, "--save") && more) save_dir = argv[++i];
+        else if (!strcmp(a, "--save-dtype") && more) save_dtype_s = argv[++i];
         else if (!strcmp(a, "--json") || !strcmp(a, "--csv")) continue;
         else arg_help_or_unknown(a, usage);
     }
@@ -111,6 +119,9 @@ int main(int argc, char **argv) {
     if (preset && strcmp(preset, "tiny")) arg_die("--preset: '%s' is not a preset (allowed: tiny)", preset);
     TaskKind task;
     if (task_parse(task_s, &task)) arg_die("--task: '%s' is not a task (allowed: copy, reverse)", task_s);
+    StDtype save_dtype = ST_F32;
+    if (!strcmp(save_dtype_s, "bf16")) save_dtype = ST_BF16;
+    else if (strcmp(save_dtype_s, "fp32")) arg_die("--save-dtype: '%s' is not a dtype (allowed: fp32, bf16)", save_dtype_s);
     if (min_lr < 0) min_lr = lr / 10;
     if (min_lr > lr) arg_die("--min-lr: %g is above --lr %g", min_lr, lr);
     if (warmup >= steps) arg_die("--warmup: %d is not below --steps %d", warmup, steps);
@@ -119,6 +130,8 @@ int main(int argc, char **argv) {
         arg_die("--resume, --ckpt-async and --keep need --ckpt-dir DIR");
 
     char err[512];
+    if (save_dir && train_export_check_dir(save_dir, err, sizeof err)) arg_die("--save: %s", err);  // before training
+
     ModelWeights w;
     TrainModel m;
     if (model_dir) {
@@ -259,6 +272,15 @@ int main(int argc, char **argv) {
     const double acc = n_eval ? task_eval(&cm, task, seed ^ 0x5eed5eedULL, n_eval, L, n_sym, &tok_acc) : 0;
     table_meta(tb, "held_out", "%d examples decoded greedily by step02's forward_cpu: %.1f%% exact, %.1f%% of answer "
                "tokens right (%.2f s)", n_eval, 100 * acc, 100 * tok_acc, now_sec() - t0);
+    if (save_dir) {  // train -> serve: the directory generate --model (and transformers) reads
+        if (train_export_hf(&m, save_dir, save_dtype, n_sym, err, sizeof err)) die("--save: %s", err);
+        char ex[256] = "", s[8], last[8];
+        for (int i = 0; i < L && strlen(ex) + 8 < sizeof ex; i++) strcat(ex, export_symbol_text(i % n_sym, s, sizeof s));
+        table_meta(tb, "saved", "%s (%s): config.json, model.safetensors, tokenizer.json (ids %d..%d are the symbols "
+                   "%s..%s); ask it: generate --model %s --prompt '%s%s%s' --max-new-tokens %d", save_dir, save_dtype_s,
+                   TASK_SYM0, TASK_SYM0 + n_sym - 1, export_symbol_text(0, s, sizeof s),
+                   export_symbol_text(n_sym - 1, last, sizeof last), save_dir, EXPORT_BOS_TEXT, ex, EXPORT_SEP_TEXT, L);
+    }
     table_print(tb, outfmt_from_args(argc, argv), stdout);
     table_free(tb);
     train_cpu_view_free(&cm);
