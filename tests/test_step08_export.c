@@ -367,6 +367,7 @@ static int generate_ids(const char *dir, const char *prompt_args, int L, int *id
     snprintf(args, sizeof args, "--model %s %s --max-new-tokens %d --greedy --device cpu --json", dir, prompt_args, L);
     const int rc = run_prog("generate", args, out, sizeof out);
     cr_assert_eq(rc, 0, "generate %s: exit %d:\n%s", args, rc, out);
+    cr_expect(!strstr(out, "runtime error") && !strstr(out, "Sanitizer"), "generate %s: sanitizer report:\n%s", args, out);
     const char *brace = strchr(out, '{');
     json_error_t je;
     json_t *o = brace ? json_loads(brace, JSON_DISABLE_EOF_CHECK, &je) : NULL;
