@@ -131,7 +131,8 @@ int main(int argc, char **argv) {
 
     char err[512];
     if (save_dir && train_export_check_dir(save_dir, err, sizeof err)) arg_die("--save: %s", err);  // before training
-
+    if (save_dir && n_sym > EXPORT_MAX_SYMBOLS)
+        arg_die("--save: the exported tokenizer has text for at most %d symbols (--symbols %d)", EXPORT_MAX_SYMBOLS, n_sym);
     ModelWeights w;
     TrainModel m;
     if (model_dir) {

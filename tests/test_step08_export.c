@@ -463,6 +463,9 @@ Test(step08_export, train_program_saves, .timeout = 120) {
     snprintf(args, sizeof args, "--preset tiny --steps 3 --warmup 1 --eval 1 --save-dtype fp16 --save %s", dir);
     cr_expect_eq(run_prog("train", args, out, sizeof out), 2, "%s", out);
     cr_expect(strstr(out, "--save-dtype: 'fp16' is not a dtype (allowed: fp32, bf16)"), "%s", out);
+    snprintf(args, sizeof args, "--preset tiny --steps 3 --warmup 1 --symbols %d --save %s", EXPORT_MAX_SYMBOLS + 1, dir);
+    cr_expect_eq(run_prog("train", args, out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, "text for at most 21054 symbols"), "%s", out);
     snprintf(args, sizeof args, "--preset tiny --steps 3 --warmup 1 --eval 1 --save-dtype bf16 --save %s", dir);
     cr_expect_eq(run_prog("train", args, out, sizeof out), 0, "%s", out);
     cr_expect(strstr(out, "# saved: ") && strstr(out, "--prompt '<bos>abcdef<sep>' --max-new-tokens 6"), "%s", out);
