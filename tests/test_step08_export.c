@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "fs_util.h"
 #include "hf_config.h"
@@ -350,14 +349,7 @@ Test(step08_export, refuses_and_leaves_nothing) {
 static int run_prog(const char *prog, const char *args, char *out, size_t cap) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s/%s %s 2>&1", BUILD_BIN_DIR, prog, args);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "popen %s", cmd);
-    const size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    while (fgetc(p) != EOF) {
-    }
-    const int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return test_run_cmd(cmd, out, cap);
 }
 
 // generate --json: the generated ids and text of one run (fails the test when it fails).
