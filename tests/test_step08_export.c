@@ -32,6 +32,7 @@
 #include "step08_ddp/task.h"
 #include "step08_ddp/train.h"
 #include "tokenizer.h"
+#include "train_util.h"
 
 // ---------------------------------------------------------------- models
 
@@ -375,37 +376,14 @@ static int generate_ids(const char *dir, const char *prompt_args, int L, int *id
 #define SERVE_STEPS 200
 
 Test(step08_export, trained_copy_model_answers_through_generate, .timeout = 120) {
-    // the learning test's recipe (test_step08_train.c), shorter: one thread (see there why)
-    const int saved_threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    ModelConfig c = {0};
-    c.arch = ARCH_LLAMA;
-    c.hidden = 48, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 12, c.intermediate = 96;
-    c.vocab = TASK_SYM0 + 10, c.max_pos = 64, c.rms_eps = 1e-5f, c.rope_theta = 10000.0, c.bos_token_id = -1;
+    // the learning test's recipe (train_util.h), shorter
     TrainModel m;
-    char err[256];
-    cr_assert(train_model_new(&c, &m, err, sizeof err) == 0, "%s", err);
-    train_model_init_random(&m, 1);
-    const int L = 6, T = task_seq_len(L), B = 16, n_sym = 10;
-    int *ids = malloc((size_t)B * T * sizeof(int)), *tg = malloc((size_t)B * T * sizeof(int));
-    TrainActs a;
-    train_acts_new(&c, B, T, &a);
-    AdamW o;
-    adamw_new(&o, m.n_params);
-    AdamWConfig ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.01f};
-    Rng r;
-    rng_seed(&r, 2);
     double loss = 0;
-    for (int s = 0; s < SERVE_STEPS; s++) {
-        task_make_batch(TASK_COPY, &r, B, L, n_sym, ids, tg);
-        train_zero_grad(&m);
-        loss = train_forward(&m, &a, ids, tg, B, T);
-        train_backward(&m, &a);
-        grad_global_norm_clip(m.grads, m.n_params, 1.0);
-        train_adamw_step(&m, &o, &ac, lr_schedule(s, 20, SERVE_STEPS, 1e-2f, 1e-3f));
-    }
-    omp_set_num_threads(saved_threads);
-    cr_expect(loss < 0.05, "copy loss after %d steps: %.4f", SERVE_STEPS, loss);
+    test_train_copy(&m, SERVE_STEPS, NULL, &loss);
+    const int L = TCOPY_L, T = task_seq_len(L), n_sym = TCOPY_NSYM;
+    char err[256];
+    int *ids = malloc((size_t)T * sizeof(int)), *tg = malloc((size_t)T * sizeof(int));
+    cr_expect(loss < 0.05, "copy loss after %d steps (mean of the last 10): %.4f", SERVE_STEPS, loss);
     char tmp[64], dir[128];
     test_mkdtemp(tmp, sizeof tmp, "step08_export_serve");
     snprintf(dir, sizeof dir, "%s/copy", tmp);
@@ -441,8 +419,6 @@ Test(step08_export, trained_copy_model_answers_through_generate, .timeout = 120)
     cr_log_info("copy model (loss %.4f after %d steps) through generate: %d / %d id prompts right, text '%s' -> '%s'",
                 loss, SERVE_STEPS, right, n_prompts, want, text);
     test_rmtree(tmp);
-    adamw_free(&o);
-    train_acts_free(&a);
     train_model_free(&m);
     free(ids), free(tg);
 }

@@ -20,6 +20,7 @@
 
 #include "fs_util.h"
 #include "golden_util.h"
+#include "train_util.h"
 #include "model.h"
 #include "rng.h"
 #include "step02_attention/forward.h"
@@ -367,38 +368,10 @@ Test(step08, clip_and_schedule) {
 #define LEARN_ACC 0.90    // held-out examples answered exactly by greedy decoding through forward_cpu
 
 Test(step08, copy_task_is_learned, .timeout = 120) {
-    // One OpenMP thread: this test process does not set OMP_WAIT_POLICY=passive as the programs do
-    // (common/cpu_env.h), and libgomp's spinning threads then stall OpenBLAS's ~10x on 2 cores.
-    const int saved_threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    ModelConfig c = {0};
-    c.arch = ARCH_LLAMA;
-    c.hidden = 48, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 12, c.intermediate = 96;
-    c.vocab = TASK_SYM0 + 10, c.max_pos = 64, c.rms_eps = 1e-5f, c.rope_theta = 10000.0, c.bos_token_id = -1;
     TrainModel m;
-    char err[256];
-    cr_assert(train_model_new(&c, &m, err, sizeof err) == 0, "%s", err);
-    train_model_init_random(&m, 1);
-    const int L = 6, T = task_seq_len(L), B = 16, n_sym = 10;
-    int *ids = malloc((size_t)B * T * sizeof(int)), *tg = malloc((size_t)B * T * sizeof(int));
-    TrainActs a;
-    train_acts_new(&c, B, T, &a);
-    AdamW o;
-    adamw_new(&o, m.n_params);
-    AdamWConfig ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.01f};
-    Rng r;
-    rng_seed(&r, 2);
     double first = 0, last10 = 0;
-    for (int s = 0; s < LEARN_STEPS; s++) {
-        task_make_batch(TASK_COPY, &r, B, L, n_sym, ids, tg);
-        train_zero_grad(&m);
-        const double loss = train_forward(&m, &a, ids, tg, B, T);
-        train_backward(&m, &a);
-        grad_global_norm_clip(m.grads, m.n_params, 1.0);
-        train_adamw_step(&m, &o, &ac, lr_schedule(s, 20, LEARN_STEPS, 1e-2f, 1e-3f));
-        if (s == 0) first = loss;
-        if (s >= LEARN_STEPS - 10) last10 += loss / 10;
-    }
+    test_train_copy(&m, LEARN_STEPS, &first, &last10);
+    const int L = TCOPY_L, n_sym = TCOPY_NSYM;
     cr_expect(first > 1.5, "the first loss %.3f should be near ln(10) = 2.30 (random answers)", first);
     cr_expect(last10 < LEARN_LOSS, "loss after %d steps %.4f (first %.3f), expected < %.2f", LEARN_STEPS, last10, first,
               LEARN_LOSS);
@@ -410,11 +383,7 @@ Test(step08, copy_task_is_learned, .timeout = 120) {
     cr_log_info("copy: loss %.3f -> %.4f in %d steps; held-out exact %.2f, tokens %.3f", first, last10, LEARN_STEPS,
                 acc, tok);
     train_cpu_view_free(&cm);
-    adamw_free(&o);
-    train_acts_free(&a);
     train_model_free(&m);
-    free(ids), free(tg);
-    omp_set_num_threads(saved_threads);
 }
 
 // ---------------------------------------------------------------- the program
