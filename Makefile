@@ -1,6 +1,6 @@
 # Makefile — the one entry point.
 #   make                 build every program into build/bin/ (CUDA parts when nvcc is found)
-#   make step01          build one step's programs: step01 .. step05 (later steps get a
+#   make step01          build one step's programs: step01 .. step06, step08 (later steps get a
 #                        target as each one lands: a stepNN/step.mk names its programs)
 #   make test            install missing deps, build, run the Criterion tests and the notebooks
 #   make test SANITIZE=1 the CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer

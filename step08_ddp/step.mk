@@ -1,7 +1,8 @@
 # step08_ddp: training on the CPU first (train_cpu.c: forward with saved activations, one
 # backward per op, AdamW, clipping, the schedule; task_cpu.c: the copy / reverse task) and the
 # program that runs it (train.c); export_cpu.c: train --save, the trained model as a Hugging Face
-# directory. Tests: build/tests/run_tests --filter '@(step08|step08_export)/*'.
+# directory; ckpt.c: checkpoints and the exact resume. Tests: build/tests/run_tests --filter
+# '@(step08|step08_ckpt|step08_export)/*'.
 PROGS_step08_ddp := train
 
 # The demo: the built-in tiny Llama learns to copy 6 random symbols, then to reverse them (a few
