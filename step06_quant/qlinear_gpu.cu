@@ -768,20 +768,16 @@ extern "C" int qlinear_gpu_cols(const QLinearGpu *q) { return q ? q->cols : 0; }
 extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q->desc : "(null)"; }
 
 // The GEMV ladder: the only list of its versions (qgemm_bench times each; qlinear_gpu_gemv runs
-// g_qgemv_version). They differ in how many 16-byte weight loads each lane has in flight.
-// v4 .. v6 (R > 0): k_qgemv4r / k_qgemv8r with W warps per block, UK loads per tile or row per
-// iteration and R tiles (INT4) or rows (INT8) per lane.
-typedef struct {
-    const char *name;
-    int U, W, R;
-} QGemvVersion;
-static const QGemvVersion QGEMV_VERSIONS[] = {{"v1_u4", 4, 8, 0},    {"v2_u8", 8, 8, 0},    {"v3_u2", 2, 8, 0},
-                                              {"v4_r2", 2, 8, 2},    {"v5_r4w16", 1, 16, 4}, {"v6_r2w16", 2, 16, 2}};
+// g_qgemv_version, dispatched by its index in launch_simt). v1-v3: k_qgemv4 / k_qgemv8 with U
+// 16-byte weight loads in flight per lane (4, 8, 2); v4-v6: k_qgemv4r / k_qgemv8r with W warps
+// per block and R tiles (INT4) or rows (INT8) per lane sharing each x load (W 8 R 2, W 16 R 4,
+// W 16 R 2).
+static const char *const QGEMV_VERSIONS[] = {"v1_u4", "v2_u8", "v3_u2", "v4_r2", "v5_r4w16", "v6_r2w16"};
 #define N_QGEMV_VERSIONS 6
 static int g_qgemv_version = 0;
 extern "C" int qlinear_gemv_n_versions(void) { return N_QGEMV_VERSIONS; }
 extern "C" const char *qlinear_gemv_version_name(int v) {
-    return v >= 0 && v < N_QGEMV_VERSIONS ? QGEMV_VERSIONS[v].name : "?";
+    return v >= 0 && v < N_QGEMV_VERSIONS ? QGEMV_VERSIONS[v] : "?";
 }
 extern "C" void qlinear_gemv_set_version(int v) {
     if (v >= 0 && v < N_QGEMV_VERSIONS) g_qgemv_version = v;
@@ -826,15 +822,12 @@ static void launch_rz(const QLinearGpu *q, const float *xf, const float *bias, f
 static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, const float *bias, float *Y, int ldy,
                         float beta, cudaStream_t s) {
     if (T == 1) {
-        switch (g_qgemv_version) {
-        case 3: launch_rz<8, 2, 2>(q, xf, bias, Y, beta, s); return;
-        case 4: launch_rz<16, 1, 4>(q, xf, bias, Y, beta, s); return;
-        case 5: launch_rz<16, 2, 2>(q, xf, bias, Y, beta, s); return;
-        default: break;
-        }
-        switch (QGEMV_VERSIONS[g_qgemv_version].U) {
-        case 8: launch_zp<1, 8>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
+        switch (g_qgemv_version) {  // QGEMV_VERSIONS' order
+        case 1: launch_zp<1, 8>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
         case 2: launch_zp<1, 2>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
+        case 3: launch_rz<8, 2, 2>(q, xf, bias, Y, beta, s); break;
+        case 4: launch_rz<16, 1, 4>(q, xf, bias, Y, beta, s); break;
+        case 5: launch_rz<16, 2, 2>(q, xf, bias, Y, beta, s); break;
         default: launch_zp<1, QV_U>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
         }
         return;

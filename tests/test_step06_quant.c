@@ -385,15 +385,10 @@ Test(step06, gptq_refuses_non_positive_definite) {
 }
 
 // ---------------------------------------------------------------- quantize --json
-// Runs a shell command; its exit status, and (up to 1 MiB of) its stdout in *out (caller frees).
+// Runs a shell command; its exit code, and (up to 1 MiB of) its stdout in *out (caller frees).
 static int run_cmd(const char *cmd, char **out) {
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "popen %s", cmd);
-    char *buf = calloc(1, 1 << 20);
-    const size_t n = fread(buf, 1, (1 << 20) - 1, p);
-    buf[n] = 0;
-    *out = buf;
-    return pclose(p);
+    *out = calloc(1, 1 << 20);
+    return test_run_cmd(cmd, *out, 1 << 20);
 }
 
 static double jnum(const json_t *o, const char *key) {
