@@ -1,7 +1,8 @@
 // qlinear_bench_gpu.h — the bf16 baseline that qgemm_bench times beside the quantized kernels
 // (in qlinear_gpu.cu; qlinear_gpu_none.c returns -1). The T = 1 baseline is step03's GEMV
 // (kvcache.h gemv_gpu_bench_gbps).
-// defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version
+// defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
+//          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -18,6 +19,11 @@ double qbench_bf16_gemm_ms(int T, int rows, int cols, int warmup, int reps);
 int qlinear_gemv_n_versions(void);
 const char *qlinear_gemv_version_name(int version);
 void qlinear_gemv_set_version(int version);
+// 1 when that version rounds x to fp16 (the tensor-core rungs): its error is fp16's, not fp32's.
+int qlinear_gemv_version_fp16(int version);
+// Programmatic dependent launch of the tensor-core rungs on sm_90 (their first weight loads start
+// while the previous kernel finishes): 1 on, 0 off; unset, the environment's QLINEAR_PDL=1 turns it on.
+void qlinear_gemv_set_pdl(int on);
 
 #ifdef __cplusplus
 }

@@ -69,7 +69,8 @@ struct QLinearGpu {
     int fast;        // 1: the packed layout below; 0: the naive kernels on the QWeight as stored
     int mma;         // INT4 on sm_80+: the tensor-core GEMM
     int mma_ok;      // the device and kind allow it (qlinear_gpu_set_gemm_path can turn it off)
-    int sms;
+    int tc_gm;       // k_qmma's group mode (0 one group, 1 per 64 columns, 2 per 32), -1: k_qmma cannot run
+    int sms, major;
     uint32_t *qw;    // qlinear_pack.h's words
     float *scales;   // (ng, np)
     uint8_t *zeros;  // (ng, np) or NULL
@@ -88,7 +89,9 @@ struct QLinearGpu {
 
 static void set_desc(QLinearGpu *q) {
     snprintf(q->desc, sizeof q->desc, "%s: tiled GEMV, %s", q->base,
-             q->mma ? "tensor-core GEMM (mma.sync m16n8k16)" : "SIMT GEMM (8 tokens a pass)");
+             !q->mma ? "SIMT GEMM (8 tokens a pass)"
+             : q->kind == QK_INT4 ? "tensor-core GEMM (mma.sync m16n8k16)"
+                                  : "tensor-core GEMM (mma.sync m16n8k16, 16 tokens a pass)");
 }
 
 // ---------------------------------------------------------------- helpers
@@ -600,6 +603,240 @@ __global__ void __launch_bounds__(QG_WARPS * 32)
 #endif  // before sm_80 the body is empty: qlinear_gpu_new never picks this kernel there (mma_ok)
 }
 
+// ---------------------------------------------------------------- tensor-core GEMV / small GEMM (v7+)
+// k_qmma: the same packed weights, but the multiply-adds on the tensor cores (mma.sync m16n8k16,
+// fp16 x fp16 -> fp32) for 1..16 tokens: A = the tokens' x (16 rows; at T = 1 every row is the
+// one x, so no lane waits on a branch), B = the weights, dequantized into fp16 pairs exactly
+// (q - z is a small integer). Why: k_qgemv4 spends ~27 instructions per 8 INT4 weights (unpack,
+// fp16 -> fp32, 8 FMAs, x loads) and runs out of issue slots before the loads are done; here a
+// word costs 9 (unpack + subtract) plus 2 mma. The group scale is applied in fp32 to each
+// group's mma sums (GM 0: one group, at the end; 1: per 64-column tile; 2: per 32 columns).
+//   INT4: a word is already two B fragments (qlinear_pack.h); one warp load = 16 rows x 64
+//   columns; a lane's 4 words are the tile's 4 k16 slices.
+//   INT8 (row-major): lane (g, t) loads 16 bytes of row 8 nb + g at columns 64 kc + 16 t; word j
+//   of them is a B fragment if the mma's k index is permuted: k = 16 j + 2 t (+1) holds column
+//   16 t + 4 j (+1), k = 16 j + 2 t + 8 (+1) holds 16 t + 4 j + 2 (+3); x is read with the same
+//   permutation (the dot product does not care about the order of its terms). Byte -> fp16 is one
+//   byte permute: 0x64 above byte b is the fp16 1024 + b. A k16 step spans all 64 columns of the
+//   tile, so INT8 groups must be multiples of 64 (else the SIMT kernels run).
+// x is rounded to fp16 (cvt.rn.satfinite: beyond +-65504 it saturates, never becomes inf): 11
+// significant bits, more than the bf16 the activations already are in the batched path.
+// W warps per block split the 64-column tiles (warp w: w, w + W, ...), UK tiles per step, R row
+// tiles per block; the weights of step i + 1 are in flight while step i is computed. With
+// programmatic dependent launch (sm_90, qlinear_gemv_set_pdl) the first step's weights are
+// requested before griddepcontrol.wait, i.e. while the kernel that writes x is still running.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ uint32_t h2_sat(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+// The fp16 pair of elements p[0], p[1] (8-byte aligned for fp32, 4-byte for 16-bit types).
+__device__ __forceinline__ uint32_t xpair(const float *p) {
+    const float2 v = __ldg((const float2 *)p);
+    return h2_sat(v.x, v.y);
+}
+__device__ __forceinline__ uint32_t xpair(const __nv_bfloat16 *p) {
+    const float2 v = __bfloat1622float2(bits<__nv_bfloat162>(__ldg((const unsigned *)p)));
+    return h2_sat(v.x, v.y);
+}
+__device__ __forceinline__ uint32_t xpair(const __half *p) { return __ldg((const unsigned *)p); }
+// The 8 fp16 pairs of p[0..15] (16-byte aligned), with 16-byte loads.
+__device__ __forceinline__ void x16(const float *p, uint32_t (&o)[8]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float4 v = __ldg((const float4 *)p + i);
+        o[2 * i] = h2_sat(v.x, v.y), o[2 * i + 1] = h2_sat(v.z, v.w);
+    }
+}
+__device__ __forceinline__ void x16(const __nv_bfloat16 *p, uint32_t (&o)[8]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const uint4 v = __ldg((const uint4 *)p + i);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 f = __bfloat1622float2(bits<__nv_bfloat162>(w[j]));
+            o[4 * i + j] = h2_sat(f.x, f.y);
+        }
+    }
+}
+__device__ __forceinline__ void x16(const __half *p, uint32_t (&o)[8]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const uint4 v = __ldg((const uint4 *)p + i);
+        o[4 * i] = v.x, o[4 * i + 1] = v.y, o[4 * i + 2] = v.z, o[4 * i + 3] = v.w;
+    }
+}
+#endif
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+template <int KIND, class XIn, int W, int UK, int R, int GM, bool ZP, bool T1>
+__global__ void __launch_bounds__(W * 32)
+    k_qmma(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros, int np,
+           int kp, int gs, int glog, int ng, int rows, const XIn *__restrict__ X, int ldx, int T,
+           const float *__restrict__ bias, float *Y, int ldy, float beta) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    constexpr int RT = KIND == 4 ? 16 : 8, NH = KIND == 4 ? 2 : 1;  // rows per tile, n8 halves per tile
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane / 4, t = lane % 4;
+    const int nb0 = blockIdx.x * R, nt = np / RT, nk = kp / 64;
+    const XIn *x_lo = X + (size_t)(T1 ? 0 : min(g, T - 1)) * ldx, *x_hi = X + (size_t)(T1 ? 0 : min(g + 8, T - 1)) * ldx;
+    float acc[R][NH][4];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int h = 0; h < NH; h++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[r][h][e] = 0.0f;
+    auto load = [&](uint4 (&w)[UK][R], int kc0) {
+#pragma unroll
+        for (int u = 0; u < UK; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int kc = kc0 + W * u, nb = nb0 + r;
+                const size_t at = KIND == 4 ? ((size_t)nb * nk + kc) * 32 + lane : (size_t)(nb * 8 + g) * (kp / 16) + kc * 4 + t;
+                w[u][r] = kc < nk && nb < nt ? __ldcs(qw + at) : make_uint4(0, 0, 0, 0);
+            }
+    };
+    // zero terms of a group for rows (tile r) g and g + 8 (INT4) / g (INT8): fp16 pairs
+    const __half2 zsym_a = __float2half2_rn(KIND == 4 ? 1032.0f : 1152.0f), zsym_b = __float2half2_rn(-72.0f);
+    auto zero_of = [&](int grp, int r, int which, __half2 &za, __half2 &zb) {
+        if (!ZP) {
+            za = zsym_a, zb = zsym_b;
+            return;
+        }
+        const int n = min(nb0 + r, nt - 1) * RT + g + (KIND == 4 ? 8 * which : 0);
+        const float z = (float)__ldg(zeros + (size_t)grp * np + n);
+        za = __float2half2_rn(1024.0f + z), zb = __float2half2_rn(-64.0f - z);
+    };
+    // scales of the C fragment's rows (tile r, half h): rows 8 h + 2 t, + 1
+    auto scale_of = [&](int grp, int r, int h) {
+        const int n = min(nb0 + r, nt - 1) * RT + 8 * h + 2 * t;
+        return __ldg((const float2 *)(scales + (size_t)grp * np + n));
+    };
+    // the mma of one k16 slice: B fragments from word wd of tile r, into c[h][4]
+    auto mma_word = [&](uint32_t wd, const uint32_t *a, float (&c)[NH][4], __half2 za0, __half2 zb0, __half2 za1,
+                        __half2 zb1) {
+        if (KIND == 4) {
+            const uint32_t w2 = wd >> 8, M = 0x64006400u;
+            const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+            const uint32_t b0 = bits<uint32_t>(__hsub2(bits<__half2>((wd & 0x000F000Fu) | M), za0));
+            const uint32_t b1 = bits<uint32_t>(__hfma2(bits<__half2>((wd & 0x00F000F0u) | M), sixteenth, zb0));
+            const uint32_t b2 = bits<uint32_t>(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | M), za1));
+            const uint32_t b3 = bits<uint32_t>(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | M), sixteenth, zb1));
+            mma16816(__half(), c[0], a, b0, b1);
+            mma16816(__half(), c[NH - 1], a, b2, b3);
+        } else {
+            const uint32_t b0 = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wd, 0x64646464u, 0x5140u)), za0));
+            const uint32_t b1 = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wd, 0x64646464u, 0x5342u)), za0));
+            (void)zb0, (void)za1, (void)zb1;
+            mma16816(__half(), c[0], a, b0, b1);
+        }
+    };
+    __half2 za[R][2], zb[R][2];
+    if (GM == 0)
+#pragma unroll
+        for (int r = 0; r < R; r++) zero_of(0, r, 0, za[r][0], zb[r][0]), zero_of(0, r, 1, za[r][1], zb[r][1]);
+    uint4 wcur[UK][R], wnext[UK][R];
+    const int kc_first = warp;
+    load(wcur, kc_first);
+    pdl_wait();  // x (and Y) are the previous kernel's: read only from here on
+    for (int kc0 = kc_first; kc0 < nk; kc0 += W * UK) {
+        if (kc0 + W * UK < nk) load(wnext, kc0 + W * UK);
+#pragma unroll
+        for (int u = 0; u < UK; u++) {
+            const int kc = kc0 + W * u;
+            if (kc >= nk) break;  // the same for the whole warp
+            // A fragments of the 4 k16 slices: a[i][0..3] = (tok g, lo k), (tok g+8, lo k), (g, hi k), (g+8, hi k)
+            uint32_t a[4][4];
+            if (KIND == 4) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int k = kc * 64 + 16 * i + 2 * t;
+                    a[i][0] = xpair(x_lo + k), a[i][2] = xpair(x_lo + k + 8);
+                    a[i][1] = T1 ? a[i][0] : xpair(x_hi + k), a[i][3] = T1 ? a[i][2] : xpair(x_hi + k + 8);
+                }
+            } else {  // columns 64 kc + 16 t .. + 15, word j's at 4 j .. 4 j + 3
+                uint32_t lo[8], hi[8];
+                x16(x_lo + kc * 64 + 16 * t, lo);
+                if (!T1) x16(x_hi + kc * 64 + 16 * t, hi);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    a[j][0] = lo[2 * j], a[j][2] = lo[2 * j + 1];
+                    a[j][1] = T1 ? lo[2 * j] : hi[2 * j], a[j][3] = T1 ? lo[2 * j + 1] : hi[2 * j + 1];
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t wd[4] = {wcur[u][r].x, wcur[u][r].y, wcur[u][r].z, wcur[u][r].w};
+                if (GM == 0) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) mma_word(wd[i], a[i], acc[r], za[r][0], zb[r][0], za[r][1], zb[r][1]);
+                } else {
+#pragma unroll
+                    for (int p = 0; p < (GM == 1 ? 1 : 2); p++) {  // the scale groups of this tile
+                        const int grp = group_of(kc * 64 + 32 * p, gs, glog, ng);
+                        __half2 za0, zb0, za1, zb1;
+                        zero_of(grp, r, 0, za0, zb0), zero_of(grp, r, 1, za1, zb1);
+                        float c[NH][4];
+#pragma unroll
+                        for (int h = 0; h < NH; h++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) c[h][e] = 0.0f;
+#pragma unroll
+                        for (int i = (GM == 1 ? 0 : 2 * p); i < (GM == 1 ? 4 : 2 * p + 2); i++)
+                            mma_word(wd[i], a[i], c, za0, zb0, za1, zb1);
+#pragma unroll
+                        for (int h = 0; h < NH; h++) {
+                            const float2 s = scale_of(grp, r, h);
+                            acc[r][h][0] = fmaf(s.x, c[h][0], acc[r][h][0]), acc[r][h][1] = fmaf(s.y, c[h][1], acc[r][h][1]);
+                            acc[r][h][2] = fmaf(s.x, c[h][2], acc[r][h][2]), acc[r][h][3] = fmaf(s.y, c[h][3], acc[r][h][3]);
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UK; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) wcur[u][r] = wnext[u][r];
+    }
+    if (GM == 0)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                const float2 s = scale_of(0, r, h);
+                acc[r][h][0] *= s.x, acc[r][h][1] *= s.y, acc[r][h][2] *= s.x, acc[r][h][3] *= s.y;
+            }
+    // C fragment: e = 0, 1: token g, rows 8 h + 2 t (+1); e = 2, 3: token g + 8
+    constexpr int TOK = T1 ? 1 : 16;
+    __shared__ float red[W][R][TOK][RT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int h = 0; h < NH; h++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int tok = g + 8 * (e / 2), row = 8 * h + 2 * t + (e % 2);
+                if (tok < TOK) red[warp][r][tok][row] = acc[r][h][e];
+            }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < R * TOK * RT; idx += W * 32) {
+        const int r = idx / (TOK * RT), tok = idx / RT % TOK, row = (nb0 + r) * RT + idx % RT;
+        if (nb0 + r >= nt || row >= rows || tok >= T) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; w++) v += red[w][r][tok][idx % RT];
+        out_store(v, Y + (size_t)tok * ldy + row, bias, row, beta);
+    }
+#endif  // before sm_80 the body is empty: never launched there (q->mma_ok)
+}
+
 // Y (T rows of `rows`, ldy) *= beta (= 0 when beta == 0: Y may hold anything).
 __global__ void k_scale_y(float *Y, int ldy, int T, int rows, float beta) {
     const size_t n = (size_t)T * rows;
@@ -690,7 +927,7 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
         return NULL;
     }
     q->kind = w->kind, q->rows = w->rows, q->cols = w->cols, q->ng = w->n_groups, q->sym = w->sym;
-    q->sms = sms;
+    q->sms = sms, q->major = major, q->tc_gm = -1;
     char why[160] = "";
     QPacked p;
     cudaError_t e = cudaSuccess;
@@ -714,7 +951,13 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
         const int mma_built =
             cudaFuncGetAttributes(&fa, k_qgemm4<__half, 1, false>) == cudaSuccess && fa.ptxVersion >= 80;
         cudaGetLastError();
-        q->mma = q->mma_ok = w->kind == QK_INT4 && major >= 8 && mma_built;
+        // k_qmma (INT4 and INT8): groups of one 64-column tile or more, or of 32 columns for INT4
+        q->tc_gm = !(major >= 8 && mma_built) ? -1
+                   : p.ng == 1                ? 0
+                   : p.gs % 64 == 0           ? 1
+                   : w->kind == QK_INT4       ? 2
+                                              : -1;
+        q->mma = q->mma_ok = major >= 8 && mma_built && (w->kind == QK_INT4 || q->tc_gm >= 0);
         const size_t ngp = (size_t)p.ng * p.np;
         e = upload(&q->qw, p.qw, p.n_words);
         if (e == cudaSuccess) e = upload(&q->scales, p.scales, ngp);
@@ -772,8 +1015,10 @@ extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q-
 // 16-byte weight loads in flight per lane (4, 8, 2); v4-v6: k_qgemv4r / k_qgemv8r with W warps
 // per block and R tiles (INT4) or rows (INT8) per lane sharing each x load (W 8 R 2, W 16 R 4,
 // W 16 R 2).
-static const char *const QGEMV_VERSIONS[] = {"v1_u4", "v2_u8", "v3_u2", "v4_r2", "v5_r4w16", "v6_r2w16"};
-#define N_QGEMV_VERSIONS 6
+static const char *const QGEMV_VERSIONS[] = {"v1_u4",    "v2_u8",       "v3_u2",      "v4_r2",    "v5_r4w16",
+                                             "v6_r2w16", "v7_tc_w8u2", "v8_tc_w8u4", "v9_tc_w4r2"};
+#define N_QGEMV_VERSIONS 9
+#define QGEMV_FIRST_TC 6  // v7+: k_qmma (x rounded to fp16)
 static int g_qgemv_version = 0;
 extern "C" int qlinear_gemv_n_versions(void) { return N_QGEMV_VERSIONS; }
 extern "C" const char *qlinear_gemv_version_name(int v) {
@@ -781,6 +1026,53 @@ extern "C" const char *qlinear_gemv_version_name(int v) {
 }
 extern "C" void qlinear_gemv_set_version(int v) {
     if (v >= 0 && v < N_QGEMV_VERSIONS) g_qgemv_version = v;
+}
+extern "C" int qlinear_gemv_version_fp16(int v) { return v >= QGEMV_FIRST_TC && v < N_QGEMV_VERSIONS; }
+// Programmatic dependent launch for k_qmma (sm_90): -1 until set, then QLINEAR_PDL=1 in the
+// environment turns it on when nothing set it.
+static int g_pdl = -1;
+extern "C" void qlinear_gemv_set_pdl(int on) { g_pdl = on ? 1 : 0; }
+static bool pdl_on(const QLinearGpu *q) {
+    if (g_pdl < 0) {
+        const char *e = getenv("QLINEAR_PDL");
+        g_pdl = e && atoi(e) > 0;
+    }
+    return g_pdl > 0 && q->major >= 9;
+}
+// A launch, optionally allowed to start before the previous kernel on the stream has finished
+// (it then waits in griddepcontrol.wait before touching that kernel's outputs).
+template <class... P, class... A>
+static void launch_ex(void (*k)(P...), dim3 grid, int threads, cudaStream_t s, bool pdl, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = dim3(threads), cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = pdl ? at : NULL, cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, (P)args...);
+}
+// k_qmma over T <= 16 tokens of X (T, ldx; kp valid columns, zero-padded).
+template <int KIND, class XIn, int W, int UK, int R, bool T1>
+static void launch_qmma_k(const QLinearGpu *q, const XIn *X, int ldx, int T, const float *bias, float *Y, int ldy,
+                          float beta, cudaStream_t s) {
+    const int rt = KIND == 4 ? 16 : 8, nt = q->np / rt;
+    const dim3 grid((nt + R - 1) / R);
+    const bool pdl = pdl_on(q);
+    const uint4 *w = (const uint4 *)q->qw;
+#define QM_LAUNCH(gm, zp)                                                                                             \
+    launch_ex(k_qmma<KIND, XIn, W, UK, R, gm, zp, T1>, grid, W * 32, s, pdl, w, (const float *)q->scales,             \
+              (const uint8_t *)q->zeros, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, X, ldx, T, bias, Y, ldy, beta)
+    const bool zp = q->zeros != NULL;
+    if (q->tc_gm == 0) zp ? QM_LAUNCH(0, true) : QM_LAUNCH(0, false);
+    else if (q->tc_gm == 1) zp ? QM_LAUNCH(1, true) : QM_LAUNCH(1, false);
+    else if constexpr (KIND == 4) zp ? QM_LAUNCH(2, true) : QM_LAUNCH(2, false);
+#undef QM_LAUNCH
+}
+template <class XIn, int W, int UK, int R, bool T1>
+static void launch_qmma(const QLinearGpu *q, const XIn *X, int ldx, int T, const float *bias, float *Y, int ldy,
+                        float beta, cudaStream_t s) {
+    if (q->kind == QK_INT4) launch_qmma_k<4, XIn, W, UK, R, T1>(q, X, ldx, T, bias, Y, ldy, beta, s);
+    else launch_qmma_k<8, XIn, W, UK, R, T1>(q, X, ldx, T, bias, Y, ldy, beta, s);
 }
 
 template <int TB, int U, bool ZP>
@@ -828,6 +1120,14 @@ static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, c
         case 3: launch_rz<8, 2, 2>(q, xf, bias, Y, beta, s); break;
         case 4: launch_rz<16, 1, 4>(q, xf, bias, Y, beta, s); break;
         case 5: launch_rz<16, 2, 2>(q, xf, bias, Y, beta, s); break;
+        case 6:
+        case 7:
+        case 8:
+            if (q->tc_gm < 0) launch_zp<1, QV_U>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);  // k_qmma cannot: v1
+            else if (g_qgemv_version == 6) launch_qmma<float, 8, 2, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+            else if (g_qgemv_version == 7) launch_qmma<float, 8, 4, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+            else launch_qmma<float, 4, 2, 2, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+            break;
         default: launch_zp<1, QV_U>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
         }
         return;
@@ -891,6 +1191,12 @@ static int gemm_t(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy,
         if (!xa) return -1;
         gather<X, X>(Xm, ldx, T, q->perm, q->cols, q->kp, xa, s);
         A = xa, lda = q->kp;
+    }
+    if (T <= 16 || q->kind == QK_INT8) {  // k_qmma, 16 tokens a pass (each pass reads the weights once)
+        for (int t0 = 0; t0 < T; t0 += 16)
+            launch_qmma<X, 4, 2, 1, false>(q, A + (size_t)t0 * lda, lda, T - t0 < 16 ? T - t0 : 16, NULL,
+                                           Y + (size_t)t0 * ldy, ldy, beta, s);
+        return launch_ok("qlinear_gpu_gemm");
     }
     const int MT = T >= 64 ? 4 : (T + 15) / 16, passes = (T + 63) / 64, nk = q->kp / 64;
     const int bx = (q->np / 16 + QG_WARPS * QG_NB - 1) / (QG_WARPS * QG_NB);

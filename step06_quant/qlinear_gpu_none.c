@@ -56,4 +56,9 @@ const char *qlinear_gemv_version_name(int version) {
     return "?";
 }
 void qlinear_gemv_set_version(int version) { (void)version; }
+int qlinear_gemv_version_fp16(int version) {
+    (void)version;
+    return 0;
+}
+void qlinear_gemv_set_pdl(int on) { (void)on; }
 #endif
