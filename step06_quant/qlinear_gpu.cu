@@ -19,7 +19,7 @@
 //       by one byte permute (__byte_perm with 0x4B000000).
 //       The ladder (QGEMV_VERSIONS, timed by qgemm_bench): v1_u4, v2_u8, v3_u2 loads in flight;
 //       v4_r2, v5_r4w16, v6_r2w16: k_qgemv4r / k_qgemv8r, R tiles or rows per lane (x loaded once
-//       for all of them), W warps per block.
+//       for all of them), W warps per block; v7_tc_w8u2, v8_tc_w8u4, v9_tc_w16u2: k_qmma (below).
 //       x is read through the read-only L1 path (__ldg): every block on an SM reads the same x,
 //       so L1 serves it once per SM; staging it in each block's shared memory would re-read the
 //       whole vector from L2 per block (256 blocks x 56 KB for a 14336-column layer).
@@ -737,16 +737,40 @@ __global__ void __launch_bounds__(W * 32)
             mma16816(__half(), c[0], a, b0, b1);
         }
     };
+    // The scales travel with the weights (loaded one step ahead): a scale requested only when the
+    // mma sums are ready costs a memory latency per step (the INT4 GEMVs v1-v6 pay it).
+    constexpr int NP = GM == 2 ? 2 : 1;  // scale groups per 64-column tile
+    float2 scur[UK][R][NP][NH], snext[UK][R][NP][NH], s_one[R][NH];
+    auto load_sc = [&](float2 (&sc)[UK][R][NP][NH], int kc0) {
+#pragma unroll
+        for (int u = 0; u < UK; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int p = 0; p < NP; p++) {
+                    const int grp = group_of(min(kc0 + W * u, nk - 1) * 64 + 32 * p, gs, glog, ng);
+#pragma unroll
+                    for (int h = 0; h < NH; h++) sc[u][r][p][h] = scale_of(grp, r, h);
+                }
+    };
     __half2 za[R][2], zb[R][2];
     if (GM == 0)
 #pragma unroll
-        for (int r = 0; r < R; r++) zero_of(0, r, 0, za[r][0], zb[r][0]), zero_of(0, r, 1, za[r][1], zb[r][1]);
+        for (int r = 0; r < R; r++) {
+            zero_of(0, r, 0, za[r][0], zb[r][0]), zero_of(0, r, 1, za[r][1], zb[r][1]);
+#pragma unroll
+            for (int h = 0; h < NH; h++) s_one[r][h] = scale_of(0, r, h);
+        }
     uint4 wcur[UK][R], wnext[UK][R];
     const int kc_first = warp;
     load(wcur, kc_first);
+    if (GM != 0) load_sc(scur, kc_first);
     pdl_wait();  // x (and Y) are the previous kernel's: read only from here on
     for (int kc0 = kc_first; kc0 < nk; kc0 += W * UK) {
-        if (kc0 + W * UK < nk) load(wnext, kc0 + W * UK);
+        if (kc0 + W * UK < nk) {
+            load(wnext, kc0 + W * UK);
+            if (GM != 0) load_sc(snext, kc0 + W * UK);
+        }
 #pragma unroll
         for (int u = 0; u < UK; u++) {
             const int kc = kc0 + W * u;
@@ -792,7 +816,7 @@ __global__ void __launch_bounds__(W * 32)
                             mma_word(wd[i], a[i], c, za0, zb0, za1, zb1);
 #pragma unroll
                         for (int h = 0; h < NH; h++) {
-                            const float2 s = scale_of(grp, r, h);
+                            const float2 s = scur[u][r][p][h];
                             acc[r][h][0] = fmaf(s.x, c[h][0], acc[r][h][0]), acc[r][h][1] = fmaf(s.y, c[h][1], acc[r][h][1]);
                             acc[r][h][2] = fmaf(s.x, c[h][2], acc[r][h][2]), acc[r][h][3] = fmaf(s.y, c[h][3], acc[r][h][3]);
                         }
@@ -803,14 +827,21 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
         for (int u = 0; u < UK; u++)
 #pragma unroll
-            for (int r = 0; r < R; r++) wcur[u][r] = wnext[u][r];
+            for (int r = 0; r < R; r++) {
+                wcur[u][r] = wnext[u][r];
+                if (GM != 0)
+#pragma unroll
+                    for (int p = 0; p < NP; p++)
+#pragma unroll
+                        for (int h = 0; h < NH; h++) scur[u][r][p][h] = snext[u][r][p][h];
+            }
     }
     if (GM == 0)
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int h = 0; h < NH; h++) {
-                const float2 s = scale_of(0, r, h);
+                const float2 s = s_one[r][h];
                 acc[r][h][0] *= s.x, acc[r][h][1] *= s.y, acc[r][h][2] *= s.x, acc[r][h][3] *= s.y;
             }
     // C fragment: e = 0, 1: token g, rows 8 h + 2 t (+1); e = 2, 3: token g + 8
@@ -1016,7 +1047,7 @@ extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q-
 // per block and R tiles (INT4) or rows (INT8) per lane sharing each x load (W 8 R 2, W 16 R 4,
 // W 16 R 2).
 static const char *const QGEMV_VERSIONS[] = {"v1_u4",    "v2_u8",       "v3_u2",      "v4_r2",    "v5_r4w16",
-                                             "v6_r2w16", "v7_tc_w8u2", "v8_tc_w8u4", "v9_tc_w4r2"};
+                                             "v6_r2w16", "v7_tc_w8u2", "v8_tc_w8u4", "v9_tc_w16u2"};
 #define N_QGEMV_VERSIONS 9
 #define QGEMV_FIRST_TC 6  // v7+: k_qmma (x rounded to fp16)
 static int g_qgemv_version = 0;
@@ -1126,7 +1157,7 @@ static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, c
             if (q->tc_gm < 0) launch_zp<1, QV_U>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);  // k_qmma cannot: v1
             else if (g_qgemv_version == 6) launch_qmma<float, 8, 2, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
             else if (g_qgemv_version == 7) launch_qmma<float, 8, 4, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
-            else launch_qmma<float, 4, 2, 2, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+            else launch_qmma<float, 16, 2, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
             break;
         default: launch_zp<1, QV_U>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
         }
