@@ -54,7 +54,7 @@ static void usage(FILE *f) {
             "  --quant      quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups of\n"
             "               128), random integers with --preset; a GPTQ / AWQ checkpoint runs quantized without it\n"
             "  --qgemv V    GPU, quantized projections: the quantized GEMV's version 1..N of its ladder (qgemm_bench\n"
-            "               names them; default 1)\n");
+            "               names them; default: the best measured for each kind, INT8 v4, INT4 v7)\n");
 }
 
 // --positions: at most `max` positions, each in 0..2^20 (the model's context is checked later).
@@ -103,7 +103,7 @@ static TimeStats window_stats(const double *v, int runs, int n, int p, int w) {
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = 0;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -292,7 +292,7 @@ int main(int argc, char **argv) {
                c->vocab);
     table_meta(t, "precision", "%s", dtype);
     table_meta(t, "quant", "%s", qfmt);
-    if (use_cuda && quantized) table_meta(t, "qgemv", "%s (quantized GEMV version %d)", qlinear_gemv_version_name(qgemv_ver), qgemv_ver + 1);
+    if (use_cuda && quantized) table_meta(t, "qgemv", "%s (quantized GEMV version %d; 0 = auto)", qlinear_gemv_version_name(qgemv_ver), qgemv_ver + 1);
     table_meta(t, "weight_bytes", "%.4g (held; %s)", weight_bytes, use_cuda ? "device allocations" : "host arrays");
     if (!use_cuda) table_meta(t, "cpu_threads", "%s", cpu_env_describe());
     table_meta(t, "timing", "%s", use_cuda ? "CUDA events; one cached run after a warm-up run"

@@ -262,7 +262,7 @@ int main(int argc, char **argv) {
                     snprintf(kname, sizeof kname, "qlinear_gpu_gemv %s", qlinear_gemv_version_name(path));
                     table_str(t, "kernel", T == 1 ? kname : qlinear_gpu_describe(c.L[0]));
                 }
-                qlinear_gemv_set_version(0);
+                qlinear_gemv_set_version(-1);
             }
             for (int i = 0; i < n; i++) qlinear_gpu_free(c.L[i]);
             free(c.L);

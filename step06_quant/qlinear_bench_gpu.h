@@ -2,7 +2,7 @@
 // (in qlinear_gpu.cu; qlinear_gpu_none.c returns -1). The T = 1 baseline is step03's GEMV
 // (kvcache.h gemv_gpu_bench_gbps).
 // defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
-//          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl
+//          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gpu_gemv_version
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -15,10 +15,13 @@ extern "C" {
 double qbench_bf16_gemm_ms(int T, int rows, int cols, int warmup, int reps);
 
 // The quantized GEMV's ladder (qlinear_gpu.cu's version table): how many, their names, and which
-// one qlinear_gpu_gemv runs (process-wide; default 0).
+// one qlinear_gpu_gemv runs (process-wide; -1, the default: the best measured for each kind).
 int qlinear_gemv_n_versions(void);
-const char *qlinear_gemv_version_name(int version);
+const char *qlinear_gemv_version_name(int version);  // -1: "auto (...)"
 void qlinear_gemv_set_version(int version);
+// The version layer q runs now (auto resolved; a tensor-core rung its groups do not allow runs v1).
+struct QLinearGpu;
+int qlinear_gpu_gemv_version(const struct QLinearGpu *q);
 // 1 when that version rounds x to fp16 (the tensor-core rungs): its error is fp16's, not fp32's.
 int qlinear_gemv_version_fp16(int version);
 // Programmatic dependent launch of the tensor-core rungs on sm_90 (their first weight loads start

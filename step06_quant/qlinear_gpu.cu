@@ -1050,13 +1050,23 @@ static const char *const QGEMV_VERSIONS[] = {"v1_u4",    "v2_u8",       "v3_u2",
                                              "v6_r2w16", "v7_tc_w8u2", "v8_tc_w8u4", "v9_tc_w16u2"};
 #define N_QGEMV_VERSIONS 9
 #define QGEMV_FIRST_TC 6  // v7+: k_qmma (x rounded to fp16)
-static int g_qgemv_version = 0;
+// -1 (the default): each layer takes the best measured on the H200 for its kind (INT8: v4_r2,
+// INT4: v7_tc_w8u2; step06_quant/results/qgemm_e4019eb_h200.txt and the engine runs beside it).
+static int g_qgemv_version = -1;
+#define QGEMV_AUTO_INT8 3
+#define QGEMV_AUTO_INT4 6
 extern "C" int qlinear_gemv_n_versions(void) { return N_QGEMV_VERSIONS; }
 extern "C" const char *qlinear_gemv_version_name(int v) {
-    return v >= 0 && v < N_QGEMV_VERSIONS ? QGEMV_VERSIONS[v] : "?";
+    return v == -1 ? "auto (INT8 v4_r2, INT4 v7_tc_w8u2)" : v >= 0 && v < N_QGEMV_VERSIONS ? QGEMV_VERSIONS[v] : "?";
 }
 extern "C" void qlinear_gemv_set_version(int v) {
-    if (v >= 0 && v < N_QGEMV_VERSIONS) g_qgemv_version = v;
+    if (v >= -1 && v < N_QGEMV_VERSIONS) g_qgemv_version = v;
+}
+extern "C" int qlinear_gpu_gemv_version(const QLinearGpu *q) {
+    int v = g_qgemv_version;
+    if (v < 0) v = q->kind == QK_INT8 ? QGEMV_AUTO_INT8 : QGEMV_AUTO_INT4;
+    if (v >= QGEMV_FIRST_TC && q->tc_gm < 0) v = 0;  // k_qmma cannot take these groups: v1
+    return v;
 }
 extern "C" int qlinear_gemv_version_fp16(int v) { return v >= QGEMV_FIRST_TC && v < N_QGEMV_VERSIONS; }
 // Programmatic dependent launch for k_qmma (sm_90): -1 until set, then QLINEAR_PDL=1 in the
@@ -1145,7 +1155,8 @@ static void launch_rz(const QLinearGpu *q, const float *xf, const float *bias, f
 static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, const float *bias, float *Y, int ldy,
                         float beta, cudaStream_t s) {
     if (T == 1) {
-        switch (g_qgemv_version) {  // QGEMV_VERSIONS' order
+        const int v = qlinear_gpu_gemv_version(q);
+        switch (v) {  // QGEMV_VERSIONS' order
         case 1: launch_zp<1, 8>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
         case 2: launch_zp<1, 2>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
         case 3: launch_rz<8, 2, 2>(q, xf, bias, Y, beta, s); break;
@@ -1154,9 +1165,8 @@ static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, c
         case 6:
         case 7:
         case 8:
-            if (q->tc_gm < 0) launch_zp<1, QV_U>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);  // k_qmma cannot: v1
-            else if (g_qgemv_version == 6) launch_qmma<float, 8, 2, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
-            else if (g_qgemv_version == 7) launch_qmma<float, 8, 4, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+            if (v == 6) launch_qmma<float, 8, 2, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+            else if (v == 7) launch_qmma<float, 8, 4, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
             else launch_qmma<float, 16, 2, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
             break;
         default: launch_zp<1, QV_U>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
@@ -1223,7 +1233,8 @@ static int gemm_t(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy,
         gather<X, X>(Xm, ldx, T, q->perm, q->cols, q->kp, xa, s);
         A = xa, lda = q->kp;
     }
-    if (T <= 16 || q->kind == QK_INT8) {  // k_qmma, 16 tokens a pass (each pass reads the weights once)
+    if (q->kind == QK_INT8) {  // k_qmma, 16 tokens a pass (each pass reads the weights once); for INT4 at
+        // T = 16 k_qgemm4 measured faster (gate_up 50.9 vs 81.8 us, qgemm_e4019eb_h200.txt)
         for (int t0 = 0; t0 < T; t0 += 16)
             launch_qmma<X, 4, 2, 1, false>(q, A + (size_t)t0 * lda, lda, T - t0 < 16 ? T - t0 : 16, NULL,
                                            Y + (size_t)t0 * ldy, ldy, beta, s);

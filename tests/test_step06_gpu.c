@@ -107,10 +107,10 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
     pa_upload(dx, x, (size_t)cols * 4), pa_upload(db, b, (size_t)rows * 4);
     float *dx1 = pa_dev_alloc((size_t)(cols + 1) * 4);  // x at an odd float offset: not 16-byte aligned
     pa_upload(dx1 + 1, x, (size_t)cols * 4);
-    for (int mode = 0; mode < 5 + qlinear_gemv_n_versions() - 1; mode++) {
-        // bit 0: bias, bit 1: accumulate; mode 4: misaligned x; 5..: the other GEMV versions
+    for (int mode = 0; mode < 5 + qlinear_gemv_n_versions(); mode++) {
+        // bit 0: bias, bit 1: accumulate; mode 4: misaligned x (0..4: the default version); 5..: every version
         const int use_b = mode & 1, acc = (mode >> 1) & 1;
-        qlinear_gemv_set_version(mode >= 5 ? mode - 4 : 0);
+        qlinear_gemv_set_version(mode >= 5 ? mode - 5 : -1);
         qlinear_gemv_set_pdl(mode & 1);  // the tensor-core rungs with and without dependent launch (sm_90)
         linear_q_cpu(x, w, use_b ? b : NULL, 1, ref);
         if (acc)
@@ -120,11 +120,11 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
         cr_assert_eq(pa_sync(), 0, "%s", what);
         pa_download(y, dy, (size_t)rows * 4);
         const ErrStats e = compare_f32(y, ref, (size_t)rows);
-        const double tol = mode >= 5 && qlinear_gemv_version_fp16(mode - 4) ? TOL_GEMM : TOL_GEMV;  // x in fp16
+        const double tol = qlinear_gemv_version_fp16(qlinear_gpu_gemv_version(q)) ? TOL_GEMM : TOL_GEMV;  // x in fp16
         cr_expect(e.max_rel < tol, "gemv %s mode %d: max_rel %.3g (row %zu: %g vs %g) [%s]", what, mode,
                   e.max_rel, e.worst, y[e.worst], ref[e.worst], qlinear_gpu_describe(q));
     }
-    qlinear_gemv_set_version(0);
+    qlinear_gemv_set_version(-1);
     qlinear_gemv_set_pdl(0);
     pa_dev_free(dx), pa_dev_free(dx1), pa_dev_free(db), pa_dev_free(dy);
     free(x), free(b), free(y0), free(ref), free(y);
