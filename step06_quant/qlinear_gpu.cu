@@ -19,7 +19,7 @@
 //       by one byte permute (__byte_perm with 0x4B000000).
 //       The ladder (QGEMV_VERSIONS, timed by qgemm_bench): v1_u4, v2_u8, v3_u2 loads in flight;
 //       v4_r2, v5_r4w16, v6_r2w16: k_qgemv4r / k_qgemv8r, R tiles or rows per lane (x loaded once
-//       for all of them), W warps per block; v7_tc_w8u2, v8_tc_w8u4, v9_tc_w16u2: k_qmma (below).
+//       for all of them), W warps per block; v7_tc_w8u2, v8_tc_w8u4, v9_tc_w16u2: k_qmma (below); v10_tc_xs, v11_tc_xs_r2: k_qmma with x staged in shared memory.
 //       x is read through the read-only L1 path (__ldg): every block on an SM reads the same x,
 //       so L1 serves it once per SM; staging it in each block's shared memory would re-read the
 //       whole vector from L2 per block (256 blocks x 56 KB for a 14336-column layer).
@@ -675,7 +675,7 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-template <int KIND, class XIn, int W, int UK, int R, int GM, bool ZP, bool T1>
+template <int KIND, class XIn, int W, int UK, int R, int GM, bool ZP, bool T1, bool XS>
 __global__ void __launch_bounds__(W * 32)
     k_qmma(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros, int np,
            int kp, int gs, int glog, int ng, int rows, const XIn *__restrict__ X, int ldx, int T,
@@ -766,6 +766,22 @@ __global__ void __launch_bounds__(W * 32)
     load(wcur, kc_first);
     if (GM != 0) load_sc(scur, kc_first);
     pdl_wait();  // x (and Y) are the previous kernel's: read only from here on
+    // XS (one token): x staged once per block in shared memory as the fp16 pairs a lane reads
+    // together (INT4: tile kc, lane t: slices 0..3 x (lo, hi) pairs, 32 contiguous bytes; INT8:
+    // the natural order), so a tile's A fragments are two 16-byte shared loads instead of eight
+    // 8-byte global ones through an L1 the weight stream keeps busy.
+    extern __shared__ uint32_t xs[];  // kp / 2 pairs (XS only)
+    if (XS) {
+        for (int d = threadIdx.x; d < kp / 2; d += W * 32) {
+            int col = 2 * d;
+            if (KIND == 4) {
+                const int rem = d & 31;
+                col = 64 * (d >> 5) + 16 * ((rem & 7) >> 1) + 2 * (rem >> 3) + 8 * (rem & 1);
+            }
+            xs[d] = xpair(x_lo + col);
+        }
+        __syncthreads();
+    }
     for (int kc0 = kc_first; kc0 < nk; kc0 += W * UK) {
         if (kc0 + W * UK < nk) {
             load(wnext, kc0 + W * UK);
@@ -777,7 +793,12 @@ __global__ void __launch_bounds__(W * 32)
             if (kc >= nk) break;  // the same for the whole warp
             // A fragments of the 4 k16 slices: a[i][0..3] = (tok g, lo k), (tok g+8, lo k), (g, hi k), (g+8, hi k)
             uint32_t a[4][4];
-            if (KIND == 4) {
+            if (XS) {
+                const uint4 p0 = *(const uint4 *)&xs[kc * 32 + t * 8], p1 = *(const uint4 *)&xs[kc * 32 + t * 8 + 4];
+                const uint32_t pr[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = pr[2 * i], a[i][2] = a[i][3] = pr[2 * i + 1];
+            } else if (KIND == 4) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int k = kc * 64 + 16 * i + 2 * t;
@@ -1047,8 +1068,9 @@ extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q-
 // per block and R tiles (INT4) or rows (INT8) per lane sharing each x load (W 8 R 2, W 16 R 4,
 // W 16 R 2).
 static const char *const QGEMV_VERSIONS[] = {"v1_u4",    "v2_u8",       "v3_u2",      "v4_r2",    "v5_r4w16",
-                                             "v6_r2w16", "v7_tc_w8u2", "v8_tc_w8u4", "v9_tc_w16u2"};
-#define N_QGEMV_VERSIONS 9
+                                             "v6_r2w16", "v7_tc_w8u2", "v8_tc_w8u4", "v9_tc_w16u2",
+                                             "v10_tc_xs", "v11_tc_xs_r2"};
+#define N_QGEMV_VERSIONS 11
 #define QGEMV_FIRST_TC 6  // v7+: k_qmma (x rounded to fp16)
 // -1 (the default): each layer takes the best measured on the H200 for its kind (INT8: v4_r2,
 // INT4: v7_tc_w8u2; step06_quant/results/qgemm_e4019eb_h200.txt and the engine runs beside it).
@@ -1083,9 +1105,9 @@ static bool pdl_on(const QLinearGpu *q) {
 // A launch, optionally allowed to start before the previous kernel on the stream has finished
 // (it then waits in griddepcontrol.wait before touching that kernel's outputs).
 template <class... P, class... A>
-static void launch_ex(void (*k)(P...), dim3 grid, int threads, cudaStream_t s, bool pdl, A... args) {
+static void launch_ex(void (*k)(P...), dim3 grid, int threads, size_t smem, cudaStream_t s, bool pdl, A... args) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = dim3(threads), cfg.stream = s;
+    cfg.gridDim = grid, cfg.blockDim = dim3(threads), cfg.dynamicSmemBytes = smem, cfg.stream = s;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
@@ -1093,15 +1115,16 @@ static void launch_ex(void (*k)(P...), dim3 grid, int threads, cudaStream_t s, b
     cudaLaunchKernelEx(&cfg, k, (P)args...);
 }
 // k_qmma over T <= 16 tokens of X (T, ldx; kp valid columns, zero-padded).
-template <int KIND, class XIn, int W, int UK, int R, bool T1>
+template <int KIND, class XIn, int W, int UK, int R, bool T1, bool XS>
 static void launch_qmma_k(const QLinearGpu *q, const XIn *X, int ldx, int T, const float *bias, float *Y, int ldy,
                           float beta, cudaStream_t s) {
     const int rt = KIND == 4 ? 16 : 8, nt = q->np / rt;
     const dim3 grid((nt + R - 1) / R);
     const bool pdl = pdl_on(q);
     const uint4 *w = (const uint4 *)q->qw;
+    const size_t smem = XS ? (size_t)q->kp * 2 : 0;
 #define QM_LAUNCH(gm, zp)                                                                                             \
-    launch_ex(k_qmma<KIND, XIn, W, UK, R, gm, zp, T1>, grid, W * 32, s, pdl, w, (const float *)q->scales,             \
+    launch_ex(k_qmma<KIND, XIn, W, UK, R, gm, zp, T1, XS>, grid, W * 32, smem, s, pdl, w, (const float *)q->scales,   \
               (const uint8_t *)q->zeros, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, X, ldx, T, bias, Y, ldy, beta)
     const bool zp = q->zeros != NULL;
     if (q->tc_gm == 0) zp ? QM_LAUNCH(0, true) : QM_LAUNCH(0, false);
@@ -1109,12 +1132,13 @@ static void launch_qmma_k(const QLinearGpu *q, const XIn *X, int ldx, int T, con
     else if constexpr (KIND == 4) zp ? QM_LAUNCH(2, true) : QM_LAUNCH(2, false);
 #undef QM_LAUNCH
 }
-template <class XIn, int W, int UK, int R, bool T1>
+template <class XIn, int W, int UK, int R, bool T1, bool XS = false>
 static void launch_qmma(const QLinearGpu *q, const XIn *X, int ldx, int T, const float *bias, float *Y, int ldy,
                         float beta, cudaStream_t s) {
-    if (q->kind == QK_INT4) launch_qmma_k<4, XIn, W, UK, R, T1>(q, X, ldx, T, bias, Y, ldy, beta, s);
-    else launch_qmma_k<8, XIn, W, UK, R, T1>(q, X, ldx, T, bias, Y, ldy, beta, s);
+    if (q->kind == QK_INT4) launch_qmma_k<4, XIn, W, UK, R, T1, XS>(q, X, ldx, T, bias, Y, ldy, beta, s);
+    else launch_qmma_k<8, XIn, W, UK, R, T1, XS>(q, X, ldx, T, bias, Y, ldy, beta, s);
 }
+#define QMMA_XS_MAX_KP (24 * 1024)  // x in shared memory: kp * 2 bytes, within the 48 KB default
 
 template <int TB, int U, bool ZP>
 static void launch_tb(const QLinearGpu *q, const float *xf, int ldxf, int T, const float *bias, float *Y, int ldy,
@@ -1162,6 +1186,15 @@ static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, c
         case 3: launch_rz<8, 2, 2>(q, xf, bias, Y, beta, s); break;
         case 4: launch_rz<16, 1, 4>(q, xf, bias, Y, beta, s); break;
         case 5: launch_rz<16, 2, 2>(q, xf, bias, Y, beta, s); break;
+        case 9:
+        case 10:
+            if (q->kp <= QMMA_XS_MAX_KP) {
+                if (v == 9) launch_qmma<float, 8, 2, 1, true, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+                else launch_qmma<float, 8, 2, 2, true, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+                break;
+            }  // else v7
+            launch_qmma<float, 8, 2, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+            break;
         case 6:
         case 7:
         case 8:
