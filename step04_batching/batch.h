@@ -3,7 +3,7 @@
 // defines: ReqStatus, FinishReason, Request, Batch, batch_alloc, batch_free, batch_check,
 //          batch_alloc_paged, batch_check_paged, runner_new_cpu_paged, runner_new_cuda_paged,
 //          Runner, runner_new_cpu, runner_new_cuda, runner_free, runner_forward, runner_describe,
-//          runner_kv_bytes, runner_set_prefill_attn, sample_keyed
+//          runner_kv_bytes, runner_set_prefill_attn, runner_set_batch_invariant, sample_keyed
 //
 // One engine step (vLLM v1's rule, no "prefill phase" and "decode phase"):
 //   plan   = scheduler_schedule(...)     who runs and how many new tokens each (scheduler.h)
@@ -110,6 +110,9 @@ double runner_kv_bytes(const Runner *r);       // bytes of K/V memory allocated
 // the default) or 0 (block-table gather + GEMM path per sequence); gpu_runner_set_prefill_attn.
 // Returns the path in effect (1 fused, 0 gather); the CPU runners and the slot runner: 0.
 int runner_set_prefill_attn(Runner *r, int fused);
+// CUDA: gpu_runner_set_batch_invariant (greedy outputs independent of the batching). Returns 1 when
+// the runner is batch-invariant now (the CPU runner always is: every row is computed alone).
+int runner_set_batch_invariant(Runner *r, int on);
 // logits (n_logits, vocab) on the host for the batch's logit_rows when logits != NULL;
 // argmax (n_logits) of each of those rows when argmax != NULL (on the GPU without copying the
 // logits). 0, or -1 with a message on stderr.

@@ -62,7 +62,7 @@ static void usage(FILE *f) {
             "                   [--max-num-seqs N] [--max-num-batched-tokens N] [--max-model-len N] [--device cpu|cuda]\n"
             "                   [--json] [--timeline FILE.csv] [--outputs FILE.jsonl] [--steps-csv FILE.csv]\n"
             "                   [--kv slots|paged] [--block-size B] [--num-blocks N | --kv-gib G] [--prefix-cache on|off]\n"
-            "                   [--shared-prefix N] [--prefill-attn fused|gather]\n"
+            "                   [--shared-prefix N] [--prefill-attn fused|gather] [--batch-invariant]\n"
             "                   [--quant none|rtn-int8|rtn-int4]\n"
             "  --preset        tiny (built in: Qwen3-style, 2 layers, d=128) or a step01 preset (qwen3-0.6b,\n"
             "                  llama-3.1-8b, ...): random weights (bf16 on the GPU, fp32 on the CPU)\n"
@@ -97,6 +97,9 @@ static void usage(FILE *f) {
             "                  per layer for every chunk of more than one row, K/V read through the block tables) or\n"
             "                  gather (chunks of more than 16 rows: each context gathered, then the GEMM path per\n"
             "                  sequence; shorter chunks as decode rows)\n"
+            "  --batch-invariant  CUDA: a row's result independent of the rest of its step (GEMMs always of 256\n"
+            "                  rows, no GEMV for a lone row, paged decode always v2): greedy outputs identical\n"
+            "                  with the prefix cache on or off and under any token budget; slower\n"
             "  --quant         quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups\n"
             "                  of 128), random integers with --preset on the GPU; a GPTQ / AWQ checkpoint runs\n"
             "                  quantized without it\n");
@@ -275,7 +278,7 @@ int main(int argc, char **argv) {
     double rate = -1;
     // KV layout: -1 = not given (slots unless a paged option is), 0 = slots, 1 = paged
     int kv_paged = -1, paged_opt = 0, block_size = 16, num_blocks = 0, prefix_cache = 1, shared = 0;
-    int prefill_fused = 1;
+    int prefill_fused = 1, batch_inv = 0;
     double kv_gib = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -318,6 +321,7 @@ int main(int argc, char **argv) {
             else arg_die("--prefix-cache: '%s' is not on or off", k);
             paged_opt = 1;
         }
+        else if (!strcmp(a, "--batch-invariant")) batch_inv = 1;
         else if (!strcmp(a, "--prefill-attn")) {
             const char *k = argv[++i];
             if (!strcmp(k, "fused")) prefill_fused = 1;
@@ -424,6 +428,7 @@ int main(int argc, char **argv) {
     const double kv_tok = kv_bytes_per_token(&cfg, kv_elem);
     // the long-chunk attention path in effect (CUDA paged only: the others have one path)
     const int fused_eff = runner_set_prefill_attn(run, prefill_fused);
+    const int inv_eff = runner_set_batch_invariant(run, batch_inv);
     const char *prefill_attn = !use_cuda ? "cpu"
                                : !paged  ? "gemm"
                                : fused_eff ? "fused"
@@ -533,6 +538,9 @@ int main(int argc, char **argv) {
         snprintf(settings + strlen(settings), sizeof settings - strlen(settings),
                  " | KV paged: %d blocks of %d, prefix cache %s, prefill attention %s", num_blocks, block_size,
                  prefix_cache ? "on" : "off", prefill_attn);
+    if (use_cuda)
+        snprintf(settings + strlen(settings), sizeof settings - strlen(settings), " | batch-invariant %s",
+                 inv_eff ? "on" : "off");
     else snprintf(settings + strlen(settings), sizeof settings - strlen(settings), " | KV slots");
     snprintf(dev_desc, sizeof dev_desc, "%s", use_cuda ? gi.name : "cpu");
     char workload[300];
@@ -622,6 +630,7 @@ int main(int argc, char **argv) {
         JNUM("forward_share", os.forward_s / dur);
         json_object_set_new(sum, "kv_layout", json_string(kv_layout));
         json_object_set_new(sum, "prefill_attn", json_string(prefill_attn));
+        json_object_set_new(sum, "batch_invariant", json_boolean(inv_eff));
         JINT("block_size", kv_bs);
         JINT("num_blocks", paged ? num_blocks : max_seqs);
         JINT("kv_tokens_budget", kv_budget);

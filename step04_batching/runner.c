@@ -132,6 +132,11 @@ void runner_free(Runner *r) {
 const char *runner_describe(const Runner *r) { return r->cuda ? gpu_runner_describe(r->gpu) : r->desc; }
 
 int runner_set_prefill_attn(Runner *r, int fused) { return r->cuda ? gpu_runner_set_prefill_attn(r->gpu, fused) : 0; }
+int runner_set_batch_invariant(Runner *r, int on) {
+    if (!r->cuda) return 1;  // the CPU path computes every row alone already
+    gpu_runner_set_batch_invariant(r->gpu, on);
+    return on ? 1 : 0;
+}
 
 double runner_kv_bytes(const Runner *r) {
     if (r->cuda) return gpu_runner_kv_bytes(r->gpu);

@@ -357,6 +357,7 @@ struct AttnCtx {
     const int *d_bt;
     void *gk, *gv;
     const int *d_tiles;  // the plan's paged_prefill tiles on the device (plan.ntiles > 0: fused long path)
+    int decode_v2;       // paged: always paged_decode_v2 (batch-invariant mode), not paged_decode's rule
 };
 
 struct LongItem {
@@ -417,7 +418,7 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
         a.block_tables = c->d_bt, a.bt_stride = c->bt_stride, a.block_size = c->block_size;
         a.rows = d_srow, a.seqs = d_sbase, a.lens = d_slen, a.n = p->ns, a.max_len = p->maxlen;
         a.out = out, a.ldo = qd, a.out_f32 = out_f32, a.part_o = c->part_o, a.part_ml = c->part_ml, a.part_cap = c->part_cap;
-        const int nl = paged_decode(&a, c->num_sms);
+        const int nl = c->decode_v2 ? paged_decode_v2(&a) : paged_decode(&a, c->num_sms);
         if (nl < 0) die("paged decode attention: launch refused (see above)");
         launches += nl;
     } else if (p->ns) {
@@ -501,6 +502,7 @@ struct GpuRunner {
     size_t lstride;  // bytes of one layer's K (or V)
     double kv_bytes;
     int small_max, use_gemv;
+    int batch_inv;  // gpu_runner_set_batch_invariant: GEMMs of BI_ROWS rows, no GEMV, decode always v2
     int prefill_ok, fused_prefill;  // paged_prefill takes this model's shape here; the long path uses it
     AttnCtx ac;
     AttnPlan plan;
@@ -514,6 +516,14 @@ struct GpuRunner {
     int launches;
     char desc[480];
 };
+
+// Batch-invariant mode: every GEMM over the rows of a step runs as GEMMs of exactly BI_ROWS rows
+// (the last one reads and writes rows past the step's: the row buffers are allocated rounded up
+// to BI_ROWS), so cuBLAS picks the same kernel whatever the step holds and a row's result depends
+// on that row alone. (cuBLAS chooses its kernel, tile and K split by the shape: the same row
+// computed in a 5000-row step and in a 64-row step can differ in the last bit, and a greedy
+// token can flip.)
+#define BI_ROWS 256
 
 static void *dalloc_r(size_t n, double *count) {
     void *p = NULL;
@@ -592,7 +602,8 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     }
     const StDtype dt = g->wdt;
     const size_t es = esize(dt), kd = (size_t)KV * hd, qd = (size_t)H * hd, nqkv = qd + 2 * kd;
-    const size_t d = c->hidden, ff = c->intermediate, T = max_tokens_per_step, half = hd / 2;
+    const size_t d = c->hidden, ff = c->intermediate, half = hd / 2;
+    const size_t T = ((size_t)max_tokens_per_step + BI_ROWS - 1) / BI_ROWS * BI_ROWS;  // rows, rounded for BI_ROWS GEMMs
     const size_t lstride = (size_t)kv_rows * kd * es;
     const size_t kv_total = 2 * lstride * c->n_layers;
     int lcap = max_tokens_per_step < (nseq > 64 ? nseq : 64) ? max_tokens_per_step : (nseq > 64 ? nseq : 64);
@@ -814,6 +825,25 @@ static int validate(const GpuRunner *r, const Batch *b) {
     return 0;
 }
 
+// proj_gemm over T rows, or (T < 0) over -T rows in GEMMs of exactly BI_ROWS rows each.
+static void rproj(cublasHandle_t h, StDtype dt, const GpuQProj *q, int T, int n_out, int n_in, const void *X, int ldx,
+                  const void *W, float *Y, int ldy, float beta) {
+    if (T >= 0) {
+        proj_gemm(h, dt, q, T, n_out, n_in, X, ldx, W, Y, ldy, beta);
+        return;
+    }
+    const size_t es = esize(dt);
+    for (int t0 = 0; t0 < -T; t0 += BI_ROWS)
+        proj_gemm(h, dt, q, BI_ROWS, n_out, n_in, (const char *)X + (size_t)t0 * ldx * es, ldx, W, Y + (size_t)t0 * ldy, ldy,
+                  beta);
+}
+
+extern "C" void gpu_runner_set_batch_invariant(GpuRunner *r, int on) {
+    r->batch_inv = on ? 1 : 0;
+    r->ac.decode_v2 = r->batch_inv && r->block_size > 0;
+    describe(r);
+}
+
 extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, int *argmax) {
     if (validate(r, b) != 0) return -1;
     GpuModel *g = r->g;
@@ -831,7 +861,8 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
     for (int i = 0; i < b->n_seqs; i++)
         plan_add(p, r->ac.small_ok, small_rows(r), b->cu_seqlens_q[i], b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i],
                  b->seq_lens_k[i], paged ? i : b->seq_lens_k[i] > 0 ? b->seq_slot[i] * r->max_len : 0);
-    const int gemv1 = r->use_gemv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
+    const int gemv1 = r->use_gemv && !r->batch_inv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
+    const int TG = r->batch_inv ? -T : T;  // rproj: negative = in BI_ROWS pieces
     // ---- one packed upload: token ids, positions, slots, logit rows, decode items
     int *hp = r->h_pack;
     size_t o = 0;
@@ -884,7 +915,7 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         } else {
             DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->attn_norm, d, 1, d, eps, (A *)r->xn));
             CUDA_CHECK_LAST();
-            proj_gemm(g->blas, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
+            rproj(g->blas, dt, &L->qqkv, TG, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
         }
         DISPATCH(dt, A,
                  k_qkv_rows<A, A><<<qkv_grid, qkv_block>>>(r->qkv, gemv1 ? NULL : L->bqkv, L->q_norm, L->k_norm,
@@ -897,7 +928,7 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         if (gemv1) {
             proj_gemv(dt, &L->qo, L->wo, r->attf, L->bo, r->x, d, qd, 1, 0);  // x += att Wo^T + bo
         } else {
-            proj_gemm(g->blas, dt, &L->qo, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
+            rproj(g->blas, dt, &L->qo, TG, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
             if (L->bo) {
                 k_add_bias<<<grid_for((size_t)T * d, 256), 256>>>(r->x, L->bo, T, d, d);
                 CUDA_CHECK_LAST();
@@ -915,10 +946,10 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         } else {
             DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->mlp_norm, d, 1, d, eps, (A *)r->xn));
             CUDA_CHECK_LAST();
-            proj_gemm(g->blas, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
+            rproj(g->blas, dt, &L->qgu, TG, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
             DISPATCH(dt, A, k_swiglu<A><<<grid_for((size_t)T * ff, 256), 256>>>(r->gu, (A *)r->h, T, ff));
             CUDA_CHECK_LAST();
-            proj_gemm(g->blas, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
+            rproj(g->blas, dt, &L->qdown, TG, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
         }
         launches += 6;
     }
@@ -927,14 +958,15 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         const int nl = NL - o0 < r->lcap ? NL - o0 : r->lcap;
         k_gather_rows<<<nl, 256>>>(r->x, dp + o_lr + o0, d, r->xg);
         CUDA_CHECK_LAST();
-        if (r->use_gemv && nl == 1) {
+        if (r->use_gemv && !r->batch_inv && nl == 1) {
             k_rmsnorm<float><<<1, 1024>>>(r->xg, g->final_norm, d, 1, d, eps, r->xnf);
             CUDA_CHECK_LAST();
             gemv_rows(dt, g->lm_head, r->xnf, NULL, r->logits, V, d, 0, 0);
         } else {
             DISPATCH(dt, A, k_rmsnorm<A><<<nl, 256>>>(r->xg, g->final_norm, d, 1, d, eps, (A *)r->xn));
             CUDA_CHECK_LAST();
-            gemm_xwt(g->blas, dt, nl, V, d, r->xn, d, g->lm_head, r->logits, V, 0.0f);
+            // batch-invariant: always lcap rows (the rows past nl are stale and ignored)
+            gemm_xwt(g->blas, dt, r->batch_inv ? r->lcap : nl, V, d, r->xn, d, g->lm_head, r->logits, V, 0.0f);
         }
         launches += 3;
         if (argmax) {

@@ -2,7 +2,7 @@
 // without nvcc). runner.c wraps it behind batch.h's Runner; programs and tests use Runner.
 // defines: GpuRunner, gpu_runner_new, gpu_runner_new_paged, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
 //          gpu_runner_forward, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
-//          gpu_runner_set_prefill_attn, gpu_runner_read_kv, batch_attention_gpu_check, batch_attention_gpu_check_paged,
+//          gpu_runner_set_prefill_attn, gpu_runner_set_batch_invariant, gpu_runner_read_kv, batch_attention_gpu_check, batch_attention_gpu_check_paged,
 //          step04_decode_attention_dev, LongAttnBench, long_attn_bench_new, long_attn_bench_run,
 //          long_attn_bench_free
 //
@@ -51,6 +51,12 @@ void gpu_runner_set_small_chunk(GpuRunner *r, int rows);
 // GEMM path per chunk longer than small_chunk, as step04's). Returns the path now in effect: 1 fused, 0 gather (asked for, or the
 // fused kernel does not take this model's shape on this device, or the runner is not paged).
 int gpu_runner_set_prefill_attn(GpuRunner *r, int fused);
+// Batch-invariant mode (1 on, 0 off, the default): a row's result does not depend on what else the
+// step holds, so greedy outputs are identical however the scheduler batches (prefix cache on or
+// off, any token budget): GEMMs always of the same row count (cuBLAS's kernel choice depends on
+// the shape), no GEMV for lone rows, paged decode always v2, the lm_head GEMM always lcap rows.
+// Slower: the last GEMM of a step is padded, and a decode step pays for a full GEMM.
+void gpu_runner_set_batch_invariant(GpuRunner *r, int on);
 // The cached K and V (KV*hd each, as fp32) of cache row `row` (slot * max_len + position) of a
 // layer. A row no batch has written reads as NaN (the cache is poisoned when it is allocated).
 int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float *k, float *v);
