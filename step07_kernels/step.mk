@@ -14,5 +14,7 @@ demo-step07_kernels: $(BIN)/fused_bench
 # The H200 results committed under step07_kernels/results/ (the full shape grid).
 bench-step07_kernels: $(BIN)/fused_bench
 	@mkdir -p step07_kernels/results
-	$(BIN)/fused_bench --csv step07_kernels/results/fused_h200.csv
+	$(BIN)/fused_bench --csv | tee step07_kernels/results/fused_h200.csv
+	$(BIN)/fused_bench --residual-f32 --csv | tee step07_kernels/results/fused_h200_residual_f32.csv
+	$(BIN)/fused_bench --launches --csv | tee step07_kernels/results/launches.csv
 .PHONY: demo-step07_kernels bench-step07_kernels
