@@ -137,32 +137,38 @@ Test(step07, add_rmsnorm_cpu_matches_naive_on_odd_shapes) {
 }
 
 // HF rounds the sum to the residual dtype before the norm and the normalized value before the
-// weight. Find (deterministically) inputs where that order and a single final rounding differ, and
-// check the reference gives HF's answer: the test would fail for a reference that rounds once.
+// weight. With the same rounded sum and the same fp32 inv_rms as the reference (computed here the
+// way fused.h specifies), the output must be exactly round(w * round(s * inv)) everywhere, and
+// somewhere that must differ from a single rounding round(w * s * inv): so the test fails for a
+// reference that rounds once, or adds without rounding.
 Test(step07, add_rmsnorm_cpu_rounds_in_hf_order) {
     Rng g;
     rng_seed(&g, 11);
     const int n = 64;
     int found_out = 0, found_sum = 0;
-    for (int trial = 0; trial < 200 && !(found_out && found_sum); trial++) {
+    for (int trial = 0; trial < 50; trial++) {
         float *x = randu(&g, n, -2, 2, ST_BF16), *r = randu(&g, n, -2, 2, ST_BF16), *w = randu(&g, n, 0.5f, 1.5f, ST_BF16);
-        float *res = malloc(n * 4), *out = malloc(n * 4);
+        float *res = malloc(n * 4), *out = malloc(n * 4), *s = malloc(n * 4);
         memcpy(res, r, n * 4);
         fused_add_rmsnorm_cpu(ST_BF16, ST_BF16, x, res, w, 1, n, 1e-6f, out);
-        // single rounding: unrounded fp32 sum, one rounding at the end
         double ss = 0;
-        for (int i = 0; i < n; i++) ss += ((double)x[i] + r[i]) * ((double)x[i] + r[i]);
-        const double inv1 = 1 / sqrt(ss / n + 1e-6);
         for (int i = 0; i < n; i++) {
-            const double sum = (double)x[i] + r[i];
-            if (naive_round(ST_BF16, sum) != sum) {
-                found_sum = 1;
-                cr_assert_eq((double)res[i], naive_round(ST_BF16, sum));  // the residual holds the rounded sum
-            }
-            const double once = naive_round(ST_BF16, w[i] * sum * inv1);
-            if (once != out[i]) found_out = 1;
+            const float sum = x[i] + r[i];
+            s[i] = (float)naive_round(ST_BF16, sum);
+            if (s[i] != sum) found_sum = 1;
+            cr_assert_eq(res[i], s[i], "the residual holds round(x + r)");
+            ss += (double)s[i] * s[i];
         }
-        free(x), free(r), free(w), free(res), free(out);
+        const float inv = (float)(1.0 / sqrt(ss / n + 1e-6f));
+        for (int i = 0; i < n; i++) {
+            const float y = s[i] * inv;
+            const float hf = (float)naive_round(ST_BF16, w[i] * (float)naive_round(ST_BF16, y));
+            const float once = (float)naive_round(ST_BF16, w[i] * y);
+            cr_assert_eq(out[i], hf, "trial %d elem %d: %a, transformers' order gives %a (single rounding %a)", trial, i,
+                         out[i], hf, once);
+            if (hf != once) found_out = 1;
+        }
+        free(x), free(r), free(w), free(res), free(out), free(s);
     }
     cr_assert(found_sum, "no sum needed rounding: the test does not discriminate");
     cr_assert(found_out, "HF's order never differed from a single rounding: the test does not discriminate");
