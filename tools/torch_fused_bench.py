@@ -196,7 +196,8 @@ def main():
                     us = time_us(call, nrot, args.warmup, args.reps, inner)
                     launches = count_launches(lambda: call(0))
                     n = hidden if kernel == "addnorm" else ff if kernel == "swiglu" else (H + 2 * KV) * hd
-                    print(f"{names[kernel]},{name},{T},{n},{dts},torch_{impl},{us:.2f},{nbytes / (us * 1e-6) / 1e9:.1f},"
+                    kdts = args.dtype if kernel == "rope" else dts  # RoPE reads the fp32 qkv rows either way
+                    print(f"{names[kernel]},{name},{T},{n},{kdts},torch_{impl},{us:.2f},{nbytes / (us * 1e-6) / 1e9:.1f},"
                           f"{launches},{diff:.3g}", flush=True)
                 del sets
 
