@@ -340,90 +340,98 @@ static Run make_run(Kernel k, int version, const Shape *m, int T, StDtype dt, in
 }
 
 // ---------------------------------------------------------------- without a GPU: the references alone
-static int cpu_checks(Table *t, StDtype dt, int res_f32, uint64_t seed) {
+static void cpu_row(Table *t, Kernel k, const Shape *m, int T, int n, const char *check, double value, int ok) {
+    table_row(t);
+    table_str(t, "kernel", KNAME[k]), table_str(t, "model", m->name), table_num(t, "T", T), table_num(t, "n", n);
+    table_str(t, "check", check), table_num(t, "value", value), table_str(t, "result", ok ? "ok" : "FAILED");
+}
+
+// want[k]: kernel k was asked for (--kernel); the shapes of --models.
+static int cpu_checks(Table *t, StDtype dt, int res_f32, uint64_t seed, const int *want, const int *model_ids,
+                      int nmodels) {
     Rng g;
     rng_seed(&g, seed);
     int failed = 0;
     const StDtype rdt = res_f32 ? ST_F32 : dt;
-    for (int s = 0; s < N_SHAPES; s++) {
-        const Shape *m = &SHAPES[s];
+    for (int mi = 0; mi < nmodels; mi++) {
+        const Shape *m = &SHAPES[model_ids[mi]];
         const int T = 67, n = m->hidden + 3;
-        // add + RMSNorm: residual == round(x + r) exactly; with w = 1 each row's mean(out^2) is 1
-        float *x = rounded(&g, (size_t)T * n, -1, 1, rdt), *res = rounded(&g, (size_t)T * n, -1, 1, rdt);
-        float *res0 = xmalloc((size_t)T * n * 4), *w = xmalloc((size_t)n * 4), *out = xmalloc((size_t)T * n * 4);
-        memcpy(res0, res, (size_t)T * n * 4);
-        for (int i = 0; i < n; i++) w[i] = 1.0f;
-        fused_add_rmsnorm_cpu(rdt, dt, x, res, w, T, n, 0.0f, out);
-        size_t bad = 0;
-        double worst = 0;
-        for (size_t i = 0; i < (size_t)T * n; i++) bad += res[i] != fused_round(rdt, x[i] + res0[i]);
-        for (int r = 0; r < T; r++) {
-            double ms = 0;
-            for (int i = 0; i < n; i++) ms += (double)out[(size_t)r * n + i] * out[(size_t)r * n + i];
-            if (fabs(ms / n - 1) > worst) worst = fabs(ms / n - 1);
+        if (want[K_ADDNORM]) {  // add + RMSNorm: residual == round(x + r) exactly; w = 1: mean(out^2) = 1
+            float *x = rounded(&g, (size_t)T * n, -1, 1, rdt), *res = rounded(&g, (size_t)T * n, -1, 1, rdt);
+            float *res0 = xmalloc((size_t)T * n * 4), *w = xmalloc((size_t)n * 4), *out = xmalloc((size_t)T * n * 4);
+            memcpy(res0, res, (size_t)T * n * 4);
+            for (int i = 0; i < n; i++) w[i] = 1.0f;
+            fused_add_rmsnorm_cpu(rdt, dt, x, res, w, T, n, 0.0f, out);
+            size_t bad = 0;
+            double worst = 0;
+            for (size_t i = 0; i < (size_t)T * n; i++) bad += res[i] != fused_round(rdt, x[i] + res0[i]);
+            for (int r = 0; r < T; r++) {
+                double ms = 0;
+                for (int i = 0; i < n; i++) ms += (double)out[(size_t)r * n + i] * out[(size_t)r * n + i];
+                if (fabs(ms / n - 1) > worst) worst = fabs(ms / n - 1);
+            }
+            const int ok1 = bad == 0 && worst < (dt == ST_F32 ? 1e-5 : 2e-2);
+            failed |= !ok1;
+            cpu_row(t, K_ADDNORM, m, T, n, "residual == round(x + r); |mean(out^2) - 1| with w = 1",
+                    bad ? INFINITY : worst, ok1);
+            free(x), free(res), free(res0), free(w), free(out);
         }
-        const int ok1 = bad == 0 && worst < (dt == ST_F32 ? 1e-5 : 2e-2);
-        failed |= !ok1;
-        table_row(t);
-        table_str(t, "kernel", KNAME[K_ADDNORM]), table_str(t, "model", m->name), table_num(t, "T", T), table_num(t, "n", n);
-        table_str(t, "check", "residual == round(x + r); |mean(out^2) - 1| with w = 1");
-        table_num(t, "value", bad ? INFINITY : worst), table_str(t, "result", ok1 ? "ok" : "FAILED");
-        free(x), free(res), free(res0), free(w), free(out);
-        // SwiGLU: h == silu(g) * u recomputed here in double (then rounded)
-        const int ff = m->ff + 3;
-        float *gu = rounded(&g, (size_t)T * 2 * ff, -6, 6, rdt), *h = xmalloc((size_t)T * ff * 4);
-        fused_swiglu_cpu(rdt, dt, gu, h, T, ff);
-        double e2 = 0;
-        for (int r = 0; r < T; r++)
-            for (int j = 0; j < ff; j++) {
-                const double gv = gu[(size_t)r * 2 * ff + j], uv = gu[(size_t)r * 2 * ff + ff + j];
-                const double want = gv / (1 + exp(-gv)) * uv, got = h[(size_t)r * ff + j];
-                const double d = fabs(got - want) / (fabs(want) + 1e-3);
-                if (d > e2) e2 = d;
-            }
-        const int ok2 = e2 < (dt == ST_F32 && rdt == ST_F32 ? 1e-5 : 2e-2);
-        failed |= !ok2;
-        table_row(t);
-        table_str(t, "kernel", KNAME[K_SWIGLU]), table_str(t, "model", m->name), table_num(t, "T", T), table_num(t, "n", ff);
-        table_str(t, "check", "max |h - silu(g) u| / (|silu(g) u| + 1e-3), double recomputation");
-        table_num(t, "value", e2), table_str(t, "result", ok2 ? "ok" : "FAILED");
-        free(gu), free(h);
-        // RoPE + K/V write: every rotated pair keeps its norm; padding rows leave the pool alone
-        const int H = m->heads, KV = m->kv_heads, hd = m->head_dim, half = hd / 2, ld = (H + 2 * KV) * hd, kd = KV * hd;
-        const int pool = T + 5;
-        float *qkv = rng_new_uniform(&g, (size_t)T * ld, -1, 1), *q0 = xmalloc((size_t)T * ld * 4);
-        memcpy(q0, qkv, (size_t)T * ld * 4);
-        float *ct = xmalloc((size_t)T * half * 4), *st = xmalloc((size_t)T * half * 4);
-        float *kc = xmalloc((size_t)pool * kd * 4), *vc = xmalloc((size_t)pool * kd * 4);
-        int *sl = xmalloc((size_t)T * sizeof(int));
-        rope_tables(&g, T, hd, ct, st);
-        make_slots(&g, T, pool, sl);
-        for (size_t i = 0; i < (size_t)pool * kd; i++) kc[i] = vc[i] = SENTINEL;
-        fused_rope_kv_write_cpu(ST_F32, qkv, T, H, KV, hd, ct, st, sl, kc, vc);
-        double e3 = 0;
-        for (int r = 0; r < T; r++)
-            for (int h = 0; h < H + KV; h++) {
-                if (h >= H && sl[r] < 0) continue;
-                const float *a = q0 + (size_t)r * ld + (size_t)h * hd;
-                const float *b = h < H ? qkv + (size_t)r * ld + (size_t)h * hd : kc + (size_t)sl[r] * kd + (size_t)(h - H) * hd;
-                for (int e = 0; e < half; e++) {
-                    const double n0 = hypot(a[e], a[e + half]), n1 = hypot(b[e], b[e + half]);
-                    if (fabs(n1 - n0) > e3) e3 = fabs(n1 - n0);
+        if (want[K_SWIGLU]) {  // SwiGLU: h == silu(g) * u recomputed here in double (then rounded)
+            const int ff = m->ff + 3;
+            float *gu = rounded(&g, (size_t)T * 2 * ff, -6, 6, rdt), *h = xmalloc((size_t)T * ff * 4);
+            fused_swiglu_cpu(rdt, dt, gu, h, T, ff);
+            double e2 = 0;
+            for (int r = 0; r < T; r++)
+                for (int j = 0; j < ff; j++) {
+                    const double gv = gu[(size_t)r * 2 * ff + j], uv = gu[(size_t)r * 2 * ff + ff + j];
+                    const double ref = gv / (1 + exp(-gv)) * uv, got = h[(size_t)r * ff + j];
+                    const double d = fabs(got - ref) / (fabs(ref) + 1e-3);
+                    if (d > e2) e2 = d;
                 }
-            }
-        char *used = calloc((size_t)pool, 1);
-        for (int r = 0; r < T; r++)
-            if (sl[r] >= 0) used[sl[r]] = 1;
-        for (int p = 0; p < pool; p++)
-            if (!used[p])
-                for (int e = 0; e < kd; e++) e3 = kc[(size_t)p * kd + e] != SENTINEL || vc[(size_t)p * kd + e] != SENTINEL ? INFINITY : e3;
-        const int ok3 = e3 < 1e-5;
-        failed |= !ok3;
-        table_row(t);
-        table_str(t, "kernel", KNAME[K_ROPE]), table_str(t, "model", m->name), table_num(t, "T", T), table_num(t, "n", hd);
-        table_str(t, "check", "max | |rotated pair| - |pair| |; padding rows' cache rows untouched");
-        table_num(t, "value", e3), table_str(t, "result", ok3 ? "ok" : "FAILED");
-        free(qkv), free(q0), free(ct), free(st), free(kc), free(vc), free(sl), free(used);
+            const int ok2 = e2 < (dt == ST_F32 && rdt == ST_F32 ? 1e-5 : 2e-2);
+            failed |= !ok2;
+            cpu_row(t, K_SWIGLU, m, T, ff, "max |h - silu(g) u| / (|silu(g) u| + 1e-3), double recomputation", e2,
+                    ok2);
+            free(gu), free(h);
+        }
+        if (want[K_ROPE]) {  // RoPE + K/V write: rotated pairs keep their norms; padding rows leave the pool
+            const int H = m->heads, KV = m->kv_heads, hd = m->head_dim, half = hd / 2;
+            const int ld = (H + 2 * KV) * hd, kd = KV * hd;
+            const int pool = T + 5;
+            float *qkv = rng_new_uniform(&g, (size_t)T * ld, -1, 1), *q0 = xmalloc((size_t)T * ld * 4);
+            memcpy(q0, qkv, (size_t)T * ld * 4);
+            float *ct = xmalloc((size_t)T * half * 4), *st = xmalloc((size_t)T * half * 4);
+            float *kc = xmalloc((size_t)pool * kd * 4), *vc = xmalloc((size_t)pool * kd * 4);
+            int *sl = xmalloc((size_t)T * sizeof(int));
+            rope_tables(&g, T, hd, ct, st);
+            make_slots(&g, T, pool, sl);
+            for (size_t i = 0; i < (size_t)pool * kd; i++) kc[i] = vc[i] = SENTINEL;
+            fused_rope_kv_write_cpu(ST_F32, qkv, T, H, KV, hd, ct, st, sl, kc, vc);
+            double e3 = 0;
+            for (int r = 0; r < T; r++)
+                for (int h = 0; h < H + KV; h++) {
+                    if (h >= H && sl[r] < 0) continue;
+                    const float *a = q0 + (size_t)r * ld + (size_t)h * hd;
+                    const float *b = h < H ? qkv + (size_t)r * ld + (size_t)h * hd
+                                           : kc + (size_t)sl[r] * kd + (size_t)(h - H) * hd;
+                    for (int e = 0; e < half; e++) {
+                        const double n0 = hypot(a[e], a[e + half]), n1 = hypot(b[e], b[e + half]);
+                        if (fabs(n1 - n0) > e3) e3 = fabs(n1 - n0);
+                    }
+                }
+            char *used = calloc((size_t)pool, 1);
+            for (int r = 0; r < T; r++)
+                if (sl[r] >= 0) used[sl[r]] = 1;
+            for (int p = 0; p < pool; p++)
+                if (!used[p])
+                    for (int e = 0; e < kd; e++)
+                        if (kc[(size_t)p * kd + e] != SENTINEL || vc[(size_t)p * kd + e] != SENTINEL) e3 = INFINITY;
+            const int ok3 = e3 < 1e-5;
+            failed |= !ok3;
+            cpu_row(t, K_ROPE, m, T, hd, "max | |rotated pair| - |pair| |; padding rows' cache rows untouched", e3,
+                    ok3);
+            free(qkv), free(q0), free(ct), free(st), free(kc), free(vc), free(sl), free(used);
+        }
     }
     return failed;
 }
@@ -502,7 +510,9 @@ int main(int argc, char **argv) {
         table_col(t, "check", NULL);
         table_col(t, "value", "%.2e");
         table_col(t, "result", NULL);
-        const int failed = cpu_checks(t, dt, res_f32, seed);
+        int want[3] = {0, 0, 0};
+        for (int ki = 0; ki < nk; ki++) want[kernels[ki]] = 1;
+        const int failed = cpu_checks(t, dt, res_f32, seed, want, model_ids, nmodels);
         table_meta(t, "check", "%s", failed ? "FAILED" : "passed");
         table_print(t, fmt, stdout);
         table_free(t);
