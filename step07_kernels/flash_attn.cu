@@ -16,12 +16,12 @@
 //   v3_swz3    a 3-stage cp.async ring and XOR-swizzled shared rows (16-byte chunk c of row r at
 //              c ^ (r % 8): ldmatrix's 8 rows hit 8 bank groups with no padding); 64-key tiles at hd 128
 //              so 3 stages fit every sm_80+ part
-//   v4_rb      register blocking: 4 warps x 32 rows (two m16 slices), so every K and V fragment read
-//              from shared feeds two MMAs (half the shared-memory traffic per FLOP); K and V in their
-//              own cp.async groups (the V copy overlaps S and the softmax, the next K copy overlaps
-//              P V); exp2 as one FFMA (s * scale_log2 - m * scale_log2, the max kept unscaled);
-//              a warp skips the tiles its rows cannot see; at hd 128 Q is re-read from shared each
-//              tile (its registers go to O)
+//   v4_split   K and V in their own cp.async groups (the V copy overlaps S and the softmax, the next
+//              K copy overlaps P V); exp2 as one FFMA (s * scale_log2 - m * scale_log2, the max kept
+//              unscaled); a warp skips the key tiles its rows cannot see; Q in its own shared region
+//   v5_rb      register blocking on v4: 4 warps x 32 rows (two m16 slices), so every K and V fragment
+//              read from shared feeds two MMAs (half the shared-memory traffic per FLOP); at hd 128 Q
+//              is re-read from shared each tile (its registers go to O)
 // Hopper's wgmma + TMA (step01's v9) is not a rung yet: see step07_kernels/FLASH.md.
 #include <cuda_runtime.h>
 #include <math.h>
@@ -553,8 +553,10 @@ typedef FaCfg<4, 1, 64, 2, false, true, false> V1;
 typedef FaCfg<8, 1, 128, 2, false, true, false> V2;
 typedef FaCfg<8, 1, 128, 3, true, true, false> V3_64;
 typedef FaCfg<8, 1, 64, 3, true, true, false> V3_128;
-typedef FaCfg<4, 2, 64, 2, true, true, true> V4_64;
-typedef FaCfg<4, 2, 64, 2, true, false, true> V4_128;
+typedef FaCfg<8, 1, 128, 2, true, true, true> V4_64;
+typedef FaCfg<8, 1, 64, 2, true, true, true> V4_128;
+typedef FaCfg<4, 2, 64, 2, true, true, true> V5_64;
+typedef FaCfg<4, 2, 64, 2, true, false, true> V5_128;
 
 static const struct {
     FlashVersion v;
@@ -566,12 +568,14 @@ static const struct {
     {{2, "v2_128", "128-row tiles, 8 warps, 128-key K/V tiles", V2::BM}, launch_mma<V2, V2>},
     {{3, "v3_swz3", "3-stage cp.async ring, XOR-swizzled rows (no padding); 64-key tiles at hd 128", V3_64::BM},
      launch_mma<V3_64, V3_128>},
-    {{4, "v4_rb", "2 m16 slices a warp (fragments reused), K/V split pipeline, FFMA exp2, per-warp causal skip",
-      V4_64::BM},
+    {{4, "v4_split", "K and V in separate cp.async groups, exp2 as one FFMA, per-warp causal skip", V4_64::BM},
      launch_mma<V4_64, V4_128>},
+    {{5, "v5_rb", "register blocking: 4 warps x 32 rows, each K/V fragment feeds 2 MMAs", V5_64::BM},
+     launch_mma<V5_64, V5_128>},
 };
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
-static_assert(V1::BM <= FA_TILE_M_MAX && V2::BM <= FA_TILE_M_MAX && V4_64::BM == V4_128::BM && V3_64::BM == V3_128::BM,
+static_assert(V1::BM <= FA_TILE_M_MAX && V2::BM <= FA_TILE_M_MAX && V4_64::BM == V4_128::BM && V3_64::BM == V3_128::BM &&
+                  V5_64::BM == V5_128::BM && V5_64::BM <= FA_TILE_M_MAX,
               "one tile_m per version");
 
 extern "C" int flash_num_versions(void) { return N_LADDER; }
@@ -590,7 +594,7 @@ extern "C" int flash_attn_run(const FlashAttn *a, int id) {
     return -1;
 }
 
-// The top rung when it takes the call, else the fallback.
+// The rung flash_attn uses: the top one (until the H200 table says another is faster), else the fallback.
 static int pick(const FlashAttn *a) {
     int cc = 0, optin = 0;
     if (device_props(&cc, &optin) < 0) return 0;
