@@ -44,14 +44,17 @@ struct FaArgs {  // what every kernel reads (flash_attn.h's FlashAttn, typed on 
     float scale, scale_log2;
 };
 
-// This CTA's tile: its sequence s (the last with cu_tiles[s] <= blockIdx.x), the tile's first new
-// token qi0 and rows, the sequence's first row krow0, context ctx, new tokens n.
+// The grid is flat, (ntiles * KV) CTAs: CTA b is tile b / KV of kv head b % KV, so the CTAs are
+// dispatched tile by tile across the kv heads and the heaviest tiles of a sequence (its last, taken
+// first) start first on every head.
+// This CTA's tile: its sequence s (the last with cu_tiles[s] <= tile), the tile's first new token
+// qi0 and rows, the sequence's first row krow0, context ctx, new tokens n.
 struct FaTile {
     int s, qi0, nrows, krow0, ctx, n;
 };
 __device__ inline FaTile find_tile(const FaArgs &a, int rpt) {
-    int lo = 0, hi = a.nseq - 1;  // cu_tiles[lo] <= blockIdx.x < cu_tiles[nseq]
-    const int b = blockIdx.x;
+    int lo = 0, hi = a.nseq - 1;  // cu_tiles[lo] <= tile < cu_tiles[nseq]
+    const int b = blockIdx.x / a.KV;
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
         if (__ldg(a.cu_tiles + mid) <= b) lo = mid;
@@ -83,11 +86,11 @@ __device__ inline size_t key_off(const FaArgs &a, const FaTile &t, const int *ta
 
 #define FA_SIMT_WARPS 4
 #define FA_SIMT_TILE_M 64
-// Grid (ntiles, KV), 128 threads; dynamic shared FA_SIMT_WARPS * hd floats (each warp's scaled q).
+// Grid (ntiles * KV), 128 threads; dynamic shared FA_SIMT_WARPS * hd floats (each warp's scaled q).
 // hd <= 256 (acc holds 8 elements a lane).
 template <class C> __global__ void __launch_bounds__(32 * FA_SIMT_WARPS) k_flash_simt(FaArgs a, int hd, int tile_m) {
     extern __shared__ float fa_qs[];
-    const int g = a.H / a.KV, kvh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = a.H / a.KV, kvh = blockIdx.x % a.KV, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const FaTile t = find_tile(a, tile_m / g);
     const int *tab = a.bt ? a.bt + (size_t)t.s * a.bt_stride : nullptr;
     const C *q = (const C *)a.q, *k = (const C *)a.k, *v = (const C *)a.v, *kc = (const C *)a.kc, *vc = (const C *)a.vc;
@@ -228,7 +231,7 @@ template <class C, int HD, class F> constexpr size_t mma_smem_bytes() {
 
 // ---------------------------------------------------------------- v1 .. v4: the tensor-core kernel
 
-// Grid (ntiles, KV), 32 * F::NW threads, mma_smem_bytes<C, HD, F>() of dynamic shared memory.
+// Grid (ntiles * KV), 32 * F::NW threads, mma_smem_bytes<C, HD, F>() of dynamic shared memory.
 template <class C, int HD, class F> __global__ void __launch_bounds__(32 * F::NW) k_flash_mma(FaArgs a) {
 #ifdef FA_MMA_ARCH
     constexpr int NT = 32 * F::NW, BN = F::BN, BM = F::BM, MT = F::MT, ST = F::ST;
@@ -248,7 +251,7 @@ template <class C, int HD, class F> __global__ void __launch_bounds__(32 * F::NW
     C *Vbase = F::V4 ? Kbase + 2 * TK : sm + TK;
     constexpr int KSTRIDE = F::V4 ? TK : 2 * TK;  // from one stage's K (V) to the next's
 
-    const int g = a.H / a.KV, kvh = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = a.H / a.KV, kvh = blockIdx.x % a.KV, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int gid = lane / 4, tig = lane % 4;
     const FaTile t = find_tile(a, BM / g);
     const int *tab = a.bt ? a.bt + (size_t)t.s * a.bt_stride : nullptr;
@@ -487,7 +490,8 @@ static int device_props(int *cc_major, int *smem_optin) {
 
 static int check_args(const FlashAttn *a) {
     if (a->KV < 1 || a->H < a->KV || a->H % a->KV || a->H / a->KV > 8 || a->hd < 2 || a->hd > 256 || a->hd % 2 ||
-        (a->dt != ST_F32 && a->dt != ST_F16 && a->dt != ST_BF16) || a->nseq < 1 || a->ntiles < 0 || !a->cu_seqlens ||
+        (a->dt != ST_F32 && a->dt != ST_F16 && a->dt != ST_BF16) || a->nseq < 1 || a->ntiles < 0 ||
+        (long long)a->ntiles * a->KV > 0x7fffffff || !a->cu_seqlens ||
         !a->cu_tiles || !a->q || !a->k || !a->v || !a->out || a->ldq < a->H * a->hd || a->ldo < a->H * a->hd ||
         a->ldk < a->KV * a->hd || (a->ctx_lens && (!a->kc || !a->vc || !a->block_tables || a->block_size < 1 || a->bt_stride < 1))) {
         fprintf(stderr, "flash_attn: unsupported arguments (H=%d KV=%d hd=%d %s, nseq=%d, tiles=%d, ldq=%d ldk=%d ldo=%d)\n",
@@ -510,7 +514,7 @@ static FaArgs fa_args(const FlashAttn *a) {
 static int launch_simt_m(const FlashAttn *a, int tile_m) {
     const size_t smem = (size_t)FA_SIMT_WARPS * a->hd * sizeof(float);
     const FaArgs f = fa_args(a);
-    DISPATCH(a->dt, C, k_flash_simt<C><<<dim3(a->ntiles, a->KV), 32 * FA_SIMT_WARPS, smem>>>(f, a->hd, tile_m));
+    DISPATCH(a->dt, C, k_flash_simt<C><<<a->ntiles * a->KV, 32 * FA_SIMT_WARPS, smem>>>(f, a->hd, tile_m));
     CUDA_CHECK_LAST();
     return 1;
 }
@@ -533,7 +537,7 @@ template <class C, int HD, class F> static int launch_mma_t(const FlashAttn *a, 
         CUDA_CHECK(cudaFuncSetAttribute(k_flash_mma<C, HD, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         if (dev < 64) attr_set |= 1ull << dev;
     }
-    k_flash_mma<C, HD, F><<<dim3(a->ntiles, a->KV), 32 * F::NW, smem>>>(fa_args(a));
+    k_flash_mma<C, HD, F><<<a->ntiles * a->KV, 32 * F::NW, smem>>>(fa_args(a));
     CUDA_CHECK_LAST();
     return 1;
 }

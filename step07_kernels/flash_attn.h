@@ -16,10 +16,11 @@
 // The unit of work is a TILE of M rows, each a (query row, query head) pair: the g = H / KV heads
 // that share a kv head are stacked in M (row m = query row m / g, head m % g of the group), so every
 // K/V tile read from memory serves the whole group (as step05's paged prefill). One CTA per
-// (tile, kv head): grid (ntiles, KV). flash_plan cuts each sequence into ceil(n_s / (tile_m / g))
-// tiles and writes the running count cu_tiles (nseq + 1); on the device each CTA finds its
-// sequence by a binary search in cu_tiles and takes the tiles of a sequence from the last (the
-// most keys) to the first, so the long tiles start first and the grid's tail is short ones.
+// (tile, kv head), a flat grid of ntiles * KV (CTA b: tile b / KV, kv head b % KV). flash_plan
+// cuts each sequence into ceil(n_s / (tile_m / g)) tiles and writes the running count cu_tiles
+// (nseq + 1); on the device each CTA finds its sequence by a binary search in cu_tiles and takes
+// the tiles of a sequence from the last (the most keys) to the first, so the long tiles start
+// first and the grid's tail is short ones.
 #pragma once
 #include <stddef.h>
 

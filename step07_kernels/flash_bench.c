@@ -259,6 +259,7 @@ int main(int argc, char **argv) {
     table_meta(t, "dtype", "%s (q, k, v, the pool and out; fp32 accumulate)", dt == ST_F16 ? "fp16" : "bf16");
     table_meta(t, "flops", "4 * hd * H * (query, key) pairs computed; causal from 0: 4 * hd * H * T(T+1)/2 ~ 4 T^2 hd H / 2");
     table_col(t, "case", NULL);
+    table_col(t, "shape", NULL);
     table_col(t, "version", NULL);
     table_col(t, "ms", "%.4f");
     table_col(t, "tflops", "%.1f");
@@ -331,6 +332,12 @@ int main(int argc, char **argv) {
         const double flops = 4.0 * cases[ci]->hd * cases[ci]->H *
                              flash_visible_pairs(in.cu, cases[ci]->ctx > 0 ? in.ctx : NULL, in.nseq, 1);
         // every version first (v1 is the baseline of x_v1 whatever the table order), then the rows
+        char shape[96];
+        if (in.nseq == 1) snprintf(shape, sizeof shape, "1x%d", in.T);
+        else if (cases[ci]->ctx > 0) snprintf(shape, sizeof shape, "%dx%d after %d", in.nseq, in.T / in.nseq, cases[ci]->ctx);
+        else snprintf(shape, sizeof shape, "%d seqs, %d tokens", in.nseq, in.T);
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", %d/%d heads, hd %d", cases[ci]->H, cases[ci]->KV,
+                 cases[ci]->hd);
         double ms_of[64], ms_v1 = NAN;
         const int nv = flash_num_versions() < 64 ? flash_num_versions() : 64;
         for (int vi = 0; vi < nv; vi++) {
@@ -350,6 +357,7 @@ int main(int argc, char **argv) {
             if (only_version >= 0 && ver->id != only_version && ver->id != 1) continue;
             table_row(t);
             table_str(t, "case", cases[ci]->name);
+            table_str(t, "shape", shape);
             table_str(t, "version", ver->name);
             if (rcs[at] == -2) {
                 table_str(t, "what", "skipped: this version does not run this call on this device");
