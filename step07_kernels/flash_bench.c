@@ -7,6 +7,7 @@
 //
 //   build/bin/flash_bench [--case NAME] [--version N] [--dtype bf16|fp16] [--reps 20] [--warmup 5]
 //                         [--block-size 16] [--check-rows 48] [--peak-tflops X] [--seed S] [--csv|--json]
+//   build/bin/flash_bench --explain     the online softmax of a 3-key example, step by step
 //
 // Cases (CASES below is the only list; T tokens, H query / KV kv heads, head dim hd, causal):
 //   llama8b_4k   1 x 4096 tokens, 32 / 8 heads, hd 128 (Llama-3.1-8B)
@@ -47,7 +48,8 @@ static void usage(FILE *f) {
             "  --block-size   positions per KV block of the chunked case (default 16)\n"
             "  --check-rows   query rows per sequence compared with the CPU reference, every head (default 48:\n"
             "                 the first 8, the last 8 and the rest spread; all rows of shorter sequences)\n"
-            "  --peak-tflops  the bf16 GEMM ceiling (default: measured now, cuBLAS 8192^3, median of 10)\n");
+            "  --peak-tflops  the bf16 GEMM ceiling (default: measured now, cuBLAS 8192^3, median of 10)\n"
+            "  --explain      print the online softmax of a 3-key example (FLASH.md), computed, and exit\n");
 }
 
 #define MAX_SEQ 64
@@ -221,6 +223,26 @@ static Check check_version(Inst *in, StDtype dt, int id, float **refs, int **row
     return ck;
 }
 
+// --explain: the online softmax of FLASH.md's example, computed here: one query row, scores s and
+// values v arriving one key at a time, against the two-pass softmax.
+static int explain(void) {
+    const double s[3] = {1, 3, 2}, v[3] = {10, 20, 30};
+    double mx = -INFINITY, l = 0, acc = 0;
+    printf("online softmax, one row: scores [1, 3, 2], values [10, 20, 30]\n");
+    printf("key |  s | new m | alpha=exp(m_old-m_new) | p=exp(s-m_new) |      l |      acc\n");
+    for (int i = 0; i < 3; i++) {
+        const double mn = s[i] > mx ? s[i] : mx, al = exp(mx - mn), p = exp(s[i] - mn);
+        l = l * al + p, acc = acc * al + p * v[i], mx = mn;
+        printf("%3d | %2.0f | %5.0f | %22.4f | %14.4f | %6.4f | %8.4f\n", i + 1, s[i], mn, al, p, l, acc);
+    }
+    double m2 = -INFINITY, l2 = 0, a2 = 0;
+    for (int i = 0; i < 3; i++) m2 = s[i] > m2 ? s[i] : m2;
+    for (int i = 0; i < 3; i++) l2 += exp(s[i] - m2), a2 += exp(s[i] - m2) * v[i];
+    printf("online: acc / l = %.4f / %.4f = %.4f (normalized once, at the end)\n", acc, l, acc / l);
+    printf("two-pass: max %.0f, sum %.4f, out %.4f\n", m2, l2, a2 / l2);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *only_case = NULL;
     int only_version = -1, reps = 20, warmup = 5, B = 16, want_rows = 48;
@@ -243,6 +265,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--check-rows") && more) want_rows = (int)arg_int(a, argv[++i], 17, 1 << 20);
         else if (!strcmp(a, "--peak-tflops") && more) peak = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--seed") && more) seed = arg_u64(a, argv[++i]);
+        else if (!strcmp(a, "--explain")) return explain();
         else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else arg_help_or_unknown(a, usage);
     }
@@ -261,6 +284,7 @@ int main(int argc, char **argv) {
     table_col(t, "case", NULL);
     table_col(t, "shape", NULL);
     table_col(t, "version", NULL);
+    table_col(t, "gflop", "%.2f");
     table_col(t, "ms", "%.4f");
     table_col(t, "tflops", "%.1f");
     table_col(t, "pct_peak", "%.1f");
@@ -359,6 +383,7 @@ int main(int argc, char **argv) {
             table_str(t, "case", cases[ci]->name);
             table_str(t, "shape", shape);
             table_str(t, "version", ver->name);
+            table_num(t, "gflop", flops / 1e9);
             if (rcs[at] == -2) {
                 table_str(t, "what", "skipped: this version does not run this call on this device");
                 continue;
