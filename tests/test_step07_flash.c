@@ -13,8 +13,9 @@
 // reference on fresh random inputs with the output poisoned first (NaN) and guard rows after it
 // that must stay untouched: GQA ratios 1 / 4 / 8, head dims 64 / 128, lengths 1, 7, 65, 130, 1000
 // (multiples of no tile), varlen batches in one launch, chunked prefill through block tables of
-// block sizes 1 / 16 / 256, non-causal, bf16 and fp16, and fp32 through the fallback; flash_attn
-// (the top rung) likewise. On sm_80+ every tensor-core version must run bf16/fp16 at hd 64 / 128.
+// block sizes 1 / 16 / 256, non-causal, bf16 and fp16, and fp32, hd 40 and a misaligned q through the
+// fallback; flash_attn (the top rung) likewise, compared row by row. On sm_90 every tensor-core
+// version must run bf16/fp16 at hd 64 / 128 with aligned rows, and must refuse a misaligned q.
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -243,14 +244,17 @@ Test(step07_flash, plan_and_pair_count) {
 // Runs version id (-1: flash_attn, the top rung) on problem p; returns the max relative error per
 // row against the CPU reference (INFINITY for a non-finite output, a touched guard row or a
 // failed launch), or NAN when the version does not take the call here (-2).
-static double gpu_run(const Prob *p, StDtype dt, int id, const float *ref, const GpuInfo *gi) {
+// misalign: q starts one element past a 16-byte boundary (as q inside an odd-offset buffer): every
+// tensor-core version must refuse it and flash_attn fall back.
+static double gpu_run(const Prob *p, StDtype dt, int id, const float *ref, const GpuInfo *gi, int misalign) {
     const size_t qd = (size_t)p->H * p->hd, kd = (size_t)p->KV * p->hd, rows = (size_t)p->T + GUARD_ROWS;
-    void *dq = pa_dev_alloc((size_t)p->T * qd * 4), *dk = pa_dev_alloc((size_t)p->T * kd * 4 + 16);
+    const size_t es = dt == ST_F32 ? 4 : 2;
+    void *dq_alloc = pa_dev_alloc((size_t)p->T * qd * 4 + 16), *dq = (char *)dq_alloc + (misalign ? es : 0), *dk = pa_dev_alloc((size_t)p->T * kd * 4 + 16);
     void *dv = pa_dev_alloc((size_t)p->T * kd * 4 + 16), *dout = pa_dev_alloc(rows * qd * 4);
     int *dcu = pa_dev_alloc((size_t)(p->nseq + 1) * 4), *dtiles = pa_dev_alloc((size_t)(p->nseq + 1) * 4);
     void *dkc = NULL, *dvc = NULL;
     int *dctx = NULL, *dbt = NULL;
-    cr_assert(dq && dk && dv && dout && dcu && dtiles);
+    cr_assert(dq_alloc && dk && dv && dout && dcu && dtiles);
     pa_upload_as(dt, dq, p->q, (size_t)p->T * qd);
     pa_upload_as(dt, dk, p->k, (size_t)p->T * kd), pa_upload_as(dt, dv, p->v, (size_t)p->T * kd);
     pa_upload(dcu, p->cu, (size_t)(p->nseq + 1) * 4);
@@ -291,12 +295,13 @@ static double gpu_run(const Prob *p, StDtype dt, int id, const float *ref, const
     } else {
         // a tensor-core version must take bf16 / fp16 at hd 64 / 128 on sm_80+ (every one fits the
         // shared memory of sm_90; sm_86 / sm_89 may refuse the largest)
-        const int must = id != 0 && dt != ST_F32 && (p->hd == 64 || p->hd == 128) && gi->cc_major >= 9;
+        const int must = id != 0 && dt != ST_F32 && (p->hd == 64 || p->hd == 128) && gi->cc_major >= 9 && !misalign;
         cr_expect(!must, "version %d refused a call it must take (%s, hd %d, sm_%d%d)", id, dt == ST_F16 ? "fp16" : "bf16",
                   p->hd, gi->cc_major, gi->cc_minor);
         if (id == 0) cr_expect(0, "the fallback refused a call");
     }
-    void *d[] = {dq, dk, dv, dout, dcu, dtiles, dkc, dvc, dctx, dbt};
+    if (misalign && id > 0) cr_expect(rc == -2, "version %d took a misaligned q", id);
+    void *d[] = {dq_alloc, dk, dv, dout, dcu, dtiles, dkc, dvc, dctx, dbt};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         if (d[i]) pa_dev_free(d[i]);
     free(tiles), free(out);
@@ -304,7 +309,8 @@ static double gpu_run(const Prob *p, StDtype dt, int id, const float *ref, const
 }
 
 // Every version and flash_attn on one problem.
-static void gpu_all_versions(int H, int KV, int hd, const int *lens, const int *ctx, int nseq, int causal, int B, StDtype dt) {
+static void gpu_versions(int H, int KV, int hd, const int *lens, const int *ctx, int nseq, int causal, int B, StDtype dt,
+                         int misalign) {
     GpuInfo gi;
     cr_assert_eq(gpu_info(&gi), 0);
     Prob p = prob_new(H, KV, hd, lens, ctx, nseq, causal, B, dt, 900u + (unsigned)(H + KV * 3 + hd + nseq * 5 + B));
@@ -316,13 +322,17 @@ static void gpu_all_versions(int H, int KV, int hd, const int *lens, const int *
     cr_assert(flash_num_versions() >= 6, "the ladder has v0 .. v5");
     for (int vi = -1; vi < flash_num_versions(); vi++) {
         const int id = vi < 0 ? -1 : flash_version(vi)->id;
-        const double e = gpu_run(&p, dt, id, ref, &gi);
+        const double e = gpu_run(&p, dt, id, ref, &gi, misalign);
         if (isnan(e)) continue;  // not on this device / dtype (gpu_run checked that it may refuse)
-        cr_expect(e <= (dt == ST_F32 ? 1e-4 : GPU_TOL), "%s: %s H=%d KV=%d hd=%d nseq=%d (T=%d) ctx=%s B=%d causal=%d: err %.3e",
-                  vi < 0 ? "flash_attn" : flash_version(vi)->name, dn, H, KV, hd, nseq, p.T, ctx ? "yes" : "no", B, causal, e);
+        cr_expect(e <= (dt == ST_F32 ? 1e-4 : GPU_TOL), "%s: %s H=%d KV=%d hd=%d nseq=%d (T=%d) ctx=%s B=%d causal=%d%s: err %.3e",
+                  vi < 0 ? "flash_attn" : flash_version(vi)->name, dn, H, KV, hd, nseq, p.T, ctx ? "yes" : "no", B, causal,
+                  misalign ? " misaligned q" : "", e);
     }
     free(ref);
     prob_free(&p);
+}
+static void gpu_all_versions(int H, int KV, int hd, const int *lens, const int *ctx, int nseq, int causal, int B, StDtype dt) {
+    gpu_versions(H, KV, hd, lens, ctx, nseq, causal, B, dt, 0);
 }
 
 Test(step07_flash_gpu, lengths_not_multiple_of_any_tile) {
@@ -370,4 +380,5 @@ Test(step07_flash_gpu, not_causal_and_fp32_fallback) {
     gpu_all_versions(8, 2, 128, lens, ctx, 2, 0, 16, ST_BF16);
     gpu_all_versions(8, 2, 64, lens, NULL, 2, 1, 16, ST_F32);  // every tensor-core version refuses; v0 runs
     gpu_all_versions(6, 3, 40, lens, ctx, 2, 1, 16, ST_BF16);  // hd 40: the fallback only
+    gpu_versions(8, 2, 128, lens, ctx, 2, 1, 16, ST_BF16, 1);   // q not 16-byte aligned: the fallback only
 }
