@@ -1,0 +1,611 @@
+// flash_attn.cu — step07's flash attention for prefill, a ladder of numbered versions (the C API is
+// in flash_attn.h). FlashAttention-2's algorithm: a CTA owns a tile of query rows, streams the K/V
+// tiles of its sequence through shared memory, and keeps the scores on the chip: S = Q K^T and
+// O += P V with mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate), the softmax online (a running
+// max m and sum l per row; O rescaled by exp2(m_old - m_new) when the max grows) and normalized
+// once, O / l, at the end. Tiles wholly above the causal diagonal are never loaded; the mask is
+// applied only where a tile crosses it. GQA rows of one kv head are stacked in M (flash_attn.h).
+// Tests: build/tests/run_tests --filter 'step07_flash_gpu/*'; ladder: build/bin/flash_bench.
+//
+// The ladder (LADDER below is the only list; each row one step over the one before):
+//   v0_simt    the fallback (fp32, sm_75, unaligned rows): a warp per M row, lane = key; no tensor cores
+//   v1_step05  step05's paged-prefill shape: 64-row tiles (4 warps x 16 rows), 64-key K/V tiles,
+//              2-stage cp.async, rows padded by 16 bytes, Q in registers, P kept in registers
+//   v2_128     128-row tiles with 8 warps and 128-key K/V tiles: each K/V byte loaded serves twice the
+//              rows, half the loop iterations and barriers per key
+//   v3_swz3    a 3-stage cp.async ring and XOR-swizzled shared rows (16-byte chunk c of row r at
+//              c ^ (r % 8): ldmatrix's 8 rows hit 8 bank groups with no padding); 64-key tiles at hd 128
+//              so 3 stages fit every sm_80+ part
+//   v4_split   K and V in their own cp.async groups (the V copy overlaps S and the softmax, the next
+//              K copy overlaps P V); exp2 as one FFMA (s * scale_log2 - m * scale_log2, the max kept
+//              unscaled); a warp skips the key tiles its rows cannot see; Q in its own shared region
+//   v5_rb      register blocking on v4: 4 warps x 32 rows (two m16 slices), so every K and V fragment
+//              read from shared feeds two MMAs (half the shared-memory traffic per FLOP); at hd 128 Q
+//              is re-read from shared each tile (its registers go to O)
+// Hopper's wgmma + TMA (step01's v9) is not a rung yet: see step07_kernels/FLASH.md.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "check.h"
+#include "cuda_check.h"
+#include "step02_attention/forward_gpu.cuh"  // tof, fromf, DISPATCH, dt_name
+#include "step05_paged/cp_async.cuh"         // cp_async16, cp_async_commit, cp_async_wait
+#include "step07_kernels/flash_attn.h"
+
+// ---------------------------------------------------------------- shared pieces
+
+struct FaArgs {  // what every kernel reads (flash_attn.h's FlashAttn, typed on the device side)
+    const void *q, *k, *v, *kc, *vc;
+    void *out;
+    const int *cu_seqlens, *ctx_lens, *bt, *cu_tiles;
+    int nseq, H, KV, ldq, ldk, ldo, bt_stride, B, causal;
+    float scale, scale_log2;
+};
+
+// The grid is flat, (ntiles * KV) CTAs: CTA b is tile b / KV of kv head b % KV, so the CTAs are
+// dispatched tile by tile across the kv heads and the heaviest tiles of a sequence (its last, taken
+// first) start first on every head.
+// This CTA's tile: its sequence s (the last with cu_tiles[s] <= tile), the tile's first new token
+// qi0 and rows, the sequence's first row krow0, context ctx, new tokens n.
+struct FaTile {
+    int s, qi0, nrows, krow0, ctx, n;
+};
+__device__ inline FaTile find_tile(const FaArgs &a, int rpt) {
+    int lo = 0, hi = a.nseq - 1;  // cu_tiles[lo] <= tile < cu_tiles[nseq]
+    const int b = blockIdx.x / a.KV;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (__ldg(a.cu_tiles + mid) <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    FaTile t;
+    t.s = lo;
+    const int first = __ldg(a.cu_tiles + lo), count = __ldg(a.cu_tiles + lo + 1) - first;
+    t.krow0 = __ldg(a.cu_seqlens + lo);
+    t.n = __ldg(a.cu_seqlens + lo + 1) - t.krow0;
+    t.ctx = a.ctx_lens ? __ldg(a.ctx_lens + lo) : 0;
+    t.qi0 = (count - 1 - (b - first)) * rpt;  // the last tile (most keys) first
+    t.nrows = min(rpt, t.n - t.qi0);
+    return t;
+}
+
+// Key p of the tile's sequence: element offset of its kv head's row in the pool (p < ctx, *pool 1)
+// or in k / v (the chunk's own keys).
+__device__ inline size_t key_off(const FaArgs &a, const FaTile &t, const int *tab, int p, int kvh, int hd, int *pool) {
+    if (p < t.ctx) {
+        *pool = 1;
+        return ((size_t)__ldg(tab + p / a.B) * a.B + p % a.B) * ((size_t)a.KV * hd) + (size_t)kvh * hd;
+    }
+    *pool = 0;
+    return (size_t)(t.krow0 + p - t.ctx) * a.ldk + (size_t)kvh * hd;
+}
+
+// ---------------------------------------------------------------- v0: the SIMT fallback
+
+#define FA_SIMT_WARPS 4
+#define FA_SIMT_TILE_M 64
+// Grid (ntiles * KV), 128 threads; dynamic shared FA_SIMT_WARPS * hd floats (each warp's scaled q).
+// hd <= 256 (acc holds 8 elements a lane).
+template <class C> __global__ void __launch_bounds__(32 * FA_SIMT_WARPS) k_flash_simt(FaArgs a, int hd, int tile_m) {
+    extern __shared__ float fa_qs[];
+    const int g = a.H / a.KV, kvh = blockIdx.x % a.KV, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const FaTile t = find_tile(a, tile_m / g);
+    const int *tab = a.bt ? a.bt + (size_t)t.s * a.bt_stride : nullptr;
+    const C *q = (const C *)a.q, *k = (const C *)a.k, *v = (const C *)a.v, *kc = (const C *)a.kc, *vc = (const C *)a.vc;
+    float *qw = fa_qs + warp * hd;
+    for (int m = warp; m < t.nrows * g; m += FA_SIMT_WARPS) {
+        const int i = t.qi0 + m / g, h = kvh * g + m % g, lim = a.causal ? t.ctx + i : t.ctx + t.n - 1;
+        const C *qr = q + (size_t)(t.krow0 + i) * a.ldq + (size_t)h * hd;
+        __syncwarp();
+        for (int e = lane; e < hd; e += 32) qw[e] = tof(qr[e]) * a.scale;
+        __syncwarp();
+        float mrun = -INFINITY, l = 0, acc[8];
+#pragma unroll
+        for (int c = 0; c < 8; c++) acc[c] = 0;
+        for (int j0 = 0; j0 <= lim; j0 += 32) {
+            const int j = j0 + lane, valid = j <= lim;
+            int pool = 0;
+            const size_t off = valid ? key_off(a, t, tab, j, kvh, hd, &pool) : 0;
+            float s = -INFINITY;
+            if (valid) {
+                const C *kr = (pool ? kc : k) + off;
+                float dot = 0;
+                for (int e = 0; e < hd; e++) dot = fmaf(qw[e], tof(kr[e]), dot);
+                s = dot;
+            }
+            float mt = s;
+            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+            const float mn = fmaxf(mrun, mt);  // finite: key j0 is valid
+            const float al = expf(mrun - mn), p = valid ? expf(s - mn) : 0.0f;
+            float ps = p;
+            for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+            l = l * al + ps, mrun = mn;
+#pragma unroll
+            for (int c = 0; c < 8; c++) acc[c] *= al;
+            const int nj = min(32, lim - j0 + 1);
+            for (int jj = 0; jj < nj; jj++) {
+                const float pj = __shfl_sync(0xffffffffu, p, jj);
+                const unsigned long long oj = __shfl_sync(0xffffffffu, (unsigned long long)off, jj);
+                const int pj_pool = __shfl_sync(0xffffffffu, pool, jj);
+                const C *vr = (pj_pool ? vc : v) + oj;
+#pragma unroll
+                for (int c = 0; c < 8; c++)
+                    if (lane + 32 * c < hd) acc[c] = fmaf(pj, tof(vr[lane + 32 * c]), acc[c]);
+            }
+        }
+        C *o = (C *)a.out + (size_t)(t.krow0 + i) * a.ldo + (size_t)h * hd;
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+            if (lane + 32 * c < hd) o[lane + 32 * c] = fromf<C>(acc[c] / l);
+    }
+}
+
+// ---------------------------------------------------------------- sm_80+ building blocks
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define FA_MMA_ARCH 1
+#endif
+template <class C> __device__ inline unsigned pack2(float lo, float hi);
+template <> __device__ inline unsigned pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low 16 bits
+    return *(unsigned *)&v;
+}
+template <> __device__ inline unsigned pack2<__half>(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(unsigned *)&v;
+}
+// d (16x8 fp32) += a (16x16, row) * b (16x8, col); a trap where the instruction does not exist
+template <class C> __device__ inline void mma16816(float d[4], const unsigned a[4], unsigned b0, unsigned b1);
+template <> __device__ inline void mma16816<__nv_bfloat16>(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
+#ifdef FA_MMA_ARCH
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+}
+template <> __device__ inline void mma16816<__half>(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
+#ifdef FA_MMA_ARCH
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+}
+// Four 8x8 b16 matrices; lanes 8i .. 8i+7 give the row addresses of matrix i, r[i] its fragment
+// (lane holds row lane/4, columns 2*(lane%4), +1; transposed with .trans).
+__device__ inline void ldsm_x4(unsigned r[4], const void *p) {
+#ifdef FA_MMA_ARCH
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+    (void)p, r[0] = r[1] = r[2] = r[3] = 0, __trap();
+#endif
+}
+__device__ inline void ldsm_x4_t(unsigned r[4], const void *p) {
+#ifdef FA_MMA_ARCH
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+    (void)p, r[0] = r[1] = r[2] = r[3] = 0, __trap();
+#endif
+}
+// 2^x with the hardware approximation (MUFU.EX2; 2^-inf = 0), as every flash kernel uses it
+__device__ inline float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// One version's shape. NW warps of MT m16 slices each (tile_m = 16 * NW * MT rows), BN keys per K/V
+// tile, ST stages (V4: K and V each in 2 stages of their own groups), SWZ swizzled rows (else
+// padded), QREG Q held in registers for the whole loop (else re-read from shared each tile), V4
+// the split K/V pipeline, the FFMA exp2 and the per-warp causal skip.
+template <int NW_, int MT_, int BN_, int ST_, bool SWZ_, bool QREG_, bool V4_> struct FaCfg {
+    static constexpr int NW = NW_, MT = MT_, BN = BN_, ST = ST_, BM = 16 * NW_ * MT_;
+    static constexpr bool SWZ = SWZ_, QREG = QREG_, V4 = V4_;
+};
+
+// Element offset of 16-byte chunk ch of row r in a tile of rows HD elements wide.
+template <int HD, bool SWZ> __device__ inline int soff(int r, int ch) {
+    if (SWZ) return r * HD + ((ch ^ (r & 7)) << 3);
+    return r * (HD + 8) + (ch << 3);
+}
+template <int HD, bool SWZ> constexpr int tile_elems(int rows) { return rows * (SWZ ? HD : HD + 8); }
+
+template <class C, int HD, class F> constexpr size_t mma_smem_bytes() {
+    // non-V4: ST stages of (K, V); Q borrows the last stage. V4: Q, then 2 K stages, 2 V stages.
+    return F::V4 ? (size_t)(tile_elems<HD, F::SWZ>(F::BM) + 4 * tile_elems<HD, F::SWZ>(F::BN)) * sizeof(C)
+                 : (size_t)F::ST * 2 * tile_elems<HD, F::SWZ>(F::BN) * sizeof(C);
+}
+
+// ---------------------------------------------------------------- v1 .. v4: the tensor-core kernel
+
+// Grid (ntiles * KV), 32 * F::NW threads, mma_smem_bytes<C, HD, F>() of dynamic shared memory.
+template <class C, int HD, class F> __global__ void __launch_bounds__(32 * F::NW) k_flash_mma(FaArgs a) {
+#ifdef FA_MMA_ARCH
+    constexpr int NT = 32 * F::NW, BN = F::BN, BM = F::BM, MT = F::MT, ST = F::ST;
+    constexpr int KCH = HD / 16, NB8 = BN / 8, DT = HD / 8, VPR = HD / 8, RPP = NT / VPR;
+    constexpr bool SWZ = F::SWZ;
+    constexpr int TK = tile_elems<HD, SWZ>(BN);  // elements of one K (or V) tile
+    static_assert(F::V4 || F::QREG, "Q borrows a K/V stage: it must live in registers");
+    static_assert(F::V4 || BM <= 2 * BN, "Q must fit in one (K, V) stage");
+    static_assert(!F::V4 || ST == 2, "the split pipeline has 2 stages of each");
+    static_assert(BN % RPP == 0 && BM % RPP == 0, "whole passes of the copy loop");
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    C *sm = (C *)fa_smem;
+    // non-V4: stage st = K at sm + st * 2 * TK, V at + TK; Q over the last stage.
+    // V4: Q (BM rows), K stages, V stages.
+    C *Qs = F::V4 ? sm : sm + (ST - 1) * 2 * TK;
+    C *Kbase = F::V4 ? sm + tile_elems<HD, SWZ>(BM) : sm;
+    C *Vbase = F::V4 ? Kbase + 2 * TK : sm + TK;
+    constexpr int KSTRIDE = F::V4 ? TK : 2 * TK;  // from one stage's K (V) to the next's
+
+    const int g = a.H / a.KV, kvh = blockIdx.x % a.KV, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int gid = lane / 4, tig = lane % 4;
+    const FaTile t = find_tile(a, BM / g);
+    const int *tab = a.bt ? a.bt + (size_t)t.s * a.bt_stride : nullptr;
+    const C *gq = (const C *)a.q, *gk = (const C *)a.k, *gv = (const C *)a.v, *gkc = (const C *)a.kc,
+            *gvc = (const C *)a.vc;
+    // the last key any row of the tile sees, the K/V tiles that covers
+    const int klast = a.causal ? t.ctx + t.qi0 + t.nrows - 1 : t.ctx + t.n - 1, nkt = klast / BN + 1;
+
+    // copies key tile kt's rows into stage st: K (want_k), V (want_v); keys past klast are zeros
+    auto load_kv = [&](int kt, int st, bool want_k, bool want_v) {
+        const int c = tid % VPR;
+#pragma unroll
+        for (int r0 = 0; r0 < BN; r0 += RPP) {
+            const int r = r0 + tid / VPR, p = kt * BN + r, ok = p <= klast;
+            int pool = 0;
+            const size_t off = ok ? key_off(a, t, tab, p, kvh, HD, &pool) + c * 8 : 0;
+            const int so = soff<HD, SWZ>(r, c);
+            if (want_k) cp_async16(Kbase + st * KSTRIDE + so, (pool ? gkc : gk) + off, ok ? 16 : 0);
+            if (want_v) cp_async16(Vbase + st * KSTRIDE + so, (pool ? gvc : gv) + off, ok ? 16 : 0);
+        }
+    };
+    // Q: M row m = (new token qi0 + m / g, head kvh * g + m % g); padding rows are zeros
+    {
+        const int c = tid % VPR;
+#pragma unroll
+        for (int r0 = 0; r0 < BM; r0 += RPP) {
+            const int m = r0 + tid / VPR, i = m / g, ok = i < t.nrows;
+            const size_t off = ok ? (size_t)(t.krow0 + t.qi0 + i) * a.ldq + (size_t)(kvh * g + m % g) * HD + c * 8 : 0;
+            cp_async16(Qs + soff<HD, SWZ>(m, c), gq + off, ok ? 16 : 0);
+        }
+        cp_async_commit();
+    }
+    if (F::V4) {
+        load_kv(0, 0, true, false), cp_async_commit();
+        load_kv(0, 0, false, true), cp_async_commit();
+    } else {
+#pragma unroll
+        for (int st = 0; st < ST - 1; st++) {
+            if (st < nkt) load_kv(st, st, true, true);
+            cp_async_commit();
+        }
+    }
+
+    // this thread's rows: slice mt, half hf -> M row warp * 16 * MT + mt * 16 + hf * 8 + gid, and the
+    // last key each sees (padding rows: the last real row's)
+    int lim[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int m = warp * 16 * MT + mt * 16 + hf * 8 + gid;
+            lim[mt][hf] = a.causal ? t.ctx + t.qi0 + min(m / g, t.nrows - 1) : klast;
+        }
+    // the warp's first and last rows' limits: below the first no mask is needed; past the last the
+    // warp has nothing to do (V4 skips those tiles)
+    const int wr0 = warp * 16 * MT, wr1 = wr0 + 16 * MT - 1;
+    const int wlim0 = a.causal ? t.ctx + t.qi0 + min(wr0 / g, t.nrows - 1) : klast;
+    const int wlim1 = a.causal ? t.ctx + t.qi0 + min(wr1 / g, t.nrows - 1) : klast;
+
+    unsigned qa[F::QREG ? MT : 1][F::QREG ? KCH : 1][4];
+    float o[MT][DT][4], mrow[MT][2], lrow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        mrow[mt][0] = mrow[mt][1] = -INFINITY, lrow[mt][0] = lrow[mt][1] = 0;
+#pragma unroll
+        for (int j = 0; j < DT; j++) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0;
+    }
+    auto load_q_frag = [&](unsigned r[4], int mt, int kc0) {
+        ldsm_x4(r, Qs + soff<HD, SWZ>(warp * 16 * MT + mt * 16 + (lane & 15), kc0 * 2 + (lane >> 4)));
+    };
+    if (!F::V4) {
+        cp_async_wait<ST - 1>();  // Q has landed (the K/V stages may still be in flight)
+        __syncthreads();
+        if (F::QREG)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kc0 = 0; kc0 < KCH; kc0++) load_q_frag(qa[F::QREG ? mt : 0][F::QREG ? kc0 : 0], mt, kc0);
+        // Q's stage is refilled only after the loop's first barrier: every warp has its fragments
+    }
+
+    for (int kt = 0; kt < nkt; kt++) {
+        const C *ks, *vs;
+        if (F::V4) {
+            cp_async_wait<1>();  // K(kt) (and Q) landed; V(kt) may be in flight
+            __syncthreads();
+            if (F::QREG && kt == 0)
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int kc0 = 0; kc0 < KCH; kc0++) load_q_frag(qa[F::QREG ? mt : 0][F::QREG ? kc0 : 0], mt, kc0);
+            if (kt + 1 < nkt) load_kv(kt + 1, (kt + 1) & 1, true, false);
+            cp_async_commit();
+            ks = Kbase + (kt & 1) * KSTRIDE, vs = Vbase + (kt & 1) * KSTRIDE;
+        } else {
+            cp_async_wait<ST - 2>();
+            __syncthreads();
+            const int nxt = kt + ST - 1;
+            if (nxt < nkt) load_kv(nxt, nxt % ST, true, true);
+            cp_async_commit();
+            ks = Kbase + (kt % ST) * KSTRIDE, vs = Vbase + (kt % ST) * KSTRIDE;
+        }
+        const int k0 = kt * BN;
+        const bool active = !F::V4 || k0 <= wlim1;  // V4: a warp whose rows see none of the tile skips it
+        float s[MT][NB8][4];
+        if (active) {
+            // ---- S = Q K^T (16 MT x BN per warp)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int j = 0; j < NB8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0;
+#pragma unroll
+            for (int kc0 = 0; kc0 < KCH; kc0++) {
+                unsigned qf[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    if (F::QREG)
+#pragma unroll
+                        for (int x = 0; x < 4; x++) qf[mt][x] = qa[F::QREG ? mt : 0][F::QREG ? kc0 : 0][x];
+                    else load_q_frag(qf[mt], mt, kc0);
+                }
+#pragma unroll
+                for (int np = 0; np < NB8 / 2; np++) {
+                    unsigned b[4];
+                    ldsm_x4(b, ks + soff<HD, SWZ>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kc0 * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816<C>(s[mt][2 * np], qf[mt], b[0], b[1]);
+                        mma16816<C>(s[mt][2 * np + 1], qf[mt], b[2], b[3]);
+                    }
+                }
+            }
+            // ---- causal mask (only on a tile that crosses a row's limit), online softmax
+            const bool masked = k0 + BN - 1 > wlim0;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                float mx[2] = {mrow[mt][0], mrow[mt][1]};
+#pragma unroll
+                for (int j = 0; j < NB8; j++) {
+                    const int key = k0 + j * 8 + tig * 2;
+#pragma unroll
+                    for (int x = 0; x < 4; x++) {
+                        if (!F::V4) s[mt][j][x] *= a.scale_log2;
+                        if (masked && key + (x & 1) > lim[mt][x >> 1]) s[mt][j][x] = -INFINITY;
+                    }
+                    mx[0] = fmaxf(mx[0], fmaxf(s[mt][j][0], s[mt][j][1]));
+                    mx[1] = fmaxf(mx[1], fmaxf(s[mt][j][2], s[mt][j][3]));
+                }
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+#pragma unroll
+                    for (int off = 1; off < 4; off <<= 1) mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], off));
+                    // finite: tile 0 holds key 0, which every row sees, and the max only grows.
+                    // V4 keeps the max unscaled: 2^((s - m) * scale_log2) = 2^(s * c - m * c), one FFMA
+                    const float al = F::V4 ? fast_exp2((mrow[mt][hf] - mx[hf]) * a.scale_log2) : fast_exp2(mrow[mt][hf] - mx[hf]);
+                    const float mc = F::V4 ? mx[hf] * a.scale_log2 : mx[hf];
+                    mrow[mt][hf] = mx[hf];
+                    float ps = 0;
+#pragma unroll
+                    for (int j = 0; j < NB8; j++) {
+#pragma unroll
+                        for (int x = 2 * hf; x < 2 * hf + 2; x++) {
+                            s[mt][j][x] = F::V4 ? fast_exp2(fmaf(s[mt][j][x], a.scale_log2, -mc)) : fast_exp2(s[mt][j][x] - mc);
+                            ps += s[mt][j][x];
+                        }
+                    }
+                    lrow[mt][hf] = lrow[mt][hf] * al + ps;
+#pragma unroll
+                    for (int j = 0; j < DT; j++) o[mt][j][2 * hf] *= al, o[mt][j][2 * hf + 1] *= al;
+                }
+            }
+        }
+        if (F::V4) {
+            cp_async_wait<1>();  // V(kt) landed; K(kt+1) may be in flight
+            __syncthreads();
+            if (kt + 1 < nkt) load_kv(kt + 1, (kt + 1) & 1, false, true);
+            cp_async_commit();
+        }
+        if (active) {
+            // ---- O += P V: n-tiles 2kk, 2kk+1 of S are, register for register, the A fragment of
+            // keys kk*16 .. kk*16+15 (rounded to C); P never goes through shared memory
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                unsigned pa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    pa[mt][0] = pack2<C>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][1] = pack2<C>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][2] = pack2<C>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][3] = pack2<C>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int dp = 0; dp < DT / 2; dp++) {
+                    unsigned b[4];
+                    ldsm_x4_t(b, vs + soff<HD, SWZ>(kk * 16 + (lane & 15), dp * 2 + (lane >> 4)));
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816<C>(o[mt][2 * dp], pa[mt], b[0], b[1]);
+                        mma16816<C>(o[mt][2 * dp + 1], pa[mt], b[2], b[3]);
+                    }
+                }
+            }
+        }
+    }
+    // ---- deferred normalization: O / l once, then the write (row m = (token m / g, head m % g))
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float l = lrow[mt][hf];
+#pragma unroll
+            for (int off = 1; off < 4; off <<= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+            const int m = warp * 16 * MT + mt * 16 + hf * 8 + gid;
+            if (m >= t.nrows * g) continue;
+            const float inv = 1.0f / l;
+            C *dst = (C *)a.out + (size_t)(t.krow0 + t.qi0 + m / g) * a.ldo + (size_t)(kvh * g + m % g) * HD + tig * 2;
+#pragma unroll
+            for (int j = 0; j < DT; j++) *(unsigned *)(dst + j * 8) = pack2<C>(o[mt][j][2 * hf] * inv, o[mt][j][2 * hf + 1] * inv);
+        }
+#elif defined(__CUDA_ARCH__)
+    __trap();  // no bf16/fp16 mma.sync below sm_80: the host never launches this there (mma_ok)
+#endif
+}
+
+// ---------------------------------------------------------------- host side
+
+static int device_props(int *cc_major, int *smem_optin) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(cc_major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return dev;
+}
+
+static int check_args(const FlashAttn *a) {
+    if (a->KV < 1 || a->H < a->KV || a->H % a->KV || a->H / a->KV > 8 || a->hd < 2 || a->hd > 256 || a->hd % 2 ||
+        (a->dt != ST_F32 && a->dt != ST_F16 && a->dt != ST_BF16) || a->nseq < 1 || a->ntiles < 0 ||
+        (long long)a->ntiles * a->KV > 0x7fffffff || !a->cu_seqlens ||
+        !a->cu_tiles || !a->q || !a->k || !a->v || !a->out || a->ldq < a->H * a->hd || a->ldo < a->H * a->hd ||
+        a->ldk < a->KV * a->hd || (a->ctx_lens && (!a->kc || !a->vc || !a->block_tables || a->block_size < 1 || a->bt_stride < 1))) {
+        fprintf(stderr, "flash_attn: unsupported arguments (H=%d KV=%d hd=%d %s, nseq=%d, tiles=%d, ldq=%d ldk=%d ldo=%d)\n",
+                a->H, a->KV, a->hd, dt_name(a->dt), a->nseq, a->ntiles, a->ldq, a->ldk, a->ldo);
+        return -1;
+    }
+    return 0;
+}
+static FaArgs fa_args(const FlashAttn *a) {
+    FaArgs f;
+    f.q = a->q, f.k = a->k, f.v = a->v, f.kc = a->kc, f.vc = a->vc, f.out = a->out;
+    f.cu_seqlens = a->cu_seqlens, f.ctx_lens = a->ctx_lens, f.bt = a->ctx_lens ? a->block_tables : nullptr;
+    f.cu_tiles = a->cu_tiles, f.nseq = a->nseq, f.H = a->H, f.KV = a->KV, f.ldq = a->ldq, f.ldk = a->ldk, f.ldo = a->ldo;
+    f.bt_stride = a->bt_stride, f.B = a->block_size, f.causal = a->causal != 0;
+    f.scale = a->scale, f.scale_log2 = a->scale * 1.4426950408889634f;
+    return f;
+}
+
+// tile_m: the rows a tile of the plan holds (the fallback takes any plan: its warps stride the rows)
+static int launch_simt_m(const FlashAttn *a, int tile_m) {
+    const size_t smem = (size_t)FA_SIMT_WARPS * a->hd * sizeof(float);
+    const FaArgs f = fa_args(a);
+    DISPATCH(a->dt, C, k_flash_simt<C><<<a->ntiles * a->KV, 32 * FA_SIMT_WARPS, smem>>>(f, a->hd, tile_m));
+    CUDA_CHECK_LAST();
+    return 1;
+}
+static int launch_simt(const FlashAttn *a) { return launch_simt_m(a, FA_SIMT_TILE_M); }
+
+// The tensor-core path takes: bf16/fp16, hd 64 or 128, sm_80+, 16-byte aligned rows.
+static int mma_ok(const FlashAttn *a, int cc) {
+    const uintptr_t al = (uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->out |
+                         (a->ctx_lens ? (uintptr_t)a->kc | (uintptr_t)a->vc : 0);
+    return a->dt != ST_F32 && (a->hd == 64 || a->hd == 128) && cc >= 8 && al % 16 == 0 && a->ldq % 8 == 0 && a->ldk % 8 == 0 &&
+           a->ldo % 2 == 0;
+}
+
+template <class C, int HD, class F> static int launch_mma_t(const FlashAttn *a, int dev, int optin) {
+    const size_t smem = mma_smem_bytes<C, HD, F>();
+    if (smem > (size_t)optin) return -2;
+    // above 48 KB the kernel must be allowed first; the attribute lives in the device's context
+    static unsigned long long attr_set = 0;
+    if (dev >= 64 || !(attr_set >> dev & 1)) {
+        CUDA_CHECK(cudaFuncSetAttribute(k_flash_mma<C, HD, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        if (dev < 64) attr_set |= 1ull << dev;
+    }
+    k_flash_mma<C, HD, F><<<a->ntiles * a->KV, 32 * F::NW, smem>>>(fa_args(a));
+    CUDA_CHECK_LAST();
+    return 1;
+}
+// F64 / F128: the version's shape at head dim 64 and 128
+template <class F64, class F128> static int launch_mma(const FlashAttn *a) {
+    int cc = 0, optin = 0;
+    const int dev = device_props(&cc, &optin);
+    if (dev < 0) return -1;
+    if (!mma_ok(a, cc)) return -2;
+    if (a->dt == ST_BF16) return a->hd == 64 ? launch_mma_t<__nv_bfloat16, 64, F64>(a, dev, optin)
+                                             : launch_mma_t<__nv_bfloat16, 128, F128>(a, dev, optin);
+    return a->hd == 64 ? launch_mma_t<__half, 64, F64>(a, dev, optin) : launch_mma_t<__half, 128, F128>(a, dev, optin);
+}
+
+//                          NW MT  BN ST  SWZ    QREG   V4
+typedef FaCfg<4, 1, 64, 2, false, true, false> V1;
+typedef FaCfg<8, 1, 128, 2, false, true, false> V2;
+typedef FaCfg<8, 1, 128, 3, true, true, false> V3_64;
+typedef FaCfg<8, 1, 64, 3, true, true, false> V3_128;
+typedef FaCfg<8, 1, 128, 2, true, true, true> V4_64;
+typedef FaCfg<8, 1, 64, 2, true, true, true> V4_128;
+typedef FaCfg<4, 2, 64, 2, true, true, true> V5_64;
+typedef FaCfg<4, 2, 64, 2, true, false, true> V5_128;
+
+static const struct {
+    FlashVersion v;
+    int (*fn)(const FlashAttn *);
+} LADDER[] = {
+    {{0, "v0_simt", "fallback: a warp per row, lane = key, fp32 math, no tensor cores", FA_SIMT_TILE_M}, launch_simt},
+    {{1, "v1_step05", "step05's shape: 64-row tile, 4 warps, 64-key tiles, 2-stage cp.async, padded rows", V1::BM},
+     launch_mma<V1, V1>},
+    {{2, "v2_128", "128-row tiles, 8 warps, 128-key K/V tiles", V2::BM}, launch_mma<V2, V2>},
+    {{3, "v3_swz3", "3-stage cp.async ring, XOR-swizzled rows (no padding); 64-key tiles at hd 128", V3_64::BM},
+     launch_mma<V3_64, V3_128>},
+    {{4, "v4_split", "K and V in separate cp.async groups, exp2 as one FFMA, per-warp causal skip", V4_64::BM},
+     launch_mma<V4_64, V4_128>},
+    {{5, "v5_rb", "register blocking: 4 warps x 32 rows, each K/V fragment feeds 2 MMAs", V5_64::BM},
+     launch_mma<V5_64, V5_128>},
+};
+#define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
+static_assert(V1::BM <= FA_TILE_M_MAX && V2::BM <= FA_TILE_M_MAX && V4_64::BM == V4_128::BM && V3_64::BM == V3_128::BM &&
+                  V5_64::BM == V5_128::BM && V5_64::BM <= FA_TILE_M_MAX,
+              "one tile_m per version");
+
+extern "C" int flash_num_versions(void) { return N_LADDER; }
+extern "C" const FlashVersion *flash_version(int i) { return i >= 0 && i < N_LADDER ? &LADDER[i].v : nullptr; }
+extern "C" const FlashVersion *flash_find_version(int id) {
+    for (int i = 0; i < N_LADDER; i++)
+        if (LADDER[i].v.id == id) return &LADDER[i].v;
+    return nullptr;
+}
+
+extern "C" int flash_attn_run(const FlashAttn *a, int id) {
+    if (check_args(a)) return -1;
+    for (int i = 0; i < N_LADDER; i++)
+        if (LADDER[i].v.id == id) return a->ntiles == 0 ? 0 : LADDER[i].fn(a);
+    fprintf(stderr, "flash_attn: no version %d\n", id);
+    return -1;
+}
+
+// The rung flash_attn uses: the top one (until the H200 table says another is faster), else the fallback.
+static int pick(const FlashAttn *a) {
+    int cc = 0, optin = 0;
+    if (device_props(&cc, &optin) < 0) return 0;
+    return mma_ok(a, cc) ? LADDER[N_LADDER - 1].v.id : 0;
+}
+extern "C" int flash_attn_tile_m(const FlashAttn *a) { return flash_find_version(pick(a))->tile_m; }
+extern "C" int flash_attn(const FlashAttn *a) {
+    const int r = flash_attn_run(a, pick(a));
+    return r == -2 ? launch_simt_m(a, flash_attn_tile_m(a)) : r;  // planned with the top rung's tile_m
+}
