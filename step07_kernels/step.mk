@@ -32,7 +32,7 @@ PROGS_step07_kernels += flash_bench
 # then timed; without one the program says the rows need a GPU).
 demo-step07_flash: $(BIN)/flash_bench
 	$(BIN)/flash_bench --case qwen06b_1k --reps 10
-demo-step07_kernels: demo-step07_flash
+demo-step07_kernels:: demo-step07_flash
 
 # The H200 table committed under step07_kernels/results/ (every case, bf16, then fp16 for Llama-3.1-8B).
 bench-step07_flash: $(BIN)/flash_bench
@@ -40,5 +40,5 @@ bench-step07_flash: $(BIN)/flash_bench
 	$(BIN)/flash_bench --csv > step07_kernels/results/flash_h200.csv
 	$(BIN)/flash_bench --case llama8b_4k --dtype fp16 --csv > step07_kernels/results/flash_h200_fp16.csv
 # make bench-h200 runs it with the fused kernels' table
-bench-step07_kernels: bench-step07_flash
+bench-step07_kernels:: bench-step07_flash
 .PHONY: demo-step07_flash bench-step07_flash
