@@ -110,8 +110,8 @@ double runner_kv_bytes(const Runner *r);       // bytes of K/V memory allocated
 // the default) or 0 (block-table gather + GEMM path per sequence); gpu_runner_set_prefill_attn.
 // Returns the path in effect (1 fused, 0 gather); the CPU runners and the slot runner: 0.
 int runner_set_prefill_attn(Runner *r, int fused);
-// CUDA: gpu_runner_set_batch_invariant (greedy outputs independent of the batching). Returns 1 when
-// the runner is batch-invariant now (the CPU runner always is: every row is computed alone).
+// CUDA, paged KV: gpu_runner_set_batch_invariant (greedy outputs independent of the batching).
+// Returns 1 when the runner is in that mode now (0 on the CPU, which has no such mode).
 int runner_set_batch_invariant(Runner *r, int on);
 // logits (n_logits, vocab) on the host for the batch's logit_rows when logits != NULL;
 // argmax (n_logits) of each of those rows when argmax != NULL (on the GPU without copying the

@@ -133,9 +133,8 @@ const char *runner_describe(const Runner *r) { return r->cuda ? gpu_runner_descr
 
 int runner_set_prefill_attn(Runner *r, int fused) { return r->cuda ? gpu_runner_set_prefill_attn(r->gpu, fused) : 0; }
 int runner_set_batch_invariant(Runner *r, int on) {
-    if (!r->cuda) return 1;  // the CPU path computes every row alone already
-    gpu_runner_set_batch_invariant(r->gpu, on);
-    return on ? 1 : 0;
+    if (!r->cuda) return 0;  // the CPU runner has no such mode (its BLAS picks blocking by shape too)
+    return gpu_runner_set_batch_invariant(r->gpu, on);
 }
 
 double runner_kv_bytes(const Runner *r) {

@@ -538,7 +538,13 @@ static void *dalloc_r(size_t n, double *count) {
 // depends only on its own query and keys (its K/V tiles are the same 64-key tiles from key 0,
 // whatever tile of query rows it sits in), and greedy outputs with and without the prefix cache
 // stay identical. The gather path keeps small_max (its short chunks are cheaper as decode items).
-static int small_rows(const GpuRunner *r) { return r->fused_prefill && r->small_max > 1 ? 1 : r->small_max; }
+// Batch-invariant mode: every row through one kernel whatever its chunk, so a row's attention
+// does not depend on how the scheduler cut its prompt: the fused kernel for all rows (decode rows
+// too) where it runs, else the decode kernel (v2) for all rows, one work item per row.
+static int small_rows(const GpuRunner *r) {
+    if (r->batch_inv) return r->fused_prefill ? 0 : 1 << 30;
+    return r->fused_prefill && r->small_max > 1 ? 1 : r->small_max;
+}
 
 // The runner's one-line description (gpu_runner_describe): layout, sizes, the attention paths.
 static void describe(GpuRunner *r) {
@@ -838,10 +844,12 @@ static void rproj(cublasHandle_t h, StDtype dt, const GpuQProj *q, int T, int n_
                   beta);
 }
 
-extern "C" void gpu_runner_set_batch_invariant(GpuRunner *r, int on) {
-    r->batch_inv = on ? 1 : 0;
-    r->ac.decode_v2 = r->batch_inv && r->block_size > 0;
+extern "C" int gpu_runner_set_batch_invariant(GpuRunner *r, int on) {
+    // paged KV only: step04's slot path splits its decode rows by the step's longest row
+    r->batch_inv = on && r->block_size > 0 ? 1 : 0;
+    r->ac.decode_v2 = r->batch_inv;
     describe(r);
+    return r->batch_inv;
 }
 
 extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, int *argmax) {

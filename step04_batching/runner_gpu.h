@@ -54,9 +54,11 @@ int gpu_runner_set_prefill_attn(GpuRunner *r, int fused);
 // Batch-invariant mode (1 on, 0 off, the default): a row's result does not depend on what else the
 // step holds, so greedy outputs are identical however the scheduler batches (prefix cache on or
 // off, any token budget): GEMMs always of the same row count (cuBLAS's kernel choice depends on
-// the shape), no GEMV for lone rows, paged decode always v2, the lm_head GEMM always lcap rows.
-// Slower: the last GEMM of a step is padded, and a decode step pays for a full GEMM.
-void gpu_runner_set_batch_invariant(GpuRunner *r, int on);
+// the shape), no GEMV for lone rows, the lm_head GEMM always lcap rows.
+// Every row's attention through one kernel: the fused prefill kernel for all rows (decode rows
+// too) where it takes the shape, else paged decode v2 for all rows. Paged KV only. Slower: the
+// last GEMM of a step is padded, a decode step pays for a full GEMM. Returns the mode now (1/0).
+int gpu_runner_set_batch_invariant(GpuRunner *r, int on);
 // The cached K and V (KV*hd each, as fp32) of cache row `row` (slot * max_len + position) of a
 // layer. A row no batch has written reads as NaN (the cache is poisoned when it is allocated).
 int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float *k, float *v);

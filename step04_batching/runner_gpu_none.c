@@ -44,7 +44,10 @@ int gpu_runner_set_prefill_attn(GpuRunner *r, int fused) {
     (void)r, (void)fused;
     return 0;
 }
-void gpu_runner_set_batch_invariant(GpuRunner *r, int on) { (void)r, (void)on; }
+int gpu_runner_set_batch_invariant(GpuRunner *r, int on) {
+    (void)r, (void)on;
+    return 0;
+}
 int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float *k, float *v) {
     (void)r, (void)layer, (void)row, (void)k, (void)v;
     return -1;
