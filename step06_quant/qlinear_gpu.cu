@@ -1072,14 +1072,15 @@ static const char *const QGEMV_VERSIONS[] = {"v1_u4",    "v2_u8",       "v3_u2",
                                              "v10_tc_xs", "v11_tc_xs_r2"};
 #define N_QGEMV_VERSIONS 11
 #define QGEMV_FIRST_TC 6  // v7+: k_qmma (x rounded to fp16)
-// -1 (the default): each layer takes the best measured on the H200 for its kind (INT8: v4_r2,
-// INT4: v7_tc_w8u2; step06_quant/results/qgemm_e4019eb_h200.txt and the engine runs beside it).
+// -1 (the default): the rung that made the engine's batch-1 decode fastest on the H200, for both
+// kinds v10_tc_xs (step06_quant/results/tc_d6b6f03_h200: INT4 292.8 tok/s, INT8 278.3); where
+// k_qmma cannot take a layer's groups, v4_r2 for INT8 and v1_u4 for INT4.
 static int g_qgemv_version = -1;
-#define QGEMV_AUTO_INT8 3
-#define QGEMV_AUTO_INT4 6
+#define QGEMV_AUTO_INT8 9
+#define QGEMV_AUTO_INT4 9
 extern "C" int qlinear_gemv_n_versions(void) { return N_QGEMV_VERSIONS; }
 extern "C" const char *qlinear_gemv_version_name(int v) {
-    return v == -1 ? "auto (INT8 v4_r2, INT4 v7_tc_w8u2)" : v >= 0 && v < N_QGEMV_VERSIONS ? QGEMV_VERSIONS[v] : "?";
+    return v == -1 ? "auto (v10_tc_xs)" : v >= 0 && v < N_QGEMV_VERSIONS ? QGEMV_VERSIONS[v] : "?";
 }
 extern "C" void qlinear_gemv_set_version(int v) {
     if (v >= -1 && v < N_QGEMV_VERSIONS) g_qgemv_version = v;
@@ -1087,7 +1088,7 @@ extern "C" void qlinear_gemv_set_version(int v) {
 extern "C" int qlinear_gpu_gemv_version(const QLinearGpu *q) {
     int v = g_qgemv_version;
     if (v < 0) v = q->kind == QK_INT8 ? QGEMV_AUTO_INT8 : QGEMV_AUTO_INT4;
-    if (v >= QGEMV_FIRST_TC && q->tc_gm < 0) v = 0;  // k_qmma cannot take these groups: v1
+    if (v >= QGEMV_FIRST_TC && q->tc_gm < 0) v = q->kind == QK_INT8 ? 3 : 0;  // k_qmma cannot take these groups
     return v;
 }
 extern "C" int qlinear_gemv_version_fp16(int v) { return v >= QGEMV_FIRST_TC && v < N_QGEMV_VERSIONS; }
