@@ -1139,7 +1139,7 @@ static void launch_qmma(const QLinearGpu *q, const XIn *X, int ldx, int T, const
     if (q->kind == QK_INT4) launch_qmma_k<4, XIn, W, UK, R, T1, XS>(q, X, ldx, T, bias, Y, ldy, beta, s);
     else launch_qmma_k<8, XIn, W, UK, R, T1, XS>(q, X, ldx, T, bias, Y, ldy, beta, s);
 }
-#define QMMA_XS_MAX_KP (24 * 1024)  // x in shared memory: kp * 2 bytes, within the 48 KB default
+#define QMMA_XS_MAX_KP (20 * 1024)  // x in shared memory: kp * 2 bytes + the reduction, within the 48 KB default
 
 template <int TB, int U, bool ZP>
 static void launch_tb(const QLinearGpu *q, const float *xf, int ldxf, int T, const float *bias, float *Y, int ldy,
