@@ -418,6 +418,7 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
         a.block_tables = c->d_bt, a.bt_stride = c->bt_stride, a.block_size = c->block_size;
         a.rows = d_srow, a.seqs = d_sbase, a.lens = d_slen, a.n = p->ns, a.max_len = p->maxlen;
         a.out = out, a.ldo = qd, a.out_f32 = out_f32, a.part_o = c->part_o, a.part_ml = c->part_ml, a.part_cap = c->part_cap;
+        a.variant = c->decode_v2 ? 1 : 0;  // batch-invariant: v2 always, with the rule's loop (paged_decode)
         const int nl = c->decode_v2 ? paged_decode_v2(&a) : paged_decode(&a, c->num_sms);
         if (nl < 0) die("paged decode attention: launch refused (see above)");
         launches += nl;

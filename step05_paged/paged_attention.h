@@ -26,7 +26,7 @@
 //   paged_decode_v2   split-K: the context in partitions of PA_PART keys, one CTA per (item, kv
 //                     head, partition) writes an unnormalized partial (o, max m, sum l); a reduce
 //                     kernel rescales the partials by exp(m_i - M) and divides by the sum.
-//   paged_decode      the rule between them (paged_decode_choose).
+//   paged_decode      the rule between them (paged_decode_choose); its v2 runs loop variant 1.
 //   paged_gather      chunked prefill's way in: a sequence's first L context rows copied
 //                     through its block table into a contiguous scratch, then step02's
 //                     GEMM-softmax-GEMM (attention_gpu) runs over the scratch as over a step04
