@@ -32,3 +32,19 @@ int test_run_cmd(const char *cmd, char *out, size_t cap) {
     const int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+char *test_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    const long len = ftell(f);
+    cr_assert(len >= 0, "%s: cannot tell its size", path);
+    rewind(f);
+    char *s = malloc((size_t)len + 1);
+    cr_assert(s);
+    cr_assert_eq(fread(s, 1, (size_t)len, f), (size_t)len, "%s: short read", path);
+    s[len] = 0;
+    fclose(f);
+    if (n) *n = (size_t)len;
+    return s;
+}

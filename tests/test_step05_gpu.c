@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs_util.h"
 #include "compare.h"
 #include "golden_util.h"
 #include "gpu.h"
@@ -902,16 +903,7 @@ static char *bi_run(const char *dir, const char *args, int k) {
              "--output-len 24:40 --device cuda --kv paged --batch-invariant --outputs %s %s > %s/log%d.txt 2>&1",
              BUILD_BIN_DIR, out, args, dir, k);
     cr_assert_eq(system(cmd), 0, "%s failed (see %s/log%d.txt)", cmd, dir, k);
-    FILE *f = fopen(out, "r");
-    cr_assert(f, "%s", out);
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
+    return test_slurp(out, NULL);
 }
 
 Test(step05_gpu, batch_invariant_outputs_do_not_depend_on_the_batching, .timeout = 300) {

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs_util.h"
 #include "golden_util.h"
 #include "model.h"
 #include "rng.h"
@@ -1152,18 +1153,6 @@ static json_t *bench_json(const char *args, const char *outputs, const char *ste
     return json_object_get(j, "summary") ? j : NULL;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
 
 static long jint(const json_t *sum, const char *k) {
     const json_t *v = json_object_get(sum, k);
@@ -1179,7 +1168,7 @@ static double jreal(const json_t *sum, const char *k) {
 
 // every row: blocks used + cached + free = total, allocated = used x B, written <= allocated
 static void check_steps_csv(const char *path, long steps, int B, long total) {
-    char *txt = slurp(path), *save = NULL;
+    char *txt = test_slurp(path, NULL), *save = NULL;
     char *line = strtok_r(txt, "\n", &save);
     cr_assert(line && !strcmp(line, "step,time_s,n_tokens,running,waiting,kv_tokens_written,kv_tokens_allocated,"
                                      "kv_blocks_used,kv_blocks_cached,kv_blocks_free,preemptions"),
@@ -1210,7 +1199,7 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
     const json_t *ss = json_object_get(js, "summary");
     cr_expect_str_eq(json_string_value(json_object_get(ss, "kv_layout")), "slots");
     check_steps_csv(steps, jint(ss, "steps"), 0, jint(ss, "kv_blocks_total"));
-    char *want = slurp(ref);
+    char *want = test_slurp(ref, NULL);
     cr_expect(strstr(want, "{\"index\":0,\"output_ids\":[") == want, "outputs line 0: %.60s", want);
     // any block size; #1: the same KV budget as the 8 slots (blocks of 16), 3x the seats
     char same_budget[200];
@@ -1228,7 +1217,7 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
         cr_expect_eq(jint(sp, "kv_tokens_budget"), (jint(sp, "num_blocks") - 1) * B);
         cr_expect(jint(sp, "kv_blocks_peak_used") <= jint(sp, "kv_blocks_total"));
         check_steps_csv(steps, jint(sp, "steps"), (int)B, jint(sp, "kv_blocks_total"));
-        char *got = slurp(out);
+        char *got = test_slurp(out, NULL);
         cr_expect_str_eq(got, want, "%s: outputs differ from the slot run's", paged[k]);
         free(got);
         if (k == 0) cr_expect_eq(jreal(sp, "kv_unused_frac"), 0.0, "blocks of 1 token: no fragmentation");
@@ -1244,7 +1233,7 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
     // a shared prefix: hits with the prefix cache, none without, the same outputs as slots
     json_decref(js);
     js = bench_json("--max-num-seqs 8 --shared-prefix 40", ref, NULL);
-    want = slurp(ref);
+    want = test_slurp(ref, NULL);
     for (int pc = 0; pc < 2; pc++) {
         json_t *jp = bench_json(pc ? "--max-num-seqs 24 --prefix-cache on --shared-prefix 40"
                                    : "--max-num-seqs 24 --prefix-cache off --shared-prefix 40",
@@ -1253,7 +1242,7 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
         if (pc) cr_expect(jint(sp, "prefix_hit_tokens") > 0 && jreal(sp, "prefix_hit_rate") > 0.3, "hit rate %g",
                           jreal(sp, "prefix_hit_rate"));
         else cr_expect_eq(jint(sp, "prefix_hit_tokens"), 0);
-        char *got = slurp(out);
+        char *got = test_slurp(out, NULL);
         cr_expect_str_eq(got, want, "prefix cache %s: outputs differ from the slot run's", pc ? "on" : "off");
         free(got);
         json_decref(jp);
