@@ -4,6 +4,8 @@
 # directory; ckpt.c: checkpoints and the exact resume. Tests: build/tests/run_tests --filter
 # '@(step08|step08_ckpt|step08_export)/*'.
 PROGS_step08_ddp := train
+# train runs ranks under mpirun (ddp.h): it alone links MPI (the Makefile's MPI_LIBS; empty without MPI)
+$(BIN)/train: LDLIBS += $(MPI_LIBS)
 
 # The demo: the built-in tiny Llama learns to copy 6 random symbols, then to reverse them (a few
 # seconds each on the CPU); each time the engine's forward answers held-out examples with the
