@@ -104,7 +104,7 @@ if ((attempt > 0)); then
             printf "launch:   +%.3f  ranks restarted, resumed from the checkpoint of step %d\n", t_start - tf, from
             printf "launch:   +%.3f  first step after the resume (step %d) completed\n", t_first - tf, first
             printf "launch: recovery time %.3f s (failure -> first completed step after the resume); steps lost %d%s\n",
-                   t_first - tf, lost_to - from, lost_to > from ? sprintf(" (steps %d..%d trained again)", from + 1, lost_to) : ""
+                   t_first - tf, lost_to - from, (lost_to > from ? sprintf(" (steps %d..%d trained again)", from + 1, lost_to) : "")
         }' "$events"
 fi
 say "done after $((attempt + 1)) attempt(s); events in $events"

@@ -57,7 +57,7 @@ static void usage(FILE *f) {
             "             [--log-every N] [--eval N] [--save DIR [--save-dtype fp32|bf16]] [--csv | --json]\n"
             "             [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async] [--keep N] [--resume]] [--stop-at S]\n"
             "             [--loss-log FILE] [--event-log FILE] [--pid-dir DIR] [--bucket-kb K] [--check-every K]\n"
-            "             [--collective-timeout S] [--hang-rank R --hang-at-step S]\n"
+            "             [--collective-timeout S] [--hang-rank R --hang-at-step S] [--flip-rank R --flip-at-step S]\n"
             "  --preset tiny  built-in Llama (d 64, 2 layers, 4 query / 2 kv heads, head_dim 16, ff 128), random init\n"
             "                 (train.h says how); its vocabulary is BOS, SEP and the K symbols (default)\n"
             "  --model DIR    start from a Hugging Face checkpoint (converted to fp32); its vocabulary must hold K + 2 ids\n"
@@ -88,6 +88,8 @@ static void usage(FILE *f) {
             "  --event-log F  rank 0 appends timestamped events (start, step, checkpoint, end) to F for the launcher\n"
             "  --pid-dir DIR  each rank writes its process id to DIR/rank-<r>.pid\n"
             "  --hang-rank R --hang-at-step S  fault injection: rank R stops answering at step S (the watchdog test)\n"
+            "  --flip-rank R --flip-at-step S  fault injection: rank R flips one bit of one weight after step S (the\n"
+            "                 replicas diverge: the next hash comparison must end the job)\n"
             "  --save DIR     after training, write a Hugging Face directory (config.json, model.safetensors,\n"
             "                 tokenizer.json of the task's symbols) that generate --model DIR runs; DIR must not exist\n"
             "                 or be empty\n"
@@ -119,7 +121,7 @@ int main(int argc, char **argv) {
     int ckpt_every = 100, ckpt_async = 0, ckpt_keep = 0, resume = 0, stop_at = 0;
     const char *save_dir = NULL, *save_dtype_s = "fp32";
     const char *event_log = NULL, *pid_dir = NULL;  // data parallelism (ddp.h)
-    int bucket_kb = 64, check_every = 50, hang_rank = -1, hang_at = 0;
+    int bucket_kb = 64, check_every = 50, hang_rank = -1, hang_at = 0, flip_rank = -1, flip_at = 0;
     double coll_timeout = 30;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -153,6 +155,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--collective-timeout") && more) coll_timeout = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--hang-rank") && more) hang_rank = (int)arg_int(a, argv[++i], 0, 1 << 20);
         else if (!strcmp(a, "--hang-at-step") && more) hang_at = (int)arg_int(a, argv[++i], 1, 10000000);
+        else if (!strcmp(a, "--flip-rank") && more) flip_rank = (int)arg_int(a, argv[++i], 0, 1 << 20);
+        else if (!strcmp(a, "--flip-at-step") && more) flip_at = (int)arg_int(a, argv[++i], 1, 10000000);
         else if (!strcmp(a, "--save") && more) save_dir = argv[++i];
         else if (!strcmp(a, "--save-dtype") && more) save_dtype_s = argv[++i];
         else if (!strcmp(a, "--json") || !strcmp(a, "--csv")) continue;
@@ -175,6 +179,7 @@ int main(int argc, char **argv) {
     if (!ckpt_dir && (resume || ckpt_async || ckpt_keep))
         arg_die("--resume, --ckpt-async and --keep need --ckpt-dir DIR");
     if ((hang_rank >= 0) != (hang_at > 0)) arg_die("--hang-rank and --hang-at-step go together");
+    if ((flip_rank >= 0) != (flip_at > 0)) arg_die("--flip-rank and --flip-at-step go together");
 
     Ddp dp;
     ddp_init(&dp, &argc, &argv, coll_timeout, (size_t)bucket_kb * 1024 / sizeof(float));
@@ -331,6 +336,12 @@ int main(int argc, char **argv) {
         if (!isfinite(loss) || !isfinite(gn)) die("step %d: loss %g, gradient norm %g: diverged (lower --lr?)", s, loss, gn);
         if (flog) fprintf(flog, "%d %a %a\n", s + 1, loss, gn), fflush(flog);
         event(fev, "step %d loss=%.6f", s + 1, loss);
+        if (rank == flip_rank && s + 1 == flip_at) {  // fault injection: a silent bit flip in one replica
+            uint32_t bits;
+            memcpy(&bits, &m.params[m.n_params / 2], 4);
+            bits ^= 1u << 3;
+            memcpy(&m.params[m.n_params / 2], &bits, 4);
+        }
         if (world > 1 && ((s + 1) % check_every == 0 || s + 1 == steps || (stop_at && s + 1 == stop_at)))
             ddp_check_same(&dp, ddp_hash_floats(m.params, m.n_params), "weights");
         if (ckpt_dir && lead && ((s + 1) % ckpt_every == 0 || s + 1 == steps)) {
@@ -350,6 +361,9 @@ int main(int argc, char **argv) {
     }
     if (flog && fclose(flog)) die("%s: write failed", loss_log);
     const int steps_run = (stop_at && stop_at < steps ? stop_at : steps) - s0;
+    if (world > 1)
+        table_meta(tb, "replicas", "the weights are identical on all %d ranks (xxHash64 %016llx, compared every %d steps "
+                   "and at the end)", world, (unsigned long long)ddp_hash_floats(m.params, m.n_params), check_every);
     if (ckpt_dir && lead) {
         const double stall_in_loop = ckw.stall_s;
         char keep_s[32] = "all";

@@ -32,3 +32,16 @@ int test_run_cmd(const char *cmd, char *out, size_t cap) {
     const int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+char *test_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(*n + 1);
+    cr_assert(b && fread(b, 1, *n, f) == *n, "reading %s", path);
+    fclose(f);
+    b[*n] = 0;
+    return b;
+}
