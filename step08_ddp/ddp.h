@@ -74,6 +74,8 @@ void ddp_allreduce_sum_f64(Ddp *d, double *x, int n, const char *what);
 // Every rank's h compared: when they differ, rank 0 prints all of them and the job ends (exit 4).
 void ddp_check_same(Ddp *d, uint64_t h, const char *what);
 void ddp_barrier(Ddp *d, const char *what);
+// MPI_Finalize (when ddp_init called MPI_Init). Under AddressSanitizer it first runs the leak
+// check, while OpenMPI's components are still loaded: call it last, after every free.
 void ddp_finalize(Ddp *d);
 
 #ifdef __cplusplus
