@@ -76,7 +76,10 @@ static void wait_watchdog(Ddp *d, int n, MPI_Request *r, const char *what) {
                       "open): a peer rank is dead or stuck; ending the job",
                       d->step, what, d->timeout_s, strchr(left, ',') ? "s" : "", left, n);
         }
-        sched_yield();
+        // the first 100 us yield (a peer a moment behind is the common case), then 50 us naps: a
+        // rank waiting for a slower one must not take the core it needs (ranks may share cores)
+        if (now_sec() - t0 < 1e-4) sched_yield();
+        else nanosleep(&(struct timespec){.tv_nsec = 50000}, NULL);
     }
 }
 
