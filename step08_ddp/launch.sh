@@ -18,7 +18,7 @@
 # (each rank's OpenMP threads float), odls_base_sigkill_timeout 0 (when one rank dies, the others
 # get SIGKILL at once instead of SIGTERM and a 1 s grace they do not use: nothing to flush, and a
 # checkpoint caught half-written has no DONE and is skipped), btl_vader_single_copy_mechanism none
-# (the shared-memory transport's single-copy mode needs ptrace rights a container often lacks),
+# (the shared-memory transport's single-copy mode needs ptrace rights a container may lack),
 # and as root OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 (OpenMPI refuses root without them). Each rank
 # gets OMP_NUM_THREADS = cores / ranks unless it is set.
 set -euo pipefail
