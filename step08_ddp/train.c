@@ -85,6 +85,7 @@ static void usage(FILE *f) {
             "                 its layers is done (default 64; 0 = one all-reduce after the whole backward)\n"
             "  --check-every K compare the ranks' weight hashes every K steps (default 50) and at the end\n"
             "  --collective-timeout S  the watchdog: a collective not complete after S s (default 30) ends the job\n"
+            "                 (longer than a synchronous checkpoint write: the other ranks wait for rank 0's)\n"
             "  --event-log F  rank 0 appends timestamped events (start, step, checkpoint, end) to F for the launcher\n"
             "  --pid-dir DIR  each rank writes its process id to DIR/rank-<r>.pid\n"
             "  --hang-rank R --hang-at-step S  fault injection: rank R stops answering at step S (the watchdog test)\n"
@@ -360,6 +361,9 @@ int main(int argc, char **argv) {
         if (stop_at && s + 1 == stop_at) break;
     }
     if (flog && fclose(flog)) die("%s: write failed", loss_log);
+    // the ranks part here: what follows (the last checkpoint write, the held-out decoding, --save)
+    // is rank 0's alone and may take longer than any collective's deadline
+    ddp_barrier(&dp, "the barrier after the last step");
     const int steps_run = (stop_at && stop_at < steps ? stop_at : steps) - s0;
     if (world > 1)
         table_meta(tb, "replicas", "the weights are identical on all %d ranks (xxHash64 %016llx, compared every %d steps "
@@ -418,7 +422,6 @@ int main(int argc, char **argv) {
     adamw_free(&opt);
     train_acts_free(&a);
     train_model_free(&m);
-    ddp_barrier(&dp, "the barrier at the end");
     ddp_finalize(&dp);  // last: under AddressSanitizer it runs the leak check (ddp.h)
     return 0;
 }
