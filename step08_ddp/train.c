@@ -189,6 +189,7 @@ int main(int argc, char **argv) {
     if (ddp_shard(B, world, rank, &row0, &Br))
         arg_die("--batch %d: the global batch must split evenly over the %d ranks", B, world);
     if (hang_rank >= world) arg_die("--hang-rank %d: there are %d ranks", hang_rank, world);
+    if (flip_rank >= world) arg_die("--flip-rank %d: there are %d ranks", flip_rank, world);
     if (pid_dir) {
         char pf[1024];
         snprintf(pf, sizeof pf, "%s/rank-%d.pid", pid_dir, rank);
@@ -388,8 +389,8 @@ int main(int argc, char **argv) {
                (double)steps_run * B * T / t_train);
     if (world > 1)
         table_meta(tb, "allreduce", "%ld bucket all-reduces (%.1f per step); waiting for them after the backward %.4f s "
-                   "= %.1f%% of the training time (the rest overlapped the backward); starting and testing them during "
-                   "the backward %.4f s", dp.n_allreduce, (double)dp.n_allreduce / (steps_run ? steps_run : 1),
+                   "= %.1f%% of the training time (what the backward did not hide, and the wait for a slower rank); "
+                   "starting and testing them during the backward %.4f s", dp.n_allreduce, (double)dp.n_allreduce / (steps_run ? steps_run : 1),
                    dp.exposed_s, 100 * dp.exposed_s / t_train, dp.poll_s);
     char comm_s[64] = "";
     if (world > 1) snprintf(comm_s, sizeof comm_s, "waiting for the all-reduces %.0f%%, ", 100 * t_comm / t_train);
