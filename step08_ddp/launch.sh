@@ -6,8 +6,8 @@
 #   step08_ddp/launch.sh --np 2 --max-restarts 2 -- build/bin/train --preset tiny --steps 300 --ckpt-dir /tmp/ck
 #   step08_ddp/launch.sh --np 2 --max-restarts 1 --kill-rank 1 --kill-after-step 45 -- build/bin/train ... --ckpt-dir D
 #
-# What it adds to the program's arguments: --event-log and --pid-dir (in --log-dir, default a new
-# /tmp/ddp_launch_XXXXXX), and --resume when they hold --ckpt-dir (the first attempt then also
+# What it adds to the program's arguments: --event-log and --pid-dir (in --log-dir; without it in
+# a new /tmp/ddp_launch_XXXXXX, removed when the launcher exits), and --resume when they hold --ckpt-dir (the first attempt then also
 # continues whatever complete checkpoint D already has). --kill-rank R --kill-after-step S is
 # fault injection: once rank 0 logged step S, SIGKILL goes to rank R's process (first attempt
 # only). After a restart it prints the failure timeline from the ranks' event log: the kill (or
@@ -43,7 +43,11 @@ if ((kill_rank >= np)) || { ((kill_rank >= 0)) && ((kill_after < 1)); }; then
     echo "launch: --kill-rank R (< --np) needs --kill-after-step S (>= 1)" >&2; exit 2
 fi
 command -v mpirun >/dev/null || { echo "launch: mpirun not found (Debian: apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 2; }
-[ -n "$log_dir" ] || log_dir=$(mktemp -d /tmp/ddp_launch_XXXXXX)
+own_dir=0
+if [ -z "$log_dir" ]; then  # a directory of our own, removed at the end
+    own_dir=1 log_dir=$(mktemp -d /tmp/ddp_launch_XXXXXX)
+    trap 'rm -rf "$log_dir"' EXIT
+fi
 mkdir -p "$log_dir/pids"
 events=$log_dir/events.log
 : >"$events"
@@ -107,4 +111,4 @@ if ((attempt > 0)); then
                    t_first - tf, lost_to - from, (lost_to > from ? sprintf(" (steps %d..%d trained again)", from + 1, lost_to) : "")
         }' "$events"
 fi
-say "done after $((attempt + 1)) attempt(s); events in $events"
+if ((own_dir)); then say "done after $((attempt + 1)) attempt(s)"; else say "done after $((attempt + 1)) attempt(s); events in $events"; fi
