@@ -7,8 +7,8 @@
 #   step08_ddp/launch.sh --np 2 --max-restarts 1 --kill-rank 1 --kill-after-step 45 -- build/bin/train ... --ckpt-dir D
 #
 # What it adds to the program's arguments: --event-log and --pid-dir (in --log-dir; without it in
-# a new /tmp/ddp_launch_XXXXXX, removed when the launcher exits), and --resume when they hold --ckpt-dir (the first attempt then also
-# continues whatever complete checkpoint D already has). --kill-rank R --kill-after-step S is
+# a new /tmp/ddp_launch_XXXXXX, removed when the launcher exits), and --resume when they hold
+# --ckpt-dir (the first attempt then also continues whatever complete checkpoint D already has). --kill-rank R --kill-after-step S is
 # fault injection: once rank 0 logged step S, SIGKILL goes to rank R's process (first attempt
 # only). After a restart it prints the failure timeline from the ranks' event log: the kill (or
 # the moment the job was seen down), the restart, the first completed step after the resume, the
@@ -24,7 +24,7 @@
 set -euo pipefail
 np=2 max_restarts=0 kill_rank=-1 kill_after=0 log_dir=""
 say() { echo "launch: $*"; }
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 while (($#)); do
     case "$1" in
     --np) np=$2; shift 2 ;;
