@@ -11,7 +11,7 @@
 #                        (GPU_SANITIZE_FILTER='@(*/gpu_*|step04_gpu/*|step05_gpu/*|step06_gpu/*|step06_egpu/*|step07_gpu/*)', GPU_SANITIZE_TOOLS="memcheck racecheck synccheck",
 #                        GPU_SANITIZE_JOBS=8: each test in its own sanitized process, 8 at a time)
 #   make clean
-# Knobs: CUDA_ARCHS="75 80 86 89 90" (or native), NO_CUDA=1, NOTEBOOKS=0, COMMIT=<hash>.
+# Knobs: CUDA_ARCHS="75 80 86 89 90" (or native), NO_CUDA=1, NO_MPI=1, NOTEBOOKS=0, COMMIT=<hash>.
 SHELL := /bin/bash
 comma := ,
 .DEFAULT_GOAL := all
@@ -57,6 +57,19 @@ ifeq ($(PKG_LIBS),)
 PKG_LIBS := -ljansson -lopenblas -lonig -lutf8proc -lxxhash
 endif
 
+# ---- MPI (step08's data parallelism on CPU ranks): OpenMPI's flags from pkg-config, else from the
+# mpicc wrapper (`mpicc --showme:compile/link`); only the programs that run ranks link it (their
+# step.mk adds $(MPI_LIBS)). Without it those programs still build and run one rank, and say so
+# when started by mpirun. NO_MPI=1 builds without it.
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null || mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null || mpicc --showme:link 2>/dev/null)
+ifeq ($(NO_MPI),1)
+MPI_CFLAGS :=
+MPI_LIBS :=
+endif
+HAVE_MPI := $(if $(strip $(MPI_LIBS)),1,0)
+MPI_SKIP_REASON := $(if $(filter 1,$(NO_MPI)),NO_MPI=1,MPI not found: no pkg-config ompi-c and no mpicc (Debian: apt-get install libopenmpi-dev openmpi-bin))
+
 COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
 OPT := -O3 -march=native
@@ -66,7 +79,8 @@ OPT := -O1 -g -march=native
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 CFLAGS := $(OPT) -std=gnu11 -Wall -Wextra -Werror -fopenmp -MMD -MP $(SANFLAGS) \
-          -Icommon -I. -I$(GEN) $(PKG_CFLAGS) -DHAVE_CUDA=$(HAVE_CUDA) -DBUILD_BIN_DIR=\"$(BIN)\"
+          -Icommon -I. -I$(GEN) $(PKG_CFLAGS) -DHAVE_CUDA=$(HAVE_CUDA) \
+          $(MPI_CFLAGS) -DHAVE_MPI=$(HAVE_MPI) -DBUILD_BIN_DIR=\"$(BIN)\"
 LDFLAGS := -fopenmp $(SANFLAGS) $(if $(OPENBLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(OPENBLAS_LIBDIR))
 LDLIBS := $(PKG_LIBS) -lm -lpthread -ldl
 
@@ -139,7 +153,7 @@ $(OBJ)/%.cu.o: %.cu $(GEN)/build_config | $(GEN)/build_info.h
 # changes, so switching NO_CUDA=1 / CUDA_ARCHS in the same build dir rebuilds what it must.
 $(GEN)/build_config: FORCE
 	@mkdir -p $(@D)
-	@echo 'HAVE_CUDA=$(HAVE_CUDA) CUDA_ARCHS=$(CUDA_ARCHS) CC=$(CC) NVCC=$(NVCC)' > $@.tmp
+	@echo 'HAVE_CUDA=$(HAVE_CUDA) CUDA_ARCHS=$(CUDA_ARCHS) CC=$(CC) NVCC=$(NVCC) HAVE_MPI=$(HAVE_MPI)' > $@.tmp
 	@cmp -s $@.tmp $@ || mv $@.tmp $@
 	@rm -f $@.tmp
 
@@ -161,6 +175,8 @@ all: $(ALL_PROGS) $(TEST_BIN)
 	@echo "== built into $(BIN): $(notdir $(ALL_PROGS))"
 	@if [ "$(HAVE_CUDA)" = 1 ]; then echo "== CUDA: built with $(NVCC) for $(CUDA_ARCHS)"; \
 	 else echo "== CUDA: skipped ($(CUDA_SKIP_REASON)); the programs run their CPU versions only"; fi
+	@if [ "$(HAVE_MPI)" = 1 ]; then echo "== MPI: train runs ranks under mpirun ($(strip $(MPI_LIBS)))"; \
+	 else echo "== MPI: skipped ($(MPI_SKIP_REASON)); train runs one rank only"; fi
 
 deps:
 	@bash tools/install-deps.sh $(if $(filter 0,$(NOTEBOOKS)),--no-python)

@@ -129,6 +129,34 @@ int ckpt_latest(const char *dir, char *path, size_t n) {
     return 1;
 }
 
+int ckpt_incomplete_after(const char *dir, long step, char *names, size_t n) {
+    if (n) names[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    long found[64];
+    int cnt = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long s;
+        if (is_step_dir(e->d_name, &s) && s > step && !has_done(dir, e->d_name) && cnt < 64) found[cnt++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < cnt; i++)  // descending
+        for (int j = i; j > 0 && found[j] > found[j - 1]; j--) {
+            const long t = found[j];
+            found[j] = found[j - 1], found[j - 1] = t;
+        }
+    size_t k = 0;
+    for (int i = 0; i < cnt && n; i++) {
+        char nm[64];
+        ckpt_step_dir_name(found[i], nm, sizeof nm);
+        const int w = snprintf(names + k, n - k, "%s%s", i ? " " : "", nm);
+        if (w < 0 || (size_t)w >= n - k) break;
+        k += (size_t)w;
+    }
+    return cnt;
+}
+
 int ckpt_prune(const char *dir, int keep, char *err, int errlen) {
     if (keep <= 0) return 0;
     int cnt;
@@ -224,8 +252,9 @@ int ckpt_write_dir(const char *dir, const CkptSnapshot *s, char *err, int errlen
     char rs[32], ri[32];
     snprintf(rs, sizeof rs, "%016" PRIx64, s->st.data.state);
     snprintf(ri, sizeof ri, "%016" PRIx64, s->st.data.inc);
+    const int ws = s->st.world_size > 0 ? s->st.world_size : 1;
     json_t *j = json_pack("{s:i, s:I, s:I, s:i, s:{s:s, s:s}, s:o, s:o, s:o}", "format", CKPT_FORMAT, "step",
-                          (json_int_t)s->st.step, "adam_t", (json_int_t)s->st.adam_t, "world_size", 1, "data_rng",
+                          (json_int_t)s->st.step, "adam_t", (json_int_t)s->st.adam_t, "world_size", ws, "data_rng",
                           "state", rs, "inc", ri, "model", model_json(m), "run", run, "files", files);
     snprintf(p, sizeof p, "%s/state.json", tmp);
     rc = json_dump_file(j, p, JSON_INDENT(2)) ? errf(err, errlen, "%s: cannot write", p) : 0;
@@ -251,7 +280,7 @@ int ckpt_write_dir(const char *dir, const CkptSnapshot *s, char *err, int errlen
     snprintf(done, sizeof done, "%s/DONE", fin);
     FILE *f = fopen(done_tmp, "w");
     if (!f) return errf(err, errlen, "%s: cannot create: %s", done_tmp, strerror(errno));
-    const int ok = fprintf(f, "{\"step\": %ld, \"world_size\": 1}\n", s->st.step) > 0;
+    const int ok = fprintf(f, "{\"step\": %ld, \"world_size\": %d}\n", s->st.step, ws) > 0;
     if (fclose(f) || !ok) return errf(err, errlen, "%s: cannot write", done_tmp);
     if (fsync_path(done_tmp) || rename(done_tmp, done))
         return errf(err, errlen, "%s: cannot commit: %s", done, strerror(errno));
@@ -356,8 +385,8 @@ int ckpt_load(const char *sdir, TrainModel *m, AdamW *o, CkptState *out, const C
         errf(err, errlen, "%s: format %lld, this program reads format %d", p, fmt, CKPT_FORMAT);
         goto done;
     }
-    if (ws != 1) {
-        errf(err, errlen, "%s: written by %lld ranks; this trainer runs one", p, ws);
+    if (ws < 1 || ws > 1 << 20) {
+        errf(err, errlen, "%s: world_size %lld is not a number of ranks", p, ws);
         goto done;
     }
     if (step < 0 || adam_t < 0) {
@@ -373,7 +402,7 @@ int ckpt_load(const char *sdir, TrainModel *m, AdamW *o, CkptState *out, const C
     json_t *rng = json_object_get(j, "data_rng");
     if (get_hex(rng, "state", p, &st.data.state, err, errlen) || get_hex(rng, "inc", p, &st.data.inc, err, errlen))
         goto done;
-    st.step = step, st.adam_t = adam_t;
+    st.step = step, st.adam_t = adam_t, st.world_size = (int)ws;
     // the model config, field by field
     json_t *want = model_json(m), *have = json_object_get(j, "model");
     const char *key;

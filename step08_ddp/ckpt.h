@@ -1,6 +1,6 @@
 // ckpt.h — training checkpoints: everything that makes a resumed run continue bit for bit.
 // defines: CKPT_FORMAT, CkptState, CkptKV, CKPT_MAX_KV, ckpt_kv_set, CkptSnapshot, ckpt_step_dir_name,
-//          ckpt_write_dir, ckpt_latest, ckpt_load, ckpt_prune,
+//          ckpt_write_dir, ckpt_latest, ckpt_incomplete_after, ckpt_load, ckpt_prune,
 //          CkptWriter, ckpt_writer_init, ckpt_save, ckpt_wait, ckpt_writer_free
 //
 // One directory per step, DIR/step-000123/:
@@ -14,11 +14,11 @@
 // renamed to DIR/step-000123 (one rename: a reader sees all of it or nothing), then DONE is
 // written (DONE.tmp renamed to DONE). A directory without DONE is refused by ckpt_load and
 // skipped by ckpt_latest; a leftover .tmp-* is never read.
-// Several ranks (data parallelism, later): the parameters and moments are the same on every rank
-// (one all-reduced gradient), so one rank writes them; each rank's own data position would go
-// into state-rank<r>.json, and DONE is written by rank 0 after a barrier that follows every
-// rank's writes. state.json's "world_size" says how many rank files a reader must find; this
-// single-process trainer writes world_size 1 and its data position in state.json.
+// Several ranks (data parallelism, ddp.h): the parameters and moments are the same on every rank
+// (one all-reduced gradient), and so is the data position: every rank draws the whole global
+// batch from the one data stream and keeps its own rows. So rank 0 alone writes the checkpoint,
+// DONE last as above, and state.json's "world_size" says how many ranks trained it (a resume must
+// run as many: the per-rank batch and the order of the gradient sums depend on it).
 #pragma once
 #include <pthread.h>
 #include <stddef.h>
@@ -39,6 +39,7 @@ typedef struct {
     long step;  // optimizer steps completed (the loop resumes at 0-based step `step`)
     long adam_t;
     Rng data;   // the training data stream, as it is after step `step`'s batch
+    int world_size;  // ranks that trained it (0 is written as 1)
 } CkptState;
 
 // The run's options that must match on resume (task, batch, schedule ...): key -> value string.
@@ -65,6 +66,10 @@ void ckpt_step_dir_name(long step, char *buf, size_t n);
 int ckpt_write_dir(const char *dir, const CkptSnapshot *s, char *err, int errlen);
 // The newest DIR/step-* holding DONE into path: 1 found, 0 none (or DIR missing).
 int ckpt_latest(const char *dir, char *path, size_t n);
+// The DIR/step-* directories WITHOUT DONE whose step is above `step` (the ones a resume from
+// `step` skips: their write was interrupted), as "step-000020 step-000030" into names (newest
+// first). Returns how many.
+int ckpt_incomplete_after(const char *dir, long step, char *names, size_t n);
 // Load a checkpoint directory into m (already laid out for the same config) and o (n_params),
 // after checking: DONE present, state.json readable with every field, format and world size, the
 // config and every run option equal to `run`, each file's size and xxHash64, every tensor present

@@ -13,10 +13,21 @@
 // update, wall clock). At the end: held-out examples answered by greedy decoding.
 // With --ckpt-dir it writes checkpoints (ckpt.h: sync, or async on a writer thread) and prints what
 // they cost the training thread; --resume continues a stopped run with bit-identical losses.
+//
+// Data parallelism (ddp.h): started by mpirun, each of N ranks trains on its B / N rows of the
+// global batch and the gradients are all-reduced in buckets while the backward runs; rank 0 logs
+// and writes the checkpoints, the weights' hashes are compared every --check-every steps, and every
+// collective has a deadline (--collective-timeout). step08_ddp/launch.sh restarts the job from the
+// last complete checkpoint when a rank dies:
+//   mpirun -np 2 build/bin/train --preset tiny --steps 300 --batch 16
+//   step08_ddp/launch.sh --np 2 --max-restarts 2 -- build/bin/train --preset tiny --ckpt-dir /tmp/ck
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "check.h"
@@ -25,6 +36,7 @@
 #include "model.h"
 #include "rng.h"
 #include "step08_ddp/ckpt.h"
+#include "step08_ddp/ddp.h"
 #include "step08_ddp/export.h"
 #include "step08_ddp/task.h"
 #include "step08_ddp/train.h"
@@ -44,7 +56,8 @@ static void usage(FILE *f) {
             "             [--symbols K] [--lr X] [--min-lr X] [--warmup N] [--wd X] [--clip X] [--seed S]\n"
             "             [--log-every N] [--eval N] [--save DIR [--save-dtype fp32|bf16]] [--csv | --json]\n"
             "             [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async] [--keep N] [--resume]] [--stop-at S]\n"
-            "             [--loss-log FILE]\n"
+            "             [--loss-log FILE] [--event-log FILE] [--pid-dir DIR] [--bucket-kb K] [--check-every K]\n"
+            "             [--collective-timeout S] [--hang-rank R --hang-at-step S] [--flip-rank R --flip-at-step S]\n"
             "  --preset tiny  built-in Llama (d 64, 2 layers, 4 query / 2 kv heads, head_dim 16, ff 128), random init\n"
             "                 (train.h says how); its vocabulary is BOS, SEP and the K symbols (default)\n"
             "  --model DIR    start from a Hugging Face checkpoint (converted to fp32); its vocabulary must hold K + 2 ids\n"
@@ -67,14 +80,40 @@ static void usage(FILE *f) {
             "  --resume       continue from DIR's newest complete checkpoint (same options; from step 0 if none)\n"
             "  --stop-at S    stop after step S as if the job were killed there (to try --resume)\n"
             "  --loss-log F   write each step's loss and gradient norm to F, exactly (C99 hex floats)\n"
+            "under mpirun (data parallelism: --batch is the global batch, each rank trains batch / ranks rows):\n"
+            "  --bucket-kb K  all-reduce the gradients in buckets of >= K KiB, each started as soon as the backward of\n"
+            "                 its layers is done (default 64; 0 = one all-reduce after the whole backward)\n"
+            "  --check-every K compare the ranks' weight hashes every K steps (default 50) and at the end\n"
+            "  --collective-timeout S  the watchdog: a collective not complete after S s (default 30) ends the job\n"
+            "                 (longer than a synchronous checkpoint write: the other ranks wait for rank 0's)\n"
+            "  --event-log F  rank 0 appends timestamped events (start, step, checkpoint, end) to F for the launcher\n"
+            "  --pid-dir DIR  each rank writes its process id to DIR/rank-<r>.pid\n"
+            "  --hang-rank R --hang-at-step S  fault injection: rank R stops answering at step S (the watchdog test)\n"
+            "  --flip-rank R --flip-at-step S  fault injection: rank R flips one bit of one weight after step S (the\n"
+            "                 replicas diverge: the next hash comparison must end the job)\n"
             "  --save DIR     after training, write a Hugging Face directory (config.json, model.safetensors,\n"
             "                 tokenizer.json of the task's symbols) that generate --model DIR runs; DIR must not exist\n"
             "                 or be empty\n"
             "  --save-dtype   fp32 (default: the trained values exactly) or bf16 (rounded to nearest)\n");
 }
 
+// One line of the event log: wall-clock time (unix seconds), then the event. Flushed at once: the
+// launcher reads the file while the job runs, and a SIGKILL must not lose what was written.
+__attribute__((format(printf, 2, 3))) static void event(FILE *f, const char *fmt, ...) {
+    if (!f) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fprintf(f, "%.6f ", (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
+    fflush(f);
+}
+
 int main(int argc, char **argv) {
-    cpu_env_init(argv);
+    cpu_env_init(argv);  // may re-execute the program: before MPI_Init
     const char *model_dir = NULL, *preset = NULL, *task_s = "copy";
     int steps = 300, B = 16, L = 6, n_sym = 10, warmup = 20, log_every = 10, n_eval = 100;
     double lr = 1e-2, min_lr = -1, wd = 0.01, clip = 1.0;
@@ -82,6 +121,9 @@ int main(int argc, char **argv) {
     const char *ckpt_dir = NULL, *loss_log = NULL;  // checkpoints (ckpt.h)
     int ckpt_every = 100, ckpt_async = 0, ckpt_keep = 0, resume = 0, stop_at = 0;
     const char *save_dir = NULL, *save_dtype_s = "fp32";
+    const char *event_log = NULL, *pid_dir = NULL;  // data parallelism (ddp.h)
+    int bucket_kb = 64, check_every = 50, hang_rank = -1, hang_at = 0, flip_rank = -1, flip_at = 0;
+    double coll_timeout = 30;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
@@ -107,6 +149,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--resume")) resume = 1;
         else if (!strcmp(a, "--stop-at") && more) stop_at = (int)arg_int(a, argv[++i], 1, 10000000);
         else if (!strcmp(a, "--loss-log") && more) loss_log = argv[++i];
+        else if (!strcmp(a, "--event-log") && more) event_log = argv[++i];
+        else if (!strcmp(a, "--pid-dir") && more) pid_dir = argv[++i];
+        else if (!strcmp(a, "--bucket-kb") && more) bucket_kb = (int)arg_int(a, argv[++i], 0, 1 << 20);
+        else if (!strcmp(a, "--check-every") && more) check_every = (int)arg_int(a, argv[++i], 1, 10000000);
+        else if (!strcmp(a, "--collective-timeout") && more) coll_timeout = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
+        else if (!strcmp(a, "--hang-rank") && more) hang_rank = (int)arg_int(a, argv[++i], 0, 1 << 20);
+        else if (!strcmp(a, "--hang-at-step") && more) hang_at = (int)arg_int(a, argv[++i], 1, 10000000);
+        else if (!strcmp(a, "--flip-rank") && more) flip_rank = (int)arg_int(a, argv[++i], 0, 1 << 20);
+        else if (!strcmp(a, "--flip-at-step") && more) flip_at = (int)arg_int(a, argv[++i], 1, 10000000);
         else if (!strcmp(a, "--save") && more) save_dir = argv[++i];
         else if (!strcmp(a, "--save-dtype") && more) save_dtype_s = argv[++i];
         else if (!strcmp(a, "--json") || !strcmp(a, "--csv")) continue;
@@ -128,6 +179,24 @@ int main(int argc, char **argv) {
     const int T = task_seq_len(L);
     if (!ckpt_dir && (resume || ckpt_async || ckpt_keep))
         arg_die("--resume, --ckpt-async and --keep need --ckpt-dir DIR");
+    if ((hang_rank >= 0) != (hang_at > 0)) arg_die("--hang-rank and --hang-at-step go together");
+    if ((flip_rank >= 0) != (flip_at > 0)) arg_die("--flip-rank and --flip-at-step go together");
+
+    Ddp dp;
+    ddp_init(&dp, &argc, &argv, coll_timeout, (size_t)bucket_kb * 1024 / sizeof(float));
+    const int rank = dp.rank, world = dp.world, lead = rank == 0;
+    int row0 = 0, Br = B;  // this rank's rows of the global batch
+    if (ddp_shard(B, world, rank, &row0, &Br))
+        arg_die("--batch %d: the global batch must split evenly over the %d ranks", B, world);
+    if (hang_rank >= world) arg_die("--hang-rank %d: there are %d ranks", hang_rank, world);
+    if (flip_rank >= world) arg_die("--flip-rank %d: there are %d ranks", flip_rank, world);
+    if (pid_dir) {
+        char pf[1024];
+        snprintf(pf, sizeof pf, "%s/rank-%d.pid", pid_dir, rank);
+        FILE *f = fopen_check(pf, "w");
+        fprintf(f, "%ld\n", (long)getpid());
+        if (fclose(f)) die("%s: write failed", pf);
+    }
 
     char err[512];
     if (save_dir && train_export_check_dir(save_dir, err, sizeof err)) arg_die("--save: %s", err);  // before training
@@ -163,7 +232,12 @@ int main(int argc, char **argv) {
                task_name(task), L, n_sym, T, L, n_sym, log((double)n_sym));
     table_meta(tb, "optimizer", "AdamW beta 0.9/0.95 eps 1e-8, wd %g on matrices; clip %g; lr %g, warmup %d, cosine to %g "
                "at step %d; batch %d (%d tokens)", wd, clip, lr, warmup, min_lr, steps, B, B * T);
-    table_meta(tb, "tok_s", "B * T tokens / wall time of one step (batch, forward, backward, clip, update)");
+    if (world > 1)
+        table_meta(tb, "ddp", "%d ranks (MPI), %d sequences each (rows %d.. of the global %d); gradients all-reduced in "
+                   "buckets of >= %d KiB started during the backward%s; weights' hashes compared every %d steps; "
+                   "watchdog %g s per collective", world, Br, row0, B, bucket_kb,
+                   bucket_kb ? "" : " (0: one all-reduce after the backward)", check_every, coll_timeout);
+    table_meta(tb, "tok_s", "B * T tokens (all ranks) / wall time of one step (batch, forward, backward, all-reduce, clip, update)");
     table_col(tb, "step", "%.0f");
     table_col(tb, "loss", "%.4f");
     table_col(tb, "grad_norm", "%.4f");
@@ -171,7 +245,7 @@ int main(int argc, char **argv) {
     table_col(tb, "tok_s", "%.0f");
 
     TrainActs a;
-    train_acts_new(c, B, T, &a);
+    train_acts_new(c, Br, T, &a);
     AdamW opt;
     adamw_new(&opt, m.n_params);
     const AdamWConfig ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)wd};
@@ -196,43 +270,88 @@ int main(int argc, char **argv) {
         nkv = ckpt_kv_set(kv, nkv, "wd", "%.17g", wd);
         nkv = ckpt_kv_set(kv, nkv, "clip", "%.17g", clip);
         nkv = ckpt_kv_set(kv, nkv, "seed", "%llu", (unsigned long long)seed);
-        if (ckpt_writer_init(&ckw, ckpt_dir, ckpt_async, ckpt_keep, kv, nkv, err, sizeof err)) die("%s", err);
-        char latest[2048];
-        if (resume && ckpt_latest(ckpt_dir, latest, sizeof latest)) {
-            CkptState st;
-            if (ckpt_load(latest, &m, &opt, &st, kv, nkv, err, sizeof err)) die("--resume: %s", err);
-            if (st.step >= steps) die("--resume: %s is at step %ld, the end of --steps %d: nothing to train", latest, st.step, steps);
-            s0 = (int)st.step, data = st.data;
-            table_meta(tb, "resume", "from %s: step %ld done, AdamW t %ld; training steps %d..%d", latest, st.step,
-                       st.adam_t, s0 + 1, steps);
-        } else if (resume) {
-            table_meta(tb, "resume", "no complete checkpoint in %s: starting at step 1", ckpt_dir);
+        // ranks and buckets: the per-rank batch and the order of the gradient sums depend on them
+        nkv = ckpt_kv_set(kv, nkv, "world_size", "%d", world);
+        nkv = ckpt_kv_set(kv, nkv, "bucket_kb", "%d", world > 1 ? bucket_kb : 0);
+        // rank 0 alone writes (every rank holds the same state)
+        if (lead && ckpt_writer_init(&ckw, ckpt_dir, ckpt_async, ckpt_keep, kv, nkv, err, sizeof err)) die("%s", err);
+        char latest[2048], skipped[512];
+        const int found = resume ? ckpt_latest(ckpt_dir, latest, sizeof latest) : 0;
+        if (resume) {
+            long from = 0;
+            if (found) {
+                CkptState st;
+                if (ckpt_load(latest, &m, &opt, &st, kv, nkv, err, sizeof err)) die("--resume: %s", err);
+                if (st.step >= steps) die("--resume: %s is at step %ld, the end of --steps %d: nothing to train", latest, st.step, steps);
+                s0 = (int)st.step, data = st.data, from = st.step;
+                table_meta(tb, "resume", "from %s: step %ld done, AdamW t %ld; training steps %d..%d", latest, st.step,
+                           st.adam_t, s0 + 1, steps);
+            } else {
+                table_meta(tb, "resume", "no complete checkpoint in %s: starting at step 1", ckpt_dir);
+            }
+            const int n_inc = ckpt_incomplete_after(ckpt_dir, from, skipped, sizeof skipped);
+            if (n_inc && lead) {
+                fprintf(stderr, "train: --resume: skipped %s in %s: no DONE marker (the write was interrupted); %s\n",
+                        skipped, ckpt_dir, found ? "resuming from the newest complete checkpoint" : "starting at step 1");
+                table_meta(tb, "resume_skipped", "%s: no DONE marker (incomplete, never read)", skipped);
+            }
+            // every rank must have loaded the same state
+            ddp_check_same(&dp, ddp_hash_floats(m.params, m.n_params), "weights after the resume");
         }
     }
-    FILE *flog = loss_log ? fopen_check(loss_log, "w") : NULL;
-    double t_train = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, loss = 0;
+    if (world > 1 && !resume) ddp_check_same(&dp, ddp_hash_floats(m.params, m.n_params), "initial weights");
+    FILE *flog = loss_log && lead ? fopen_check(loss_log, "w") : NULL;
+    FILE *fev = event_log && lead ? fopen_check(event_log, "a") : NULL;
+    event(fev, "start world=%d resume_from=%d steps=%d pid=%ld", world, s0, steps, (long)getpid());
+    double t_train = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0, loss = 0;
     for (int s = s0; s < steps; s++) {
+        if (rank == hang_rank && s + 1 == hang_at) {  // fault injection: alive, but never answers again
+            fprintf(stderr, "train: rank %d: --hang-at-step %d: this rank stops answering (the others' watchdog must "
+                    "end the job)\n", rank, hang_at);
+            fflush(stderr);
+            for (;;) pause();
+        }
         const double t0 = now_sec();
+        // every rank draws the whole global batch (one data stream, the same on every rank and in
+        // a checkpoint) and trains on its own rows
         task_make_batch(task, &data, B, L, n_sym, ids, tg);
         train_zero_grad(&m);
         const double t1 = now_sec();
-        loss = train_forward(&m, &a, ids, tg, B, T);
+        loss = train_forward(&m, &a, ids + (size_t)row0 * T, tg + (size_t)row0 * T, Br, T);
         if (loss < 0) die("train_forward failed");
         const double t2 = now_sec();
-        train_backward(&m, &a);
+        ddp_grads_begin(&dp, m.grads, m.n_params, s + 1);
+        train_backward_hooked(&m, &a, ddp_grad_ready, &dp);
+        const double t2b = now_sec();
+        ddp_grads_finish(&dp);  // every rank now holds the mean gradient of the global batch
+        if (world > 1) {  // the global loss: the mean of the ranks' (each shard scores the same count)
+            ddp_allreduce_sum_f64(&dp, &loss, 1, "the loss all-reduce");
+            loss /= world;
+        }
         const double t3 = now_sec();
+        t_comm += t3 - t2b;
         const double gn = grad_global_norm_clip(m.grads, m.n_params, clip);
         const float lr_s = lr_schedule(s, warmup, steps, (float)lr, (float)min_lr);
         train_adamw_step(&m, &opt, &ac, lr_s);
         const double t4 = now_sec(), dt = t4 - t0;
-        t_train += dt, t_fwd += t2 - t1, t_bwd += t3 - t2, t_opt += t4 - t3;
+        t_train += dt, t_fwd += t2 - t1, t_bwd += t2b - t2, t_opt += t4 - t3;
         if (!isfinite(loss) || !isfinite(gn)) die("step %d: loss %g, gradient norm %g: diverged (lower --lr?)", s, loss, gn);
-        if (flog) fprintf(flog, "%d %a %a\n", s + 1, loss, gn);
-        if (ckpt_dir && ((s + 1) % ckpt_every == 0 || s + 1 == steps)) {
-            const CkptState st = {.step = s + 1, .adam_t = opt.t, .data = data};
-            if (ckpt_save(&ckw, &m, &opt, &st, err, sizeof err)) die("%s", err);
+        if (flog) fprintf(flog, "%d %a %a\n", s + 1, loss, gn), fflush(flog);
+        event(fev, "step %d loss=%.6f", s + 1, loss);
+        if (rank == flip_rank && s + 1 == flip_at) {  // fault injection: a silent bit flip in one replica
+            uint32_t bits;
+            memcpy(&bits, &m.params[m.n_params / 2], 4);
+            bits ^= 1u << 3;
+            memcpy(&m.params[m.n_params / 2], &bits, 4);
         }
-        if (s == 0 || s == steps - 1 || (s + 1) % log_every == 0) {
+        if (world > 1 && ((s + 1) % check_every == 0 || s + 1 == steps || (stop_at && s + 1 == stop_at)))
+            ddp_check_same(&dp, ddp_hash_floats(m.params, m.n_params), "weights");
+        if (ckpt_dir && lead && ((s + 1) % ckpt_every == 0 || s + 1 == steps)) {
+            const CkptState st = {.step = s + 1, .adam_t = opt.t, .data = data, .world_size = world};
+            if (ckpt_save(&ckw, &m, &opt, &st, err, sizeof err)) die("%s", err);
+            event(fev, "ckpt %d %s", s + 1, ckpt_async ? "started" : "written");
+        }
+        if (lead && (s == 0 || s == steps - 1 || (s + 1) % log_every == 0)) {
             table_row(tb);
             table_num(tb, "step", s + 1);
             table_num(tb, "loss", loss);
@@ -243,8 +362,14 @@ int main(int argc, char **argv) {
         if (stop_at && s + 1 == stop_at) break;
     }
     if (flog && fclose(flog)) die("%s: write failed", loss_log);
+    // the ranks part here: what follows (the last checkpoint write, the held-out decoding, --save)
+    // is rank 0's alone and may take longer than any collective's deadline
+    ddp_barrier(&dp, "the barrier after the last step");
     const int steps_run = (stop_at && stop_at < steps ? stop_at : steps) - s0;
-    if (ckpt_dir) {
+    if (world > 1)
+        table_meta(tb, "replicas", "the weights are identical on all %d ranks (xxHash64 %016llx, compared every %d steps "
+                   "and at the end)", world, (unsigned long long)ddp_hash_floats(m.params, m.n_params), check_every);
+    if (ckpt_dir && lead) {
         const double stall_in_loop = ckw.stall_s;
         char keep_s[32] = "all";
         if (ckpt_keep) snprintf(keep_s, sizeof keep_s, "the newest %d", ckpt_keep);
@@ -262,18 +387,25 @@ int main(int argc, char **argv) {
     }
     table_meta(tb, "train_time", "%.2f s for %d steps: %.0f tokens/s on average", t_train, steps_run,
                (double)steps_run * B * T / t_train);
-    table_meta(tb, "time_split", "forward %.0f%%, backward %.0f%% (%.2f x the forward), clip + AdamW %.0f%%, the rest "
-               "(batch, zeroing) %.0f%%", 100 * t_fwd / t_train, 100 * t_bwd / t_train, t_bwd / t_fwd,
-               100 * t_opt / t_train, 100 * (t_train - t_fwd - t_bwd - t_opt) / t_train);
+    if (world > 1)
+        table_meta(tb, "allreduce", "%ld bucket all-reduces (%.1f per step); waiting for them after the backward %.4f s "
+                   "= %.1f%% of the training time (what the backward did not hide, and the wait for a slower rank); "
+                   "starting and testing them during the backward %.4f s", dp.n_allreduce, (double)dp.n_allreduce / (steps_run ? steps_run : 1),
+                   dp.exposed_s, 100 * dp.exposed_s / t_train, dp.poll_s);
+    char comm_s[64] = "";
+    if (world > 1) snprintf(comm_s, sizeof comm_s, "waiting for the all-reduces %.0f%%, ", 100 * t_comm / t_train);
+    table_meta(tb, "time_split", "forward %.0f%%, backward %.0f%% (%.2f x the forward), %sclip + AdamW %.0f%%, the rest "
+               "(batch, zeroing) %.0f%%", 100 * t_fwd / t_train, 100 * t_bwd / t_train, t_bwd / t_fwd, comm_s,
+               100 * t_opt / t_train, 100 * (t_train - t_fwd - t_bwd - t_comm - t_opt) / t_train);
     // Held-out: a stream the training data never draws from; answered by the engine's forward.
     CpuModel cm;
     train_cpu_view(&m, &cm);
     double tok_acc = 0;
     const double t0 = now_sec();
-    const double acc = n_eval ? task_eval(&cm, task, seed ^ 0x5eed5eedULL, n_eval, L, n_sym, &tok_acc) : 0;
+    const double acc = n_eval && lead ? task_eval(&cm, task, seed ^ 0x5eed5eedULL, n_eval, L, n_sym, &tok_acc) : 0;
     table_meta(tb, "held_out", "%d examples decoded greedily by step02's forward_cpu: %.1f%% exact, %.1f%% of answer "
                "tokens right (%.2f s)", n_eval, 100 * acc, 100 * tok_acc, now_sec() - t0);
-    if (save_dir) {  // train -> serve: the directory generate --model (and transformers) reads
+    if (save_dir && lead) {  // train -> serve: the directory generate --model (and transformers) reads
         if (train_export_hf(&m, save_dir, save_dtype, n_sym, err, sizeof err)) die("--save: %s", err);
         char ex[256] = "", s[8], last[8];
         for (int i = 0; i < L && strlen(ex) + 8 < sizeof ex; i++) strcat(ex, export_symbol_text(i % n_sym, s, sizeof s));
@@ -282,12 +414,15 @@ int main(int argc, char **argv) {
                    TASK_SYM0, TASK_SYM0 + n_sym - 1, export_symbol_text(0, s, sizeof s),
                    export_symbol_text(n_sym - 1, last, sizeof last), save_dir, EXPORT_BOS_TEXT, ex, EXPORT_SEP_TEXT, L);
     }
-    table_print(tb, outfmt_from_args(argc, argv), stdout);
+    if (lead) table_print(tb, outfmt_from_args(argc, argv), stdout);
     table_free(tb);
+    event(fev, "end step=%d", s0 + steps_run);
+    if (fev) fclose(fev);
     train_cpu_view_free(&cm);
     free(ids), free(tg);
     adamw_free(&opt);
     train_acts_free(&a);
     train_model_free(&m);
+    ddp_finalize(&dp);  // last: under AddressSanitizer it runs the leak check (ddp.h)
     return 0;
 }

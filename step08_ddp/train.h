@@ -3,6 +3,7 @@
 //          train_model_from_weights, train_model_free, train_tensor_find, train_grad_of,
 //          train_zero_grad, train_cpu_view, train_cpu_view_free,
 //          TrainActs, train_acts_new, train_acts_free, TRAIN_IGNORE, train_forward, train_backward,
+//          TrainGradReady, train_backward_hooked,
 //          rmsnorm_backward_cpu, linear_backward_cpu, rope_backward_cpu, attention_train_cpu,
 //          attention_backward_cpu, swiglu_backward_cpu, cross_entropy_cpu,
 //          AdamWConfig, AdamW, adamw_new, adamw_free, adamw_update_cpu, train_adamw_step,
@@ -124,6 +125,14 @@ double train_forward(const TrainModel *m, TrainActs *a, const int *ids, const in
 // Backward of the last train_forward (with targets): ADDS dL/dparams into m->grads (call
 // train_zero_grad first; two calls accumulate, as gradient accumulation wants).
 void train_backward(TrainModel *m, TrainActs *a);
+// Told by train_backward_hooked each time a contiguous range [off, off + n) of m->grads is final
+// for this backward (nothing later in it adds there): data parallelism starts all-reducing it
+// while the backward goes on (ddp.h). The ranges come in backward order, each once, and cover
+// the whole buffer: [final_norm, lm_head] (final_norm alone when tied), layer n_layers-1, ...,
+// layer 0, then the embedding (last: with tied embeddings the lm_head's gradient lands there too).
+typedef void (*TrainGradReady)(void *ctx, size_t off, size_t n);
+// train_backward, calling ready(ctx, ...) as each range completes (ready may be NULL).
+void train_backward_hooked(TrainModel *m, TrainActs *a, TrainGradReady ready, void *ctx);
 
 // ---------------------------------------------------------------- the backward ops
 // rmsnorm y = x r w, r = 1/sqrt(mean(x^2) + eps), rows of n:

@@ -413,7 +413,9 @@ void swiglu_backward_cpu(const float *gate, const float *up, const float *dh, lo
 
 // ---------------------------------------------------------------- backward
 
-void train_backward(TrainModel *m, TrainActs *a) {
+void train_backward(TrainModel *m, TrainActs *a) { train_backward_hooked(m, a, NULL, NULL); }
+
+void train_backward_hooked(TrainModel *m, TrainActs *a, TrainGradReady ready, void *ctx) {
     const ModelConfig *c = &m->cfg;
     const int B = a->B, T = a->T, N = a->N, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
     const int ff = c->intermediate, qd = H * hd, kd = KV * hd, V = c->vocab;
@@ -423,6 +425,10 @@ void train_backward(TrainModel *m, TrainActs *a) {
     // logits = xn_f lm_head^T;  xn_f = rmsnorm(x_out) final_norm
     linear_backward_cpu(a->xn_f, m->lm_head, a->dlogits, N, d, V, dxn, 0, G(m->lm_head), NULL);
     rmsnorm_backward_cpu(a->x_out, m->final_norm, dxn, N, d, c->rms_eps, dx, G(m->final_norm));
+    // the layout (train_model_new) is embed, layer 0 .. layer n-1, final_norm[, lm_head]: each piece
+    // below is one contiguous range of the buffer
+    const size_t off_final = (size_t)(m->final_norm - m->params);
+    if (ready) ready(ctx, off_final, m->n_params - off_final);
     for (int l = c->n_layers - 1; l >= 0; l--) {
         const TrainLayer *L = &m->layers[l];
         const float *xin = a->x_in + l * Nd, *xn1 = a->xn1 + l * Nd, *xmid = a->x_mid + l * Nd, *xn2 = a->xn2 + l * Nd;
@@ -454,10 +460,15 @@ void train_backward(TrainModel *m, TrainActs *a) {
         linear_backward_cpu(xn1, L->wv, a->dv, N, d, kd, dxn, 1, G(L->wv), G(L->bv));
         rmsnorm_backward_cpu(xin, L->attn_norm, dxn, N, d, c->rms_eps, dtmp, G(L->attn_norm));
         add_cpu(dx, dtmp, (long)Nd);
+        if (ready) {
+            const size_t lo = (size_t)(L->attn_norm - m->params), hi = (size_t)(L->w_down - m->params) + (size_t)d * ff;
+            ready(ctx, lo, hi - lo);
+        }
     }
     // embedding: each row's gradient goes to the row of the table it was read from
     float *dE = G(m->embed);
     for (int t = 0; t < N; t++) add_cpu(dE + (size_t)a->ids[t] * d, dx + (size_t)t * d, d);
+    if (ready) ready(ctx, 0, (size_t)(m->layers[0].attn_norm - m->params));
 #undef G
 }
 

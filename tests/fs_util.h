@@ -11,6 +11,6 @@ void test_rmtree(const char *dir);
 // Runs the shell command cmd; its stdout (the first cap - 1 bytes, NUL-terminated) into out, the
 // rest read and dropped. Returns the exit code, -1 if it did not exit normally.
 int test_run_cmd(const char *cmd, char *out, size_t cap);
-// The whole file at path, NUL-terminated (free it); its size into *n when n != NULL. Fails the test
-// if it cannot be read.
+// The whole file, NUL-terminated (malloc'ed; *n its size when n != NULL), or NULL when it cannot
+// be opened.
 char *test_slurp(const char *path, size_t *n);

@@ -903,7 +903,9 @@ static char *bi_run(const char *dir, const char *args, int k) {
              "--output-len 24:40 --device cuda --kv paged --batch-invariant --outputs %s %s > %s/log%d.txt 2>&1",
              BUILD_BIN_DIR, out, args, dir, k);
     cr_assert_eq(system(cmd), 0, "%s failed (see %s/log%d.txt)", cmd, dir, k);
-    return test_slurp(out, NULL);
+    char *s = test_slurp(out, NULL);
+    cr_assert(s, "%s: no outputs written", out);
+    return s;
 }
 
 Test(step05_gpu, batch_invariant_outputs_do_not_depend_on_the_batching, .timeout = 300) {

@@ -1169,6 +1169,7 @@ static double jreal(const json_t *sum, const char *k) {
 // every row: blocks used + cached + free = total, allocated = used x B, written <= allocated
 static void check_steps_csv(const char *path, long steps, int B, long total) {
     char *txt = test_slurp(path, NULL), *save = NULL;
+    cr_assert(txt, "%s: not written", path);
     char *line = strtok_r(txt, "\n", &save);
     cr_assert(line && !strcmp(line, "step,time_s,n_tokens,running,waiting,kv_tokens_written,kv_tokens_allocated,"
                                      "kv_blocks_used,kv_blocks_cached,kv_blocks_free,preemptions"),
@@ -1200,6 +1201,8 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
     cr_expect_str_eq(json_string_value(json_object_get(ss, "kv_layout")), "slots");
     check_steps_csv(steps, jint(ss, "steps"), 0, jint(ss, "kv_blocks_total"));
     char *want = test_slurp(ref, NULL);
+    cr_assert(want, "%s: no outputs written", ref);
+    cr_assert(want, "%s: no outputs written", ref);
     cr_expect(strstr(want, "{\"index\":0,\"output_ids\":[") == want, "outputs line 0: %.60s", want);
     // any block size; #1: the same KV budget as the 8 slots (blocks of 16), 3x the seats
     char same_budget[200];
@@ -1218,6 +1221,7 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
         cr_expect(jint(sp, "kv_blocks_peak_used") <= jint(sp, "kv_blocks_total"));
         check_steps_csv(steps, jint(sp, "steps"), (int)B, jint(sp, "kv_blocks_total"));
         char *got = test_slurp(out, NULL);
+        cr_assert(got, "%s: no outputs written", out);
         cr_expect_str_eq(got, want, "%s: outputs differ from the slot run's", paged[k]);
         free(got);
         if (k == 0) cr_expect_eq(jreal(sp, "kv_unused_frac"), 0.0, "blocks of 1 token: no fragmentation");
@@ -1234,6 +1238,7 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
     json_decref(js);
     js = bench_json("--max-num-seqs 8 --shared-prefix 40", ref, NULL);
     want = test_slurp(ref, NULL);
+    cr_assert(want, "%s: no outputs written", ref);
     for (int pc = 0; pc < 2; pc++) {
         json_t *jp = bench_json(pc ? "--max-num-seqs 24 --prefix-cache on --shared-prefix 40"
                                    : "--max-num-seqs 24 --prefix-cache off --shared-prefix 40",
@@ -1243,6 +1248,7 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
                           jreal(sp, "prefix_hit_rate"));
         else cr_expect_eq(jint(sp, "prefix_hit_tokens"), 0);
         char *got = test_slurp(out, NULL);
+        cr_assert(got, "%s: no outputs written", out);
         cr_expect_str_eq(got, want, "prefix cache %s: outputs differ from the slot run's", pc ? "on" : "off");
         free(got);
         json_decref(jp);

@@ -52,22 +52,9 @@ static CkptSnapshot snap_of(const TrainModel *m, const AdamW *o, long step, cons
                           .st = {.step = step, .adam_t = o->t, .data = *data}, .run = RUN, .n_run = 2};
 }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(*n + 1);
-    cr_assert(fread(b, 1, *n, f) == *n);
-    fclose(f);
-    b[*n] = 0;
-    return b;
-}
-
 static int same_file(const char *a, const char *b) {
     size_t na = 0, nb = 0;
-    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    char *x = test_slurp(a, &na), *y = test_slurp(b, &nb);
     const int same = x && y && na == nb && !memcmp(x, y, na);
     free(x), free(y);
     return same;
@@ -227,7 +214,7 @@ Test(step08_ckpt, refuses_corrupt_file) {
     char p[1200];
     path_in(&f, "optimizer.safetensors", p, sizeof p);
     size_t n;
-    char *b = slurp(p, &n);
+    char *b = test_slurp(p, &n);
     b[n - 3] ^= 0x10;  // one bit of the last v value: same size, parses, only the checksum can tell
     FILE *fp = fopen(p, "wb");
     cr_assert(fp && fwrite(b, 1, n, fp) == n);
@@ -249,7 +236,7 @@ Test(step08_ckpt, refuses_missing_file_and_broken_state) {
     cr_assert(rename(q, p) == 0);
     path_in(&f, "state.json", p, sizeof p);
     size_t n;
-    char *b = slurp(p, &n);
+    char *b = test_slurp(p, &n);
     FILE *fp = fopen(p, "wb");
     cr_assert(fp && fwrite(b, 1, n / 2, fp) == n / 2);  // cut in the middle
     fclose(fp);
@@ -385,11 +372,11 @@ static void resume_case(const char *async) {
     char p[1100];
     size_t na, n1, n2;
     snprintf(p, sizeof p, "%s/a.log", dir);
-    char *a = slurp(p, &na);
+    char *a = test_slurp(p, &na);
     snprintf(p, sizeof p, "%s/b1.log", dir);
-    char *b1 = slurp(p, &n1);
+    char *b1 = test_slurp(p, &n1);
     snprintf(p, sizeof p, "%s/b2.log", dir);
-    char *b2 = slurp(p, &n2);
+    char *b2 = test_slurp(p, &n2);
     cr_assert(a && b1 && b2);
     int lines = 0;
     for (char *q = b2; *q; q++) lines += *q == '\n';

@@ -3,7 +3,8 @@
 # Called by `make test` and `make demo`; safe to run again (it checks first, installs nothing
 # when everything is there, and never touches a package you already have).
 #   Debian/Ubuntu packages: gcc make pkg-config git, Criterion, jansson, Oniguruma, utf8proc, xxHash,
-#                           OpenBLAS, libmicrohttpd (apt-get; sudo when not root)
+#                           OpenBLAS, libmicrohttpd, OpenMPI (libopenmpi-dev + openmpi-bin: step08's
+#                           ranks under mpirun) (apt-get; sudo when not root)
 #   Python (notebook tests): python3 and numpy matplotlib nbclient nbformat ipykernel.
 #     When `python3` is the system's (or absent), they come from the distribution's packages
 #     (python3-numpy ...): Debian 12 / Ubuntu 24.04 mark the system Python "externally managed",
@@ -61,12 +62,13 @@ apt_install() {  # apt_install PKG...: one apt-get install of what is asked, wit
 # ---- C toolchain and libraries: pkg-config module -> Debian package
 declare -A PKG=([criterion]=libcriterion-dev [jansson]=libjansson-dev [oniguruma]=libonig-dev
                 [libutf8proc]=libutf8proc-dev [openblas]=libopenblas-dev [libmicrohttpd]=libmicrohttpd-dev
-                [libxxhash]=libxxhash-dev)
+                [libxxhash]=libxxhash-dev [ompi-c]=libopenmpi-dev)
 missing=()
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v make >/dev/null || missing+=(make)
 command -v git >/dev/null || missing+=(git)
+command -v mpirun >/dev/null || missing+=(openmpi-bin)
 for mod in "${!PKG[@]}"; do
     if ! command -v pkg-config >/dev/null || ! pkg-config --exists "$mod"; then missing+=("${PKG[$mod]}"); fi
 done
