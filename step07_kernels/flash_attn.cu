@@ -615,7 +615,8 @@ extern "C" int flash_attn_run(const FlashAttn *a, int id) {
 // but the small qwen06b_1k (llama8b_4k: 265.9 TFLOP/s, v3_swz3 251.4, v1_step05 244.8, v5_rb 226.4,
 // v4_split 189.5), within 4% of the best at hd 64 (v3_swz3) and at qwen06b_1k (v1_step05). At hd 128
 // its 136 KB of shared memory exceed what sm_86 / sm_89 give a block (99 KB): there v3_swz3 (96 KB)
-// runs, the next fastest, with the same tile_m; then v1_step05. v4 and v5 are slower everywhere measured.
+// runs, the next fastest, with the same tile_m; then v1_step05. v4_split and v5_rb were below v1 in
+// every hd 128 case; at hd 64 v5_rb beat v2 (214.0 against 210.5), still below v3_swz3.
 static const int PREFERRED[] = {2, 3, 1};
 static int pick(const FlashAttn *a) {
     int cc = 0, optin = 0;
