@@ -22,7 +22,9 @@
 //   v5_rb      register blocking on v4: 4 warps x 32 rows (two m16 slices), so every K and V fragment
 //              read from shared feeds two MMAs (half the shared-memory traffic per FLOP); at hd 128 Q
 //              is re-read from shared each tile (its registers go to O)
-// Hopper's wgmma + TMA (step01's v9) is not a rung yet: see step07_kernels/FLASH.md.
+// flash_attn() runs the fastest rung measured on the H200 that takes the call (PREFERRED below:
+// v2_128 first; results/flash_h200.csv). Hopper's wgmma + TMA (step01's v9) is not a rung yet: see
+// step07_kernels/FLASH.md.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -541,6 +543,14 @@ template <class C, int HD, class F> static int launch_mma_t(const FlashAttn *a, 
     CUDA_CHECK_LAST();
     return 1;
 }
+// Whether version (F64, F128) takes call a on a device of compute capability cc with optin bytes of
+// shared memory per block: what launch_mma checks before it launches (bf16 and fp16 are one size).
+template <class F64, class F128> static int fits_mma(const FlashAttn *a, int cc, int optin) {
+    const size_t smem = a->hd == 64 ? mma_smem_bytes<__half, 64, F64>() : mma_smem_bytes<__half, 128, F128>();
+    return mma_ok(a, cc) && smem <= (size_t)optin;
+}
+static int fits_simt(const FlashAttn *a, int cc, int optin) { return (void)a, (void)cc, (void)optin, 1; }
+
 // F64 / F128: the version's shape at head dim 64 and 128
 template <class F64, class F128> static int launch_mma(const FlashAttn *a) {
     int cc = 0, optin = 0;
@@ -565,17 +575,19 @@ typedef FaCfg<4, 2, 64, 2, true, false, true> V5_128;
 static const struct {
     FlashVersion v;
     int (*fn)(const FlashAttn *);
+    int (*fits)(const FlashAttn *, int cc, int optin);  // would fn take this call here (not -2)?
 } LADDER[] = {
-    {{0, "v0_simt", "fallback: a warp per row, lane = key, fp32 math, no tensor cores", FA_SIMT_TILE_M}, launch_simt},
+    {{0, "v0_simt", "fallback: a warp per row, lane = key, fp32 math, no tensor cores", FA_SIMT_TILE_M}, launch_simt,
+     fits_simt},
     {{1, "v1_step05", "step05's shape: 64-row tile, 4 warps, 64-key tiles, 2-stage cp.async, padded rows", V1::BM},
-     launch_mma<V1, V1>},
-    {{2, "v2_128", "128-row tiles, 8 warps, 128-key K/V tiles", V2::BM}, launch_mma<V2, V2>},
+     launch_mma<V1, V1>, fits_mma<V1, V1>},
+    {{2, "v2_128", "128-row tiles, 8 warps, 128-key K/V tiles", V2::BM}, launch_mma<V2, V2>, fits_mma<V2, V2>},
     {{3, "v3_swz3", "3-stage cp.async ring, XOR-swizzled rows (no padding); 64-key tiles at hd 128", V3_64::BM},
-     launch_mma<V3_64, V3_128>},
+     launch_mma<V3_64, V3_128>, fits_mma<V3_64, V3_128>},
     {{4, "v4_split", "K and V in separate cp.async groups, exp2 as one FFMA, per-warp causal skip", V4_64::BM},
-     launch_mma<V4_64, V4_128>},
+     launch_mma<V4_64, V4_128>, fits_mma<V4_64, V4_128>},
     {{5, "v5_rb", "register blocking: 4 warps x 32 rows, each K/V fragment feeds 2 MMAs", V5_64::BM},
-     launch_mma<V5_64, V5_128>},
+     launch_mma<V5_64, V5_128>, fits_mma<V5_64, V5_128>},
 };
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
 static_assert(V1::BM <= FA_TILE_M_MAX && V2::BM <= FA_TILE_M_MAX && V4_64::BM == V4_128::BM && V3_64::BM == V3_128::BM &&
@@ -598,14 +610,24 @@ extern "C" int flash_attn_run(const FlashAttn *a, int id) {
     return -1;
 }
 
-// The rung flash_attn uses: the top one (until the H200 table says another is faster), else the fallback.
+// The rungs flash_attn tries, fastest measured first: the first that takes the call runs. On the H200
+// (step07_kernels/results/flash_h200.csv, commit d6b6f03) v2_128 was the fastest at every hd 128 case
+// but the small qwen06b_1k (llama8b_4k: 265.9 TFLOP/s, v3_swz3 251.4, v1_step05 244.8, v5_rb 226.4,
+// v4_split 189.5), within 4% of the best at hd 64 (v3_swz3) and at qwen06b_1k (v1_step05). At hd 128
+// its 136 KB of shared memory exceed what sm_86 / sm_89 give a block (99 KB): there v3_swz3 (96 KB)
+// runs, the next fastest, with the same tile_m; then v1_step05. v4_split and v5_rb were below v1 in
+// every hd 128 case; at hd 64 v5_rb beat v2 (214.0 against 210.5), still below v3_swz3.
+static const int PREFERRED[] = {2, 3, 1};
 static int pick(const FlashAttn *a) {
     int cc = 0, optin = 0;
     if (device_props(&cc, &optin) < 0) return 0;
-    return mma_ok(a, cc) ? LADDER[N_LADDER - 1].v.id : 0;
+    for (int p = 0; p < (int)(sizeof PREFERRED / sizeof PREFERRED[0]); p++)
+        for (int i = 0; i < N_LADDER; i++)
+            if (LADDER[i].v.id == PREFERRED[p] && LADDER[i].fits(a, cc, optin)) return PREFERRED[p];
+    return 0;
 }
 extern "C" int flash_attn_tile_m(const FlashAttn *a) { return flash_find_version(pick(a))->tile_m; }
 extern "C" int flash_attn(const FlashAttn *a) {
     const int r = flash_attn_run(a, pick(a));
-    return r == -2 ? launch_simt_m(a, flash_attn_tile_m(a)) : r;  // planned with the top rung's tile_m
+    return r == -2 ? launch_simt_m(a, flash_attn_tile_m(a)) : r;  // planned with the picked rung's tile_m
 }

@@ -73,9 +73,10 @@ const FlashVersion *flash_find_version(int id);  // NULL if no version has this 
 // dim other than 64 / 128, unaligned rows, or more shared memory than the device allows; version 0
 // takes them all), -1 for bad arguments or a launch error (message on stderr).
 int flash_attn_run(const FlashAttn *a, int id);
-// What a caller should use: the top version that takes the call (the SIMT fallback when none
-// does). flash_attn_tile_m says which tile_m to plan a->cu_tiles with for it (a's cu_tiles and
-// ntiles are not read).
+// What a caller should use: the fastest version measured on the H200 that takes the call (v2_128,
+// else v3_swz3 where v2's shared memory does not fit, else v1; the SIMT fallback when none does).
+// flash_attn_tile_m says which tile_m to plan a->cu_tiles with for it (a's cu_tiles and ntiles are
+// not read).
 int flash_attn_tile_m(const FlashAttn *a);
 int flash_attn(const FlashAttn *a);
 

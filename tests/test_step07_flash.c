@@ -14,7 +14,7 @@
 // that must stay untouched: GQA ratios 1 / 4 / 8, head dims 64 / 128, lengths 1, 7, 65, 130, 1000
 // (multiples of no tile), varlen batches in one launch, chunked prefill through block tables of
 // block sizes 1 / 16 / 256, non-causal, bf16 and fp16, and fp32, hd 40 and a misaligned q through the
-// fallback; flash_attn (the top rung) likewise, compared row by row. On sm_90 every tensor-core
+// fallback; flash_attn (the rung it picks: v2_128 on sm_90) likewise, compared row by row. On sm_90 every tensor-core
 // version must run bf16/fp16 at hd 64 / 128 with aligned rows, and must refuse a misaligned q.
 #include <criterion/criterion.h>
 #include <math.h>
@@ -241,7 +241,7 @@ Test(step07_flash, plan_and_pair_count) {
 #define GUARD_ROWS 3
 #define GPU_TOL 2e-2  // bf16/fp16 storage of q, k, v, P and out vs the fp32 reference (2 x ERR_TOL_HALF)
 
-// Runs version id (-1: flash_attn, the top rung) on problem p; returns the max relative error per
+// Runs version id (-1: flash_attn, the rung it picks) on problem p; returns the max relative error per
 // row against the CPU reference (INFINITY for a non-finite output, a touched guard row or a
 // failed launch), or NAN when the version does not take the call here (-2).
 // misalign: q starts one element past a 16-byte boundary (as q inside an odd-offset buffer): every
