@@ -418,7 +418,6 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
         a.block_tables = c->d_bt, a.bt_stride = c->bt_stride, a.block_size = c->block_size;
         a.rows = d_srow, a.seqs = d_sbase, a.lens = d_slen, a.n = p->ns, a.max_len = p->maxlen;
         a.out = out, a.ldo = qd, a.out_f32 = out_f32, a.part_o = c->part_o, a.part_ml = c->part_ml, a.part_cap = c->part_cap;
-        a.variant = c->decode_v2 ? 1 : 0;  // batch-invariant: v2 always, with the rule's loop (paged_decode)
         const int nl = c->decode_v2 ? paged_decode_v2(&a) : paged_decode(&a, c->num_sms);
         if (nl < 0) die("paged decode attention: launch refused (see above)");
         launches += nl;
@@ -832,15 +831,16 @@ static int validate(const GpuRunner *r, const Batch *b) {
     return 0;
 }
 
-// proj_gemm over T rows, or (T < 0) over -T rows in GEMMs of exactly BI_ROWS rows each.
-static void rproj(cublasHandle_t h, StDtype dt, const GpuQProj *q, int T, int n_out, int n_in, const void *X, int ldx,
+// proj_gemm over the step's T rows; batch-invariant (r->batch_inv): as GEMMs of exactly BI_ROWS rows.
+static void rproj(const GpuRunner *r, StDtype dt, const GpuQProj *q, int T, int n_out, int n_in, const void *X, int ldx,
                   const void *W, float *Y, int ldy, float beta) {
-    if (T >= 0) {
+    cublasHandle_t h = r->g->blas;
+    if (!r->batch_inv) {
         proj_gemm(h, dt, q, T, n_out, n_in, X, ldx, W, Y, ldy, beta);
         return;
     }
     const size_t es = esize(dt);
-    for (int t0 = 0; t0 < -T; t0 += BI_ROWS)
+    for (int t0 = 0; t0 < T; t0 += BI_ROWS)
         proj_gemm(h, dt, q, BI_ROWS, n_out, n_in, (const char *)X + (size_t)t0 * ldx * es, ldx, W, Y + (size_t)t0 * ldy, ldy,
                   beta);
 }
@@ -871,7 +871,6 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         plan_add(p, r->ac.small_ok, small_rows(r), b->cu_seqlens_q[i], b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i],
                  b->seq_lens_k[i], paged ? i : b->seq_lens_k[i] > 0 ? b->seq_slot[i] * r->max_len : 0);
     const int gemv1 = r->use_gemv && !r->batch_inv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
-    const int TG = r->batch_inv ? -T : T;  // rproj: negative = in BI_ROWS pieces
     // ---- one packed upload: token ids, positions, slots, logit rows, decode items
     int *hp = r->h_pack;
     size_t o = 0;
@@ -924,7 +923,7 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         } else {
             DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->attn_norm, d, 1, d, eps, (A *)r->xn));
             CUDA_CHECK_LAST();
-            rproj(g->blas, dt, &L->qqkv, TG, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
+            rproj(r, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
         }
         DISPATCH(dt, A,
                  k_qkv_rows<A, A><<<qkv_grid, qkv_block>>>(r->qkv, gemv1 ? NULL : L->bqkv, L->q_norm, L->k_norm,
@@ -937,7 +936,7 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         if (gemv1) {
             proj_gemv(dt, &L->qo, L->wo, r->attf, L->bo, r->x, d, qd, 1, 0);  // x += att Wo^T + bo
         } else {
-            rproj(g->blas, dt, &L->qo, TG, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
+            rproj(r, dt, &L->qo, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
             if (L->bo) {
                 k_add_bias<<<grid_for((size_t)T * d, 256), 256>>>(r->x, L->bo, T, d, d);
                 CUDA_CHECK_LAST();
@@ -955,10 +954,10 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         } else {
             DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->mlp_norm, d, 1, d, eps, (A *)r->xn));
             CUDA_CHECK_LAST();
-            rproj(g->blas, dt, &L->qgu, TG, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
+            rproj(r, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
             DISPATCH(dt, A, k_swiglu<A><<<grid_for((size_t)T * ff, 256), 256>>>(r->gu, (A *)r->h, T, ff));
             CUDA_CHECK_LAST();
-            rproj(g->blas, dt, &L->qdown, TG, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
+            rproj(r, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
         }
         launches += 6;
     }

@@ -253,16 +253,16 @@ extern "C" int paged_decode_supported(StDtype dt, int H, int KV, int hd) {
 
 // Launch k_paged_decode for grid (KV, nparts, n) with the template arguments this shape needs.
 template <class C, int G>
-static void launch_decode_g(int lpr, dim3 grid, size_t smem, const PagedDecode *a, const int *rows, const int *seqs,
-                            const int *lens, int part, float *po, float *pm) {
+static void launch_decode_g(int lpr, int loop, dim3 grid, size_t smem, const PagedDecode *a, const int *rows,
+                            const int *seqs, const int *lens, int part, float *po, float *pm) {
 #define PA_ARGS                                                                                                     \
     a->q, a->ldq, (const C *)a->kc, (const C *)a->vc, a->block_tables, a->bt_stride, a->block_size, rows, seqs, lens, \
         a->H, a->KV, a->hd, a->scale, part, a->out, a->ldo, a->out_f32, po, pm
 #define PA_CASE(L)                                                     \
     case L: k_paged_decode<C, L, G><<<grid, PA_THREADS, smem>>>(PA_ARGS); break;
-    // the ladder's rungs (a->variant) exist for 16 lanes per row (hd 128 in bf16/fp16, 64 in fp32)
-    if (lpr == 16 && a->variant == 1) k_paged_decode<C, 16, G, 4, 4><<<grid, PA_THREADS, smem>>>(PA_ARGS);
-    else if (lpr == 16 && a->variant == 2) k_paged_decode<C, 16, G, 8, 1><<<grid, PA_THREADS, smem>>>(PA_ARGS);
+    // loop (decode_loop): the other loops exist for 16 lanes per row (hd 128 in bf16/fp16, 64 in fp32)
+    if (lpr == 16 && loop == 1) k_paged_decode<C, 16, G, 4, 4><<<grid, PA_THREADS, smem>>>(PA_ARGS);
+    else if (lpr == 16 && loop == 2) k_paged_decode<C, 16, G, 8, 1><<<grid, PA_THREADS, smem>>>(PA_ARGS);
     else
         switch (lpr) {
             PA_CASE(2) PA_CASE(4) PA_CASE(8) PA_CASE(16) PA_CASE(32)
@@ -271,13 +271,22 @@ static void launch_decode_g(int lpr, dim3 grid, size_t smem, const PagedDecode *
 #undef PA_ARGS
 }
 template <class C>
-static void launch_decode(int lpr, dim3 grid, size_t smem, const PagedDecode *a, const int *rows, const int *seqs,
-                          const int *lens, int part, float *po, float *pm) {
+static void launch_decode(int lpr, int loop, dim3 grid, size_t smem, const PagedDecode *a, const int *rows,
+                          const int *seqs, const int *lens, int part, float *po, float *pm) {
     const int g = a->H / a->KV;
-    if (g <= 1) launch_decode_g<C, 1>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
-    else if (g <= 2) launch_decode_g<C, 2>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
-    else if (g <= 4) launch_decode_g<C, 4>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
-    else launch_decode_g<C, 8>(lpr, grid, smem, a, rows, seqs, lens, part, po, pm);
+    if (g <= 1) launch_decode_g<C, 1>(lpr, loop, grid, smem, a, rows, seqs, lens, part, po, pm);
+    else if (g <= 2) launch_decode_g<C, 2>(lpr, loop, grid, smem, a, rows, seqs, lens, part, po, pm);
+    else if (g <= 4) launch_decode_g<C, 4>(lpr, loop, grid, smem, a, rows, seqs, lens, part, po, pm);
+    else launch_decode_g<C, 8>(lpr, loop, grid, smem, a, rows, seqs, lens, part, po, pm);
+}
+
+// The loop a->variant asks for (0 the first loop, 1 at most 128 registers, 2 eight rows per lane);
+// variant 0 takes each version's default: v1 the first loop, v2 the 128-register one (64.9 / 74.1%
+// of copy at contexts 4096 / 32768 against the first loop's 57.7 / 66.1% in the same run,
+// results/paged_attn_ladder_a4918b7_*_h200.csv); variant 3 is the first loop by name.
+static int decode_loop(const PagedDecode *a, int v2) {
+    if (a->variant == 0) return v2 ? 1 : 0;
+    return a->variant == 3 ? 0 : a->variant;
 }
 
 static int check_args(const PagedDecode *a) {
@@ -296,7 +305,7 @@ extern "C" int paged_decode_v1(const PagedDecode *a) {
     int launches = 0;
     for (int w0 = 0; w0 < a->n; w0 += 65535) {
         const int n = a->n - w0 < 65535 ? a->n - w0 : 65535;
-        DISPATCH(a->dt, C, launch_decode<C>(lpr, dim3(a->KV, 1, n), smem, a, a->rows + w0, a->seqs + w0, a->lens + w0, 0,
+        DISPATCH(a->dt, C, launch_decode<C>(lpr, decode_loop(a, 0), dim3(a->KV, 1, n), smem, a, a->rows + w0, a->seqs + w0, a->lens + w0, 0,
                                             NULL, NULL));
         CUDA_CHECK_LAST();
         launches++;
@@ -321,7 +330,7 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
     for (int w0 = 0; w0 < a->n; w0 += (int)grp) {
         const int n = a->n - w0 < (int)grp ? a->n - w0 : (int)grp;
         DISPATCH(a->dt, C,
-                 launch_decode<C>(lpr, dim3(a->KV, nparts, n), smem, a, a->rows + w0, a->seqs + w0, a->lens + w0,
+                 launch_decode<C>(lpr, decode_loop(a, 1), dim3(a->KV, nparts, n), smem, a, a->rows + w0, a->seqs + w0, a->lens + w0,
                                   part, a->part_o, a->part_ml));
         CUDA_CHECK_LAST();
         DISPATCH(a->dt, C,
@@ -340,14 +349,8 @@ extern "C" int paged_decode_choose(int n, int KV, int max_len, int num_sms) {
     return 2;
 }
 
-// The rule's v2 runs the loop variant 1 (at most 128 registers, 4 CTAs per SM) unless one is asked
-// for: 64.9 / 74.1% of copy at contexts 4096 / 32768 against the default loop's 57.7 / 66.1% in the
-// same run (results/paged_attn_ladder_a4918b7_*_h200.csv).
 extern "C" int paged_decode(const PagedDecode *a, int num_sms) {
-    if (paged_decode_choose(a->n, a->KV, a->max_len, num_sms) == 1) return paged_decode_v1(a);
-    PagedDecode b = *a;
-    if (b.variant == 0) b.variant = 1;
-    return paged_decode_v2(&b);
+    return paged_decode_choose(a->n, a->KV, a->max_len, num_sms) == 1 ? paged_decode_v1(a) : paged_decode_v2(a);
 }
 
 // ---------------------------------------------------------------- gather (chunked prefill's input)

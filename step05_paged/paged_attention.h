@@ -26,7 +26,7 @@
 //   paged_decode_v2   split-K: the context in partitions of PA_PART keys, one CTA per (item, kv
 //                     head, partition) writes an unnormalized partial (o, max m, sum l); a reduce
 //                     kernel rescales the partials by exp(m_i - M) and divides by the sum.
-//   paged_decode      the rule between them (paged_decode_choose); its v2 runs loop variant 1.
+//   paged_decode      the rule between them (paged_decode_choose).
 //   paged_gather      chunked prefill's way in: a sequence's first L context rows copied
 //                     through its block table into a contiguous scratch, then step02's
 //                     GEMM-softmax-GEMM (attention_gpu) runs over the scratch as over a step04
@@ -64,8 +64,9 @@ typedef struct {
     float *part_o, *part_ml;     // v2 scratch: part_cap floats, part_cap / hd * 2 floats
     size_t part_cap;
     int part;                    // v2 keys per partition (0: PA_PART)
-    int variant;                 // the loop (16 lanes per row only): 0 the default, 1 at most 128 registers
-                                 // (4 CTAs per SM), 2 eight rows per lane per iteration (paged_attn_bench's rungs)
+    int variant;                 // the loop (16 lanes per row only): 0 the version's default (v1: the first
+                                 // loop, v2: variant 1), 1 at most 128 registers (4 CTAs per SM), 2 eight rows
+                                 // per lane per iteration, 3 the first loop (paged_attn_bench's rungs)
 } PagedDecode;
 
 // 0 on success (kernels queued on the default stream), -1 on bad arguments / a launch error.

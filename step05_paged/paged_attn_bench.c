@@ -137,8 +137,8 @@ static const struct {
 } LADDER[] = {
     {"step04_contiguous", K_STEP04, 0, 0, "step04 split decode kernel, contiguous slots (baseline)"},
     {"paged_v1", K_DECODE, 1, 0, "one CTA per (sequence, kv head), whole context"},
-    {"paged_v2", K_DECODE, 2, 0, "split-K partitions (--part keys) + rescaling reduce"},
-    {"paged_v2_lb4", K_DECODE, 2, 1, "v2, at most 128 registers a thread: 4 CTAs per SM (16 lanes per row only)"},
+    {"paged_v2", K_DECODE, 2, 3, "split-K partitions (--part keys) + rescaling reduce, the first loop"},
+    {"paged_v2_lb4", K_DECODE, 2, 1, "v2, at most 128 registers a thread: 4 CTAs per SM (16 lanes per row only; v2's default)"},
     {"paged_v2_u8", K_DECODE, 2, 2, "v2, 8 rows per lane per iteration (16 lanes per row only)"},
     {"paged_rule", K_DECODE, 0, 0, "paged_decode: v1 or v2 by paged_decode_choose"},
     {"gather", K_GATHER, 0, 0, "contexts through the tables into contiguous rows (read + write)"},
@@ -395,12 +395,9 @@ int main(int argc, char **argv) {
     }
     const int nsms = pa_num_sms();
     table_meta(t, "device", "%s (sm_%d%d, %d SMs)", gi.name, gi.cc_major, gi.cc_minor, nsms);
-    const char *copy_src = "given (--copy-gbps)";
-    double rd = 0, wr = 0;
-    if (copy_gbps <= 0) {
-        if (roofline_gpu_bandwidth((size_t)1 << 31, 20, &copy_gbps, &rd, &wr) != 0) copy_gbps = 0;
-        copy_src = "measured now: device copy of 2 GiB, read + write counted, median of 20 (step01 roofline_gpu_bandwidth)";
-    }
+    const char *copy_src;
+    double rd = 0;
+    copy_gbps = roofline_copy_gbps(copy_gbps, &copy_src, &rd);
     table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps, copy_src);
     if (rd > 0) table_meta(t, "read_gbps", "%.1f (read-only, same measurement)", rd);
     const int rule = paged_decode_choose(batch, KV, L, nsms);

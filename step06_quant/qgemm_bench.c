@@ -33,7 +33,7 @@
 #include "gpu.h"
 #include "rng.h"
 #include "step01_matmul/matmul_gpu.h"    // matmul_round_to_dtype
-#include "step01_matmul/roofline_gpu.h"  // roofline_gpu_bandwidth
+#include "step01_matmul/roofline_gpu.h"  // roofline_copy_gbps
 #include "step03_kvcache/kvcache.h"      // gemv_gpu_bench_gbps: the bf16 GEMV baseline
 #include "step05_paged/paged_attention.h"  // pa_dev_alloc, pa_upload(_as), pa_download, pa_sync
 #include "step06_quant/qlinear_bench_gpu.h"
@@ -152,12 +152,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     table_meta(t, "device", "%s (sm_%d%d, %d SMs, L2 %.0f MB)", gi.name, gi.cc_major, gi.cc_minor, gi.sms, gi.l2_bytes / 1e6);
-    const char *copy_src = "given (--copy-gbps)";
-    if (copy_gbps <= 0) {
-        double rd = 0, wr = 0;
-        if (roofline_gpu_bandwidth((size_t)1 << 31, 20, &copy_gbps, &rd, &wr) != 0) copy_gbps = 0;
-        copy_src = "measured now: device copy of 2 GiB, read + write counted, median of 20 (step01 roofline_gpu_bandwidth)";
-    }
+    const char *copy_src;
+    copy_gbps = roofline_copy_gbps(copy_gbps, &copy_src, NULL);
     table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps, copy_src);
     table_meta(t, "timing", "CUDA events, %d warm-up calls, median of %d samples, each over >= 512 MB of layer copies",
                warmup, reps);

@@ -605,8 +605,9 @@ __global__ void __launch_bounds__(QG_WARPS * 32)
 
 // ---------------------------------------------------------------- tensor-core GEMV / small GEMM (v7+)
 // k_qmma: the same packed weights, but the multiply-adds on the tensor cores (mma.sync m16n8k16,
-// fp16 x fp16 -> fp32) for 1..16 tokens: A = the tokens' x (16 rows; at T = 1 every row is the
-// one x, so no lane waits on a branch), B = the weights, dequantized into fp16 pairs exactly
+// fp16 x fp16 -> fp32) for one token (INT4 and INT8: the GEMV rungs v7+) and for INT8's batched
+// rows, 16 tokens a pass (INT4's take k_qgemm4): A = the tokens' x (16 rows; at T = 1 every row
+// is the one x, so no lane waits on a branch), B = the weights, dequantized into fp16 pairs exactly
 // (q - z is a small integer). Why: k_qgemv4 spends ~27 instructions per 8 INT4 weights (unpack,
 // fp16 -> fp32, 8 FMAs, x loads) and runs out of issue slots before the loads are done; here a
 // word costs 9 (unpack + subtract) plus 2 mma. The group scale is applied in fp32 to each
@@ -631,16 +632,11 @@ __device__ __forceinline__ uint32_t h2_sat(float lo, float hi) {
     asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
     return d;
 }
-// The fp16 pair of elements p[0], p[1] (8-byte aligned for fp32, 4-byte for 16-bit types).
+// The fp16 pair of elements p[0], p[1] (p 8-byte aligned).
 __device__ __forceinline__ uint32_t xpair(const float *p) {
     const float2 v = __ldg((const float2 *)p);
     return h2_sat(v.x, v.y);
 }
-__device__ __forceinline__ uint32_t xpair(const __nv_bfloat16 *p) {
-    const float2 v = __bfloat1622float2(bits<__nv_bfloat162>(__ldg((const unsigned *)p)));
-    return h2_sat(v.x, v.y);
-}
-__device__ __forceinline__ uint32_t xpair(const __half *p) { return __ldg((const unsigned *)p); }
 // The 8 fp16 pairs of p[0..15] (16-byte aligned), with 16-byte loads.
 __device__ __forceinline__ void x16(const float *p, uint32_t (&o)[8]) {
 #pragma unroll
@@ -771,7 +767,7 @@ __global__ void __launch_bounds__(W * 32)
     // the natural order), so a tile's A fragments are two 16-byte shared loads instead of eight
     // 8-byte global ones through an L1 the weight stream keeps busy.
     extern __shared__ uint32_t xs[];  // kp / 2 pairs (XS only)
-    if (XS) {
+    if constexpr (XS) {
         for (int d = threadIdx.x; d < kp / 2; d += W * 32) {
             int col = 2 * d;
             if (KIND == 4) {
@@ -793,12 +789,12 @@ __global__ void __launch_bounds__(W * 32)
             if (kc >= nk) break;  // the same for the whole warp
             // A fragments of the 4 k16 slices: a[i][0..3] = (tok g, lo k), (tok g+8, lo k), (g, hi k), (g+8, hi k)
             uint32_t a[4][4];
-            if (XS) {
+            if constexpr (XS) {
                 const uint4 p0 = *(const uint4 *)&xs[kc * 32 + t * 8], p1 = *(const uint4 *)&xs[kc * 32 + t * 8 + 4];
                 const uint32_t pr[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
                 for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = pr[2 * i], a[i][2] = a[i][3] = pr[2 * i + 1];
-            } else if (KIND == 4) {
+            } else if constexpr (KIND == 4) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int k = kc * 64 + 16 * i + 2 * t;
@@ -1133,11 +1129,11 @@ static void launch_qmma_k(const QLinearGpu *q, const XIn *X, int ldx, int T, con
     else if constexpr (KIND == 4) zp ? QM_LAUNCH(2, true) : QM_LAUNCH(2, false);
 #undef QM_LAUNCH
 }
-template <class XIn, int W, int UK, int R, bool T1, bool XS = false>
-static void launch_qmma(const QLinearGpu *q, const XIn *X, int ldx, int T, const float *bias, float *Y, int ldy,
-                        float beta, cudaStream_t s) {
-    if (q->kind == QK_INT4) launch_qmma_k<4, XIn, W, UK, R, T1, XS>(q, X, ldx, T, bias, Y, ldy, beta, s);
-    else launch_qmma_k<8, XIn, W, UK, R, T1, XS>(q, X, ldx, T, bias, Y, ldy, beta, s);
+// The tensor-core GEMV rungs: one token of fp32 x (kp wide).
+template <int W, int UK, int R, bool XS = false>
+static void launch_qmma(const QLinearGpu *q, const float *x, const float *bias, float *y, float beta, cudaStream_t s) {
+    if (q->kind == QK_INT4) launch_qmma_k<4, float, W, UK, R, true, XS>(q, x, q->kp, 1, bias, y, q->rows, beta, s);
+    else launch_qmma_k<8, float, W, UK, R, true, XS>(q, x, q->kp, 1, bias, y, q->rows, beta, s);
 }
 #define QMMA_XS_MAX_KP (20 * 1024)  // x in shared memory: kp * 2 bytes + the reduction, within the 48 KB default
 
@@ -1190,18 +1186,18 @@ static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, c
         case 9:
         case 10:
             if (q->kp <= QMMA_XS_MAX_KP) {
-                if (v == 9) launch_qmma<float, 8, 2, 1, true, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
-                else launch_qmma<float, 8, 2, 2, true, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+                if (v == 9) launch_qmma<8, 2, 1, true>(q, xf, bias, Y, beta, s);
+                else launch_qmma<8, 2, 2, true>(q, xf, bias, Y, beta, s);
                 break;
             }  // else v7
-            launch_qmma<float, 8, 2, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+            launch_qmma<8, 2, 1>(q, xf, bias, Y, beta, s);
             break;
         case 6:
         case 7:
         case 8:
-            if (v == 6) launch_qmma<float, 8, 2, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
-            else if (v == 7) launch_qmma<float, 8, 4, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
-            else launch_qmma<float, 16, 2, 1, true>(q, xf, ldxf, 1, bias, Y, ldy, beta, s);
+            if (v == 6) launch_qmma<8, 2, 1>(q, xf, bias, Y, beta, s);
+            else if (v == 7) launch_qmma<8, 4, 1>(q, xf, bias, Y, beta, s);
+            else launch_qmma<16, 2, 1>(q, xf, bias, Y, beta, s);
             break;
         default: launch_zp<1, QV_U>(q, xf, ldxf, 1, bias, Y, ldy, beta, s); break;
         }
@@ -1270,7 +1266,7 @@ static int gemm_t(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy,
     if (q->kind == QK_INT8) {  // k_qmma, 16 tokens a pass (each pass reads the weights once); for INT4 at
         // T = 16 k_qgemm4 measured faster (gate_up 50.9 vs 81.8 us, qgemm_e4019eb_h200.txt)
         for (int t0 = 0; t0 < T; t0 += 16)
-            launch_qmma<X, 4, 2, 1, false>(q, A + (size_t)t0 * lda, lda, T - t0 < 16 ? T - t0 : 16, NULL,
+            launch_qmma_k<8, X, 4, 2, 1, false, false>(q, A + (size_t)t0 * lda, lda, T - t0 < 16 ? T - t0 : 16, NULL,
                                            Y + (size_t)t0 * ldy, ldy, beta, s);
         return launch_ok("qlinear_gpu_gemm");
     }

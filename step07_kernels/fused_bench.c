@@ -521,12 +521,8 @@ int main(int argc, char **argv) {
         return failed;
     }
     table_meta(t, "device", "%s (sm_%d%d, %d SMs, L2 %.0f MB)", gi.name, gi.cc_major, gi.cc_minor, gi.sms, gi.l2_bytes / 1e6);
-    const char *copy_src = "given (--copy-gbps)";
-    if (copy_gbps <= 0) {
-        double rd = 0, wr = 0;
-        if (roofline_gpu_bandwidth((size_t)1 << 31, 20, &copy_gbps, &rd, &wr) != 0) copy_gbps = 0;
-        copy_src = "measured now: device copy of 2 GiB, read + write counted, median of 20 (step01 roofline_gpu_bandwidth)";
-    }
+    const char *copy_src;
+    copy_gbps = roofline_copy_gbps(copy_gbps, &copy_src, NULL);
     table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps, copy_src);
     table_meta(t, "timing", "CUDA events, %d warm-up calls, median of %d samples (each sample several back-to-back calls, "
                "launch overhead included); buffers rotated over >= 3x L2 so each call reads HBM", warmup, reps);

@@ -205,8 +205,14 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                 pa_upload_as(dt, dk, p.k, prow * kd), pa_upload_as(dt, dv, p.v, prow * kd);
                 pa_upload(dbt, p.bt, (size_t)NS * p.stride * 4);
                 pa_upload(dit, rows, (size_t)n * 4), pa_upload(dit + 16, seqs, (size_t)n * 4), pa_upload(dit + 32, ilen, (size_t)n * 4);
-                static const char *const VER_NAME[] = {"", "v1", "v2", "the rule", "v2 variant 1 (lb4)", "v2 variant 2 (u8)"};
-                for (int ver = 1; ver <= 5; ver++) {  // v1, v2, the rule, v2 with the loop variants 1 and 2
+                static const char *const VER_NAME[] = {"",
+                                                       "v1",
+                                                       "v2",
+                                                       "the rule",
+                                                       "v2 variant 1 (lb4)",
+                                                       "v2 variant 2 (u8)",
+                                                       "v2 variant 3 (the first loop)"};
+                for (int ver = 1; ver <= 6; ver++) {  // v1, v2, the rule, v2 with the loop variants 1, 2 and 3
                     const int out_f32 = dt == ST_F32 || (ver == 2 && s == 1);
                     PagedDecode a = {dt, H, KV, hd, 1.0f / sqrtf((float)hd), dq, qd, dk, dv, dbt, p.stride, B,
                                      dit, dit + 16, dit + 32, n, maxlen, dout, qd, out_f32, po, pm, part_cap, 0,
@@ -238,7 +244,7 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                 free(q), free(ref), free(out);
                 pool_free(&p);
             }
-    fprintf(stderr, "[paged-decode] %d kernel runs (v1, v2, rule, v2 variants 1 and 2) x 5 shapes x 3 block sizes x 3 dtypes match the CPU\n", runs);
+    fprintf(stderr, "[paged-decode] %d kernel runs (v1, v2, rule, v2 variants 1, 2 and 3) x 5 shapes x 3 block sizes x 3 dtypes match the CPU\n", runs);
 }
 
 // ---------------------------------------------------------------- gather
