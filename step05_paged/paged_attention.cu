@@ -35,6 +35,7 @@
 #include "check.h"
 #include "cuda_check.h"
 #include "step03_kvcache/decode_gpu.cuh"  // Vec16; forward_gpu.cuh: tof, fromf, DISPATCH, block_sum/max
+#include "step05_paged/mma.cuh"  // PA_MMA_ARCH: pack2, mma16816
 #include "step05_paged/paged_attention.h"
 
 // ---------------------------------------------------------------- K/V write
@@ -61,6 +62,39 @@ extern "C" int paged_kv_write(StDtype dt, const float *k, const float *v, int ld
 }
 
 // ---------------------------------------------------------------- decode attention
+
+// The end of a decode CTA: its NW warps' (o, m, l) in shared memory (red: (NW, g, hd) o, then
+// (NW, g, 2) m and l, m in natural-log units) merged into one; v1 (part 0) writes the normalized
+// output row, v2 the partition's partial (o, M, L).
+template <class C>
+__device__ inline void merge_warps(const float *red, int NW, int g, int hd, int kvh, int H, int w, int pi, int nparts,
+                                   int part, const int *rows, void *out, int ldo, int out_f32, float *part_o,
+                                   float *part_ml) {
+    const float *ml = red + (size_t)NW * g * hd;
+    const int t = threadIdx.x;
+    for (int o = t; o < g * hd; o += PA_THREADS) {
+        const int hh = o / hd, h = kvh * g + hh, e = o % hd;
+        float M = -INFINITY;
+        for (int wi = 0; wi < NW; wi++) M = fmaxf(M, ml[(wi * g + hh) * 2]);
+        float sum = 0, L = 0;
+        for (int wi = 0; wi < NW; wi++) {
+            const float mw = ml[(wi * g + hh) * 2], f = mw == -INFINITY ? 0.0f : expf(mw - M);  // a warp with no rows: 0
+            sum += f * red[((size_t)wi * g + hh) * hd + e], L += f * ml[(wi * g + hh) * 2 + 1];
+        }
+        if (part) {
+            part_o[(((size_t)w * H + h) * nparts + pi) * hd + e] = sum;
+            if (e == 0) {
+                const size_t at = (((size_t)w * H + h) * nparts + pi) * 2;
+                part_ml[at] = M, part_ml[at + 1] = L;
+            }
+        } else {
+            const float val = L > 0 ? sum / L : 0.0f;  // len 0: zeros
+            const size_t at = (size_t)rows[w] * ldo + (size_t)h * hd + e;
+            if (out_f32) ((float *)out)[at] = val;
+            else ((C *)out)[at] = fromf<C>(val);
+        }
+    }
+}
 
 // One CTA: work item blockIdx.z, kv head blockIdx.x, keys [k0, k1) where part == 0 (v1) means the
 // whole context and part > 0 (v2) partition blockIdx.y of `part` keys. v1 writes the normalized
@@ -188,28 +222,164 @@ __global__ void __launch_bounds__(PA_THREADS, MINB)
         ml[(warp * g + lane) * 2] = mv, ml[(warp * g + lane) * 2 + 1] = lv;
     }
     __syncthreads();
-    for (int o = t; o < g * hd; o += PA_THREADS) {
-        const int hh = o / hd, h = kvh * g + hh, e = o % hd;
-        float M = -INFINITY;
-        for (int wi = 0; wi < NW; wi++) M = fmaxf(M, ml[(wi * g + hh) * 2]);
-        float sum = 0, L = 0;
-        for (int wi = 0; wi < NW; wi++) {
-            const float mw = ml[(wi * g + hh) * 2], f = mw == -INFINITY ? 0.0f : expf(mw - M);  // a warp with no rows: 0
-            sum += f * red[((size_t)wi * g + hh) * hd + e], L += f * ml[(wi * g + hh) * 2 + 1];
-        }
-        if (part) {
-            part_o[(((size_t)w * H + h) * nparts + pi) * hd + e] = sum;
-            if (e == 0) {
-                const size_t at = (((size_t)w * H + h) * nparts + pi) * 2;
-                part_ml[at] = M, part_ml[at + 1] = L;
-            }
-        } else {
-            const float val = L > 0 ? sum / L : 0.0f;  // len 0: zeros
-            const size_t at = (size_t)rows[w] * ldo + (size_t)h * hd + e;
-            if (out_f32) ((float *)out)[at] = val;
-            else ((C *)out)[at] = fromf<C>(val);
+    merge_warps<C>(red, NW, g, hd, kvh, H, w, pi, nparts, part, rows, out, ldo, out_f32, part_o, part_ml);
+}
+
+// The tensor-core loop (variant 4; variant 5 takes two tiles per iteration), bf16/fp16 caches,
+// hd 64, 128 or 256, sm_80+. Same grid, work split and end as k_paged_decode; each warp takes
+// tiles of 16 keys (the CTA 4 x 16 per step) and the g query heads of the kv head become the M
+// rows of mma.sync m16n8k16 (rows g .. 15 zero: the MMA is cheap, the bytes are what counts):
+//   S (heads x 16 keys) = Q K^T: two n-tiles of 8 keys, hd / 16 k-steps each. Lane (r, t4) =
+//     (lane / 4, lane % 4) holds K's B fragment for key r of the n-tile: two consecutive d of
+//     that key per register, i.e. straight from memory. The d order inside the dot product is
+//     free (q . k is a sum), so lane t4 loads whole 16-byte vectors 4 v + t4 (v < hd / 32) of
+//     the key: one load instruction reads 64 contiguous bytes of each of 8 keys, and its four
+//     words are the B registers of k-steps 2 v and 2 v + 1. Q (fp32, scaled by scale * log2 e)
+//     is rounded once into A fragments with the same d order.
+//   online softmax: the accumulator S holds head r, keys 2 t4, 2 t4 + 1 of each n-tile; the
+//     tile max is a 4-lane shuffle; l is kept per lane and summed across the 4 lanes at the end.
+//   O^T (hd x heads) += V^T P^T: M = d (hd / 16 m-tiles), N = the 8 heads, K = the 16 keys.
+//     P^T's B fragment is, register for register, S's accumulator rounded to bf16/fp16. V^T's
+//     A fragment needs two keys' values of one d packed in a register: lane (r, t4) loads keys
+//     2 t4, 2 t4 + 1, 8 + 2 t4, 9 + 2 t4, 16-byte vectors r and 8 + r (.. of the 64-element
+//     halves of the row; one instruction reads 128 contiguous bytes of 4 keys) and pairs them
+//     with byte permutes (prmt): m-tile i, row m is element d = (idx / 8) * 64 + (m % 8) * 8 +
+//     idx % 8 of the row, idx = 2 i + m / 8 (the d order of O is also free; the end undoes it).
+//   O's alpha rescale needs the factor of heads 2 t4, 2 t4 + 1: two shuffles from lanes 8 t4, 8 t4 + 4.
+// Rows past the range load the range's last row (a valid address) and get p = 0. Registers at
+// hd 128: 32 K + 32 V words in flight, 32 O, 16 Q.
+template <class C, int HD, int TPI, int MINB = 1, bool PSPLIT = false>
+__global__ void __launch_bounds__(PA_THREADS, MINB)
+    k_paged_decode_mma(const float *__restrict__ q, int ldq, const C *__restrict__ kc, const C *__restrict__ vc,
+                       const int *__restrict__ bt, int bt_stride, int B, const int *rows, const int *seqs,
+                       const int *lens, int H, int KV, float scale, int part, void *out, int ldo, int out_f32,
+                       float *part_o, float *part_ml) {
+#ifdef PA_MMA_ARCH
+    constexpr int NW = PA_THREADS / 32, KS = HD / 16, NKV = HD / 32, NVV = HD / 64, MT = HD / 16;
+    constexpr int TK = 16 * TPI;  // keys per warp iteration
+    static_assert(HD % 64 == 0 && HD <= 256, "hd 64, 128 or 256");
+    extern __shared__ float red[];
+    const int w = blockIdx.z, kvh = blockIdx.x, pi = blockIdx.y, nparts = gridDim.y;
+    const int len = lens[w];
+    const int k0 = part ? pi * part : 0, k1 = part ? min(len, k0 + part) : len;
+    if (part && k0 >= len) return;
+    const int g = H / KV, warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 4, t4 = lane % 4;
+    const size_t kd = (size_t)KV * HD;
+    const int *tab = bt + (size_t)seqs[w] * bt_stride;
+    const C *kb = kc + (size_t)kvh * HD + t4 * 8, *vb = vc + (size_t)kvh * HD + r * 8;
+    constexpr float LOG2E = 1.4426950408889634f;
+    // Q's A fragments: rows r (head r of the group) for k-step s = 2 v + hf: d = (4 v + t4) * 8 + 4 hf + {0, 1}
+    // (a0a1) and + {2, 3} (a4a5); rows r + 8 are zero.
+    unsigned qa[KS][2];
+    {
+        const float *qr = q + (size_t)rows[w] * ldq + ((size_t)kvh * g + r) * HD;
+#pragma unroll
+        for (int s = 0; s < KS; s++) {
+            const int d = (4 * (s / 2) + t4) * 8 + 4 * (s % 2);
+            const float sc = scale * LOG2E;
+            qa[s][0] = r < g ? pack2<C>(qr[d] * sc, qr[d + 1] * sc) : 0u;
+            qa[s][1] = r < g ? pack2<C>(qr[d + 2] * sc, qr[d + 3] * sc) : 0u;
         }
     }
+    float o[MT][4], m = -INFINITY, l = 0.0f;  // m, l: head r (log2 units), l this lane's share
+#pragma unroll
+    for (int i = 0; i < MT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    for (int j0 = k0 + warp * TK; j0 < k1; j0 += NW * TK) {
+        // ---- table lookups, then every K and V load of the iteration
+        uint4 kk[TPI][2][NKV], vv[TPI][4][NVV];
+#pragma unroll
+        for (int u = 0; u < TPI; u++) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int p = min(j0 + 16 * u + 8 * j + r, k1 - 1);
+                const C *kr = kb + ((size_t)tab[p / B] * B + p % B) * kd;
+#pragma unroll
+                for (int v = 0; v < NKV; v++) kk[u][j][v] = __ldg((const uint4 *)(kr + v * 32));
+            }
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int p = min(j0 + 16 * u + 8 * (c / 2) + 2 * t4 + c % 2, k1 - 1);
+                const C *vr = vb + ((size_t)tab[p / B] * B + p % B) * kd;
+#pragma unroll
+                for (int h = 0; h < NVV; h++) vv[u][c][h] = __ldg((const uint4 *)(vr + h * 64));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < TPI; u++) {
+            const int jt = j0 + 16 * u;
+            // ---- S = Q K^T (log2 units)
+            float sc[2][4];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+                for (int s = 0; s < KS; s++) {
+                    const uint4 &x = kk[u][j][s / 2];
+                    const unsigned a[4] = {qa[s][0], 0u, qa[s][1], 0u};
+                    mma16816<C>(sc[j], a, s % 2 ? x.z : x.x, s % 2 ? x.w : x.y);
+                }
+            }
+            // ---- online softmax for head r over this tile's keys jt + 8 j + 2 t4 + e
+            float mt = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    if (jt + 8 * j + 2 * t4 + e >= k1) sc[j][e] = -INFINITY;
+                    mt = fmaxf(mt, sc[j][e]);
+                }
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+            const float mn = fmaxf(m, mt);  // finite: key jt is in range
+            const float al = exp2f(m - mn);
+            float pp[2][2];
+            l *= al, m = mn;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) pp[j][e] = exp2f(sc[j][e] - mn), l += pp[j][e];  // 0 for masked keys
+            const float a0 = __shfl_sync(0xffffffffu, al, 8 * t4), a1 = __shfl_sync(0xffffffffu, al, 8 * t4 + 4);
+#pragma unroll
+            for (int i = 0; i < MT; i++) o[i][0] *= a0, o[i][1] *= a1, o[i][2] *= a0, o[i][3] *= a1;
+            // ---- O^T += V^T P^T
+            const unsigned pb0 = pack2<C>(pp[0][0], pp[0][1]), pb1 = pack2<C>(pp[1][0], pp[1][1]);
+            unsigned pl0 = 0, pl1 = 0;  // PSPLIT: P's rounding error, rounded again (P = hi + lo to ~16 bits)
+            if constexpr (PSPLIT) {
+                float hi[4];
+                unpack2<C>(pb0, hi[0], hi[1]), unpack2<C>(pb1, hi[2], hi[3]);
+                pl0 = pack2<C>(pp[0][0] - hi[0], pp[0][1] - hi[1]), pl1 = pack2<C>(pp[1][0] - hi[2], pp[1][1] - hi[3]);
+            }
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const int h = i / 4, wd = i % 4;  // idx = 2 i: vector h of the lane's two, word (element pair) wd
+                const unsigned x0 = (&vv[u][0][h].x)[wd], x1 = (&vv[u][1][h].x)[wd];
+                const unsigned x2 = (&vv[u][2][h].x)[wd], x3 = (&vv[u][3][h].x)[wd];
+                const unsigned a[4] = {__byte_perm(x0, x1, 0x5410), __byte_perm(x0, x1, 0x7632),
+                                       __byte_perm(x2, x3, 0x5410), __byte_perm(x2, x3, 0x7632)};
+                mma16816<C>(o[i], a, pb0, pb1);
+                if constexpr (PSPLIT) mma16816<C>(o[i], a, pl0, pl1);
+            }
+        }
+    }
+    // ---- this warp's (o, m, l) to shared: l summed over the 4 lanes of head r; m in natural log
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float *ml = red + (size_t)NW * g * HD;
+    if (t4 == 0 && r < g) {
+        ml[(warp * g + r) * 2] = m == -INFINITY ? -INFINITY : m / LOG2E;
+        ml[(warp * g + r) * 2 + 1] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int hh = 2 * t4 + c % 2, idx = 2 * i + c / 2;
+            const int d = (idx / 8) * 64 + r * 8 + idx % 8;
+            if (hh < g) red[((size_t)warp * g + hh) * HD + d] = o[i][c];
+        }
+    __syncthreads();
+    merge_warps<C>(red, NW, g, HD, kvh, H, w, pi, nparts, part, rows, out, ldo, out_f32, part_o, part_ml);
+#endif
 }
 
 // v2's reduce: grid (H, items), one head of one item: M = max of the partitions' maxima,
@@ -270,9 +440,29 @@ static void launch_decode_g(int lpr, int loop, dim3 grid, size_t smem, const Pag
 #undef PA_CASE
 #undef PA_ARGS
 }
+template <class C, int HD>
+static void launch_decode_mma(int loop, dim3 grid, size_t smem, const PagedDecode *a, const int *rows, const int *seqs,
+                              const int *lens, int part, float *po, float *pm) {
+#define PA_MMA_ARGS                                                                                                 \
+    a->q, a->ldq, (const C *)a->kc, (const C *)a->vc, a->block_tables, a->bt_stride, a->block_size, rows, seqs, lens, \
+        a->H, a->KV, a->scale, part, a->out, a->ldo, a->out_f32, po, pm
+    if (loop == 5) k_paged_decode_mma<C, HD, 2><<<grid, PA_THREADS, smem>>>(PA_MMA_ARGS);
+    else if (loop == 6) k_paged_decode_mma<C, HD, 1, 4><<<grid, PA_THREADS, smem>>>(PA_MMA_ARGS);
+    else if (loop == 7) k_paged_decode_mma<C, HD, 1, 1, true><<<grid, PA_THREADS, smem>>>(PA_MMA_ARGS);
+    else k_paged_decode_mma<C, HD, 1><<<grid, PA_THREADS, smem>>>(PA_MMA_ARGS);
+#undef PA_MMA_ARGS
+}
 template <class C>
 static void launch_decode(int lpr, int loop, dim3 grid, size_t smem, const PagedDecode *a, const int *rows,
                           const int *seqs, const int *lens, int part, float *po, float *pm) {
+    if constexpr (sizeof(C) == 2) {
+        if (loop >= 4) {  // the tensor-core loop (decode_loop checked the shape)
+            if (a->hd == 64) launch_decode_mma<C, 64>(loop, grid, smem, a, rows, seqs, lens, part, po, pm);
+            else if (a->hd == 128) launch_decode_mma<C, 128>(loop, grid, smem, a, rows, seqs, lens, part, po, pm);
+            else launch_decode_mma<C, 256>(loop, grid, smem, a, rows, seqs, lens, part, po, pm);
+            return;
+        }
+    }
     const int g = a->H / a->KV;
     if (g <= 1) launch_decode_g<C, 1>(lpr, loop, grid, smem, a, rows, seqs, lens, part, po, pm);
     else if (g <= 2) launch_decode_g<C, 2>(lpr, loop, grid, smem, a, rows, seqs, lens, part, po, pm);
@@ -280,12 +470,31 @@ static void launch_decode(int lpr, int loop, dim3 grid, size_t smem, const Paged
     else launch_decode_g<C, 8>(lpr, loop, grid, smem, a, rows, seqs, lens, part, po, pm);
 }
 
-// The loop a->variant asks for (0 the first loop, 1 at most 128 registers, 2 eight rows per lane);
-// variant 0 takes each version's default: v1 the first loop, v2 the 128-register one (64.9 / 74.1%
-// of copy at contexts 4096 / 32768 against the first loop's 57.7 / 66.1% in the same run,
-// results/paged_attn_ladder_a4918b7_*_h200.csv); variant 3 is the first loop by name.
+// The tensor-core loop needs a bf16/fp16 cache, hd 64, 128 or 256, an sm_80+ device and a binary
+// whose kernel was built for sm_80+ (a CUDA_ARCHS=75 build run through its PTX has an empty one).
+extern "C" int paged_decode_mma_ok(StDtype dt, int hd) {
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0;
+        cudaFuncAttributes fa;
+        ok = cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 8 &&
+             cudaFuncGetAttributes(&fa, k_paged_decode_mma<__nv_bfloat16, 128, 1>) == cudaSuccess && fa.ptxVersion >= 80;
+        (void)cudaGetLastError();
+    }
+    return ok && dt != ST_F32 && (hd == 64 || hd == 128 || hd == 256);
+}
+
+// The loop a->variant asks for (0 the first loop, 1 at most 128 registers, 2 eight rows per lane,
+// 4 the tensor-core loop, 5 the same with two tiles per iteration, 6 at most 128 registers, 7 P
+// rounded in two parts); variant 0 takes the default:
+// the tensor-core loop where paged_decode_mma_ok, else v1 the first loop, v2 the 128-register one
+// (64.9 / 74.1% of copy at contexts 4096 / 32768 against the first loop's 57.7 / 66.1% in the
+// same run, results/paged_attn_ladder_a4918b7_*_h200.csv); variant 3 is the first loop by name.
+// Variants 4 .. 7 on a shape the tensor-core loop does not take run the SIMT default.
 static int decode_loop(const PagedDecode *a, int v2) {
-    if (a->variant == 0) return v2 ? 1 : 0;
+    const int simt = v2 ? 1 : 0;
+    if (a->variant == 0 || a->variant >= 4) return paged_decode_mma_ok(a->dt, a->hd) ? (a->variant ? a->variant : 4) : simt;
     return a->variant == 3 ? 0 : a->variant;
 }
 

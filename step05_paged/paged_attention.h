@@ -64,9 +64,12 @@ typedef struct {
     float *part_o, *part_ml;     // v2 scratch: part_cap floats, part_cap / hd * 2 floats
     size_t part_cap;
     int part;                    // v2 keys per partition (0: PA_PART)
-    int variant;                 // the loop (16 lanes per row only): 0 the version's default (v1: the first
-                                 // loop, v2: variant 1), 1 at most 128 registers (4 CTAs per SM), 2 eight rows
-                                 // per lane per iteration, 3 the first loop (paged_attn_bench's rungs)
+    int variant;                 // the loop: 0 the default (the tensor-core loop where paged_decode_mma_ok,
+                                 // else v1: the first loop, v2: variant 1); SIMT loops (16 lanes per row
+                                 // only): 1 at most 128 registers (4 CTAs per SM), 2 eight rows per lane per
+                                 // iteration, 3 the first loop; tensor-core loops (else the SIMT default):
+                                 // 4 one 16-key tile per warp iteration, 5 two, 6 at most 128 registers,
+                                 // 7 P rounded in two parts (paged_attn_bench's rungs)
 } PagedDecode;
 
 // 0 on success (kernels queued on the default stream), -1 on bad arguments / a launch error.
@@ -76,6 +79,9 @@ int paged_kv_write(StDtype dt, const float *k, const float *v, int ld, const int
 // 16-byte vector (8 bf16/fp16, 4 fp32) and at most 32 vectors. The runner falls back to the
 // gather path for other shapes.
 int paged_decode_supported(StDtype dt, int H, int KV, int hd);
+// 1 if the tensor-core decode loop (variants 0, 4, 5) runs for this cache dtype and head dim on
+// this device: bf16/fp16, hd 64, 128 or 256, sm_80+ (and code built for it).
+int paged_decode_mma_ok(StDtype dt, int hd);
 // Launches queued (>= 1), or -1 (unsupported shape, v2 scratch too small for one item, launch
 // error). v2 runs its items in groups that fit part_cap.
 int paged_decode_v1(const PagedDecode *a);

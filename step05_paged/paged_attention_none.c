@@ -14,6 +14,10 @@ int paged_decode_supported(StDtype dt, int H, int KV, int hd) {
     (void)dt, (void)H, (void)KV, (void)hd;
     return 0;
 }
+int paged_decode_mma_ok(StDtype dt, int hd) {
+    (void)dt, (void)hd;
+    return 0;
+}
 int paged_decode_v1(const PagedDecode *a) {
     (void)a;
     return -1;

@@ -136,11 +136,16 @@ static const struct {
     const char *what;
 } LADDER[] = {
     {"step04_contiguous", K_STEP04, 0, 0, "step04 split decode kernel, contiguous slots (baseline)"},
-    {"paged_v1", K_DECODE, 1, 0, "one CTA per (sequence, kv head), whole context"},
-    {"paged_v2", K_DECODE, 2, 3, "split-K partitions (--part keys) + rescaling reduce, the first loop"},
-    {"paged_v2_lb4", K_DECODE, 2, 1, "v2, at most 128 registers a thread: 4 CTAs per SM (16 lanes per row only; v2's default)"},
-    {"paged_v2_u8", K_DECODE, 2, 2, "v2, 8 rows per lane per iteration (16 lanes per row only)"},
-    {"paged_rule", K_DECODE, 0, 0, "paged_decode: v1 or v2 by paged_decode_choose"},
+    {"paged_v1", K_DECODE, 1, 3, "one CTA per (sequence, kv head), whole context, the first (SIMT) loop"},
+    {"paged_v1_mma", K_DECODE, 1, 4, "v1, the tensor-core loop (bf16/fp16, hd 64/128/256, sm_80+; else the SIMT loop)"},
+    {"paged_v2", K_DECODE, 2, 3, "split-K partitions (--part keys) + rescaling reduce, the first (SIMT) loop"},
+    {"paged_v2_lb4", K_DECODE, 2, 1, "v2, SIMT, at most 128 registers a thread: 4 CTAs per SM (16 lanes per row only)"},
+    {"paged_v2_u8", K_DECODE, 2, 2, "v2, SIMT, 8 rows per lane per iteration (16 lanes per row only)"},
+    {"paged_v2_mma", K_DECODE, 2, 4, "v2, the tensor-core loop: one 16-key tile per warp iteration (v2's default)"},
+    {"paged_v2_mma_t2", K_DECODE, 2, 5, "v2, the tensor-core loop, two 16-key tiles per warp iteration"},
+    {"paged_v2_mma_lb4", K_DECODE, 2, 6, "v2, the tensor-core loop, at most 128 registers a thread: 4 CTAs per SM"},
+    {"paged_v2_mma_psplit", K_DECODE, 2, 7, "v2, the tensor-core loop, P rounded in two parts (hi + lo: two P V MMAs)"},
+    {"paged_rule", K_DECODE, 0, 0, "paged_decode: v1 or v2 by paged_decode_choose, each with its default loop"},
     {"gather", K_GATHER, 0, 0, "contexts through the tables into contiguous rows (read + write)"},
     {"kv_write_decode", K_WRITE_DECODE, 0, 0, "K/V write through the slot mapping, batch rows"},
     {"kv_write_prefill", K_WRITE_PREFILL, 0, 0, "K/V write through the slot mapping, 8192 rows"},
@@ -405,6 +410,8 @@ int main(int argc, char **argv) {
                L <= PA_PART ? "the context fits one partition"
                : rule == 1 ? "batch * kv_heads >= 8 CTAs per SM" : "batch * kv_heads < 8 CTAs per SM and the context spans partitions");
     table_meta(t, "v2_partition", "%d keys", part);
+    table_meta(t, "default_loop", "%s", paged_decode_mma_ok(dt, hd) ? "tensor cores (mma.sync m16n8k16, variant 4)"
+                                                                   : "SIMT (the tensor-core loop does not take this dtype / hd / device)");
     table_meta(t, "timing", "CUDA events, %d warm-up runs, median of %d", warmup, reps);
     if (dec_bytes < 2.0 * gi.l2_bytes)
         table_meta(t, "note", "the K/V (%.1f MB) is under twice the L2 (%.1f MB): timings are partly cache-resident",

@@ -36,53 +36,12 @@
 #include "cuda_check.h"
 #include "step03_kvcache/decode_gpu.cuh"  // forward_gpu.cuh: tof, fromf, DISPATCH, dt_name, esize
 #include "step05_paged/cp_async.cuh"  // cp_async16, cp_async_commit, cp_async_wait
+#include "step05_paged/mma.cuh"       // PA_MMA_ARCH: pack2, mma16816, ldsm_x4, ldsm_x4_t
 #include "step05_paged/paged_prefill.h"
 
 #define PP_THREADS 128  // 4 warps per CTA, both kernels
 #define PP_PAD 8        // elements of padding per shared K/V/Q row (16 bytes)
 
-// ---------------------------------------------------------------- sm_80+ building blocks
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define PP_MMA_ARCH 1
-template <class C> __device__ inline unsigned pack2(float lo, float hi);
-template <> __device__ inline unsigned pack2<__nv_bfloat16>(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low 16 bits
-    return *(unsigned *)&v;
-}
-template <> __device__ inline unsigned pack2<__half>(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *(unsigned *)&v;
-}
-// d (16x8 fp32) += a (16x16, row) * b (16x8, col)
-template <class C> __device__ inline void mma16816(float d[4], const unsigned a[4], unsigned b0, unsigned b1);
-template <> __device__ inline void mma16816<__nv_bfloat16>(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <> __device__ inline void mma16816<__half>(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// Four 8x8 b16 matrices; lanes 8i .. 8i+7 give the row addresses of matrix i, r[i] its fragment
-// (lane holds row lane/4, columns 2*(lane%4), +1; transposed with .trans).
-__device__ inline void ldsm_x4(unsigned r[4], const void *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-__device__ inline void ldsm_x4_t(unsigned r[4], const void *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-#endif
 
 // ---------------------------------------------------------------- the tensor-core kernel
 
@@ -93,7 +52,7 @@ __global__ void __launch_bounds__(PP_THREADS)
     k_prefill_mma(const float *__restrict__ q, int ldq, const C *__restrict__ kc, const C *__restrict__ vc,
                   const int *__restrict__ bt, int bt_stride, int B, const int *__restrict__ tiles, int H, int KV,
                   float scale_log2, void *out, int ldo, int out_f32) {
-#ifdef PP_MMA_ARCH
+#ifdef PA_MMA_ARCH
     constexpr int BN = PP_TILE_N, BM = PP_TILE_M, LDS = HD + PP_PAD;
     constexpr int KCH = HD / 16, NT = BN / 8, DT = HD / 8, VPR = HD / 8;
     static_assert(BM == 16 * (PP_THREADS / 32), "one 16-row mma slice per warp");
