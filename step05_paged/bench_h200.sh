@@ -10,7 +10,7 @@
 #     5    batch 256 at 4096 (the rule picks v1: 2048 CTAs fill the chip without splitting)
 #     6    batch 4 at 32768 (few CTAs: v2's split is what keeps the SMs busy)
 #     7    fp16, head_dim 64, 16 query / 2 kv heads (GQA group 8), batch 16, context 2000, block size 16
-#     8-9  the acceptance shapes with v2 partitions of 256 and 1024 keys (512 is the default)
+#     8-11 the acceptance shapes with v2 partitions of 512 and 2048 keys (1024 is the default)
 #   paged_prefill_ladder_h200.csv   paged_attn_bench --op prefill tables: the fused prefill kernel, its
 #                                SIMT kernel and the gather + GEMM path on one layer's chunks (64 x 64
 #                                rows after 1024 cached positions, 8 x 512 from 0), Qwen3-0.6B heads
@@ -25,7 +25,10 @@
 #                                  own ids, 64 output tokens, prefix cache on / off (acceptance:
 #                                  ttft_ms_p50 >= 5x lower with it)
 #   bb_prefix_on_outputs.jsonl, bb_prefix_off_outputs.jsonl    their output ids (identical: cmp below)
-#   (these two with the default prompt path, --prefill-attn fused: every chunk of a step in one
+#   bb_prefix_bi_on_h200.json, bb_prefix_bi_off_h200.json (+ _outputs.jsonl)    the same pair with
+#                                  --batch-invariant (a row's arithmetic never depends on the batch it
+#                                  rides in, so the outputs are identical: the acceptance's pair)
+#   (the first pair with the default prompt path, --prefill-attn fused: every chunk of a step in one
 #   paged prefill launch per layer)
 #   bb_prefix_on_gather_h200.json, bb_prefix_off_gather_h200.json    the same with --prefill-attn
 #                                  gather (per sequence: a gather through the table + the GEMM path)
@@ -44,8 +47,10 @@ run --batch 32 --context 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-siz
 run --batch 256 --context 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16
 run --batch 4 --context 32768 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16
 run --batch 16 --context 2000 --heads 16 --kv-heads 2 --head-dim 64 --block-size 16 --dtype fp16
-run --batch 32 --context 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16 --part 256
-run --batch 32 --context 32768 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16 --part 1024
+for part in 512 2048; do
+  run --batch 32 --context 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16 --part $part
+  run --batch 32 --context 32768 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --dtype bf16 --part $part
+done
 P="$OUT/paged_prefill_ladder_h200.csv"
 : > "$P"
 for bs in 16 1 256; do
@@ -67,8 +72,12 @@ bb prefix_on "${PFX[@]}" --prefix-cache on --outputs "$OUT/bb_prefix_on_outputs.
 bb prefix_off "${PFX[@]}" --prefix-cache off --outputs "$OUT/bb_prefix_off_outputs.jsonl"
 bb prefix_on_gather "${PFX[@]}" --prefix-cache on --prefill-attn gather --outputs "$OUT/bb_prefix_on_gather_outputs.jsonl"
 bb prefix_off_gather "${PFX[@]}" --prefix-cache off --prefill-attn gather --outputs "$OUT/bb_prefix_off_gather_outputs.jsonl"
-for p in "" _gather; do
-  if cmp -s "$OUT/bb_prefix_on${p}_outputs.jsonl" "$OUT/bb_prefix_off${p}_outputs.jsonl"; then echo "prefix cache on/off${p}: outputs identical"
+bb prefix_bi_on "${PFX[@]}" --prefix-cache on --batch-invariant --outputs "$OUT/bb_prefix_bi_on_outputs.jsonl"
+bb prefix_bi_off "${PFX[@]}" --prefix-cache off --batch-invariant --outputs "$OUT/bb_prefix_bi_off_outputs.jsonl"
+for p in "" _gather _bi; do
+  on="$OUT/bb_prefix_on${p}_outputs.jsonl" off="$OUT/bb_prefix_off${p}_outputs.jsonl"
+  [ "$p" = _bi ] && on="$OUT/bb_prefix_bi_on_outputs.jsonl" off="$OUT/bb_prefix_bi_off_outputs.jsonl"
+  if cmp -s "$on" "$off"; then echo "prefix cache on/off${p}: outputs identical"
   else echo "prefix cache on/off${p}: OUTPUTS DIFFER"; fi
 done
 if cmp -s "$OUT/bb_prefix_on_outputs.jsonl" "$OUT/bb_prefix_on_gather_outputs.jsonl"; then echo "fused/gather prefill: outputs identical"

@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define PA_THREADS 128  // threads per decode CTA
-#define PA_PART 512     // keys per v2 partition
+#define PA_PART 1024    // keys per v2 partition
 
 typedef struct {
     StDtype dt;                  // cache dtype; the output's too unless out_f32

@@ -67,7 +67,7 @@ static void usage(FILE *f) {
             "  --reps         timed runs per kernel, median reported (default 20), after --warmup (default 5)\n"
             "  --copy-gbps    the bandwidth ceiling (default: measured now, device copy, read + write counted)\n"
             "  --check-items  sequences compared with the CPU reference (default 2: the first and the last)\n"
-            "  --part         keys per v2 partition (default PA_PART = 512)\n");
+            "  --part         keys per v2 partition (default PA_PART = 1024)\n");
 }
 
 // K/V value of element i: a multiple of 1/128 in [-1, 1) from a counter hash (splitmix64).
