@@ -27,6 +27,11 @@
 //   a ring of 4 iterations per warp in shared memory filled by cp.async (each lane copies what it
 //   reads, no barrier; 2-8 stages swept: 2-4 best, 6 and 8 lose occupancy) ....... v2 54.4 / 61.2
 //   (this loop, same run: 65.7 / 75.5; results/versions/ladder_c473f5f_cp_async_ring.csv)
+//   this loop held to 128 registers (4 CTAs per SM; variant 1) ......................... v2 66.1 / 76.7
+// What reached the target was cutting the arithmetic's instructions, not hiding the loads better:
+// k_paged_decode_mma (below) does the scores and P V with mma.sync, fed straight from the
+// registers the loads filled: v2 88.6 / 104.2, v1 90.6 / 98.8 (1024-key partitions;
+// results/paged_attn_ladder_1bec643_h200.csv). It is the default wherever it applies.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>

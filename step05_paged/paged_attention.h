@@ -23,6 +23,8 @@
 //                     loads (hd/8 lanes per bf16 row) through the block table; each of the 4 warps
 //                     takes its own rows with its own online softmax in registers (no barrier in
 //                     the loop); the warps are merged at the end and the output written directly.
+//                     The loop's arithmetic: tensor cores (mma.sync, the GQA group as the M rows)
+//                     for bf16/fp16 caches with hd 64/128/256 on sm_80+, else fp32 FMAs (SIMT).
 //   paged_decode_v2   split-K: the context in partitions of PA_PART keys, one CTA per (item, kv
 //                     head, partition) writes an unnormalized partial (o, max m, sum l); a reduce
 //                     kernel rescales the partials by exp(m_i - M) and divides by the sum.
