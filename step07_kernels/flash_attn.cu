@@ -34,6 +34,7 @@
 #include "cuda_check.h"
 #include "step02_attention/forward_gpu.cuh"  // tof, fromf, DISPATCH, dt_name
 #include "step05_paged/cp_async.cuh"         // cp_async16, cp_async_commit, cp_async_wait
+#include "step05_paged/mma.cuh"              // pack2, mma16816, ldsm_x4, ldsm_x4_t
 #include "step07_kernels/flash_attn.h"
 
 // ---------------------------------------------------------------- shared pieces
@@ -149,59 +150,7 @@ template <class C> __global__ void __launch_bounds__(32 * FA_SIMT_WARPS) k_flash
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define FA_MMA_ARCH 1
 #endif
-template <class C> __device__ inline unsigned pack2(float lo, float hi);
-template <> __device__ inline unsigned pack2<__nv_bfloat16>(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low 16 bits
-    return *(unsigned *)&v;
-}
-template <> __device__ inline unsigned pack2<__half>(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *(unsigned *)&v;
-}
-// d (16x8 fp32) += a (16x16, row) * b (16x8, col); a trap where the instruction does not exist
-template <class C> __device__ inline void mma16816(float d[4], const unsigned a[4], unsigned b0, unsigned b1);
-template <> __device__ inline void mma16816<__nv_bfloat16>(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
-#ifdef FA_MMA_ARCH
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();
-#endif
-}
-template <> __device__ inline void mma16816<__half>(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
-#ifdef FA_MMA_ARCH
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();
-#endif
-}
-// Four 8x8 b16 matrices; lanes 8i .. 8i+7 give the row addresses of matrix i, r[i] its fragment
-// (lane holds row lane/4, columns 2*(lane%4), +1; transposed with .trans).
-__device__ inline void ldsm_x4(unsigned r[4], const void *p) {
-#ifdef FA_MMA_ARCH
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#else
-    (void)p, r[0] = r[1] = r[2] = r[3] = 0, __trap();
-#endif
-}
-__device__ inline void ldsm_x4_t(unsigned r[4], const void *p) {
-#ifdef FA_MMA_ARCH
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#else
-    (void)p, r[0] = r[1] = r[2] = r[3] = 0, __trap();
-#endif
-}
+// pack2, mma16816, ldsm_x4, ldsm_x4_t: step05_paged/mma.cuh (they trap below sm_80)
 // 2^x with the hardware approximation (MUFU.EX2; 2^-inf = 0), as every flash kernel uses it
 __device__ inline float fast_exp2(float x) {
     float y;
