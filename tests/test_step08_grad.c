@@ -7,9 +7,10 @@
 // (model_load, train_model_from_weights), runs train_forward + train_backward on the batch, and
 // compares every gradient tensor with torch's and with the C gradients written at dump time:
 //   vs torch      max_rel (common/compare.h) <= 1e-4 per tensor; loss within 1e-5 relative
-//   vs the dump   max_rel <= 1e-5 per tensor, loss within 1e-12 relative: the C code still computes
-//                 what the goldens were made from (not bit for bit: OpenBLAS picks other kernels
-//                 on other CPUs, which round differently)
+//   vs the dump   max_rel <= 1e-5 per tensor, loss within 1e-6 relative: the C code still computes
+//                 what the goldens were made from (not bit for bit: another CPU, OpenBLAS kernel or
+//                 compiler flags round the fp32 forward differently; the sanitizer build's loss is
+//                 4.2e-8 relative from the -O3 -march=native one's, its gradients 8.3e-7)
 // And the dump itself: `train --grad-dump` writes the seeded starting model, the first batch of the
 // training stream, and the loss and gradients this process recomputes on them.
 // Finite differences (test_step08_train.c) check the backward against the loss's definition on
@@ -33,7 +34,7 @@
 #define TOL_TORCH_GRAD 1e-4
 #define TOL_TORCH_LOSS 1e-5
 #define TOL_DUMP_GRAD 1e-5
-#define TOL_DUMP_LOSS 1e-12
+#define TOL_DUMP_LOSS 1e-6
 
 static json_t *load_json(const char *dir, const char *name) {
     char p[512];
