@@ -24,7 +24,7 @@
 
 // The files written, for the clean-up of a failed export.
 static const char *const FILES[] = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                                    "tokenizer_config.json"};
+                                    "tokenizer_config.json", "batch.json", "c_grads.safetensors", "c_loss.json"};
 
 const char *export_symbol_text(int i, char *buf, size_t n) {
     if (i < 0 || i >= EXPORT_MAX_SYMBOLS || n < 5) return NULL;
@@ -227,12 +227,14 @@ static int dump(json_t *o, const char *tmp, const char *name, char *err, int err
     return rc ? errf(err, errlen, "%s: write failed: %s", p, strerror(errno)) : 0;
 }
 
-static int write_weights(const TrainModel *m, const char *tmp, StDtype dtype, char *err, int errlen) {
+// One safetensors file of a buffer laid out as m->params (the weights, or the gradients).
+static int write_weights(const TrainModel *m, const float *buf, const char *tmp, const char *file, StDtype dtype,
+                         char *err, int errlen) {
     StWriteTensor *wt = xcalloc((size_t)m->n_tensors, sizeof *wt);
     uint16_t *half = NULL;
     if (dtype == ST_BF16) {
         half = xmalloc(m->n_params * sizeof *half);
-        for (size_t i = 0; i < m->n_params; i++) half[i] = f32_to_bf16(m->params[i]);
+        for (size_t i = 0; i < m->n_params; i++) half[i] = f32_to_bf16(buf[i]);
     }
     for (int i = 0; i < m->n_tensors; i++) {  // train.h's list: a tied lm_head is not in it
         const TrainTensor *t = &m->tensors[i];
@@ -240,10 +242,10 @@ static int write_weights(const TrainModel *m, const char *tmp, StDtype dtype, ch
         w->name = t->name, w->dtype = dtype;
         if (t->rows == 1) w->ndim = 1, w->shape[0] = t->cols;  // norms and biases are 1-D in HF
         else w->ndim = 2, w->shape[0] = t->rows, w->shape[1] = t->cols;
-        w->data = half ? (const void *)(half + t->off) : (const void *)(m->params + t->off);
+        w->data = half ? (const void *)(half + t->off) : (const void *)(buf + t->off);
     }
     char p[8192];
-    snprintf(p, sizeof p, "%s/model.safetensors", tmp);
+    snprintf(p, sizeof p, "%s/%s", tmp, file);
     const int rc = st_write(p, wt, m->n_tensors, err, errlen);
     free(wt), free(half);
     return rc;
@@ -280,7 +282,41 @@ int train_export_check_dir(const char *dir, char *err, int errlen) {
     return 0;
 }
 
-int train_export_hf(const TrainModel *m, const char *dir_in, StDtype dtype, int n_sym, char *err, int errlen) {
+// The batch as (B, T) arrays of ints.
+static json_t *int_rows(const int *x, int B, int T) {
+    json_t *a = json_array();
+    for (int b = 0; b < B; b++) {
+        json_t *r = json_array();
+        for (int t = 0; t < T; t++) json_array_append_new(r, json_integer(x[(size_t)b * T + t]));
+        json_array_append_new(a, r);
+    }
+    return a;
+}
+
+static int write_grad_dump(const TrainModel *m, const TrainGradDump *g, const char *tmp, char *err, int errlen) {
+    json_t *b = json_object();
+    json_object_set_new(b, "batch", json_integer(g->B));
+    json_object_set_new(b, "seq_len", json_integer(g->T));
+    json_object_set_new(b, "ignore_index", json_integer(TRAIN_IGNORE));
+    json_object_set_new(b, "input_ids", int_rows(g->ids, g->B, g->T));
+    json_object_set_new(b, "targets", int_rows(g->targets, g->B, g->T));
+    json_object_set_new(b, "loss", json_string("mean over the positions whose target != ignore_index (all B*T "
+                                               "positions together) of -log softmax(logits)[target]; targets are "
+                                               "already the next tokens (no shift)"));
+    json_t *l = json_object();
+    json_object_set_new(l, "loss", json_real(g->loss));
+    char hex[40];
+    snprintf(hex, sizeof hex, "%a", g->loss);  // the double exactly (the JSON real has 15 digits)
+    json_object_set_new(l, "loss_hex", json_string(hex));
+    json_object_set_new(l, "n_counted", json_integer(g->n_counted));
+    const int rc = dump(b, tmp, "batch.json", err, errlen) || dump(l, tmp, "c_loss.json", err, errlen) ||
+                   write_weights(m, m->grads, tmp, "c_grads.safetensors", ST_F32, err, errlen);
+    json_decref(b), json_decref(l);
+    return rc;
+}
+
+static int export_dir(const TrainModel *m, const char *dir_in, StDtype dtype, int n_sym, const TrainGradDump *g,
+                      char *err, int errlen) {
     const ModelConfig *c = &m->cfg;
     if (dtype != ST_F32 && dtype != ST_BF16)
         return errf(err, errlen, "export: dtype %s is not supported (F32 or BF16)", st_dtype_name(dtype));
@@ -301,7 +337,8 @@ int train_export_hf(const TrainModel *m, const char *dir_in, StDtype dtype, int 
     chmod(tmp, 0755);
     json_t *cfg = config_json(c, dtype, n_sym);
     json_t *gen = generation_json(cfg);
-    int rc = write_weights(m, tmp, dtype, err, errlen) || dump(cfg, tmp, "config.json", err, errlen) ||
+    int rc = write_weights(m, m->params, tmp, "model.safetensors", dtype, err, errlen) ||
+             dump(cfg, tmp, "config.json", err, errlen) ||
              dump(gen, tmp, "generation_config.json", err, errlen);
     if (!rc && n_sym > 0) {
         json_t *tok = tokenizer_json(n_sym), *tcfg = tokenizer_config_json(c->max_pos);
@@ -309,8 +346,20 @@ int train_export_hf(const TrainModel *m, const char *dir_in, StDtype dtype, int 
         json_decref(tok), json_decref(tcfg);
     }
     json_decref(cfg), json_decref(gen);
+    if (!rc && g) rc = write_grad_dump(m, g, tmp, err, errlen);
     // rename onto a missing or empty directory replaces it in one step
     if (!rc && rename(tmp, dir)) rc = errf(err, errlen, "%s: cannot rename %s to it: %s", dir, tmp, strerror(errno));
     if (rc) remove_tmp(tmp);
     return rc ? -1 : 0;
+}
+
+int train_export_hf(const TrainModel *m, const char *dir, StDtype dtype, int n_sym, char *err, int errlen) {
+    return export_dir(m, dir, dtype, n_sym, NULL, err, errlen);
+}
+
+int train_export_grad_dump(const TrainModel *m, const char *dir, int n_sym, const TrainGradDump *g, char *err,
+                           int errlen) {
+    if (!g || !g->ids || !g->targets || g->B < 1 || g->T < 1)
+        return errf(err, errlen, "export: a gradient dump needs the batch (ids, targets, B, T)");
+    return export_dir(m, dir, ST_F32, n_sym, g, err, errlen);
 }

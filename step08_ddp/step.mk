@@ -2,7 +2,7 @@
 # backward per op, AdamW, clipping, the schedule; task_cpu.c: the copy / reverse task) and the
 # program that runs it (train.c); export_cpu.c: train --save, the trained model as a Hugging Face
 # directory; ckpt.c: checkpoints and the exact resume. Tests: build/tests/run_tests --filter
-# '@(step08|step08_ckpt|step08_export|step08_ddp)/*'. ddp.c / ddp_mpi.c: data parallelism over MPI
+# '@(step08|step08_ckpt|step08_export|step08_ddp|step08_grad)/*'. ddp.c / ddp_mpi.c: data parallelism over MPI
 # ranks (ddp.h); launch.sh: the job under mpirun, restarted from the last checkpoint when it fails.
 PROGS_step08_ddp := train
 # train runs ranks under mpirun (ddp.h): it alone links MPI (the Makefile's MPI_LIBS; empty without MPI)

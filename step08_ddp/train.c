@@ -13,6 +13,9 @@
 // update, wall clock). At the end: held-out examples answered by greedy decoding.
 // With --ckpt-dir it writes checkpoints (ckpt.h: sync, or async on a writer thread) and prints what
 // they cost the training thread; --resume continues a stopped run with bit-identical losses.
+// With --grad-dump DIR it trains nothing: it writes the starting model, step 1's batch, its loss and
+// its gradients (before clipping) for an autograd framework to check (export.h,
+// tools/make_grad_goldens.py).
 //
 // Data parallelism (ddp.h): started by mpirun, each of N ranks trains on its B / N rows of the
 // global batch and the gradients are all-reduced in buckets while the backward runs; rank 0 logs
@@ -54,7 +57,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: train (--preset tiny | --model DIR) [--task copy|reverse] [--steps N] [--batch B] [--seq L]\n"
             "             [--symbols K] [--lr X] [--min-lr X] [--warmup N] [--wd X] [--clip X] [--seed S]\n"
-            "             [--log-every N] [--eval N] [--save DIR [--save-dtype fp32|bf16]] [--csv | --json]\n"
+            "             [--log-every N] [--eval N] [--save DIR [--save-dtype fp32|bf16]] [--grad-dump DIR] [--csv | --json]\n"
             "             [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async] [--keep N] [--resume]] [--stop-at S]\n"
             "             [--loss-log FILE] [--event-log FILE] [--pid-dir DIR] [--bucket-kb K] [--check-every K]\n"
             "             [--collective-timeout S] [--hang-rank R --hang-at-step S] [--flip-rank R --flip-at-step S]\n"
@@ -94,7 +97,10 @@ static void usage(FILE *f) {
             "  --save DIR     after training, write a Hugging Face directory (config.json, model.safetensors,\n"
             "                 tokenizer.json of the task's symbols) that generate --model DIR runs; DIR must not exist\n"
             "                 or be empty\n"
-            "  --save-dtype   fp32 (default: the trained values exactly) or bf16 (rounded to nearest)\n");
+            "  --save-dtype   fp32 (default: the trained values exactly) or bf16 (rounded to nearest)\n"
+            "  --grad-dump DIR  train nothing: write the starting model (fp32, as --save), the first step's batch\n"
+            "                 (batch.json), loss (c_loss.json) and gradients before clipping (c_grads.safetensors) to DIR,\n"
+            "                 for tools/make_grad_goldens.py to redo with PyTorch autograd (one process, no mpirun)\n");
 }
 
 // One line of the event log: wall-clock time (unix seconds), then the event. Flushed at once: the
@@ -120,7 +126,7 @@ int main(int argc, char **argv) {
     uint64_t seed = 1;
     const char *ckpt_dir = NULL, *loss_log = NULL;  // checkpoints (ckpt.h)
     int ckpt_every = 100, ckpt_async = 0, ckpt_keep = 0, resume = 0, stop_at = 0;
-    const char *save_dir = NULL, *save_dtype_s = "fp32";
+    const char *save_dir = NULL, *save_dtype_s = "fp32", *grad_dump = NULL;
     const char *event_log = NULL, *pid_dir = NULL;  // data parallelism (ddp.h)
     int bucket_kb = 64, check_every = 50, hang_rank = -1, hang_at = 0, flip_rank = -1, flip_at = 0;
     double coll_timeout = 30;
@@ -160,6 +166,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--flip-at-step") && more) flip_at = (int)arg_int(a, argv[++i], 1, 10000000);
         else if (!strcmp(a, "--save") && more) save_dir = argv[++i];
         else if (!strcmp(a, "--save-dtype") && more) save_dtype_s = argv[++i];
+        else if (!strcmp(a, "--grad-dump") && more) grad_dump = argv[++i];
         else if (!strcmp(a, "--json") || !strcmp(a, "--csv")) continue;
         else arg_help_or_unknown(a, usage);
     }
@@ -181,6 +188,7 @@ int main(int argc, char **argv) {
         arg_die("--resume, --ckpt-async and --keep need --ckpt-dir DIR");
     if ((hang_rank >= 0) != (hang_at > 0)) arg_die("--hang-rank and --hang-at-step go together");
     if ((flip_rank >= 0) != (flip_at > 0)) arg_die("--flip-rank and --flip-at-step go together");
+    if (grad_dump && (save_dir || ckpt_dir)) arg_die("--grad-dump trains nothing: it does not go with --save or --ckpt-dir");
 
     Ddp dp;
     ddp_init(&dp, &argc, &argv, coll_timeout, (size_t)bucket_kb * 1024 / sizeof(float));
@@ -200,6 +208,10 @@ int main(int argc, char **argv) {
 
     char err[512];
     if (save_dir && train_export_check_dir(save_dir, err, sizeof err)) arg_die("--save: %s", err);  // before training
+    if (grad_dump && world > 1) arg_die("--grad-dump: one process (not under mpirun with %d ranks)", world);
+    if (grad_dump && train_export_check_dir(grad_dump, err, sizeof err)) arg_die("--grad-dump: %s", err);
+    if (grad_dump && n_sym > EXPORT_MAX_SYMBOLS)
+        arg_die("--grad-dump: the exported tokenizer has text for at most %d symbols (--symbols %d)", EXPORT_MAX_SYMBOLS, n_sym);
     if (save_dir && n_sym > EXPORT_MAX_SYMBOLS)
         arg_die("--save: the exported tokenizer has text for at most %d symbols (--symbols %d)", EXPORT_MAX_SYMBOLS, n_sym);
     ModelWeights w;
@@ -252,6 +264,30 @@ int main(int argc, char **argv) {
     int *ids = xmalloc((size_t)B * T * sizeof(int)), *tg = xmalloc((size_t)B * T * sizeof(int));
     Rng data;
     rng_seed(&data, seed * 2 + 1);
+    if (grad_dump) {  // step 1's batch, forward and backward; no clipping, no update
+        task_make_batch(task, &data, B, L, n_sym, ids, tg);
+        train_zero_grad(&m);
+        const double loss1 = train_forward(&m, &a, ids, tg, B, T);
+        if (loss1 < 0) die("train_forward failed");
+        train_backward(&m, &a);
+        const TrainGradDump g = {.ids = ids, .targets = tg, .B = B, .T = T, .loss = loss1, .n_counted = a.n_counted};
+        if (train_export_grad_dump(&m, grad_dump, n_sym, &g, err, sizeof err)) die("--grad-dump: %s", err);
+        table_meta(tb, "grad_dump", "%s: the starting model (fp32), step 1's batch (%d x %d, %d targets counted), its "
+                   "loss and gradients before clipping; nothing trained", grad_dump, B, T, a.n_counted);
+        table_row(tb);
+        table_num(tb, "step", 1);
+        table_num(tb, "loss", loss1);
+        table_num(tb, "grad_norm", grad_global_norm_clip(m.grads, m.n_params, 0));
+        table_num(tb, "lr", lr_schedule(0, warmup, steps, (float)lr, (float)min_lr));
+        table_print(tb, outfmt_from_args(argc, argv), stdout);
+        table_free(tb);
+        free(ids), free(tg);
+        adamw_free(&opt);
+        train_acts_free(&a);
+        train_model_free(&m);
+        ddp_finalize(&dp);
+        return 0;
+    }
     // Checkpoints: the options a resume must match, the newest complete checkpoint, the writer.
     int s0 = 0;
     CkptWriter ckw;
