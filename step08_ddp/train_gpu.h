@@ -17,7 +17,7 @@
 // for the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF: fp32 accumulation, fp32 outputs; the master
 // weights, gradients and optimizer state stay fp32, as mixed-precision training does);
 // TRAIN_GPU_FP32 computes in plain fp32 (CUBLAS_COMPUTE_32F), which matches the CPU to rounding.
-// On sm_75 (no bf16 tensor cores) cuBLAS runs the bf16 mode its own way; its results stay valid.
+// On sm_75 (no bf16 tensor cores) the mode allows bf16 but does not force it: cuBLAS may compute in fp32.
 // Attention is the unfused textbook one: scores and P per (sequence, head) with strided-batched
 // GEMMs, a causal row softmax kernel, P v; the backward keeps P from the forward (memory B H T^2
 // per layer, as the CPU's TrainActs).
