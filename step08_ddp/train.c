@@ -28,7 +28,7 @@
 // On one GPU (train_gpu.h): --device cuda runs the same loop with the forward, backward, clipping and
 // AdamW on the device (one process; the data, schedule and logging stay on the host; --save and
 // --ckpt-dir download the state and use the CPU code):
-//   build/bin/train --preset small --device cuda --steps 200 --batch 64 --seq 31
+//   build/bin/train --preset small --device cuda --steps 200 --batch 64 --seq 31 --lr 1e-3
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -59,7 +59,7 @@ static const char *TINY_JSON =
     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":12,"
     "\"max_position_embeddings\":256,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false}";
 // A model that gives a GPU work (--preset small): Llama, d 1024, 8 layers, GQA 16/4, head_dim 64,
-// ff 2816, untied; the vocabulary again the task's. ~92M parameters (most of them in the layers).
+// ff 2816, untied; the vocabulary again the task's. 90219520 parameters (the model line says so).
 static const char *SMALL_JSON =
     "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":1024,\"intermediate_size\":2816,"
     "\"num_hidden_layers\":8,\"num_attention_heads\":16,\"num_key_value_heads\":4,\"vocab_size\":12,"
