@@ -154,7 +154,7 @@ Test(step08_gpu, clip_and_adamw_match_cpu) {
     adamw_new(&o, m.n_params);
     const AdamWConfig ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     for (int step = 1; step <= 2; step++) {
-        // the same gradient on both sides (a known one: the optimizer alone is under test), norm ~ 30
+        // the same gradient on both sides (a known one: the optimizer alone is under test), norm ~2.2
         for (size_t i = 0; i < m.n_params; i++) m.grads[i] = 0.01f * rng_normal(&r);
         train_gpu_upload(g, &m, 1);
         const double n_gpu = train_gpu_clip(g, 1.0), n_cpu = grad_global_norm_clip(m.grads, m.n_params, 1.0);
@@ -185,8 +185,10 @@ Test(step08_gpu, clip_and_adamw_match_cpu) {
 }
 
 // 20 steps of the copy task as train does them (batch, clip 1, warmup + cosine, AdamW): the
-// losses stay on the CPU's curve. fp32: the gradients agree to ~1e-6 and the trajectories drift
-// apart slowly; bf16: its ~1e-2 gradient noise moves the curve more, not its shape.
+// losses stay on the CPU's curve (train --preset tiny --steps 20 --warmup 5 --min-lr 1e-3, the same
+// model, data and schedule, falls from 2.92 to 0.87). fp32: the gradients agree to ~1e-6 and the
+// trajectories drift apart slowly (2e-3); bf16: its ~1e-2 gradient noise moves the curve more, not
+// its shape (10%; a broken step would stay near 2.9 or blow up).
 static void twenty_steps(TrainGpuMath math, double tol) {
     ModelConfig c = shape_config(0);
     TrainModel m;
@@ -235,7 +237,7 @@ Test(step08_gpu, twenty_steps_follow_the_cpu_fp32) {
 
 Test(step08_gpu, twenty_steps_follow_the_cpu_bf16) {
     NEED_GPU();
-    twenty_steps(TRAIN_GPU_BF16, 5e-2);
+    twenty_steps(TRAIN_GPU_BF16, 0.1);
 }
 
 Test(step08_gpu, refuses_what_it_does_not_run) {
