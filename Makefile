@@ -8,7 +8,7 @@
 #   make bench-h200      the GPU benchmarks whose tables are committed under stepNN/results/
 #   make gpu-sanitize    on a GPU machine: the GPU tests under compute-sanitizer memcheck (with leak
 #                        check), racecheck and synccheck; one line per tool, fails on any error
-#                        (GPU_SANITIZE_FILTER='@(*/gpu_*|step04_gpu/*|step05_gpu/*|step06_gpu/*|step06_egpu/*|step07_gpu/*)', GPU_SANITIZE_TOOLS="memcheck racecheck synccheck",
+#                        (GPU_SANITIZE_FILTER='@(*/gpu_*|step04_gpu/*|step05_gpu/*|step06_gpu/*|step06_egpu/*|step07_gpu/*|step08_gpu/*)', GPU_SANITIZE_TOOLS="memcheck racecheck synccheck",
 #                        GPU_SANITIZE_JOBS=8: each test in its own sanitized process, 8 at a time)
 #   make clean
 # Knobs: CUDA_ARCHS="75 80 86 89 90" (or native), NO_CUDA=1, NO_MPI=1, NOTEBOOKS=0, COMMIT=<hash>.
@@ -186,7 +186,7 @@ SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=detect_leaks=1:abort_on_err
 # checks them on one: make gpu-sanitize). Criterion's own runner process leaks 48 bytes inside
 # libcriterion now and then; tools/sanitizer_log_check.sh names that report and fails on every other
 # (leaks are judged from the log: LSAN_OPTIONS=exitcode=0).
-SAN_FILTER := $(if $(filter 1,$(SANITIZE)),--filter '!(step04_gpu/*|step05_gpu/*|step06_gpu/*|step06_egpu/*|step07_gpu/*)')
+SAN_FILTER := $(if $(filter 1,$(SANITIZE)),--filter '!(step04_gpu/*|step05_gpu/*|step06_gpu/*|step06_egpu/*|step07_gpu/*|step08_gpu/*)')
 # check: build and run the Criterion tests only (no dependency install, no notebooks).
 # With SANITIZE=1 any sanitizer report (a leak too, which Criterion alone would not count) fails.
 check:
@@ -218,7 +218,7 @@ clean:
 
 # ---- gpu-sanitize: tools/gpu_sanitize.sh runs the GPU tests once plainly (they must run, not skip,
 # and pass), then under each compute-sanitizer tool; logs in $(BUILD)/gpu-sanitize/.
-GPU_SANITIZE_FILTER ?= @(*/gpu_*|step04_gpu/*|step05_gpu/*|step06_gpu/*|step06_egpu/*|step07_gpu/*)
+GPU_SANITIZE_FILTER ?= @(*/gpu_*|step04_gpu/*|step05_gpu/*|step06_gpu/*|step06_egpu/*|step07_gpu/*|step08_gpu/*)
 GPU_SANITIZE_TOOLS ?= memcheck racecheck synccheck
 COMPUTE_SANITIZER ?= $(or $(shell command -v compute-sanitizer 2>/dev/null),$(if $(CUDA_HOME),$(CUDA_HOME)/bin/compute-sanitizer,/usr/local/cuda/bin/compute-sanitizer))
 gpu-sanitize:

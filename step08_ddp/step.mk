@@ -4,6 +4,8 @@
 # directory; ckpt.c: checkpoints and the exact resume. Tests: build/tests/run_tests --filter
 # '@(step08|step08_ckpt|step08_export|step08_ddp|step08_grad)/*'. ddp.c / ddp_mpi.c: data parallelism over MPI
 # ranks (ddp.h); launch.sh: the job under mpirun, restarted from the last checkpoint when it fails.
+# train_gpu.cu: the same training step on one GPU (train --device cuda; train_gpu_none.c without nvcc);
+# its tests: build/tests/run_tests --filter 'step08_gpu/*' (skipped without a GPU).
 PROGS_step08_ddp := train
 # train runs ranks under mpirun (ddp.h): it alone links MPI (the Makefile's MPI_LIBS; empty without MPI)
 $(BIN)/train: LDLIBS += $(MPI_LIBS)

@@ -24,6 +24,11 @@
 // last complete checkpoint when a rank dies:
 //   mpirun -np 2 build/bin/train --preset tiny --steps 300 --batch 16
 //   step08_ddp/launch.sh --np 2 --max-restarts 2 -- build/bin/train --preset tiny --ckpt-dir /tmp/ck
+//
+// On one GPU (train_gpu.h): --device cuda runs the same loop with the forward, backward, clipping and
+// AdamW on the device (one process; the data, schedule and logging stay on the host; --save and
+// --ckpt-dir download the state and use the CPU code):
+//   build/bin/train --preset small --device cuda --steps 200 --batch 64 --seq 31 --lr 1e-3
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,6 +48,7 @@
 #include "step08_ddp/export.h"
 #include "step08_ddp/task.h"
 #include "step08_ddp/train.h"
+#include "step08_ddp/train_gpu.h"
 #include "table.h"
 #include "timer.h"
 
@@ -52,10 +58,17 @@ static const char *TINY_JSON =
     "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":12,"
     "\"max_position_embeddings\":256,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false}";
+// A model that gives a GPU work (--preset small): Llama, d 1024, 8 layers, GQA 16/4, head_dim 64,
+// ff 2816, untied; the vocabulary again the task's. 90219520 parameters (the model line says so).
+static const char *SMALL_JSON =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":1024,\"intermediate_size\":2816,"
+    "\"num_hidden_layers\":8,\"num_attention_heads\":16,\"num_key_value_heads\":4,\"vocab_size\":12,"
+    "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false}";
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: train (--preset tiny | --model DIR) [--task copy|reverse] [--steps N] [--batch B] [--seq L]\n"
+            "usage: train (--preset tiny|small | --model DIR) [--device cpu|cuda [--matmul bf16|fp32]] [--task copy|reverse]\n"
+            "             [--steps N] [--batch B] [--seq L]\n"
             "             [--symbols K] [--lr X] [--min-lr X] [--warmup N] [--wd X] [--clip X] [--seed S]\n"
             "             [--log-every N] [--eval N] [--save DIR [--save-dtype fp32|bf16]] [--grad-dump DIR] [--csv | --json]\n"
             "             [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async] [--keep N] [--resume]] [--stop-at S]\n"
@@ -63,6 +76,11 @@ static void usage(FILE *f) {
             "             [--collective-timeout S] [--hang-rank R --hang-at-step S] [--flip-rank R --flip-at-step S]\n"
             "  --preset tiny  built-in Llama (d 64, 2 layers, 4 query / 2 kv heads, head_dim 16, ff 128), random init\n"
             "                 (train.h says how); its vocabulary is BOS, SEP and the K symbols (default)\n"
+            "  --preset small a bigger Llama for a GPU (d 1024, 8 layers, 16 query / 4 kv heads, head_dim 64, ff 2816)\n"
+            "  --device       cpu (default: fp32, OpenMP + OpenBLAS) or cuda (one GPU, train_gpu.h; one process, no mpirun;\n"
+            "                 q/k/v or o biases and q/k norm are refused there)\n"
+            "  --matmul       with --device cuda: bf16 (default: tensor-core GEMMs, fp32 master weights and optimizer state)\n"
+            "                 or fp32 (plain fp32 GEMMs, as the CPU)\n"
             "  --model DIR    start from a Hugging Face checkpoint (converted to fp32); its vocabulary must hold K + 2 ids\n"
             "  --task         copy (default) or reverse: BOS s1..sL SEP, then the answer; only the answer is scored\n"
             "  --steps N      optimizer steps (default 300)\n"
@@ -120,7 +138,7 @@ __attribute__((format(printf, 2, 3))) static void event(FILE *f, const char *fmt
 
 int main(int argc, char **argv) {
     cpu_env_init(argv);  // may re-execute the program: before MPI_Init
-    const char *model_dir = NULL, *preset = NULL, *task_s = "copy";
+    const char *model_dir = NULL, *preset = NULL, *task_s = "copy", *device_s = "cpu", *matmul_s = NULL;
     int steps = 300, B = 16, L = 6, n_sym = 10, warmup = 20, log_every = 10, n_eval = 100;
     double lr = 1e-2, min_lr = -1, wd = 0.01, clip = 1.0;
     uint64_t seed = 1;
@@ -136,6 +154,8 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--model") && more) model_dir = argv[++i];
         else if (!strcmp(a, "--preset") && more) preset = argv[++i];
         else if (!strcmp(a, "--task") && more) task_s = argv[++i];
+        else if (!strcmp(a, "--device") && more) device_s = argv[++i];
+        else if (!strcmp(a, "--matmul") && more) matmul_s = argv[++i];
         else if (!strcmp(a, "--steps") && more) steps = (int)arg_int(a, argv[++i], 1, 10000000);
         else if (!strcmp(a, "--batch") && more) B = (int)arg_int(a, argv[++i], 1, 4096);
         else if (!strcmp(a, "--seq") && more) L = (int)arg_int(a, argv[++i], 1, 1000);
@@ -172,9 +192,20 @@ int main(int argc, char **argv) {
     }
     if (!!model_dir + !!preset != 1) {
         usage(stderr);
-        arg_die("need exactly one of --preset tiny / --model DIR");
+        arg_die("need exactly one of --preset tiny / --model DIR (or --preset small)");
     }
-    if (preset && strcmp(preset, "tiny")) arg_die("--preset: '%s' is not a preset (allowed: tiny)", preset);
+    if (preset && strcmp(preset, "tiny") && strcmp(preset, "small"))
+        arg_die("--preset: '%s' is not a preset (allowed: tiny, small)", preset);
+    if (strcmp(device_s, "cpu") && strcmp(device_s, "cuda"))
+        arg_die("--device: '%s' is not a device (allowed: cpu, cuda)", device_s);
+    const int on_gpu = !strcmp(device_s, "cuda");
+    TrainGpuMath gmath = TRAIN_GPU_BF16;
+    if (matmul_s && !on_gpu) arg_die("--matmul: only with --device cuda (the CPU computes in fp32)");
+    if (matmul_s && !strcmp(matmul_s, "fp32")) gmath = TRAIN_GPU_FP32;
+    else if (matmul_s && strcmp(matmul_s, "bf16")) arg_die("--matmul: '%s' is not a mode (allowed: bf16, fp32)", matmul_s);
+    if (on_gpu && grad_dump) arg_die("--grad-dump: runs on the CPU (without --device cuda)");
+    if (on_gpu && (hang_rank >= 0 || flip_rank >= 0))
+        arg_die("--hang-rank / --flip-rank: fault injection is for ranks under mpirun, not --device cuda");
     TaskKind task;
     if (task_parse(task_s, &task)) arg_die("--task: '%s' is not a task (allowed: copy, reverse)", task_s);
     StDtype save_dtype = ST_F32;
@@ -196,6 +227,9 @@ int main(int argc, char **argv) {
     int row0 = 0, Br = B;  // this rank's rows of the global batch
     if (ddp_shard(B, world, rank, &row0, &Br))
         arg_die("--batch %d: the global batch must split evenly over the %d ranks", B, world);
+    if (on_gpu && world > 1)
+        arg_die("--device cuda: one process; %d ranks under mpirun (data parallelism over GPUs, NCCL) is not done yet",
+                world);
     if (hang_rank >= world) arg_die("--hang-rank %d: there are %d ranks", hang_rank, world);
     if (flip_rank >= world) arg_die("--flip-rank %d: there are %d ranks", flip_rank, world);
     if (pid_dir) {
@@ -225,19 +259,29 @@ int main(int argc, char **argv) {
                     model_dir, m.cfg.vocab, TASK_SYM0 + n_sym);
     } else {
         ModelConfig c;
-        if (hf_config_parse(TINY_JSON, "preset tiny", &c, err, sizeof err)) die("%s", err);
+        const int small = !strcmp(preset, "small");
+        if (hf_config_parse(small ? SMALL_JSON : TINY_JSON, small ? "preset small" : "preset tiny", &c, err, sizeof err))
+            die("%s", err);
         c.vocab = TASK_SYM0 + n_sym;
         if (train_model_new(&c, &m, err, sizeof err)) die("%s", err);
         train_model_init_random(&m, seed);
     }
     const ModelConfig *c = &m.cfg;
+    char preset_name[64];
+    snprintf(preset_name, sizeof preset_name, "preset %s", preset ? preset : "");
     if (T > c->max_pos) arg_die("--seq %d: sequences of %d tokens exceed the model's %d positions", L, T, c->max_pos);
+    // the GPU copy of the model (train_gpu.h), before anything is trained or printed
+    TrainGpu *gpu = NULL;
+    char gpu_desc[512] = "";
+    if (on_gpu && !(gpu = train_gpu_new(&m, Br, T, gmath, gpu_desc, sizeof gpu_desc, err, sizeof err))) die("%s", err);
 
-    Table *tb = table_new("step08 training on the CPU (fp32): loss, gradient norm, learning rate, tokens/s");
+    Table *tb = table_new(on_gpu ? "step08 training on the GPU: loss, gradient norm, learning rate, tokens/s"
+                                 : "step08 training on the CPU (fp32): loss, gradient norm, learning rate, tokens/s");
     table_std_meta(tb);
-    table_meta(tb, "device", "cpu: %s", cpu_env_describe());
+    if (on_gpu) table_meta(tb, "device", "cuda: %s", gpu_desc);
+    else table_meta(tb, "device", "cpu: %s", cpu_env_describe());
     table_meta(tb, "model", "%s %s: d %d, %d layers, %d/%d heads, head_dim %d, ff %d, vocab %d%s%s%s; %zu parameters",
-               model_dir ? model_dir : "preset tiny", model_arch_name(c->arch), c->hidden, c->n_layers, c->n_heads,
+               model_dir ? model_dir : preset_name, model_arch_name(c->arch), c->hidden, c->n_layers, c->n_heads,
                c->n_kv_heads, c->head_dim, c->intermediate, c->vocab, c->tie_embeddings ? ", tied" : "",
                c->qkv_bias ? ", qkv bias" : "", c->qk_norm ? ", q/k norm" : "", m.n_params);
     table_meta(tb, "task", "%s of %d symbols out of %d: %d tokens per sequence, %d scored; guessing loss ln(%d) = %.3f",
@@ -249,15 +293,16 @@ int main(int argc, char **argv) {
                    "buckets of >= %d KiB started during the backward%s; weights' hashes compared every %d steps; "
                    "watchdog %g s per collective", world, Br, row0, B, bucket_kb,
                    bucket_kb ? "" : " (0: one all-reduce after the backward)", check_every, coll_timeout);
-    table_meta(tb, "tok_s", "B * T tokens (all ranks) / wall time of one step (batch, forward, backward, all-reduce, clip, update)");
+    table_meta(tb, "tok_s", "B * T tokens (all ranks) / wall time of one step (batch, forward, backward, all-reduce, clip, "
+               "update)%s", on_gpu ? "; on the GPU the step ends with a device synchronize, so the host clock measures it" : "");
     table_col(tb, "step", "%.0f");
     table_col(tb, "loss", "%.4f");
     table_col(tb, "grad_norm", "%.4f");
     table_col(tb, "lr", "%.3e");
     table_col(tb, "tok_s", "%.0f");
 
-    TrainActs a;
-    train_acts_new(c, Br, T, &a);
+    TrainActs a = {0};
+    if (!gpu) train_acts_new(c, Br, T, &a);  // the GPU keeps its own
     AdamW opt;
     adamw_new(&opt, m.n_params);
     const AdamWConfig ac = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)wd};
@@ -294,7 +339,7 @@ int main(int argc, char **argv) {
     if (ckpt_dir) {
         CkptKV kv[CKPT_MAX_KV];
         int nkv = 0;
-        nkv = ckpt_kv_set(kv, nkv, "model", "%s", model_dir ? model_dir : "preset tiny");
+        nkv = ckpt_kv_set(kv, nkv, "model", "%s", model_dir ? model_dir : preset_name);
         nkv = ckpt_kv_set(kv, nkv, "task", "%s", task_name(task));
         nkv = ckpt_kv_set(kv, nkv, "steps", "%d", steps);
         nkv = ckpt_kv_set(kv, nkv, "batch", "%d", B);
@@ -336,10 +381,11 @@ int main(int argc, char **argv) {
         }
     }
     if (world > 1 && !resume) ddp_check_same(&dp, ddp_hash_floats(m.params, m.n_params), "initial weights");
+    if (gpu) train_gpu_upload(gpu, &m, 0), train_gpu_upload_adamw(gpu, &opt);  // a resumed state goes up too
     FILE *flog = loss_log && lead ? fopen_check(loss_log, "w") : NULL;
     FILE *fev = event_log && lead ? fopen_check(event_log, "a") : NULL;
     event(fev, "start world=%d resume_from=%d steps=%d pid=%ld", world, s0, steps, (long)getpid());
-    double t_train = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0, loss = 0;
+    double t_train = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0, loss = 0, t_first = 0;
     for (int s = s0; s < steps; s++) {
         if (rank == hang_rank && s + 1 == hang_at) {  // fault injection: alive, but never answers again
             fprintf(stderr, "train: rank %d: --hang-at-step %d: this rank stops answering (the others' watchdog must "
@@ -351,26 +397,36 @@ int main(int argc, char **argv) {
         // every rank draws the whole global batch (one data stream, the same on every rank and in
         // a checkpoint) and trains on its own rows
         task_make_batch(task, &data, B, L, n_sym, ids, tg);
-        train_zero_grad(&m);
-        const double t1 = now_sec();
-        loss = train_forward(&m, &a, ids + (size_t)row0 * T, tg + (size_t)row0 * T, Br, T);
-        if (loss < 0) die("train_forward failed");
-        const double t2 = now_sec();
-        ddp_grads_begin(&dp, m.grads, m.n_params, s + 1);
-        train_backward_hooked(&m, &a, ddp_grad_ready, &dp);
-        const double t2b = now_sec();
-        ddp_grads_finish(&dp);  // every rank now holds the mean gradient of the global batch
+        double t1, t2, t2b;
+        if (gpu) {  // forward + backward in one call (the grads are zeroed on the device); world is 1
+            t1 = now_sec();
+            loss = train_gpu_forward_backward(gpu, ids, tg, NULL);
+            if (loss < 0) die("train_gpu_forward_backward failed");
+            t2 = t2b = now_sec();
+        } else {
+            train_zero_grad(&m);
+            t1 = now_sec();
+            loss = train_forward(&m, &a, ids + (size_t)row0 * T, tg + (size_t)row0 * T, Br, T);
+            if (loss < 0) die("train_forward failed");
+            t2 = now_sec();
+            ddp_grads_begin(&dp, m.grads, m.n_params, s + 1);
+            train_backward_hooked(&m, &a, ddp_grad_ready, &dp);
+            t2b = now_sec();
+            ddp_grads_finish(&dp);  // every rank now holds the mean gradient of the global batch
+        }
         if (world > 1) {  // the global loss: the mean of the ranks' (each shard scores the same count)
             ddp_allreduce_sum_f64(&dp, &loss, 1, "the loss all-reduce");
             loss /= world;
         }
         const double t3 = now_sec();
         t_comm += t3 - t2b;
-        const double gn = grad_global_norm_clip(m.grads, m.n_params, clip);
+        const double gn = gpu ? train_gpu_clip(gpu, clip) : grad_global_norm_clip(m.grads, m.n_params, clip);
         const float lr_s = lr_schedule(s, warmup, steps, (float)lr, (float)min_lr);
-        train_adamw_step(&m, &opt, &ac, lr_s);
+        if (gpu) train_gpu_adamw_step(gpu, &ac, lr_s);  // returns after a device synchronize
+        else train_adamw_step(&m, &opt, &ac, lr_s);
         const double t4 = now_sec(), dt = t4 - t0;
         t_train += dt, t_fwd += t2 - t1, t_bwd += t2b - t2, t_opt += t4 - t3;
+        if (s == s0) t_first = dt;
         if (!isfinite(loss) || !isfinite(gn)) die("step %d: loss %g, gradient norm %g: diverged (lower --lr?)", s, loss, gn);
         if (flog) fprintf(flog, "%d %a %a\n", s + 1, loss, gn), fflush(flog);
         event(fev, "step %d loss=%.6f", s + 1, loss);
@@ -383,6 +439,7 @@ int main(int argc, char **argv) {
         if (world > 1 && ((s + 1) % check_every == 0 || s + 1 == steps || (stop_at && s + 1 == stop_at)))
             ddp_check_same(&dp, ddp_hash_floats(m.params, m.n_params), "weights");
         if (ckpt_dir && lead && ((s + 1) % ckpt_every == 0 || s + 1 == steps)) {
+            if (gpu) train_gpu_download(gpu, &m), train_gpu_download_adamw(gpu, &opt);  // the CPU writes it
             const CkptState st = {.step = s + 1, .adam_t = opt.t, .data = data, .world_size = world};
             if (ckpt_save(&ckw, &m, &opt, &st, err, sizeof err)) die("%s", err);
             event(fev, "ckpt %d %s", s + 1, ckpt_async ? "started" : "written");
@@ -398,6 +455,7 @@ int main(int argc, char **argv) {
         if (stop_at && s + 1 == stop_at) break;
     }
     if (flog && fclose(flog)) die("%s: write failed", loss_log);
+    if (gpu) train_gpu_download(gpu, &m), train_gpu_download_adamw(gpu, &opt);  // for the evaluation and --save
     // the ranks part here: what follows (the last checkpoint write, the held-out decoding, --save)
     // is rank 0's alone and may take longer than any collective's deadline
     ddp_barrier(&dp, "the barrier after the last step");
@@ -428,11 +486,23 @@ int main(int argc, char **argv) {
                    "= %.1f%% of the training time (what the backward did not hide, and the wait for a slower rank); "
                    "starting and testing them during the backward %.4f s", dp.n_allreduce, (double)dp.n_allreduce / (steps_run ? steps_run : 1),
                    dp.exposed_s, 100 * dp.exposed_s / t_train, dp.poll_s);
+    if (gpu && steps_run > 1) {  // the first step pays for cuBLAS's setup: left out
+        const double ts = (t_train - t_first) / (steps_run - 1), tok = (double)B * T;
+        table_meta(tb, "gpu_rate", "%.0f tokens/s; model FLOP/s = 6 x %zu params x %.0f tokens / step time = %.3f TFLOP/s "
+                   "(steps 2..%d, %.3f ms each, host clock around each step, which ends with a device synchronize; the "
+                   "6 N D count leaves out attention's T^2 terms)", tok / ts, m.n_params, tok,
+                   6.0 * (double)m.n_params * tok / ts * 1e-12, steps_run, 1e3 * ts);
+    }
     char comm_s[64] = "";
     if (world > 1) snprintf(comm_s, sizeof comm_s, "waiting for the all-reduces %.0f%%, ", 100 * t_comm / t_train);
-    table_meta(tb, "time_split", "forward %.0f%%, backward %.0f%% (%.2f x the forward), %sclip + AdamW %.0f%%, the rest "
-               "(batch, zeroing) %.0f%%", 100 * t_fwd / t_train, 100 * t_bwd / t_train, t_bwd / t_fwd, comm_s,
-               100 * t_opt / t_train, 100 * (t_train - t_fwd - t_bwd - t_comm - t_opt) / t_train);
+    if (gpu)
+        table_meta(tb, "time_split", "forward + backward (ids up, loss down) %.0f%%, clip + AdamW (norm down, synchronize) "
+                   "%.0f%%, the rest (batch) %.0f%%", 100 * t_fwd / t_train, 100 * t_opt / t_train,
+                   100 * (t_train - t_fwd - t_opt) / t_train);
+    else
+        table_meta(tb, "time_split", "forward %.0f%%, backward %.0f%% (%.2f x the forward), %sclip + AdamW %.0f%%, the rest "
+                   "(batch, zeroing) %.0f%%", 100 * t_fwd / t_train, 100 * t_bwd / t_train, t_bwd / t_fwd, comm_s,
+                   100 * t_opt / t_train, 100 * (t_train - t_fwd - t_bwd - t_comm - t_opt) / t_train);
     // Held-out: a stream the training data never draws from; answered by the engine's forward.
     CpuModel cm;
     train_cpu_view(&m, &cm);
@@ -455,6 +525,7 @@ int main(int argc, char **argv) {
     event(fev, "end step=%d", s0 + steps_run);
     if (fev) fclose(fev);
     train_cpu_view_free(&cm);
+    train_gpu_free(gpu);
     free(ids), free(tg);
     adamw_free(&opt);
     train_acts_free(&a);

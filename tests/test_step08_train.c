@@ -402,7 +402,7 @@ Test(step08, train_program_refuses_bad_options_and_runs, .timeout = 120) {
         {"--preset tiny --clip -1", 2, "--clip: -1 is out of range"},
         {"--preset tiny --batch 1e3", 2, "--batch: '1e3' is not an integer"},
         {"--preset tiny --task sort", 2, "--task: 'sort' is not a task (allowed: copy, reverse)"},
-        {"--preset small", 2, "--preset: 'small' is not a preset (allowed: tiny)"},
+        {"--preset huge", 2, "--preset: 'huge' is not a preset (allowed: tiny, small)"},
         {"--preset tiny --model " MODELS_DIR "/llama_mha_f32", 2, "need exactly one of --preset tiny / --model DIR"},
         {"--preset tiny --steps 10 --warmup 10", 2, "--warmup: 10 is not below --steps 10"},
         {"--preset tiny --lr 1e-3 --min-lr 1e-2", 2, "--min-lr: 0.01 is above --lr 0.001"},
