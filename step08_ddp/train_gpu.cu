@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "cuda_check.h"
+#include "step02_attention/forward_gpu.cuh"  // block_sum, block_max, grid_for
 #include "step08_ddp/train_gpu.h"
 
 // ---------------------------------------------------------------- the device state
@@ -63,44 +64,9 @@ int train_gpu_check_config(const ModelConfig *c, char *err, int errlen) {
     return 0;
 }
 
-// ---------------------------------------------------------------- reductions
-
-template <typename F> __device__ F warp_sum(F v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-// Sum (or max) over the block; every thread gets the result. blockDim.x is a multiple of 32.
-template <typename F> __device__ F block_sum(F v) {
-    __shared__ F sh[32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();  // sh may still be read by a previous call
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    F r = lane < nw ? sh[lane] : (F)0;
-    r = warp_sum(r);
-    return r;
-}
-__device__ float block_max(float v) {
-    __shared__ float sh[32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    float r = lane < nw ? sh[lane] : -INFINITY;
-    return warp_max(r);
-}
+// block_sum, block_max (float, every thread gets the result) and grid_for: step02_attention/forward_gpu.cuh
 
 #define ROW_THREADS 256
-static unsigned grid_for(size_t n) {
-    size_t b = (n + 255) / 256;
-    return (unsigned)(b < 8192 ? (b ? b : 1) : 8192);
-}
 #define FOR_EACH(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 // ---------------------------------------------------------------- kernels (train_cpu.c's ops)
@@ -247,11 +213,11 @@ __global__ void cross_entropy_k(const float *logits, const int *targets, int V, 
     if (threadIdx.x == 0) row_loss[blockIdx.x] = lse - logits[r0 + tg];
 }
 
-__global__ void sumsq_k(const float *g, size_t n, double *out) {
+__global__ void sumsq_k(const float *g, size_t n, double *out) {  // in double, as grad_global_norm_clip
     double s = 0;
     FOR_EACH(i, n) s += (double)g[i] * g[i];
-    s = block_sum(s);
-    if (threadIdx.x == 0) atomicAdd(out, s);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x % 32 == 0) atomicAdd(out, s);
 }
 __global__ void scale_k(float *g, size_t n, float s) {
     FOR_EACH(i, n) g[i] *= s;
@@ -303,7 +269,7 @@ static void linear_bwd(TrainGpu *g, const float *x, const float *W, const float 
 static void rmsnorm_bwd(TrainGpu *g, const float *x, const float *w, const float *dy, int n, float *dx, int acc, float *dw) {
     rmsnorm_bwd_k<<<g->N, ROW_THREADS>>>(x, w, dy, n, g->cfg.rms_eps, dx, acc, g->rowbuf);
     CUDA_CHECK_LAST();
-    colsum_add_k<<<grid_for((size_t)n), 256>>>(g->rowbuf, g->N, n, dw);
+    colsum_add_k<<<grid_for((size_t)n, 256), 256>>>(g->rowbuf, g->N, n, dw);
     CUDA_CHECK_LAST();
 }
 
@@ -443,7 +409,7 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
     float *P_ = g->p, *G_ = g->g;
     // ---- forward (train_forward's order)
     float *x = g->x_out;  // the running residual stream (N, d)
-    embed_fwd_k<<<grid_for(Nd), 256>>>(P_ + g->off_embed, g->ids, (size_t)N, d, x);
+    embed_fwd_k<<<grid_for(Nd, 256), 256>>>(P_ + g->off_embed, g->ids, (size_t)N, d, x);
     CUDA_CHECK_LAST();
     for (int l = 0; l < c->n_layers; l++) {
         const LayerOff *o = &g->lo[l];
@@ -457,13 +423,13 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
         linear_fwd(g, xn1, P_ + o->wq, d, qd, q, 0);
         linear_fwd(g, xn1, P_ + o->wk, d, kd, k, 0);
         linear_fwd(g, xn1, P_ + o->wv, d, kd, v, 0);
-        rope_k<<<grid_for(Nq / 2), 256>>>(q, (size_t)N, T, H, hd, qd, g->cos_t, g->sin_t, 1.0f);
+        rope_k<<<grid_for(Nq / 2, 256), 256>>>(q, (size_t)N, T, H, hd, qd, g->cos_t, g->sin_t, 1.0f);
         CUDA_CHECK_LAST();
-        rope_k<<<grid_for(Nk / 2), 256>>>(k, (size_t)N, T, KV, hd, kd, g->cos_t, g->sin_t, 1.0f);
+        rope_k<<<grid_for(Nk / 2, 256), 256>>>(k, (size_t)N, T, KV, hd, kd, g->cos_t, g->sin_t, 1.0f);
         CUDA_CHECK_LAST();
-        repeat_kv_k<<<grid_for(Nq), 256>>>(k, B, T, H, KV, hd, g->kx);
+        repeat_kv_k<<<grid_for(Nq, 256), 256>>>(k, B, T, H, KV, hd, g->kx);
         CUDA_CHECK_LAST();
-        repeat_kv_k<<<grid_for(Nq), 256>>>(v, B, T, H, KV, hd, g->vx);
+        repeat_kv_k<<<grid_for(Nq, 256), 256>>>(v, B, T, H, KV, hd, g->vx);
         CUDA_CHECK_LAST();
         for (int b = 0; b < B; b++)  // S = q k^T / sqrt(hd), for the H heads of sequence b
             gemm_batched(g, 0, 1, T, T, hd, scale, q + (size_t)b * T * qd, qd, hd, g->kx + (size_t)b * H * Thd, hd, Thd,
@@ -479,7 +445,7 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
         CUDA_CHECK_LAST();
         linear_fwd(g, xn2, P_ + o->w_gate, d, ff, gate, 0);
         linear_fwd(g, xn2, P_ + o->w_up, d, ff, up, 0);
-        swiglu_fwd_k<<<grid_for(Nf), 256>>>(gate, up, Nf, hm);
+        swiglu_fwd_k<<<grid_for(Nf, 256), 256>>>(gate, up, Nf, hm);
         CUDA_CHECK_LAST();
         linear_fwd(g, hm, P_ + o->w_down, ff, d, x, 1);  // x += h Wd^T
     }
@@ -500,16 +466,16 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
         const float *gate = g->gate + l * Nf, *up = g->up + l * Nf, *hm = g->hmid + l * Nf;
         // MLP block
         linear_bwd(g, hm, P_ + o->w_down, g->dx, ff, d, g->dh, 0, G_ + o->w_down);
-        swiglu_bwd_k<<<grid_for(Nf), 256>>>(gate, up, g->dh, Nf, g->dgate, g->dup);
+        swiglu_bwd_k<<<grid_for(Nf, 256), 256>>>(gate, up, g->dh, Nf, g->dgate, g->dup);
         CUDA_CHECK_LAST();
         linear_bwd(g, xn2, P_ + o->w_gate, g->dgate, d, ff, g->dxn, 0, G_ + o->w_gate);
         linear_bwd(g, xn2, P_ + o->w_up, g->dup, d, ff, g->dxn, 1, G_ + o->w_up);
         rmsnorm_bwd(g, xmid, P_ + o->mlp_norm, g->dxn, d, g->dx, 1, G_ + o->mlp_norm);  // dx += through the norm
         // attention block
         linear_bwd(g, att, P_ + o->wo, g->dx, qd, d, g->datt, 0, G_ + o->wo);
-        repeat_kv_k<<<grid_for(Nq), 256>>>(k, B, T, H, KV, hd, g->kx);
+        repeat_kv_k<<<grid_for(Nq, 256), 256>>>(k, B, T, H, KV, hd, g->kx);
         CUDA_CHECK_LAST();
-        repeat_kv_k<<<grid_for(Nq), 256>>>(v, B, T, H, KV, hd, g->vx);
+        repeat_kv_k<<<grid_for(Nq, 256), 256>>>(v, B, T, H, KV, hd, g->vx);
         CUDA_CHECK_LAST();
         for (int b = 0; b < B; b++)  // dP = do v^T
             gemm_batched(g, 0, 1, T, T, hd, 1.0f, g->datt + (size_t)b * T * qd, qd, hd, g->vx + (size_t)b * H * Thd, hd,
@@ -526,20 +492,20 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
             gemm_batched(g, 1, 0, T, hd, T, 1.0f, P + (size_t)b * H * TT, T, TT, g->datt + (size_t)b * T * qd, qd, hd,
                          0.0f, g->dvx + (size_t)b * H * Thd, hd, Thd, H);
         }
-        reduce_kv_k<<<grid_for(Nk), 256>>>(g->dkx, B, T, H, KV, hd, g->dk);  // sum the heads sharing a kv head
+        reduce_kv_k<<<grid_for(Nk, 256), 256>>>(g->dkx, B, T, H, KV, hd, g->dk);  // sum the heads sharing a kv head
         CUDA_CHECK_LAST();
-        reduce_kv_k<<<grid_for(Nk), 256>>>(g->dvx, B, T, H, KV, hd, g->dv);
+        reduce_kv_k<<<grid_for(Nk, 256), 256>>>(g->dvx, B, T, H, KV, hd, g->dv);
         CUDA_CHECK_LAST();
-        rope_k<<<grid_for(Nq / 2), 256>>>(g->dq, (size_t)N, T, H, hd, qd, g->cos_t, g->sin_t, -1.0f);
+        rope_k<<<grid_for(Nq / 2, 256), 256>>>(g->dq, (size_t)N, T, H, hd, qd, g->cos_t, g->sin_t, -1.0f);
         CUDA_CHECK_LAST();
-        rope_k<<<grid_for(Nk / 2), 256>>>(g->dk, (size_t)N, T, KV, hd, kd, g->cos_t, g->sin_t, -1.0f);
+        rope_k<<<grid_for(Nk / 2, 256), 256>>>(g->dk, (size_t)N, T, KV, hd, kd, g->cos_t, g->sin_t, -1.0f);
         CUDA_CHECK_LAST();
         linear_bwd(g, xn1, P_ + o->wq, g->dq, d, qd, g->dxn, 0, G_ + o->wq);
         linear_bwd(g, xn1, P_ + o->wk, g->dk, d, kd, g->dxn, 1, G_ + o->wk);
         linear_bwd(g, xn1, P_ + o->wv, g->dv, d, kd, g->dxn, 1, G_ + o->wv);
         rmsnorm_bwd(g, xin, P_ + o->attn_norm, g->dxn, d, g->dx, 1, G_ + o->attn_norm);
     }
-    embed_bwd_k<<<grid_for(Nd), 256>>>(G_ + g->off_embed, g->ids, (size_t)N, d, g->dx);
+    embed_bwd_k<<<grid_for(Nd, 256), 256>>>(G_ + g->off_embed, g->ids, (size_t)N, d, g->dx);
     CUDA_CHECK_LAST();
     // the loss: the rows' shares summed on the host in double (a synchronizing copy)
     float *rl = (float *)xmalloc((size_t)N * sizeof(float));
@@ -554,13 +520,13 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
 
 double train_gpu_clip(TrainGpu *g, double max_norm) {
     CUDA_CHECK(cudaMemset(g->sumsq, 0, sizeof(double)));
-    sumsq_k<<<grid_for(g->n_params), 256>>>(g->g, g->n_params, g->sumsq);
+    sumsq_k<<<grid_for(g->n_params, 256), 256>>>(g->g, g->n_params, g->sumsq);
     CUDA_CHECK_LAST();
     double ss = 0;
     CUDA_CHECK(cudaMemcpy(&ss, g->sumsq, sizeof(double), cudaMemcpyDeviceToHost));
     const double norm = sqrt(ss);
     if (max_norm > 0 && norm > max_norm) {
-        scale_k<<<grid_for(g->n_params), 256>>>(g->g, g->n_params, (float)(max_norm / (norm + 1e-6)));
+        scale_k<<<grid_for(g->n_params, 256), 256>>>(g->g, g->n_params, (float)(max_norm / (norm + 1e-6)));
         CUDA_CHECK_LAST();
     }
     return norm;
@@ -572,7 +538,7 @@ void train_gpu_adamw_step(TrainGpu *g, const AdamWConfig *c, float lr) {
     for (int i = 0; i < g->n_tensors; i++) {
         const TrainTensor *t = &g->tensors[i];
         const float wd = t->decay ? c->weight_decay : 0.0f;
-        adamw_k<<<grid_for(t->numel), 256>>>(g->p + t->off, g->g + t->off, g->m + t->off, g->v + t->off, t->numel,
+        adamw_k<<<grid_for(t->numel, 256), 256>>>(g->p + t->off, g->g + t->off, g->m + t->off, g->v + t->off, t->numel,
                                              c->beta1, c->beta2, c->eps, lr / bc1, 1.0f - lr * wd, bc2_sqrt);
         CUDA_CHECK_LAST();
     }
