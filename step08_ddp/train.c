@@ -44,6 +44,7 @@
 #include "model.h"
 #include "rng.h"
 #include "step08_ddp/ckpt.h"
+#include "step01_matmul/roofline_gpu.h"
 #include "step08_ddp/ddp.h"
 #include "step08_ddp/export.h"
 #include "step08_ddp/task.h"
@@ -385,7 +386,7 @@ int main(int argc, char **argv) {
     FILE *flog = loss_log && lead ? fopen_check(loss_log, "w") : NULL;
     FILE *fev = event_log && lead ? fopen_check(event_log, "a") : NULL;
     event(fev, "start world=%d resume_from=%d steps=%d pid=%ld", world, s0, steps, (long)getpid());
-    double t_train = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0, loss = 0, t_first = 0;
+    double t_train = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0, loss = 0, t_first = 0, t_download = 0;
     for (int s = s0; s < steps; s++) {
         if (rank == hang_rank && s + 1 == hang_at) {  // fault injection: alive, but never answers again
             fprintf(stderr, "train: rank %d: --hang-at-step %d: this rank stops answering (the others' watchdog must "
@@ -439,7 +440,12 @@ int main(int argc, char **argv) {
         if (world > 1 && ((s + 1) % check_every == 0 || s + 1 == steps || (stop_at && s + 1 == stop_at)))
             ddp_check_same(&dp, ddp_hash_floats(m.params, m.n_params), "weights");
         if (ckpt_dir && lead && ((s + 1) % ckpt_every == 0 || s + 1 == steps)) {
-            if (gpu) train_gpu_download(gpu, &m), train_gpu_download_adamw(gpu, &opt);  // the CPU writes it
+            if (gpu) {  // the CPU writes it; the download stalls training like the snapshot does
+                const double td = now_sec();
+                train_gpu_download(gpu, &m), train_gpu_download_adamw(gpu, &opt);
+                const double dd = now_sec() - td;
+                ckw.stall_s += dd, ckw.snapshot_s += dd, t_download += dd;
+            }
             const CkptState st = {.step = s + 1, .adam_t = opt.t, .data = data, .world_size = world};
             if (ckpt_save(&ckw, &m, &opt, &st, err, sizeof err)) die("%s", err);
             event(fev, "ckpt %d %s", s + 1, ckpt_async ? "started" : "written");
@@ -477,6 +483,9 @@ int main(int argc, char **argv) {
             table_meta(tb, "ckpt_stall", "async: snapshots (memcpy of params, m and v, %.2f MB each time) %.4f s, waits for "
                        "the previous write %.4f s, for the last write at the end %.4f s", 12e-6 * m.n_params, ckw.snapshot_s,
                        stall_in_loop - ckw.snapshot_s, ckw.stall_s - stall_in_loop);
+        if (gpu)
+            table_meta(tb, "ckpt_download", "device -> host copies of params, m and v (%.2f MB each time) before each "
+                       "checkpoint: %.4f s in all, counted in the stall above", 12e-6 * m.n_params, t_download);
         ckpt_writer_free(&ckw);
     }
     table_meta(tb, "train_time", "%.2f s for %d steps: %.0f tokens/s on average", t_train, steps_run,
@@ -492,6 +501,16 @@ int main(int argc, char **argv) {
                    "(steps 2..%d, %.3f ms each, host clock around each step, which ends with a device synchronize; the "
                    "6 N D count leaves out attention's T^2 terms)", tok / ts, m.n_params, tok,
                    6.0 * (double)m.n_params * tok / ts * 1e-12, steps_run, 1e3 * ts);
+        // the ceiling the rate is put against: cuBLAS's dense GEMM of the same math, measured now
+        const int dt_gemm = gmath == TRAIN_GPU_FP32 ? 0 : 2;
+        const double gms = roofline_gpu_gemm_ms(dt_gemm, 8192, 8192, 8192, 20);
+        if (gms > 0) {
+            const double ceil_tf = 2.0 * 8192.0 * 8192.0 * 8192.0 / (gms * 1e-3) * 1e-12;
+            table_meta(tb, "gpu_ceiling", "%.1f%% of the dense GEMM ceiling: cuBLAS %s GEMM 8192^3 = %.1f TFLOP/s, measured "
+                       "now (CUDA events, median of 20, step01 roofline_gpu_gemm_ms)",
+                       100 * 6.0 * (double)m.n_params * tok / ts * 1e-12 / ceil_tf,
+                       dt_gemm ? "bf16 (fp32 accumulate)" : "fp32 (no TF32)", ceil_tf);
+        }
     }
     char comm_s[64] = "";
     if (world > 1) snprintf(comm_s, sizeof comm_s, "waiting for the all-reduces %.0f%%, ", 100 * t_comm / t_train);
