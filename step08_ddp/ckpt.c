@@ -505,7 +505,12 @@ int ckpt_save(CkptWriter *w, const TrainModel *m, const AdamW *o, const CkptStat
         w->stall_s += now_sec() - t0;
         return w->failed ? errf(err, errlen, "checkpoint write failed: %s", w->err) : 0;
     }
-    if (w->n_snap != n) free(w->snap), w->snap = xmalloc(3 * n * sizeof(float)), w->n_snap = n;
+    if (w->n_snap != n) {
+        if (w->snap) w->snap_free ? w->snap_free(w->snap) : free(w->snap);
+        w->snap = w->snap_alloc ? (float *)w->snap_alloc(3 * n * sizeof(float)) : xmalloc(3 * n * sizeof(float));
+        if (!w->snap) return w->n_snap = 0, errf(err, errlen, "checkpoint: cannot allocate a snapshot");
+        w->n_snap = n;
+    }
     memcpy(w->snap, m->params, n * sizeof(float));
     memcpy(w->snap + n, o->m, n * sizeof(float));
     memcpy(w->snap + 2 * n, o->v, n * sizeof(float));
@@ -518,8 +523,51 @@ int ckpt_save(CkptWriter *w, const TrainModel *m, const AdamW *o, const CkptStat
     return 0;
 }
 
+void ckpt_writer_set_alloc(CkptWriter *w, void *(*alloc)(size_t), void (*free_fn)(void *)) {
+    w->snap_alloc = alloc, w->snap_free = free_fn;
+}
+
+float *ckpt_snapshot_begin(CkptWriter *w, size_t n, char *err, int errlen) {
+    const double t0 = now_sec();
+    if (ckpt_wait(w, err, errlen)) return NULL;  // at most one write in flight
+    if (w->n_snap != n) {
+        if (w->snap) w->snap_free ? w->snap_free(w->snap) : free(w->snap);
+        w->snap = w->snap_alloc ? (float *)w->snap_alloc(3 * n * sizeof(float)) : xmalloc(3 * n * sizeof(float));
+        if (!w->snap) {
+            w->n_snap = 0;
+            errf(err, errlen, "checkpoint: cannot allocate a snapshot of %zu bytes", 3 * n * sizeof(float));
+            return NULL;
+        }
+        w->n_snap = n;
+    }
+    w->t_fill = now_sec();
+    w->stall_s -= w->t_fill - t0;  // ckpt_wait counted the wait; commit counts begin..commit
+    w->t_begin = t0;
+    return w->snap;
+}
+
+int ckpt_snapshot_commit(CkptWriter *w, const TrainModel *m, const CkptState *st, char *err, int errlen) {
+    const size_t n = w->n_snap;
+    if (!w->snap || n != m->n_params) return errf(err, errlen, "ckpt_snapshot_commit: no snapshot of %zu values begun", m->n_params);
+    w->job = (CkptSnapshot){.model = m, .params = w->snap, .m = w->snap + n, .v = w->snap + 2 * n, .st = *st,
+                            .run = w->run, .n_run = w->n_run};
+    if (!w->async) {
+        write_job(w);
+        w->stall_s += now_sec() - w->t_begin;
+        return w->failed ? errf(err, errlen, "checkpoint write failed: %s", w->err) : 0;
+    }
+    const double filled = now_sec();
+    const int e = pthread_create(&w->th, NULL, writer_main, w);
+    if (e) return errf(err, errlen, "checkpoint: cannot start the writer thread: %s", strerror(e));
+    w->in_flight = 1;
+    w->snapshot_s += filled - w->t_fill;
+    w->stall_s += now_sec() - w->t_begin;
+    return 0;
+}
+
 void ckpt_writer_free(CkptWriter *w) {
     if (w->in_flight) pthread_join(w->th, NULL), w->in_flight = 0;
-    free(w->snap);
+    if (w->snap && w->snap_free) w->snap_free(w->snap);
+    else free(w->snap);
     w->snap = NULL, w->n_snap = 0;
 }

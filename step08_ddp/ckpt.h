@@ -91,6 +91,9 @@ typedef struct {
     int n_run;
     float *snap;      // (3, n_params) async snapshot: params, m, v
     size_t n_snap;
+    void *(*snap_alloc)(size_t);  // how snap is allocated (NULL: malloc / free)
+    void (*snap_free)(void *);
+    double t_begin, t_fill;       // when ckpt_snapshot_begin was called, when its wait ended
     CkptSnapshot job;
     pthread_t th;
     int in_flight;
@@ -106,6 +109,16 @@ typedef struct {
 int ckpt_writer_init(CkptWriter *w, const char *dir, int async, int keep, const CkptKV *run, int n_run, char *err,
                      int errlen);
 int ckpt_save(CkptWriter *w, const TrainModel *m, const AdamW *o, const CkptState *st, char *err, int errlen);
+// For a trainer whose state lives elsewhere (on a GPU): the caller fills the snapshot itself.
+// ckpt_snapshot_begin waits for the write in flight (at most one) and returns the (3, n) buffer to
+// fill with params, m and v (allocated once, with `alloc` when ckpt_writer_set_alloc gave one:
+// pinned host memory makes a device's download several times faster than into pageable memory);
+// ckpt_snapshot_commit then writes it (sync) or starts its write on the background thread (async).
+// The time from begin to commit's return counts as the training thread's stall (and, async, as
+// snapshot time).
+void ckpt_writer_set_alloc(CkptWriter *w, void *(*alloc)(size_t), void (*free_fn)(void *));
+float *ckpt_snapshot_begin(CkptWriter *w, size_t n, char *err, int errlen);
+int ckpt_snapshot_commit(CkptWriter *w, const TrainModel *m, const CkptState *st, char *err, int errlen);
 // Wait for the write in flight (if any); its failure is reported here.
 int ckpt_wait(CkptWriter *w, char *err, int errlen);
 void ckpt_writer_free(CkptWriter *w);

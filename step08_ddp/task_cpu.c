@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "step03_kvcache/kvcache.h"
 #include "task.h"
 #include "train.h"
 
@@ -34,26 +35,30 @@ void task_make_batch(TaskKind k, Rng *r, int B, int L, int n_sym, int *ids, int 
 double task_eval(const CpuModel *cm, TaskKind k, uint64_t seed, int n, int L, int n_sym, double *tok_acc) {
     const int T = task_seq_len(L), V = cm->cfg.vocab;
     int *want = xmalloc((size_t)T * sizeof(int)), *seq = xmalloc((size_t)T * sizeof(int));
-    float *logits = xmalloc((size_t)T * V * sizeof(float));
+    float *logits = xmalloc((size_t)V * sizeof(float));
+    CpuKvCache kv;  // step03's cache: the prompt once, then one token per step (not T forwards of t tokens)
+    if (cpu_kv_init(&kv, &cm->cfg, T)) die("task_eval: cpu_kv_init failed");
     Rng r;
     rng_seed(&r, seed);
     long exact = 0, tok = 0;
     for (int e = 0; e < n; e++) {
         make_one(k, &r, L, n_sym, want);
         memcpy(seq, want, (size_t)(L + 2) * sizeof(int));
+        kv.len = 0;
+        if (forward_cached_cpu(cm, &kv, seq, L + 2, logits)) die("task_eval: forward_cached_cpu failed");
         int ok = 1;
-        for (int t = L + 2; t < T; t++) {
-            if (forward_cpu(cm, seq, t, logits, NULL)) die("task_eval: forward_cpu failed");
-            const float *z = logits + (size_t)(t - 1) * V;
+        for (int t = L + 2; t < T; t++) {  // logits predict position t
             int best = 0;
             for (int j = 1; j < V; j++)
-                if (z[j] > z[best]) best = j;
+                if (logits[j] > logits[best]) best = j;
             seq[t] = best;  // greedy: the model's own token is fed back
             tok += best == want[t];
             ok &= best == want[t];
+            if (t + 1 < T && forward_cached_cpu(cm, &kv, &seq[t], 1, logits)) die("task_eval: forward_cached_cpu failed");
         }
         exact += ok;
     }
+    cpu_kv_free(&kv);
     free(want), free(seq), free(logits);
     if (tok_acc) *tok_acc = n ? (double)tok / ((double)n * L) : 0;
     return n ? (double)exact / n : 0;

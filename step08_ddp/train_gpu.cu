@@ -46,7 +46,9 @@ struct TrainGpu {
     float *kx, *vx, *dkx, *dvx;  // (B, H, T, hd) k and v repeated per query head (GQA), their grads
     float *dP;                   // (B, H, T, T)
     float *dx, *dxn, *dq, *dk, *dv, *datt, *dgate, *dup, *dh;
-    float *rowbuf;  // (N, d) one row's share of an RMSNorm weight gradient, summed by colsum_add
+    float *rowbuf;  // (N, d) one row's share of an RMSNorm weight gradient, summed by colsum_*
+    float *colpart; // (COLSUM_SPLIT, d) colsum_part_k's partial sums
+    float *qh, *ah, *dqh;  // (B, H, T, hd): q, the attention output and dq in the head layout
     float *row_loss;  // (N)
     double *sumsq;    // (1)
     cublasHandle_t blas;
@@ -67,6 +69,8 @@ int train_gpu_check_config(const ModelConfig *c, char *err, int errlen) {
 // block_sum, block_max (float, every thread gets the result) and grid_for: step02_attention/forward_gpu.cuh
 
 #define ROW_THREADS 256
+// threads for a row of n: a multiple of 32, at most ROW_THREADS (short softmax rows waste fewer)
+static int row_threads(int n) { return n >= ROW_THREADS ? ROW_THREADS : (n + 31) / 32 * 32; }
 #define FOR_EACH(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 // ---------------------------------------------------------------- kernels (train_cpu.c's ops)
@@ -107,11 +111,21 @@ __global__ void rmsnorm_bwd_k(const float *x, const float *w, const float *dy, i
         dx[r0 + i] = acc ? dx[r0 + i] + g : g;
     }
 }
-// dw[i] += sum over rows of buf[r, i]: one thread per column, a fixed order (deterministic)
-__global__ void colsum_add_k(const float *buf, int rows, int n, float *dw) {
+// dw[i] += sum over rows of buf[r, i], in two passes with a fixed order (deterministic): block
+// (x, y) sums rows y, y + COLSUM_SPLIT, ... of its 256 columns into part[y][i], then one thread per
+// column adds the COLSUM_SPLIT partial sums in order.
+#define COLSUM_SPLIT 64
+__global__ void colsum_part_k(const float *buf, int rows, int n, float *part) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float s = 0;
+    for (int r = blockIdx.y; r < rows; r += COLSUM_SPLIT) s += buf[(size_t)r * n + i];
+    part[(size_t)blockIdx.y * n + i] = s;
+}
+__global__ void colsum_fin_k(const float *part, int n, float *dw) {
     FOR_EACH(i, (size_t)n) {
         float s = 0;
-        for (int r = 0; r < rows; r++) s += buf[(size_t)r * n + i];
+        for (int y = 0; y < COLSUM_SPLIT; y++) s += part[(size_t)y * n + i];
         dw[i] += s;
     }
 }
@@ -142,6 +156,18 @@ __global__ void repeat_kv_k(const float *in, int B, int T, int H, int KV, int hd
         const int t = (int)(r % T), h = (int)(r / T % H);
         const size_t b = r / T / H;
         out[i] = in[(b * T + t) * (size_t)KV * hd + (size_t)(h / g) * hd + e];
+    }
+}
+// (B*T, H*hd) rows (ld = H*hd) <-> (B, H, T, hd) heads, so that one strided-batched GEMM covers
+// every (sequence, head) pair: to (dir 0) or from (dir 1) the head layout
+__global__ void heads_k(const float *in, int B, int T, int H, int hd, float *out, int dir) {
+    FOR_EACH(i, (size_t)B * H * T * hd) {  // i indexes the head layout
+        const int e = (int)(i % hd);
+        const size_t r = i / hd;
+        const int t = (int)(r % T), h = (int)(r / T % H);
+        const size_t b = r / T / H, j = (b * T + t) * (size_t)H * hd + (size_t)h * hd + e;
+        if (dir == 0) out[i] = in[j];
+        else out[j] = in[i];
     }
 }
 // its backward: out (B*T, KV*hd) = the sum over the g query heads of each kv head of in (B, H, T, hd)
@@ -213,11 +239,29 @@ __global__ void cross_entropy_k(const float *logits, const int *targets, int V, 
     if (threadIdx.x == 0) row_loss[blockIdx.x] = lse - logits[r0 + tg];
 }
 
-__global__ void sumsq_k(const float *g, size_t n, double *out) {  // in double, as grad_global_norm_clip
+// the sum of squares in double, as grad_global_norm_clip, and in a fixed order (a run repeats
+// bit for bit): SUMSQ_BLOCKS blocks of 256 threads write one partial each, one block adds them
+#define SUMSQ_BLOCKS 1024
+__device__ double block_sum_f64(double v) {
+    __shared__ double part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    double s = 0;
+    for (int i = 0; i < (int)(blockDim.x / 32); i++) s += part[i];
+    return s;
+}
+__global__ void sumsq_part_k(const float *g, size_t n, double *part) {
     double s = 0;
     FOR_EACH(i, n) s += (double)g[i] * g[i];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x % 32 == 0) atomicAdd(out, s);
+    s = block_sum_f64(s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+__global__ void sumsq_fin_k(double *part) {
+    double s = 0;
+    for (int i = threadIdx.x; i < SUMSQ_BLOCKS; i += blockDim.x) s += part[i];
+    s = block_sum_f64(s);
+    if (threadIdx.x == 0) part[SUMSQ_BLOCKS] = s;
 }
 __global__ void scale_k(float *g, size_t n, float s) {
     FOR_EACH(i, n) g[i] *= s;
@@ -269,7 +313,9 @@ static void linear_bwd(TrainGpu *g, const float *x, const float *W, const float 
 static void rmsnorm_bwd(TrainGpu *g, const float *x, const float *w, const float *dy, int n, float *dx, int acc, float *dw) {
     rmsnorm_bwd_k<<<g->N, ROW_THREADS>>>(x, w, dy, n, g->cfg.rms_eps, dx, acc, g->rowbuf);
     CUDA_CHECK_LAST();
-    colsum_add_k<<<grid_for((size_t)n, 256), 256>>>(g->rowbuf, g->N, n, dw);
+    colsum_part_k<<<dim3((unsigned)((n + 255) / 256), COLSUM_SPLIT), 256>>>(g->rowbuf, g->N, n, g->colpart);
+    CUDA_CHECK_LAST();
+    colsum_fin_k<<<grid_for((size_t)n, 256), 256>>>(g->colpart, n, dw);
     CUDA_CHECK_LAST();
 }
 
@@ -334,7 +380,9 @@ TrainGpu *train_gpu_new(const TrainModel *m, int B, int T, TrainGpuMath math, ch
     g->dx = dalloc(N * d), g->dxn = dalloc(N * d), g->dq = dalloc(N * qd), g->dk = dalloc(N * kd), g->dv = dalloc(N * kd);
     g->datt = dalloc(N * qd), g->dgate = dalloc(N * ff), g->dup = dalloc(N * ff), g->dh = dalloc(N * ff);
     g->rowbuf = dalloc(N * d), g->row_loss = dalloc(N);
-    CUDA_CHECK(cudaMalloc(&g->sumsq, sizeof(double)));
+    CUDA_CHECK(cudaMalloc(&g->sumsq, (SUMSQ_BLOCKS + 1) * sizeof(double)));
+    g->colpart = dalloc((size_t)COLSUM_SPLIT * d);
+    g->qh = dalloc(N * qd), g->ah = dalloc(N * qd), g->dqh = dalloc(N * qd);
     CUBLAS_CHECK(cublasCreate(&g->blas));
     train_gpu_upload(g, m, 0);
     size_t after_free = 0;
@@ -357,7 +405,7 @@ void train_gpu_free(TrainGpu *g) {
     void *ps[] = {g->p, g->g, g->m, g->v, g->ids, g->targets, g->cos_t, g->sin_t, g->x_in, g->xn1, g->q, g->k,
                   g->v_act, g->probs, g->att, g->x_mid, g->xn2, g->gate, g->up, g->hmid, g->x_out, g->xn_f,
                   g->logits, g->dlogits, g->kx, g->vx, g->dkx, g->dvx, g->dP, g->dx, g->dxn, g->dq, g->dk,
-                  g->dv, g->datt, g->dgate, g->dup, g->dh, g->rowbuf, g->row_loss, g->sumsq};
+                  g->dv, g->datt, g->dgate, g->dup, g->dh, g->rowbuf, g->row_loss, g->sumsq, g->colpart, g->qh, g->ah, g->dqh};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     CUBLAS_CHECK(cublasDestroy(g->blas));
     free(g->tensors), free(g->lo);
@@ -381,6 +429,20 @@ void train_gpu_download_adamw(TrainGpu *g, AdamW *o) {
     CUDA_CHECK(cudaMemcpy(o->m, g->m, g->n_params * sizeof(float), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(o->v, g->v, g->n_params * sizeof(float), cudaMemcpyDeviceToHost));
     o->t = g->t;
+}
+
+void train_gpu_snapshot(TrainGpu *g, float *params, float *m, float *v, long *adam_t) {
+    CUDA_CHECK(cudaMemcpy(params, g->p, g->n_params * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(m, g->m, g->n_params * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(v, g->v, g->n_params * sizeof(float), cudaMemcpyDeviceToHost));
+    *adam_t = g->t;
+}
+void *train_gpu_host_alloc(size_t bytes) {
+    void *p = NULL;
+    return cudaMallocHost(&p, bytes) == cudaSuccess ? p : NULL;
+}
+void train_gpu_host_free(void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
 }
 
 // ---------------------------------------------------------------- forward + backward
@@ -431,14 +493,15 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
         CUDA_CHECK_LAST();
         repeat_kv_k<<<grid_for(Nq, 256), 256>>>(v, B, T, H, KV, hd, g->vx);
         CUDA_CHECK_LAST();
-        for (int b = 0; b < B; b++)  // S = q k^T / sqrt(hd), for the H heads of sequence b
-            gemm_batched(g, 0, 1, T, T, hd, scale, q + (size_t)b * T * qd, qd, hd, g->kx + (size_t)b * H * Thd, hd, Thd,
-                         0.0f, P + (size_t)b * H * TT, T, TT, H);
-        softmax_causal_k<<<B * H * T, ROW_THREADS>>>(P, T);
+        heads_k<<<grid_for(Nq, 256), 256>>>(q, B, T, H, hd, g->qh, 0);
         CUDA_CHECK_LAST();
-        for (int b = 0; b < B; b++)  // o = P v
-            gemm_batched(g, 0, 0, T, hd, T, 1.0f, P + (size_t)b * H * TT, T, TT, g->vx + (size_t)b * H * Thd, hd, Thd,
-                         0.0f, att + (size_t)b * T * qd, qd, hd, H);
+        // S = q k^T / sqrt(hd), one (T, T) product per (sequence, head): B H of them in one call
+        gemm_batched(g, 0, 1, T, T, hd, scale, g->qh, hd, Thd, g->kx, hd, Thd, 0.0f, P, T, TT, B * H);
+        softmax_causal_k<<<B * H * T, row_threads(T)>>>(P, T);
+        CUDA_CHECK_LAST();
+        gemm_batched(g, 0, 0, T, hd, T, 1.0f, P, T, TT, g->vx, hd, Thd, 0.0f, g->ah, hd, Thd, B * H);  // o = P v
+        heads_k<<<grid_for(Nq, 256), 256>>>(g->ah, B, T, H, hd, att, 1);
+        CUDA_CHECK_LAST();
         linear_fwd(g, att, P_ + o->wo, qd, d, x, 1);  // x += o Wo^T
         CUDA_CHECK(cudaMemcpyAsync(xmid, x, Nd * sizeof(float), cudaMemcpyDeviceToDevice));
         rmsnorm_fwd_k<<<N, ROW_THREADS>>>(x, P_ + o->mlp_norm, d, eps, xn2);
@@ -477,21 +540,19 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
         CUDA_CHECK_LAST();
         repeat_kv_k<<<grid_for(Nq, 256), 256>>>(v, B, T, H, KV, hd, g->vx);
         CUDA_CHECK_LAST();
-        for (int b = 0; b < B; b++)  // dP = do v^T
-            gemm_batched(g, 0, 1, T, T, hd, 1.0f, g->datt + (size_t)b * T * qd, qd, hd, g->vx + (size_t)b * H * Thd, hd,
-                         Thd, 0.0f, g->dP + (size_t)b * H * TT, T, TT, H);
-        softmax_bwd_k<<<B * H * T, ROW_THREADS>>>(P, g->dP, T, scale);  // dP -> dS (with the 1/sqrt(hd))
+        heads_k<<<grid_for(Nq, 256), 256>>>(q, B, T, H, hd, g->qh, 0);  // q and do in the head layout
         CUDA_CHECK_LAST();
-        for (int b = 0; b < B; b++) {
-            const float *dS = g->dP + (size_t)b * H * TT;
-            // dq = dS k;  dk (per query head) = dS^T q;  dv (per query head) = P^T do
-            gemm_batched(g, 0, 0, T, hd, T, 1.0f, dS, T, TT, g->kx + (size_t)b * H * Thd, hd, Thd, 0.0f,
-                         g->dq + (size_t)b * T * qd, qd, hd, H);
-            gemm_batched(g, 1, 0, T, hd, T, 1.0f, dS, T, TT, q + (size_t)b * T * qd, qd, hd, 0.0f,
-                         g->dkx + (size_t)b * H * Thd, hd, Thd, H);
-            gemm_batched(g, 1, 0, T, hd, T, 1.0f, P + (size_t)b * H * TT, T, TT, g->datt + (size_t)b * T * qd, qd, hd,
-                         0.0f, g->dvx + (size_t)b * H * Thd, hd, Thd, H);
-        }
+        heads_k<<<grid_for(Nq, 256), 256>>>(g->datt, B, T, H, hd, g->ah, 0);
+        CUDA_CHECK_LAST();
+        gemm_batched(g, 0, 1, T, T, hd, 1.0f, g->ah, hd, Thd, g->vx, hd, Thd, 0.0f, g->dP, T, TT, B * H);  // dP = do v^T
+        softmax_bwd_k<<<B * H * T, row_threads(T)>>>(P, g->dP, T, scale);  // dP -> dS (with the 1/sqrt(hd))
+        CUDA_CHECK_LAST();
+        // dq = dS k;  dk (per query head) = dS^T q;  dv (per query head) = P^T do
+        gemm_batched(g, 0, 0, T, hd, T, 1.0f, g->dP, T, TT, g->kx, hd, Thd, 0.0f, g->dqh, hd, Thd, B * H);
+        gemm_batched(g, 1, 0, T, hd, T, 1.0f, g->dP, T, TT, g->qh, hd, Thd, 0.0f, g->dkx, hd, Thd, B * H);
+        gemm_batched(g, 1, 0, T, hd, T, 1.0f, P, T, TT, g->ah, hd, Thd, 0.0f, g->dvx, hd, Thd, B * H);
+        heads_k<<<grid_for(Nq, 256), 256>>>(g->dqh, B, T, H, hd, g->dq, 1);
+        CUDA_CHECK_LAST();
         reduce_kv_k<<<grid_for(Nk, 256), 256>>>(g->dkx, B, T, H, KV, hd, g->dk);  // sum the heads sharing a kv head
         CUDA_CHECK_LAST();
         reduce_kv_k<<<grid_for(Nk, 256), 256>>>(g->dvx, B, T, H, KV, hd, g->dv);
@@ -519,11 +580,12 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
 // ---------------------------------------------------------------- clipping and AdamW
 
 double train_gpu_clip(TrainGpu *g, double max_norm) {
-    CUDA_CHECK(cudaMemset(g->sumsq, 0, sizeof(double)));
-    sumsq_k<<<grid_for(g->n_params, 256), 256>>>(g->g, g->n_params, g->sumsq);
+    sumsq_part_k<<<SUMSQ_BLOCKS, 256>>>(g->g, g->n_params, g->sumsq);
+    CUDA_CHECK_LAST();
+    sumsq_fin_k<<<1, 256>>>(g->sumsq);
     CUDA_CHECK_LAST();
     double ss = 0;
-    CUDA_CHECK(cudaMemcpy(&ss, g->sumsq, sizeof(double), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&ss, g->sumsq + SUMSQ_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost));
     const double norm = sqrt(ss);
     if (max_norm > 0 && norm > max_norm) {
         scale_k<<<grid_for(g->n_params, 256), 256>>>(g->g, g->n_params, (float)(max_norm / (norm + 1e-6)));

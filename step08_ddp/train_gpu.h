@@ -55,6 +55,12 @@ void train_gpu_download(TrainGpu *g, TrainModel *m);
 // The optimizer state (moments and step count) both ways, for checkpoints and resume.
 void train_gpu_upload_adamw(TrainGpu *g, const AdamW *o);
 void train_gpu_download_adamw(TrainGpu *g, AdamW *o);
+// A checkpoint's state straight from the device: params, AdamW m and v into params / m / v (n_params
+// floats each; pinned memory from train_gpu_host_alloc makes this a fast DMA) and the AdamW step
+// count into *adam_t. Host memory allocated with cudaMallocHost (NULL when that fails), and its free.
+void train_gpu_snapshot(TrainGpu *g, float *params, float *m, float *v, long *adam_t);
+void *train_gpu_host_alloc(size_t bytes);
+void train_gpu_host_free(void *p);
 // Zero the device grads, run the forward over ids (B, T) with targets (B, T) (TRAIN_IGNORE: not
 // counted), the loss (mean over the counted targets, as cross_entropy_cpu) and the backward into
 // the device grads. Returns the loss, or -1 for an id or target outside the vocabulary. *n_counted

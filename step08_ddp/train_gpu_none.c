@@ -25,6 +25,12 @@ void train_gpu_upload(TrainGpu *g, const TrainModel *m, int with_grads) { (void)
 void train_gpu_download(TrainGpu *g, TrainModel *m) { (void)g, (void)m; die("train_gpu_download: built without CUDA"); }
 void train_gpu_upload_adamw(TrainGpu *g, const AdamW *o) { (void)g, (void)o; die("train_gpu_upload_adamw: built without CUDA"); }
 void train_gpu_download_adamw(TrainGpu *g, AdamW *o) { (void)g, (void)o; die("train_gpu_download_adamw: built without CUDA"); }
+void train_gpu_snapshot(TrainGpu *g, float *params, float *m, float *v, long *adam_t) {
+    (void)g, (void)params, (void)m, (void)v, (void)adam_t;
+    die("train_gpu_snapshot: built without CUDA");
+}
+void *train_gpu_host_alloc(size_t bytes) { (void)bytes; return NULL; }
+void train_gpu_host_free(void *p) { (void)p; }
 double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *targets, int *n_counted) {
     (void)g, (void)ids, (void)targets, (void)n_counted;
     die("train_gpu_forward_backward: built without CUDA");
