@@ -37,6 +37,9 @@ struct TrainGpu {
     float *p, *g, *m, *v;  // (n_params) params, grads, AdamW moments
     long t;                // AdamW steps taken
     int *ids, *targets;    // (N)
+    int *emb_order, *emb_seg;  // (N), (3 N): embed_bwd_k's positions sorted by id and its segments
+    int *h_order, *h_seg, *h_count;  // their host twins, and a count per vocabulary id (V + 1)
+    int n_seg;
     int n_counted;
     float *cos_t, *sin_t;  // (T, hd/2)
     // activations, (L, N, width) as TrainActs
@@ -78,9 +81,18 @@ static int row_threads(int n) { return n >= ROW_THREADS ? ROW_THREADS : (n + 31)
 __global__ void embed_fwd_k(const float *E, const int *ids, size_t N, int d, float *x) {
     FOR_EACH(i, N * d) x[i] = E[(size_t)ids[i / d] * d + i % d];
 }
-// each row's gradient goes to the table row it was read from (rows repeat: atomics)
-__global__ void embed_bwd_k(float *dE, const int *ids, size_t N, int d, const float *dx) {
-    FOR_EACH(i, N * d) atomicAdd(&dE[(size_t)ids[i / d] * d + i % d], dx[i]);
+// each row's gradient goes to the table row it was read from; rows repeat, and atomics would add
+// them in a different order each run (the last bits of the gradient, then of every weight, would
+// differ between two runs and after a resume). Instead the host sorts the positions by id
+// (order[], grouped: segment s = id seg[3s] at order[seg[3s+1] .. + seg[3s+2])) and block
+// (s, column chunk) adds its id's rows in position order.
+__global__ void embed_bwd_k(float *dE, const int *order, const int *seg, int d, const float *dx) {
+    const int col = blockIdx.y * blockDim.x + threadIdx.x;
+    if (col >= d) return;
+    const int id = seg[3 * blockIdx.x], p0 = seg[3 * blockIdx.x + 1], np = seg[3 * blockIdx.x + 2];
+    float s = 0;
+    for (int j = 0; j < np; j++) s += dx[(size_t)order[p0 + j] * d + col];
+    dE[(size_t)id * d + col] += s;
 }
 
 // y = x r w, r = 1/sqrt(mean(x^2) + eps); one block per row
@@ -362,6 +374,10 @@ TrainGpu *train_gpu_new(const TrainModel *m, int B, int T, TrainGpuMath math, ch
     g->p = dalloc(g->n_params), g->g = dalloc(g->n_params), g->m = dalloc(g->n_params), g->v = dalloc(g->n_params);
     CUDA_CHECK(cudaMalloc(&g->ids, N * sizeof(int)));
     CUDA_CHECK(cudaMalloc(&g->targets, N * sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&g->emb_order, N * sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&g->emb_seg, 3 * N * sizeof(int)));
+    g->h_order = (int *)xmalloc(N * sizeof(int)), g->h_seg = (int *)xmalloc(3 * N * sizeof(int));
+    g->h_count = (int *)xmalloc((V + 1) * sizeof(int));
     g->cos_t = dalloc((size_t)T * hd / 2), g->sin_t = dalloc((size_t)T * hd / 2);
     {
         float *ct = (float *)xmalloc((size_t)T * hd / 2 * sizeof(float)), *st = (float *)xmalloc((size_t)T * hd / 2 * sizeof(float));
@@ -405,10 +421,10 @@ void train_gpu_free(TrainGpu *g) {
     void *ps[] = {g->p, g->g, g->m, g->v, g->ids, g->targets, g->cos_t, g->sin_t, g->x_in, g->xn1, g->q, g->k,
                   g->v_act, g->probs, g->att, g->x_mid, g->xn2, g->gate, g->up, g->hmid, g->x_out, g->xn_f,
                   g->logits, g->dlogits, g->kx, g->vx, g->dkx, g->dvx, g->dP, g->dx, g->dxn, g->dq, g->dk,
-                  g->dv, g->datt, g->dgate, g->dup, g->dh, g->rowbuf, g->row_loss, g->sumsq, g->colpart, g->qh, g->ah, g->dqh};
+                  g->dv, g->datt, g->dgate, g->dup, g->dh, g->rowbuf, g->row_loss, g->sumsq, g->colpart, g->qh, g->ah, g->dqh, g->emb_order, g->emb_seg};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     CUBLAS_CHECK(cublasDestroy(g->blas));
-    free(g->tensors), free(g->lo);
+    free(g->tensors), free(g->lo), free(g->h_order), free(g->h_seg), free(g->h_count);
     free(g);
 }
 
@@ -465,6 +481,22 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
     if (n_counted) *n_counted = cnt;
     CUDA_CHECK(cudaMemcpy(g->ids, ids, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(g->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    {  // the positions grouped by id (a counting sort, stable), for the embedding's backward
+        int *cnt = g->h_count;
+        memset(cnt, 0, (size_t)(V + 1) * sizeof(int));
+        for (int t = 0; t < N; t++) cnt[ids[t] + 1]++;
+        g->n_seg = 0;
+        for (int v = 0; v < V; v++) {
+            if (cnt[v + 1]) {
+                int *sg = g->h_seg + 3 * g->n_seg++;
+                sg[0] = v, sg[1] = cnt[v], sg[2] = cnt[v + 1];
+            }
+            cnt[v + 1] += cnt[v];  // cnt[v] = where id v's positions start
+        }
+        for (int t = 0; t < N; t++) g->h_order[cnt[ids[t]]++] = t;
+        CUDA_CHECK(cudaMemcpy(g->emb_order, g->h_order, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(g->emb_seg, g->h_seg, (size_t)3 * g->n_seg * sizeof(int), cudaMemcpyHostToDevice));
+    }
     CUDA_CHECK(cudaMemset(g->g, 0, g->n_params * sizeof(float)));
     const size_t Nd = (size_t)N * d, Nq = (size_t)N * qd, Nk = (size_t)N * kd, Nf = (size_t)N * ff;
     const long long TT = (long long)T * T, Thd = (long long)T * hd;
@@ -566,7 +598,8 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
         linear_bwd(g, xn1, P_ + o->wv, g->dv, d, kd, g->dxn, 1, G_ + o->wv);
         rmsnorm_bwd(g, xin, P_ + o->attn_norm, g->dxn, d, g->dx, 1, G_ + o->attn_norm);
     }
-    embed_bwd_k<<<grid_for(Nd, 256), 256>>>(G_ + g->off_embed, g->ids, (size_t)N, d, g->dx);
+    embed_bwd_k<<<dim3((unsigned)g->n_seg, (unsigned)((d + 255) / 256)), 256>>>(G_ + g->off_embed, g->emb_order,
+                                                                             g->emb_seg, d, g->dx);
     CUDA_CHECK_LAST();
     // the loss: the rows' shares summed on the host in double (a synchronizing copy)
     float *rl = (float *)xmalloc((size_t)N * sizeof(float));

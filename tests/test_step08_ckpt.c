@@ -304,6 +304,55 @@ Test(step08_ckpt, async_writes_the_snapshot_same_as_sync) {
     train_model_free(&m);
 }
 
+// counts the caller-supplied allocator's calls (ckpt_writer_set_alloc: pinned memory on a GPU)
+static int n_alloc, n_free;
+static void *count_alloc(size_t n) { return n_alloc++, malloc(n); }
+static void count_free(void *p) { n_free++, free(p); }
+
+// ckpt_snapshot_begin / commit (the GPU trainer's path: it fills the snapshot itself) write the
+// same files as ckpt_save, sync and async, with the snapshot from the given allocator
+static void snapshot_api_case(int async) {
+    char ds[64], dn[64], err[1024];
+    test_mkdtemp(ds, sizeof ds, "ckpt_save");
+    test_mkdtemp(dn, sizeof dn, "ckpt_snap");
+    TrainModel m;
+    small_model(&m, 12, 1);
+    AdamW o;
+    random_opt(&o, m.n_params, 3, 30);
+    Rng data;
+    rng_seed(&data, 7);
+    const CkptState st = {.step = 30, .adam_t = 30, .data = data};
+    CkptWriter ws, wn;
+    cr_assert(ckpt_writer_init(&ws, ds, async, 0, RUN, 2, err, sizeof err) == 0, "%s", err);
+    cr_assert(ckpt_writer_init(&wn, dn, async, 0, RUN, 2, err, sizeof err) == 0, "%s", err);
+    n_alloc = n_free = 0;
+    ckpt_writer_set_alloc(&wn, count_alloc, count_free);
+    cr_assert(ckpt_save(&ws, &m, &o, &st, err, sizeof err) == 0, "%s", err);
+    float *snap = ckpt_snapshot_begin(&wn, m.n_params, err, sizeof err);
+    cr_assert(snap, "%s", err);
+    memcpy(snap, m.params, m.n_params * sizeof(float));
+    memcpy(snap + m.n_params, o.m, m.n_params * sizeof(float));
+    memcpy(snap + 2 * m.n_params, o.v, m.n_params * sizeof(float));
+    cr_assert(ckpt_snapshot_commit(&wn, &m, &st, err, sizeof err) == 0, "%s", err);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 1;  // training goes on: not in the files
+    cr_assert(ckpt_wait(&ws, err, sizeof err) == 0 && ckpt_wait(&wn, err, sizeof err) == 0, "%s", err);
+    cr_expect_eq(wn.n_written, 1);
+    cr_expect(wn.stall_s > 0, "the snapshot's time is a stall");
+    char ps[1100], pn[1100];
+    snprintf(ps, sizeof ps, "%s/step-000030", ds);
+    snprintf(pn, sizeof pn, "%s/step-000030", dn);
+    expect_same_dirs(ps, pn);
+    // a second snapshot of the same size reuses the buffer; free gives it back through count_free
+    cr_assert(ckpt_snapshot_begin(&wn, m.n_params, err, sizeof err) == snap, "%s", err);
+    ckpt_writer_free(&ws), ckpt_writer_free(&wn);
+    cr_expect(n_alloc == 1 && n_free == 1, "allocator: %d allocs, %d frees", n_alloc, n_free);
+    test_rmtree(ds), test_rmtree(dn);
+    adamw_free(&o);
+    train_model_free(&m);
+}
+Test(step08_ckpt, snapshot_api_writes_what_save_writes_sync) { snapshot_api_case(0); }
+Test(step08_ckpt, snapshot_api_writes_what_save_writes_async) { snapshot_api_case(1); }
+
 static int exists_step(const char *dir, int step) {
     char p[1100];
     snprintf(p, sizeof p, "%s/step-%06d", dir, step);
