@@ -24,7 +24,9 @@ demo-step08_ddp: $(BIN)/train
 	    $(BIN)/train --preset tiny --task copy --steps 300 --log-every 50 --ckpt-dir $(BUILD)/demo_ddp/ckpt --ckpt-every 50; \
 	else echo "demo-step08_ddp: the 2-rank run skipped (no mpirun, or a build without MPI)"; fi
 
-# Nothing measured on the H200 yet: data parallelism over GPUs is a later piece of this step.
-bench-step08_ddp:
-	@echo "step08_ddp: no GPU benchmark yet (the CPU training core has no H200 numbers to commit)"
+# On a GPU machine: the training rate against the GEMM ceiling, checkpoint overhead, the exact
+# resume and (with MPI + NCCL) the NCCL path of one rank; results into step08_ddp/results/h200/.
+bench-step08_ddp: $(BIN)/train
+	@if [ "$(HAVE_CUDA)" = 1 ] && nvidia-smi > /dev/null 2>&1; then BIN=$(BIN) step08_ddp/bench_h200.sh step08_ddp/results/h200; \
+	else echo "bench-step08_ddp: needs a CUDA build and a GPU (skipped)"; fi
 .PHONY: demo-step08_ddp bench-step08_ddp
