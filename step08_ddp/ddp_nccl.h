@@ -64,9 +64,12 @@ typedef struct {
     double enqueue_s;   // host time in ddp_nccl_grad_ready (events, enqueueing the all-reduces)
 } DdpNccl;
 
-// 1 when this build has NCCL (HAVE_NCCL=1), else 0 (every other call then ends the program with a
-// message that says so).
-int ddp_nccl_available(void);
+// 1 when this build has NCCL (HAVE_NCCL=1, the Makefile's), else 0 (ddp_nccl_init then ends the
+// program with a message that says so). Inline: asking links nothing.
+#ifndef HAVE_NCCL
+#define HAVE_NCCL 0
+#endif
+static inline int ddp_nccl_available(void) { return HAVE_NCCL; }
 // Choose this rank's GPU (cudaSetDevice: call it before the GPU trainer allocates anything) and
 // join the NCCL communicator of dp's ranks. Ends the job with a message when there are more ranks on
 // this node than GPUs, no GPU, or NCCL fails (or its init passes the deadline).

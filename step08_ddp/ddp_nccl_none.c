@@ -6,7 +6,6 @@
 #if !HAVE_NCCL
 #include "check.h"
 
-int ddp_nccl_available(void) { return 0; }
 void ddp_nccl_init(DdpNccl *n, Ddp *dp) {
     (void)n;
     ddp_abort(dp, 1, "data parallelism over GPUs: NCCL is not available in this build (%s); rebuild with NCCL (nccl.h "
