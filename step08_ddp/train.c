@@ -535,9 +535,10 @@ int main(int argc, char **argv) {
         const double gms = roofline_gpu_gemm_ms(dt_gemm, 8192, 8192, 8192, 20);
         if (gms > 0) {
             const double ceil_tf = 2.0 * 8192.0 * 8192.0 * 8192.0 / (gms * 1e-3) * 1e-12;
-            table_meta(tb, "gpu_ceiling", "%.1f%% of the dense GEMM ceiling: cuBLAS %s GEMM 8192^3 = %.1f TFLOP/s, measured "
+            table_meta(tb, "gpu_ceiling", "%.1f%% of the dense GEMM ceiling%s: cuBLAS %s GEMM 8192^3 = %.1f TFLOP/s, measured "
                        "now (CUDA events, median of 20, step01 roofline_gpu_gemm_ms)",
-                       100 * 6.0 * (double)m.n_params * tok / ts * 1e-12 / ceil_tf,
+                       100 * 6.0 * (double)m.n_params * tok / ts * 1e-12 / (ceil_tf * world),
+                       world > 1 ? " of all the ranks' GPUs (ranks x one GPU's)" : "",
                        dt_gemm ? "bf16 (fp32 accumulate)" : "fp32 (no TF32)", ceil_tf);
         }
     }
