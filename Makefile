@@ -11,7 +11,7 @@
 #                        (GPU_SANITIZE_FILTER='@(*/gpu_*|step04_gpu/*|step05_gpu/*|step06_gpu/*|step06_egpu/*|step07_gpu/*|step08_gpu/*)', GPU_SANITIZE_TOOLS="memcheck racecheck synccheck",
 #                        GPU_SANITIZE_JOBS=8: each test in its own sanitized process, 8 at a time)
 #   make clean
-# Knobs: CUDA_ARCHS="75 80 86 89 90" (or native), NO_CUDA=1, NO_MPI=1, NOTEBOOKS=0, COMMIT=<hash>.
+# Knobs: CUDA_ARCHS="75 80 86 89 90" (or native), NO_CUDA=1, NO_MPI=1, NO_NCCL=1, NOTEBOOKS=0, COMMIT=<hash>.
 SHELL := /bin/bash
 comma := ,
 .DEFAULT_GOAL := all
@@ -70,6 +70,17 @@ endif
 HAVE_MPI := $(if $(strip $(MPI_LIBS)),1,0)
 MPI_SKIP_REASON := $(if $(filter 1,$(NO_MPI)),NO_MPI=1,MPI not found: no pkg-config ompi-c and no mpicc (Debian: apt-get install libopenmpi-dev openmpi-bin))
 
+# ---- NCCL (step08's data parallelism over GPUs: ddp_nccl.cu): nccl.h among CUDA's headers or in
+# /usr/include, libnccl.so in CUDA's lib64 or the system's library dir; only with CUDA. Found:
+# HAVE_NCCL=1 and train (and the test binary) link -lnccl; else ddp_nccl_none.c says NCCL is not
+# available. NO_NCCL=1 builds without it.
+NCCL_HDR := $(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/nccl.h) /usr/include/nccl.h))
+NCCL_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/lib64/libnccl.so) \
+               /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib/aarch64-linux-gnu/libnccl.so /usr/lib64/libnccl.so))))
+HAVE_NCCL := $(if $(and $(filter 1,$(HAVE_CUDA)),$(NCCL_HDR),$(NCCL_LIBDIR),$(if $(filter 1,$(NO_NCCL)),,yes)),1,0)
+NCCL_LIBS := $(if $(filter 1,$(HAVE_NCCL)),-L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR) -lnccl)
+NCCL_SKIP_REASON := $(if $(filter 1,$(NO_NCCL)),NO_NCCL=1,$(if $(filter 1,$(HAVE_CUDA)),nccl.h or libnccl.so not found (Debian: apt-get install libnccl-dev),no CUDA))
+
 COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 
 OPT := -O3 -march=native
@@ -80,7 +91,7 @@ SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 endif
 CFLAGS := $(OPT) -std=gnu11 -Wall -Wextra -Werror -fopenmp -MMD -MP $(SANFLAGS) \
           -Icommon -I. -I$(GEN) $(PKG_CFLAGS) -DHAVE_CUDA=$(HAVE_CUDA) \
-          $(MPI_CFLAGS) -DHAVE_MPI=$(HAVE_MPI) -DBUILD_BIN_DIR=\"$(BIN)\"
+          $(MPI_CFLAGS) -DHAVE_MPI=$(HAVE_MPI) -DHAVE_NCCL=$(HAVE_NCCL) -DBUILD_BIN_DIR=\"$(BIN)\"
 LDFLAGS := -fopenmp $(SANFLAGS) $(if $(OPENBLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(OPENBLAS_LIBDIR))
 LDLIBS := $(PKG_LIBS) -lm -lpthread -ldl
 
@@ -95,7 +106,7 @@ cuda_sm = $(if $(filter 90,$(1)),90a,$(1))
 GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(call cuda_sm,$(a)),code=sm_$(call cuda_sm,$(a))) \
            -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
 endif
-NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -lineinfo -MMD -MP -Icommon -I. -I$(GEN) -DHAVE_CUDA=1 \
+NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -lineinfo -MMD -MP -Icommon -I. -I$(GEN) -DHAVE_CUDA=1 -DHAVE_NCCL=$(HAVE_NCCL) \
              -Xcompiler -Wall,-Wextra,-Wno-unused-parameter --expt-relaxed-constexpr
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 endif
@@ -153,7 +164,7 @@ $(OBJ)/%.cu.o: %.cu $(GEN)/build_config | $(GEN)/build_info.h
 # changes, so switching NO_CUDA=1 / CUDA_ARCHS in the same build dir rebuilds what it must.
 $(GEN)/build_config: FORCE
 	@mkdir -p $(@D)
-	@echo 'HAVE_CUDA=$(HAVE_CUDA) CUDA_ARCHS=$(CUDA_ARCHS) CC=$(CC) NVCC=$(NVCC) HAVE_MPI=$(HAVE_MPI)' > $@.tmp
+	@echo 'HAVE_CUDA=$(HAVE_CUDA) CUDA_ARCHS=$(CUDA_ARCHS) CC=$(CC) NVCC=$(NVCC) HAVE_MPI=$(HAVE_MPI) HAVE_NCCL=$(HAVE_NCCL)' > $@.tmp
 	@cmp -s $@.tmp $@ || mv $@.tmp $@
 	@rm -f $@.tmp
 
@@ -170,6 +181,10 @@ TEST_BIN := $(BUILD)/tests/run_tests
 $(TEST_BIN): $(TEST_SRC:%=$(OBJ)/%.o) $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -Wl,--start-group $(ALL_LIBS) -Wl,--end-group -lcriterion $(LDLIBS)
+# with NCCL, test_step08_nccl.c drives ddp_nccl.h itself (its communicator of one rank; ddp.h's MPI side)
+ifeq ($(HAVE_NCCL),1)
+$(TEST_BIN): LDLIBS += $(NCCL_LIBS) $(MPI_LIBS)
+endif
 
 all: $(ALL_PROGS) $(TEST_BIN)
 	@echo "== built into $(BIN): $(notdir $(ALL_PROGS))"
@@ -177,6 +192,8 @@ all: $(ALL_PROGS) $(TEST_BIN)
 	 else echo "== CUDA: skipped ($(CUDA_SKIP_REASON)); the programs run their CPU versions only"; fi
 	@if [ "$(HAVE_MPI)" = 1 ]; then echo "== MPI: train runs ranks under mpirun ($(strip $(MPI_LIBS)))"; \
 	 else echo "== MPI: skipped ($(MPI_SKIP_REASON)); train runs one rank only"; fi
+	@if [ "$(HAVE_NCCL)" = 1 ]; then echo "== NCCL: train --device cuda runs one rank per GPU under mpirun ($(NCCL_HDR), $(NCCL_LIBDIR))"; \
+	 else echo "== NCCL: skipped ($(NCCL_SKIP_REASON)); train --device cuda runs one process only"; fi
 
 deps:
 	@bash tools/install-deps.sh $(if $(filter 0,$(NOTEBOOKS)),--no-python)

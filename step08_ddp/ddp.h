@@ -2,7 +2,8 @@
 // global batch; the gradients are averaged over the ranks (all-reduce) before the optimizer step,
 // so every rank takes the same step and the weights stay identical.
 // defines: ddp_shard, ddp_hash_floats, Ddp, ddp_init, ddp_grads_begin, ddp_grad_ready,
-//          ddp_grads_finish, ddp_allreduce_sum_f64, ddp_check_same, ddp_barrier, ddp_finalize
+//          ddp_grads_finish, ddp_allreduce_sum_f64, ddp_check_same, ddp_barrier, ddp_bcast_bytes,
+//          ddp_abort, ddp_finalize
 //
 // Buckets and overlap. train_backward_hooked (train.h) says when a contiguous range of the
 // gradient buffer is final: the head first, then the layers from the last to the first, then the
@@ -74,6 +75,12 @@ void ddp_allreduce_sum_f64(Ddp *d, double *x, int n, const char *what);
 // Every rank's h compared: when they differ, rank 0 prints all of them and the job ends (exit 4).
 void ddp_check_same(Ddp *d, uint64_t h, const char *what);
 void ddp_barrier(Ddp *d, const char *what);
+// buf[0..n) of rank `root` copied to every rank (watchdog); ddp_nccl.h sends NCCL's unique id with it.
+void ddp_bcast_bytes(Ddp *d, void *buf, size_t n, int root, const char *what);
+// The job ends: "error: rank r of w at T (unix time): <message>" on stderr, then MPI_Abort (mpirun
+// ends every rank) or, with one rank, exit(code). For code outside this file that must end the
+// whole job (ddp_nccl.cu's watchdog).
+__attribute__((noreturn, format(printf, 3, 4))) void ddp_abort(const Ddp *d, int code, const char *fmt, ...);
 // MPI_Finalize (when ddp_init called MPI_Init). Under AddressSanitizer it first runs the leak
 // check, while OpenMPI's components are still loaded: call it last, after every free.
 void ddp_finalize(Ddp *d);

@@ -36,16 +36,23 @@ static double wall_clock(void) {
 
 // The job ends here: the message first (with a wall-clock time the launcher's timeline can use),
 // then MPI_Abort, which makes mpirun kill every rank, the stuck one too.
-__attribute__((noreturn)) static void abort_job(const Ddp *d, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+__attribute__((noreturn)) static void abort_job_v(const Ddp *d, int code, const char *fmt, va_list ap) {
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     fprintf(stderr, "error: rank %d of %d at %.6f (unix time): %s\n", d->rank, d->world, wall_clock(), msg);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, code);
+    if (d->mpi) MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
+}
+__attribute__((noreturn, format(printf, 3, 4))) static void abort_job(const Ddp *d, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    abort_job_v(d, code, fmt, ap);
+}
+void ddp_abort(const Ddp *d, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    abort_job_v(d, code, fmt, ap);
 }
 
 static const char *mpi_error(int rc, char *buf) {
@@ -201,6 +208,18 @@ void ddp_barrier(Ddp *d, const char *what) {
     wait_watchdog(d, 1, &r, what);
 }
 
+void ddp_bcast_bytes(Ddp *d, void *buf, size_t n, int root, const char *what) {
+    if (d->world == 1) return;
+    if (n > (size_t)0x7fffffff) die("ddp_bcast_bytes: %zu bytes is more than one MPI count holds", n);
+    MPI_Request r;
+    const int rc = MPI_Ibcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD, &r);
+    if (rc != MPI_SUCCESS) {
+        char e[MPI_MAX_ERROR_STRING];
+        abort_job(d, 3, "step %d: MPI_Ibcast (%s) failed: %s", d->step, what, mpi_error(rc, e));
+    }
+    wait_watchdog(d, 1, &r, what);
+}
+
 void ddp_finalize(Ddp *d) {
 #ifdef __SANITIZE_ADDRESS__
     // MPI_Finalize unloads OpenMPI's components, and what they kept then shows as leaks from an
@@ -231,5 +250,15 @@ void ddp_grads_finish(Ddp *d) { (void)d; }
 void ddp_allreduce_sum_f64(Ddp *d, double *x, int n, const char *what) { (void)d, (void)x, (void)n, (void)what; }
 void ddp_check_same(Ddp *d, uint64_t h, const char *what) { (void)d, (void)h, (void)what; }
 void ddp_barrier(Ddp *d, const char *what) { (void)d, (void)what; }
+void ddp_bcast_bytes(Ddp *d, void *buf, size_t n, int root, const char *what) { (void)d, (void)buf, (void)n, (void)root, (void)what; }
+void ddp_abort(const Ddp *d, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "error: rank %d of %d: %s\n", d->rank, d->world, msg);
+    exit(code);
+}
 void ddp_finalize(Ddp *d) { (void)d; }
 #endif

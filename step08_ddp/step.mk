@@ -5,10 +5,13 @@
 # '@(step08|step08_ckpt|step08_export|step08_ddp|step08_grad)/*'. ddp.c / ddp_mpi.c: data parallelism over MPI
 # ranks (ddp.h); launch.sh: the job under mpirun, restarted from the last checkpoint when it fails.
 # train_gpu.cu: the same training step on one GPU (train --device cuda; train_gpu_none.c without nvcc);
-# its tests: build/tests/run_tests --filter 'step08_gpu/*' (skipped without a GPU).
+# its tests: build/tests/run_tests --filter 'step08_gpu/*' (skipped without a GPU). ddp_nccl.cu: one
+# rank per GPU under mpirun, the gradients all-reduced by NCCL (ddp_nccl_none.c without NCCL); its
+# tests: build/tests/run_tests --filter '@(step08_nccl|step08_ncclgpu)/*'.
 PROGS_step08_ddp := train
 # train runs ranks under mpirun (ddp.h): it alone links MPI (the Makefile's MPI_LIBS; empty without MPI)
-$(BIN)/train: LDLIBS += $(MPI_LIBS)
+# and NCCL (ddp_nccl.h, --device cuda under mpirun; NCCL_LIBS is empty without it)
+$(BIN)/train: LDLIBS += $(MPI_LIBS) $(NCCL_LIBS)
 
 # The demo: the built-in tiny Llama learns to copy 6 random symbols, then to reverse them (a few
 # seconds each on the CPU); each time the engine's forward answers held-out examples with the

@@ -29,6 +29,9 @@
 // AdamW on the device (one process; the data, schedule and logging stay on the host; --save and
 // --ckpt-dir download the state and use the CPU code):
 //   build/bin/train --preset small --device cuda --steps 200 --batch 64 --seq 31 --lr 1e-3
+// On several GPUs (ddp_nccl.h): --device cuda under mpirun runs one rank per GPU; the gradients are
+// all-reduced GPU to GPU by NCCL in buckets on a comm stream while the backward runs:
+//   mpirun -np 2 build/bin/train --preset small --device cuda --steps 200 --batch 64 --seq 31 --lr 1e-3
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,6 +49,7 @@
 #include "step08_ddp/ckpt.h"
 #include "step01_matmul/roofline_gpu.h"
 #include "step08_ddp/ddp.h"
+#include "step08_ddp/ddp_nccl.h"
 #include "step08_ddp/export.h"
 #include "step08_ddp/task.h"
 #include "step08_ddp/train.h"
@@ -78,8 +82,9 @@ static void usage(FILE *f) {
             "  --preset tiny  built-in Llama (d 64, 2 layers, 4 query / 2 kv heads, head_dim 16, ff 128), random init\n"
             "                 (train.h says how); its vocabulary is BOS, SEP and the K symbols (default)\n"
             "  --preset small a bigger Llama for a GPU (d 1024, 8 layers, 16 query / 4 kv heads, head_dim 64, ff 2816)\n"
-            "  --device       cpu (default: fp32, OpenMP + OpenBLAS) or cuda (one GPU, train_gpu.h; one process, no mpirun;\n"
-            "                 q/k/v or o biases and q/k norm are refused there)\n"
+            "  --device       cpu (default: fp32, OpenMP + OpenBLAS) or cuda (one GPU, train_gpu.h; under mpirun one rank\n"
+            "                 per GPU, the gradients all-reduced by NCCL (ddp_nccl.h); q/k/v or o biases and q/k norm\n"
+            "                 are refused there)\n"
             "  --matmul       with --device cuda: bf16 (default: tensor-core GEMMs, fp32 master weights and optimizer state)\n"
             "                 or fp32 (plain fp32 GEMMs, as the CPU)\n"
             "  --model DIR    start from a Hugging Face checkpoint (converted to fp32); its vocabulary must hold K + 2 ids\n"
@@ -105,7 +110,8 @@ static void usage(FILE *f) {
             "under mpirun (data parallelism: --batch is the global batch, each rank trains batch / ranks rows):\n"
             "  --bucket-kb K  all-reduce the gradients in buckets of >= K KiB, each started as soon as the backward of\n"
             "                 its layers is done (default 64; 0 = one all-reduce after the whole backward)\n"
-            "  --check-every K compare the ranks' weight hashes every K steps (default 50) and at the end\n"
+            "  --check-every K compare the ranks' weight hashes every K steps (default 50) and at the end (with\n"
+            "                 --device cuda each rank downloads its weights from the GPU for it at those steps)\n"
             "  --collective-timeout S  the watchdog: a collective not complete after S s (default 30) ends the job\n"
             "                 (longer than a synchronous checkpoint write: the other ranks wait for rank 0's)\n"
             "  --event-log F  rank 0 appends timestamped events (start, step, checkpoint, end) to F for the launcher\n"
@@ -205,8 +211,8 @@ int main(int argc, char **argv) {
     if (matmul_s && !strcmp(matmul_s, "fp32")) gmath = TRAIN_GPU_FP32;
     else if (matmul_s && strcmp(matmul_s, "bf16")) arg_die("--matmul: '%s' is not a mode (allowed: bf16, fp32)", matmul_s);
     if (on_gpu && grad_dump) arg_die("--grad-dump: runs on the CPU (without --device cuda)");
-    if (on_gpu && (hang_rank >= 0 || flip_rank >= 0))
-        arg_die("--hang-rank / --flip-rank: fault injection is for ranks under mpirun, not --device cuda");
+    if (on_gpu && flip_rank >= 0)
+        arg_die("--flip-rank: flips a bit of the host's weights, and with --device cuda they live on the GPU");
     TaskKind task;
     if (task_parse(task_s, &task)) arg_die("--task: '%s' is not a task (allowed: copy, reverse)", task_s);
     StDtype save_dtype = ST_F32;
@@ -228,9 +234,9 @@ int main(int argc, char **argv) {
     int row0 = 0, Br = B;  // this rank's rows of the global batch
     if (ddp_shard(B, world, rank, &row0, &Br))
         arg_die("--batch %d: the global batch must split evenly over the %d ranks", B, world);
-    if (on_gpu && world > 1)
-        arg_die("--device cuda: one process; %d ranks under mpirun (data parallelism over GPUs, NCCL) is not done yet",
-                world);
+    // --device cuda under mpirun: one rank per GPU, NCCL for the gradients (ddp_nccl.h); with one
+    // rank too (mpirun -np 1 takes the same path) when the build has NCCL
+    const int nccl_on = on_gpu && dp.mpi && (world > 1 || ddp_nccl_available());
     if (hang_rank >= world) arg_die("--hang-rank %d: there are %d ranks", hang_rank, world);
     if (flip_rank >= world) arg_die("--flip-rank %d: there are %d ranks", flip_rank, world);
     if (pid_dir) {
@@ -274,6 +280,8 @@ int main(int argc, char **argv) {
     // the GPU copy of the model (train_gpu.h), before anything is trained or printed
     TrainGpu *gpu = NULL;
     char gpu_desc[512] = "";
+    DdpNccl nc = {0};
+    if (nccl_on) ddp_nccl_init(&nc, &dp);  // picks this rank's GPU: before train_gpu_new allocates
     if (on_gpu && !(gpu = train_gpu_new(&m, Br, T, gmath, gpu_desc, sizeof gpu_desc, err, sizeof err))) die("%s", err);
 
     Table *tb = table_new(on_gpu ? "step08 training on the GPU: loss, gradient norm, learning rate, tokens/s"
@@ -289,7 +297,13 @@ int main(int argc, char **argv) {
                task_name(task), L, n_sym, T, L, n_sym, log((double)n_sym));
     table_meta(tb, "optimizer", "AdamW beta 0.9/0.95 eps 1e-8, wd %g on matrices; clip %g; lr %g, warmup %d, cosine to %g "
                "at step %d; batch %d (%d tokens)", wd, clip, lr, warmup, min_lr, steps, B, B * T);
-    if (world > 1)
+    if (nccl_on)
+        table_meta(tb, "ddp", "%d rank%s (MPI), one GPU each (this one: GPU %d), %d sequences each (rows %d.. of the global "
+                   "%d); gradients all-reduced by NCCL on a comm stream in buckets of >= %d KiB started during the "
+                   "backward%s; weights' hashes compared every %d steps; watchdog %g s per collective", world,
+                   world == 1 ? "" : "s", nc.device, Br, row0, B, bucket_kb,
+                   bucket_kb ? "" : " (0: one all-reduce after the backward)", check_every, coll_timeout);
+    else if (world > 1)
         table_meta(tb, "ddp", "%d ranks (MPI), %d sequences each (rows %d.. of the global %d); gradients all-reduced in "
                    "buckets of >= %d KiB started during the backward%s; weights' hashes compared every %d steps; "
                    "watchdog %g s per collective", world, Br, row0, B, bucket_kb,
@@ -400,11 +414,15 @@ int main(int argc, char **argv) {
         // a checkpoint) and trains on its own rows
         task_make_batch(task, &data, B, L, n_sym, ids, tg);
         double t1, t2, t2b;
-        if (gpu) {  // forward + backward in one call (the grads are zeroed on the device); world is 1
+        if (gpu) {  // forward + backward in one call (the grads are zeroed on the device), on this rank's rows
             t1 = now_sec();
-            loss = train_gpu_forward_backward(gpu, ids, tg, NULL);
+            dp.step = s + 1;  // for the watchdog's messages
+            if (nccl_on) ddp_nccl_grads_begin(&nc, train_gpu_grads(gpu), m.n_params, s + 1);
+            loss = train_gpu_forward_backward_hooked(gpu, ids + (size_t)row0 * T, tg + (size_t)row0 * T, NULL,
+                                                     nccl_on ? ddp_nccl_grad_ready : NULL, &nc);
             if (loss < 0) die("train_gpu_forward_backward failed");
             t2 = t2b = now_sec();
+            if (nccl_on) ddp_nccl_grads_finish(&nc);  // the device grads are the mean over the ranks
         } else {
             train_zero_grad(&m);
             t1 = now_sec();
@@ -438,8 +456,10 @@ int main(int argc, char **argv) {
             bits ^= 1u << 3;
             memcpy(&m.params[m.n_params / 2], &bits, 4);
         }
-        if (world > 1 && ((s + 1) % check_every == 0 || s + 1 == steps || (stop_at && s + 1 == stop_at)))
+        if (world > 1 && ((s + 1) % check_every == 0 || s + 1 == steps || (stop_at && s + 1 == stop_at))) {
+            if (gpu) train_gpu_download(gpu, &m);  // the weights live on the GPU
             ddp_check_same(&dp, ddp_hash_floats(m.params, m.n_params), "weights");
+        }
         if (ckpt_dir && lead && ((s + 1) % ckpt_every == 0 || s + 1 == steps)) {
             if (gpu) {  // params, m and v from the device straight into the writer's pinned snapshot
                 float *snap = ckpt_snapshot_begin(&ckw, m.n_params, err, sizeof err);
@@ -468,6 +488,8 @@ int main(int argc, char **argv) {
     }
     if (flog && fclose(flog)) die("%s: write failed", loss_log);
     if (gpu) train_gpu_download(gpu, &m), train_gpu_download_adamw(gpu, &opt);  // for the evaluation and --save
+    DdpNccl ncs = nc;  // the counts, for the table
+    if (nccl_on) ddp_nccl_free(&nc);  // every rank is here together (rank 0 alone goes on below)
     // the ranks part here: what follows (the last checkpoint write, the held-out decoding, --save)
     // is rank 0's alone and may take longer than any collective's deadline
     ddp_barrier(&dp, "the barrier after the last step");
@@ -497,7 +519,14 @@ int main(int argc, char **argv) {
     }
     table_meta(tb, "train_time", "%.2f s for %d steps: %.0f tokens/s on average", t_train, steps_run,
                (double)steps_run * B * T / t_train);
-    if (world > 1)
+    if (nccl_on)
+        table_meta(tb, "allreduce", "%ld bucket all-reduces by NCCL (%.1f per step); exposed on the device (the end of the "
+                   "backward to the end of the last all-reduce and the 1/%d scaling, CUDA events) %.4f s = %.1f%% of the "
+                   "training time (what the backward did not hide, and the wait for a slower rank); the host blocked in "
+                   "the watchdog's wait %.4f s; enqueueing buckets during the backward %.4f s", ncs.n_allreduce,
+                   (double)ncs.n_allreduce / (steps_run ? steps_run : 1), world, ncs.exposed_s,
+                   100 * ncs.exposed_s / t_train, ncs.wait_s, ncs.enqueue_s);
+    else if (world > 1)
         table_meta(tb, "allreduce", "%ld bucket all-reduces (%.1f per step); waiting for them after the backward %.4f s "
                    "= %.1f%% of the training time (what the backward did not hide, and the wait for a slower rank); "
                    "starting and testing them during the backward %.4f s", dp.n_allreduce, (double)dp.n_allreduce / (steps_run ? steps_run : 1),
@@ -513,18 +542,19 @@ int main(int argc, char **argv) {
         const double gms = roofline_gpu_gemm_ms(dt_gemm, 8192, 8192, 8192, 20);
         if (gms > 0) {
             const double ceil_tf = 2.0 * 8192.0 * 8192.0 * 8192.0 / (gms * 1e-3) * 1e-12;
-            table_meta(tb, "gpu_ceiling", "%.1f%% of the dense GEMM ceiling: cuBLAS %s GEMM 8192^3 = %.1f TFLOP/s, measured "
+            table_meta(tb, "gpu_ceiling", "%.1f%% of the dense GEMM ceiling%s: cuBLAS %s GEMM 8192^3 = %.1f TFLOP/s, measured "
                        "now (CUDA events, median of 20, step01 roofline_gpu_gemm_ms)",
-                       100 * 6.0 * (double)m.n_params * tok / ts * 1e-12 / ceil_tf,
+                       100 * 6.0 * (double)m.n_params * tok / ts * 1e-12 / (ceil_tf * world),
+                       world > 1 ? " of all the ranks' GPUs (ranks x one GPU's)" : "",
                        dt_gemm ? "bf16 (fp32 accumulate)" : "fp32 (no TF32)", ceil_tf);
         }
     }
     char comm_s[64] = "";
-    if (world > 1) snprintf(comm_s, sizeof comm_s, "waiting for the all-reduces %.0f%%, ", 100 * t_comm / t_train);
+    if (world > 1 || nccl_on) snprintf(comm_s, sizeof comm_s, "waiting for the all-reduces %.0f%%, ", 100 * t_comm / t_train);
     if (gpu)
-        table_meta(tb, "time_split", "forward + backward (ids up, loss down) %.0f%%, clip + AdamW (norm down, synchronize) "
-                   "%.0f%%, the rest (batch) %.0f%%", 100 * t_fwd / t_train, 100 * t_opt / t_train,
-                   100 * (t_train - t_fwd - t_opt) / t_train);
+        table_meta(tb, "time_split", "forward + backward (ids up, loss down) %.0f%%, %sclip + AdamW (norm down, synchronize) "
+                   "%.0f%%, the rest (batch) %.0f%%", 100 * t_fwd / t_train, comm_s, 100 * t_opt / t_train,
+                   100 * (t_train - t_fwd - t_comm - t_opt) / t_train);
     else
         table_meta(tb, "time_split", "forward %.0f%%, backward %.0f%% (%.2f x the forward), %sclip + AdamW %.0f%%, the rest "
                    "(batch, zeroing) %.0f%%", 100 * t_fwd / t_train, 100 * t_bwd / t_train, t_bwd / t_fwd, comm_s,

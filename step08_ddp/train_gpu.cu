@@ -463,7 +463,14 @@ void train_gpu_host_free(void *p) {
 
 // ---------------------------------------------------------------- forward + backward
 
+float *train_gpu_grads(TrainGpu *g) { return g->g; }
+
 double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *targets, int *n_counted) {
+    return train_gpu_forward_backward_hooked(g, ids, targets, n_counted, NULL, NULL);
+}
+
+double train_gpu_forward_backward_hooked(TrainGpu *g, const int *ids, const int *targets, int *n_counted,
+                                         TrainGradReady ready, void *ctx) {
     const ModelConfig *c = &g->cfg;
     const int B = g->B, T = g->T, N = g->N, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
     const int ff = c->intermediate, qd = H * hd, kd = KV * hd, V = c->vocab;
@@ -553,6 +560,9 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
     // above; with tied embeddings the lm_head's and the embedding's land in the same rows)
     linear_bwd(g, g->xn_f, P_ + g->off_lm_head, g->dlogits, d, V, g->dxn, 0, G_ + g->off_lm_head);
     rmsnorm_bwd(g, x, P_ + g->off_final_norm, g->dxn, d, g->dx, 0, G_ + g->off_final_norm);
+    // the ready ranges (train.h's TrainGradReady, the CPU's order): final on the device once the
+    // work enqueued so far has run
+    if (ready) ready(ctx, g->off_final_norm, g->n_params - g->off_final_norm);
     for (int l = c->n_layers - 1; l >= 0; l--) {
         const LayerOff *o = &g->lo[l];
         const float *xin = g->x_in + l * Nd, *xn1 = g->xn1 + l * Nd, *xmid = g->x_mid + l * Nd, *xn2 = g->xn2 + l * Nd;
@@ -597,10 +607,12 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
         linear_bwd(g, xn1, P_ + o->wk, g->dk, d, kd, g->dxn, 1, G_ + o->wk);
         linear_bwd(g, xn1, P_ + o->wv, g->dv, d, kd, g->dxn, 1, G_ + o->wv);
         rmsnorm_bwd(g, xin, P_ + o->attn_norm, g->dxn, d, g->dx, 1, G_ + o->attn_norm);
+        if (ready) ready(ctx, o->attn_norm, o->w_down + (size_t)d * ff - o->attn_norm);
     }
     embed_bwd_k<<<dim3((unsigned)g->n_seg, (unsigned)((d + 255) / 256)), 256>>>(G_ + g->off_embed, g->emb_order,
                                                                              g->emb_seg, d, g->dx);
     CUDA_CHECK_LAST();
+    if (ready) ready(ctx, 0, g->lo[0].attn_norm);
     // the loss: the rows' shares summed on the host in double (a synchronizing copy)
     float *rl = (float *)xmalloc((size_t)N * sizeof(float));
     CUDA_CHECK(cudaMemcpy(rl, g->row_loss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));

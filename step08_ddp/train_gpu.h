@@ -2,7 +2,8 @@
 // clipping and AdamW run by CUDA kernels and cuBLAS.
 // defines: TrainGpu, TrainGpuMath, train_gpu_check_config, train_gpu_new, train_gpu_free,
 //          train_gpu_upload, train_gpu_download, train_gpu_upload_adamw, train_gpu_download_adamw,
-//          train_gpu_forward_backward, train_gpu_clip, train_gpu_adamw_step, train_gpu_math_name
+//          train_gpu_forward_backward, train_gpu_forward_backward_hooked, train_gpu_grads, train_gpu_clip,
+//          train_gpu_adamw_step, train_gpu_math_name
 //
 // What lives where: the device holds a copy of TrainModel's flat fp32 buffers (params, grads, the
 // AdamW moments m and v: the same layout and offsets as on the host, so a download feeds the CPU's
@@ -24,8 +25,8 @@
 //
 // Supported: the CPU trainer's configs (Llama, Mistral, MHA / GQA / MQA, any rope theta and llama3
 // scaling, tied or untied embeddings) except these, refused by train_gpu_check_config with an
-// error: q/k/v or o_proj biases (Qwen2), q/k RMSNorm (Qwen3). Data parallelism over GPUs (NCCL)
-// is not here yet.
+// error: q/k/v or o_proj biases (Qwen2), q/k RMSNorm (Qwen3). Data parallelism over GPUs (one
+// rank per GPU, NCCL) is ddp_nccl.h's, through the hook and the grad pointer below.
 #pragma once
 #include <stddef.h>
 
@@ -66,6 +67,15 @@ void train_gpu_host_free(void *p);
 // the device grads. Returns the loss, or -1 for an id or target outside the vocabulary. *n_counted
 // (may be NULL) gets the number of counted targets.
 double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *targets, int *n_counted);
+// train_gpu_forward_backward, calling ready(ctx, off, n) (may be NULL) as each range of the device
+// grads is final, in train_backward_hooked's order (head, layers last -> first, embedding): the
+// call comes when the range's backward is enqueued on the compute stream (the legacy default
+// stream), so the range is final once the work enqueued so far has run (ddp_nccl.h records an
+// event there). The offsets are those of the host's buffer.
+double train_gpu_forward_backward_hooked(TrainGpu *g, const int *ids, const int *targets, int *n_counted,
+                                         TrainGradReady ready, void *ctx);
+// The device gradient buffer (n_params floats, the host's layout), for the all-reduce.
+float *train_gpu_grads(TrainGpu *g);
 // Global L2 norm of the device grads (accumulated in double); when max_norm > 0 and it exceeds
 // max_norm the grads are scaled by max_norm / (norm + 1e-6), as grad_global_norm_clip. Returns the
 // norm before clipping.

@@ -35,6 +35,12 @@ double train_gpu_forward_backward(TrainGpu *g, const int *ids, const int *target
     (void)g, (void)ids, (void)targets, (void)n_counted;
     die("train_gpu_forward_backward: built without CUDA");
 }
+double train_gpu_forward_backward_hooked(TrainGpu *g, const int *ids, const int *targets, int *n_counted,
+                                         TrainGradReady ready, void *ctx) {
+    (void)g, (void)ids, (void)targets, (void)n_counted, (void)ready, (void)ctx;
+    die("train_gpu_forward_backward_hooked: built without CUDA");
+}
+float *train_gpu_grads(TrainGpu *g) { (void)g, die("train_gpu_grads: built without CUDA"); }
 double train_gpu_clip(TrainGpu *g, double max_norm) { (void)g, (void)max_norm; die("train_gpu_clip: built without CUDA"); }
 void train_gpu_adamw_step(TrainGpu *g, const AdamWConfig *c, float lr) { (void)g, (void)c, (void)lr; die("train_gpu_adamw_step: built without CUDA"); }
 #else

@@ -28,7 +28,7 @@
 
 // Bounds, as max|gpu - cpu| / max|cpu| per tensor (or for the loss |gpu - cpu| / cpu).
 // fp32 GEMMs: both sides round in fp32 and only the summation order differs, ~1e-6 relative
-// after a few layers; 1e-4 leaves room for the atomics of the embedding's backward.
+// after a few layers; 1e-4 leaves room for the deeper sums of the larger shapes.
 #define TOL_F32 1e-4
 // bf16 GEMMs: every GEMM input is rounded to 8 significant bits (relative error up to 2^-9 =
 // 2e-3); a gradient goes through about 2 + 4 L chained GEMMs (L layers: lm_head, o_proj, the
