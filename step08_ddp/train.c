@@ -565,8 +565,10 @@ int main(int argc, char **argv) {
     double tok_acc = 0;
     const double t0 = now_sec();
     const double acc = n_eval && lead ? task_eval(&cm, task, seed ^ 0x5eed5eedULL, n_eval, L, n_sym, &tok_acc) : 0;
-    table_meta(tb, "held_out", "%d examples decoded greedily by step03's KV-cached CPU forward: %.1f%% exact, %.1f%% of answer "
-               "tokens right (%.2f s)", n_eval, 100 * acc, 100 * tok_acc, now_sec() - t0);
+    if (n_eval)
+        table_meta(tb, "held_out", "%d examples decoded greedily by step03's KV-cached CPU forward: %.1f%% exact, %.1f%% of "
+                   "answer tokens right (%.2f s)", n_eval, 100 * acc, 100 * tok_acc, now_sec() - t0);
+    else table_meta(tb, "held_out", "none decoded (--eval 0)");
     if (save_dir && lead) {  // train -> serve: the directory generate --model (and transformers) reads
         if (train_export_hf(&m, save_dir, save_dtype, n_sym, err, sizeof err)) die("--save: %s", err);
         char ex[256] = "", s[8], last[8];
