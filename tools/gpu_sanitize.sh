@@ -11,6 +11,9 @@
 #                                but compute-sanitizer 2025.3 then stops every test with "Internal
 #                                Sanitizer Error: failed to handle a hardware exception".)
 #   synccheck                    __syncthreads / barrier misuse (divergent or invalid barriers)
+# When memcheck finds errors it also sorts them (LOG_DIR/memcheck_kinds.txt, printed): CUDA API
+# calls that returned an error, by error and call and by who made the call (the program, or a
+# library such as NCCL probing the driver), and invalid device accesses by kernel.
 # One summary line per tool, the full output in LOG_DIR/<tool>.log; exits 1 on any sanitizer
 # error, on a failing test, or when the GPU tests do not really run (no GPU: they would skip).
 #
@@ -147,6 +150,25 @@ for tool in $tools; do
         nown=$((nhaz - nlib > nown ? nhaz - nlib : nown))
         echo "gpu-sanitize: racecheck: $nhaz hazard report(s); the accesses they name: $nown in the project's kernels, $nlib inside cuBLAS's kernels ($lib)"
         nerr=$nown
+    fi
+    if [ "$tool" = memcheck ] && [ "$nerr" -gt 0 ]; then
+        # what the errors are, so that the summary line attributes them even when only it comes
+        # back: CUDA API calls that returned an error (by error and call, and whether the call was
+        # made from inside a library such as NCCL: its first host frames name the .so), and
+        # device accesses (by the kernel they were found in)
+        awk '/Program hit .* on CUDA API call to / {
+                 if (cur != "") n[cur " " lib]++
+                 e = $0; sub(/.*Program hit /, "", e); sub(/ due to .* on CUDA API call to /, " on ", e); sub(/\.$/, "", e)
+                 cur = e; lib = "(from the program)"; frames = 0; next }
+             cur != "" && /Host Frame/ { frames++ }
+             cur != "" && frames <= 3 && /in \/.*\.so/ && !/libcuda\.so|libcudart|libsanitizer|libTreeLauncher/ {
+                 l = $0; sub(/.*\//, "", l); if (lib == "(from the program)") lib = "(inside " l ")" }
+             END { if (cur != "") n[cur " " lib]++; for (k in n) printf "%6d  API error: %s\n", n[k], k }' "$log" >"$out/memcheck_kinds.txt"
+        grep -A3 -E 'Invalid __(global|shared|local)__|Misaligned|Out-of-range|Address .* is out of bounds' "$log" |
+            grep -o ' at [A-Za-z_][A-Za-z0-9_<>:, ()*&]*+0x' | sed 's/^ at /  access error in kernel: /; s/+0x$//' |
+            sort | uniq -c >>"$out/memcheck_kinds.txt"
+        echo "gpu-sanitize: memcheck's errors by kind ($out/memcheck_kinds.txt):"
+        sort -rn "$out/memcheck_kinds.txt" | head -20
     fi
     nint=$(grep -c 'Internal Sanitizer Error' "$log")
     if [ "$nproc" -eq 0 ]; then
