@@ -6,6 +6,7 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 void test_mkdtemp(char *buf, size_t n, const char *prefix) {
@@ -31,6 +32,14 @@ int test_run_cmd(const char *cmd, char *out, size_t cap) {
     }
     const int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int test_run_vfmt(char *out, size_t cap, const char *fmt, va_list ap) {
+    char cmd[4096];
+    const int len = vsnprintf(cmd, sizeof cmd, fmt, ap);
+    cr_assert(len >= 0 && (size_t)len + 5 < sizeof cmd, "command too long: %s", fmt);
+    strcat(cmd, " 2>&1");
+    return test_run_cmd(cmd, out, cap);
 }
 
 char *test_slurp(const char *path, size_t *n) {
