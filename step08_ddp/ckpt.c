@@ -495,32 +495,22 @@ int ckpt_wait(CkptWriter *w, char *err, int errlen) {
 }
 
 int ckpt_save(CkptWriter *w, const TrainModel *m, const AdamW *o, const CkptState *st, char *err, int errlen) {
-    if (ckpt_wait(w, err, errlen)) return -1;  // at most one write in flight
-    const double t0 = now_sec();
     const size_t n = m->n_params;
+    if (w->async) {  // the snapshot (a memcpy of params, m and v), then its write on the writer thread
+        float *snap = ckpt_snapshot_begin(w, n, err, errlen);
+        if (!snap) return -1;
+        memcpy(snap, m->params, n * sizeof(float));
+        memcpy(snap + n, o->m, n * sizeof(float));
+        memcpy(snap + 2 * n, o->v, n * sizeof(float));
+        return ckpt_snapshot_commit(w, m, st, err, errlen);
+    }
+    if (ckpt_wait(w, err, errlen)) return -1;
+    const double t0 = now_sec();
     w->job = (CkptSnapshot){.model = m, .params = m->params, .m = o->m, .v = o->v, .st = *st, .run = w->run,
                             .n_run = w->n_run};
-    if (!w->async) {
-        write_job(w);
-        w->stall_s += now_sec() - t0;
-        return w->failed ? errf(err, errlen, "checkpoint write failed: %s", w->err) : 0;
-    }
-    if (w->n_snap != n) {
-        if (w->snap) w->snap_free ? w->snap_free(w->snap) : free(w->snap);
-        w->snap = w->snap_alloc ? (float *)w->snap_alloc(3 * n * sizeof(float)) : xmalloc(3 * n * sizeof(float));
-        if (!w->snap) return w->n_snap = 0, errf(err, errlen, "checkpoint: cannot allocate a snapshot");
-        w->n_snap = n;
-    }
-    memcpy(w->snap, m->params, n * sizeof(float));
-    memcpy(w->snap + n, o->m, n * sizeof(float));
-    memcpy(w->snap + 2 * n, o->v, n * sizeof(float));
-    w->job.params = w->snap, w->job.m = w->snap + n, w->job.v = w->snap + 2 * n;
-    const int e = pthread_create(&w->th, NULL, writer_main, w);
-    if (e) return errf(err, errlen, "checkpoint: cannot start the writer thread: %s", strerror(e));
-    w->in_flight = 1;
-    const double dt = now_sec() - t0;
-    w->snapshot_s += dt, w->stall_s += dt;
-    return 0;
+    write_job(w);
+    w->stall_s += now_sec() - t0;
+    return w->failed ? errf(err, errlen, "checkpoint write failed: %s", w->err) : 0;
 }
 
 void ckpt_writer_set_alloc(CkptWriter *w, void *(*alloc)(size_t), void (*free_fn)(void *)) {
@@ -533,7 +523,7 @@ float *ckpt_snapshot_begin(CkptWriter *w, size_t n, char *err, int errlen) {
     if (w->n_snap != n) {
         if (w->snap) w->snap_free ? w->snap_free(w->snap) : free(w->snap);
         w->snap = w->snap_alloc ? (float *)w->snap_alloc(3 * n * sizeof(float)) : xmalloc(3 * n * sizeof(float));
-        if (!w->snap) {
+        if (!w->snap) {  // (xmalloc dies instead; a caller's allocator may answer NULL)
             w->n_snap = 0;
             errf(err, errlen, "checkpoint: cannot allocate a snapshot of %zu bytes", 3 * n * sizeof(float));
             return NULL;

@@ -3,7 +3,7 @@
 // so every rank takes the same step and the weights stay identical.
 // defines: ddp_shard, ddp_hash_floats, Ddp, ddp_init, ddp_grads_begin, ddp_grad_ready,
 //          ddp_grads_finish, ddp_allreduce_sum_f64, ddp_check_same, ddp_barrier, ddp_bcast_bytes,
-//          ddp_abort, ddp_finalize
+//          ddp_abort, ddp_nap, ddp_finalize
 //
 // Buckets and overlap. train_backward_hooked (train.h) says when a contiguous range of the
 // gradient buffer is final: the head first, then the layers from the last to the first, then the
@@ -77,6 +77,10 @@ void ddp_check_same(Ddp *d, uint64_t h, const char *what);
 void ddp_barrier(Ddp *d, const char *what);
 // buf[0..n) of rank `root` copied to every rank (watchdog); ddp_nccl.h sends NCCL's unique id with it.
 void ddp_bcast_bytes(Ddp *d, void *buf, size_t n, int root, const char *what);
+// One pause of a watchdog's polling loop that has waited waited_s so far: the first 100 us yield
+// (a peer a moment behind is the common case), then 50 us naps, so that a rank waiting for a
+// slower one does not take the core it needs (ranks may share cores). ddp_mpi.c and ddp_nccl.cu.
+void ddp_nap(double waited_s);
 // The job ends: "error: rank r of w at T (unix time): <message>" on stderr, then MPI_Abort (mpirun
 // ends every rank) or, with one rank, exit(code). For code outside this file that must end the
 // whole job (ddp_nccl.cu's watchdog).

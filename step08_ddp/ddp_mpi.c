@@ -2,7 +2,6 @@
 // collective waited for under the watchdog's deadline. With HAVE_MPI=0 (MPI not found at build
 // time) the one-rank versions at the end: nothing to send.
 #define _GNU_SOURCE
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,23 +35,16 @@ static double wall_clock(void) {
 
 // The job ends here: the message first (with a wall-clock time the launcher's timeline can use),
 // then MPI_Abort, which makes mpirun kill every rank, the stuck one too.
-__attribute__((noreturn)) static void abort_job_v(const Ddp *d, int code, const char *fmt, va_list ap) {
+void ddp_abort(const Ddp *d, int code, const char *fmt, ...) {
     char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     fprintf(stderr, "error: rank %d of %d at %.6f (unix time): %s\n", d->rank, d->world, wall_clock(), msg);
     fflush(stderr);
     if (d->mpi) MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
-}
-__attribute__((noreturn, format(printf, 3, 4))) static void abort_job(const Ddp *d, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    abort_job_v(d, code, fmt, ap);
-}
-void ddp_abort(const Ddp *d, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    abort_job_v(d, code, fmt, ap);
 }
 
 static const char *mpi_error(int rc, char *buf) {
@@ -69,7 +61,7 @@ static void wait_watchdog(Ddp *d, int n, MPI_Request *r, const char *what) {
         const int rc = MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
             char e[MPI_MAX_ERROR_STRING];
-            abort_job(d, 3, "step %d: %s failed: %s", d->step, what, mpi_error(rc, e));
+            ddp_abort(d, 3, "step %d: %s failed: %s", d->step, what, mpi_error(rc, e));
         }
         if (done) return;
         if (now_sec() - t0 > d->timeout_s) {
@@ -78,15 +70,12 @@ static void wait_watchdog(Ddp *d, int n, MPI_Request *r, const char *what) {
             for (int i = 0; i < n && k + 64 < sizeof left; i++)
                 if (r[i] != MPI_REQUEST_NULL)
                     k += (size_t)snprintf(left + k, sizeof left - k, "%s%d", k ? "," : "", i);
-            abort_job(d, 3,
+            ddp_abort(d, 3,
                       "watchdog: step %d: %s not complete after %.1f s (--collective-timeout; request%s %s of %d still "
                       "open): a peer rank is dead or stuck; ending the job",
                       d->step, what, d->timeout_s, strchr(left, ',') ? "s" : "", left, n);
         }
-        // the first 100 us yield (a peer a moment behind is the common case), then 50 us naps: a
-        // rank waiting for a slower one must not take the core it needs (ranks may share cores)
-        if (now_sec() - t0 < 1e-4) sched_yield();
-        else nanosleep(&(struct timespec){.tv_nsec = 50000}, NULL);
+        ddp_nap(now_sec() - t0);
     }
 }
 
@@ -120,7 +109,7 @@ static void start_pending(Ddp *d) {
                                   MPI_COMM_WORLD, &REQ(d)[b]);
     if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING];
-        abort_job(d, 3, "step %d: MPI_Iallreduce of bucket %d failed: %s", d->step, b, mpi_error(rc, e));
+        ddp_abort(d, 3, "step %d: MPI_Iallreduce of bucket %d failed: %s", d->step, b, mpi_error(rc, e));
     }
 }
 
@@ -142,7 +131,7 @@ void ddp_grad_ready(void *ctx, size_t off, size_t n) {
         const int rc = MPI_Testall(d->n_buckets, REQ(d), &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
             char e[MPI_MAX_ERROR_STRING];
-            abort_job(d, 3, "step %d: gradient all-reduce failed: %s", d->step, mpi_error(rc, e));
+            ddp_abort(d, 3, "step %d: gradient all-reduce failed: %s", d->step, mpi_error(rc, e));
         }
     }
     d->poll_s += now_sec() - t0;
@@ -167,7 +156,7 @@ void ddp_allreduce_sum_f64(Ddp *d, double *x, int n, const char *what) {
     const int rc = MPI_Iallreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r);
     if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING];
-        abort_job(d, 3, "step %d: MPI_Iallreduce (%s) failed: %s", d->step, what, mpi_error(rc, e));
+        ddp_abort(d, 3, "step %d: MPI_Iallreduce (%s) failed: %s", d->step, what, mpi_error(rc, e));
     }
     wait_watchdog(d, 1, &r, what);
 }
@@ -179,7 +168,7 @@ void ddp_check_same(Ddp *d, uint64_t h, const char *what) {
     const int rc = MPI_Iallgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD, &r);
     if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING];
-        abort_job(d, 3, "step %d: MPI_Iallgather (%s) failed: %s", d->step, what, mpi_error(rc, e));
+        ddp_abort(d, 3, "step %d: MPI_Iallgather (%s) failed: %s", d->step, what, mpi_error(rc, e));
     }
     char w[128];
     snprintf(w, sizeof w, "the hash comparison of %s", what);
@@ -192,7 +181,7 @@ void ddp_check_same(Ddp *d, uint64_t h, const char *what) {
         for (int i = 0; i < d->world && k + 40 < sizeof list; i++)
             k += (size_t)snprintf(list + k, sizeof list - k, "%srank %d %016llx", i ? ", " : "", i, (unsigned long long)all[i]);
         free(all);
-        abort_job(d, 4, "step %d: the ranks' %s differ (xxHash64: %s): the replicas diverged", d->step, what, list);
+        ddp_abort(d, 4, "step %d: the ranks' %s differ (xxHash64: %s): the replicas diverged", d->step, what, list);
     }
     free(all);
 }
@@ -203,7 +192,7 @@ void ddp_barrier(Ddp *d, const char *what) {
     const int rc = MPI_Ibarrier(MPI_COMM_WORLD, &r);
     if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING];
-        abort_job(d, 3, "step %d: MPI_Ibarrier (%s) failed: %s", d->step, what, mpi_error(rc, e));
+        ddp_abort(d, 3, "step %d: MPI_Ibarrier (%s) failed: %s", d->step, what, mpi_error(rc, e));
     }
     wait_watchdog(d, 1, &r, what);
 }
@@ -215,7 +204,7 @@ void ddp_bcast_bytes(Ddp *d, void *buf, size_t n, int root, const char *what) {
     const int rc = MPI_Ibcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD, &r);
     if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING];
-        abort_job(d, 3, "step %d: MPI_Ibcast (%s) failed: %s", d->step, what, mpi_error(rc, e));
+        ddp_abort(d, 3, "step %d: MPI_Ibcast (%s) failed: %s", d->step, what, mpi_error(rc, e));
     }
     wait_watchdog(d, 1, &r, what);
 }

@@ -6,11 +6,9 @@
 #if HAVE_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "check.h"
 #include "cuda_check.h"
@@ -19,14 +17,6 @@
 #define COMM(n) ((ncclComm_t)(n)->comm)
 #define STREAM(n) ((cudaStream_t)(n)->stream)
 #define EV(p) ((cudaEvent_t)(p))
-
-// The first 100 us yield (the common case: done a moment later), then 50 us naps, as ddp_mpi.c's
-// watchdog: a rank waiting for a slower one leaves the core to others.
-static void nap(double waited_s) {
-    const struct timespec ts = {0, 50000};
-    if (waited_s < 1e-4) sched_yield();
-    else nanosleep(&ts, NULL);
-}
 
 // The job ends: the communicator aborted first (its kernels stop waiting for the dead peer), then
 // ddp_abort (the message, MPI_Abort: mpirun ends every rank).
@@ -53,7 +43,7 @@ static void nccl_settle(DdpNccl *n, ncclResult_t r, const char *what) {
                      "rank is dead or stuck; ending the job", n->step, what, n->dp->timeout_s);
             fail(n, 3, msg);
         }
-        nap(waited);
+        ddp_nap(waited);
         if (ncclCommGetAsyncError(COMM(n), &r) != ncclSuccess) break;
     }
     if (r != ncclSuccess) {
@@ -209,7 +199,7 @@ void ddp_nccl_grads_finish(DdpNccl *n) {
                          n->dp->timeout_s);
             fail(n, 3, msg);
         }
-        nap(waited);
+        ddp_nap(waited);
     }
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, EV(n->ev_bwd_end), EV(n->ev_comm_end)));

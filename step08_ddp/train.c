@@ -533,10 +533,10 @@ int main(int argc, char **argv) {
                    dp.exposed_s, 100 * dp.exposed_s / t_train, dp.poll_s);
     if (gpu && steps_run > 1) {  // the first step pays for cuBLAS's setup: left out
         const double ts = (t_train - t_first) / (steps_run - 1), tok = (double)B * T;
+        const double tflops = 6.0 * (double)m.n_params * tok / ts * 1e-12;
         table_meta(tb, "gpu_rate", "%.0f tokens/s; model FLOP/s = 6 x %zu params x %.0f tokens / step time = %.3f TFLOP/s "
                    "(steps 2..%d, %.3f ms each, host clock around each step, which ends with a device synchronize; the "
-                   "6 N D count leaves out attention's T^2 terms)", tok / ts, m.n_params, tok,
-                   6.0 * (double)m.n_params * tok / ts * 1e-12, steps_run, 1e3 * ts);
+                   "6 N D count leaves out attention's T^2 terms)", tok / ts, m.n_params, tok, tflops, steps_run, 1e3 * ts);
         // the ceiling the rate is put against: cuBLAS's dense GEMM of the same math, measured now
         const int dt_gemm = gmath == TRAIN_GPU_FP32 ? 0 : 2;
         const double gms = roofline_gpu_gemm_ms(dt_gemm, 8192, 8192, 8192, 20);
@@ -544,7 +544,7 @@ int main(int argc, char **argv) {
             const double ceil_tf = 2.0 * 8192.0 * 8192.0 * 8192.0 / (gms * 1e-3) * 1e-12;
             table_meta(tb, "gpu_ceiling", "%.1f%% of the dense GEMM ceiling%s: cuBLAS %s GEMM 8192^3 = %.1f TFLOP/s, measured "
                        "now (CUDA events, median of 20, step01 roofline_gpu_gemm_ms)",
-                       100 * 6.0 * (double)m.n_params * tok / ts * 1e-12 / (ceil_tf * world),
+                       100 * tflops / (ceil_tf * world),
                        world > 1 ? " of all the ranks' GPUs (ranks x one GPU's)" : "",
                        dt_gemm ? "bf16 (fp32 accumulate)" : "fp32 (no TF32)", ceil_tf);
         }

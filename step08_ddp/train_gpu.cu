@@ -39,6 +39,7 @@ struct TrainGpu {
     int *ids, *targets;    // (N)
     int *emb_order, *emb_seg;  // (N), (3 N): embed_bwd_k's positions sorted by id and its segments
     int *h_order, *h_seg, *h_count;  // their host twins, and a count per vocabulary id (V + 1)
+    float *h_row_loss;               // (N) row_loss's host copy
     int n_seg;
     int n_counted;
     float *cos_t, *sin_t;  // (T, hd/2)
@@ -78,9 +79,6 @@ static int row_threads(int n) { return n >= ROW_THREADS ? ROW_THREADS : (n + 31)
 
 // ---------------------------------------------------------------- kernels (train_cpu.c's ops)
 
-__global__ void embed_fwd_k(const float *E, const int *ids, size_t N, int d, float *x) {
-    FOR_EACH(i, N * d) x[i] = E[(size_t)ids[i / d] * d + i % d];
-}
 // each row's gradient goes to the table row it was read from; rows repeat, and atomics would add
 // them in a different order each run (the last bits of the gradient, then of every weight, would
 // differ between two runs and after a resume). Instead the host sorts the positions by id
@@ -95,16 +93,7 @@ __global__ void embed_bwd_k(float *dE, const int *order, const int *seg, int d, 
     dE[(size_t)id * d + col] += s;
 }
 
-// y = x r w, r = 1/sqrt(mean(x^2) + eps); one block per row
-__global__ void rmsnorm_fwd_k(const float *x, const float *w, int n, float eps, float *y) {
-    const float *xr = x + (size_t)blockIdx.x * n;
-    float *yr = y + (size_t)blockIdx.x * n;
-    float ss = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = block_sum(ss);
-    const float inv = 1.0f / sqrtf(ss / n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
-}
+// the forward's embedding gather and RMSNorm are step02's k_embed and k_rmsnorm (forward_gpu.cuh)
 
 // dx (= or +=) r (dy w) - x r^3/n sum(dy w x);  rowbuf = dy x r (this row's share of dw).
 // dx may alias dy (each element is read before it is written, by the same thread).
@@ -378,6 +367,7 @@ TrainGpu *train_gpu_new(const TrainModel *m, int B, int T, TrainGpuMath math, ch
     CUDA_CHECK(cudaMalloc(&g->emb_seg, 3 * N * sizeof(int)));
     g->h_order = (int *)xmalloc(N * sizeof(int)), g->h_seg = (int *)xmalloc(3 * N * sizeof(int));
     g->h_count = (int *)xmalloc((V + 1) * sizeof(int));
+    g->h_row_loss = (float *)xmalloc(N * sizeof(float));
     g->cos_t = dalloc((size_t)T * hd / 2), g->sin_t = dalloc((size_t)T * hd / 2);
     {
         float *ct = (float *)xmalloc((size_t)T * hd / 2 * sizeof(float)), *st = (float *)xmalloc((size_t)T * hd / 2 * sizeof(float));
@@ -424,7 +414,7 @@ void train_gpu_free(TrainGpu *g) {
                   g->dv, g->datt, g->dgate, g->dup, g->dh, g->rowbuf, g->row_loss, g->sumsq, g->colpart, g->qh, g->ah, g->dqh, g->emb_order, g->emb_seg};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     CUBLAS_CHECK(cublasDestroy(g->blas));
-    free(g->tensors), free(g->lo), free(g->h_order), free(g->h_seg), free(g->h_count);
+    free(g->tensors), free(g->lo), free(g->h_order), free(g->h_seg), free(g->h_count), free(g->h_row_loss);
     free(g);
 }
 
@@ -510,7 +500,7 @@ double train_gpu_forward_backward_hooked(TrainGpu *g, const int *ids, const int 
     float *P_ = g->p, *G_ = g->g;
     // ---- forward (train_forward's order)
     float *x = g->x_out;  // the running residual stream (N, d)
-    embed_fwd_k<<<grid_for(Nd, 256), 256>>>(P_ + g->off_embed, g->ids, (size_t)N, d, x);
+    k_embed<float><<<N, ROW_THREADS>>>(P_ + g->off_embed, g->ids, d, x);
     CUDA_CHECK_LAST();
     for (int l = 0; l < c->n_layers; l++) {
         const LayerOff *o = &g->lo[l];
@@ -519,7 +509,7 @@ double train_gpu_forward_backward_hooked(TrainGpu *g, const int *ids, const int 
         float *P = g->probs + (size_t)l * B * H * T * T;
         float *gate = g->gate + l * Nf, *up = g->up + l * Nf, *hm = g->hmid + l * Nf;
         CUDA_CHECK(cudaMemcpyAsync(xin, x, Nd * sizeof(float), cudaMemcpyDeviceToDevice));
-        rmsnorm_fwd_k<<<N, ROW_THREADS>>>(x, P_ + o->attn_norm, d, eps, xn1);
+        k_rmsnorm<float><<<N, ROW_THREADS>>>(x, P_ + o->attn_norm, d, 1, (size_t)d, eps, xn1);
         CUDA_CHECK_LAST();
         linear_fwd(g, xn1, P_ + o->wq, d, qd, q, 0);
         linear_fwd(g, xn1, P_ + o->wk, d, kd, k, 0);
@@ -543,7 +533,7 @@ double train_gpu_forward_backward_hooked(TrainGpu *g, const int *ids, const int 
         CUDA_CHECK_LAST();
         linear_fwd(g, att, P_ + o->wo, qd, d, x, 1);  // x += o Wo^T
         CUDA_CHECK(cudaMemcpyAsync(xmid, x, Nd * sizeof(float), cudaMemcpyDeviceToDevice));
-        rmsnorm_fwd_k<<<N, ROW_THREADS>>>(x, P_ + o->mlp_norm, d, eps, xn2);
+        k_rmsnorm<float><<<N, ROW_THREADS>>>(x, P_ + o->mlp_norm, d, 1, (size_t)d, eps, xn2);
         CUDA_CHECK_LAST();
         linear_fwd(g, xn2, P_ + o->w_gate, d, ff, gate, 0);
         linear_fwd(g, xn2, P_ + o->w_up, d, ff, up, 0);
@@ -551,7 +541,7 @@ double train_gpu_forward_backward_hooked(TrainGpu *g, const int *ids, const int 
         CUDA_CHECK_LAST();
         linear_fwd(g, hm, P_ + o->w_down, ff, d, x, 1);  // x += h Wd^T
     }
-    rmsnorm_fwd_k<<<N, ROW_THREADS>>>(x, P_ + g->off_final_norm, d, eps, g->xn_f);
+    k_rmsnorm<float><<<N, ROW_THREADS>>>(x, P_ + g->off_final_norm, d, 1, (size_t)d, eps, g->xn_f);
     CUDA_CHECK_LAST();
     linear_fwd(g, g->xn_f, P_ + g->off_lm_head, d, V, g->logits, 0);
     cross_entropy_k<<<N, ROW_THREADS>>>(g->logits, g->targets, V, cnt ? 1.0f / (float)cnt : 0.0f, g->row_loss, g->dlogits);
@@ -614,11 +604,9 @@ double train_gpu_forward_backward_hooked(TrainGpu *g, const int *ids, const int 
     CUDA_CHECK_LAST();
     if (ready) ready(ctx, 0, g->lo[0].attn_norm);
     // the loss: the rows' shares summed on the host in double (a synchronizing copy)
-    float *rl = (float *)xmalloc((size_t)N * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(rl, g->row_loss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(g->h_row_loss, g->row_loss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
     double loss = 0;
-    for (int t = 0; t < N; t++) loss += rl[t];
-    free(rl);
+    for (int t = 0; t < N; t++) loss += g->h_row_loss[t];
     return cnt ? loss / cnt : 0.0;
 }
 

@@ -18,6 +18,7 @@
 #include "step08_ddp/task.h"
 #include "step08_ddp/train.h"
 #include "timer.h"
+#include "train_util.h"
 
 // ---------------------------------------------------------------- the pieces without MPI
 
@@ -106,10 +107,6 @@ Test(step08_ddp, backward_ready_ranges_cover_the_buffer_tied_qk_norm) { ready_ca
     "OMP_NUM_THREADS=1 timeout 60 step08_ddp/launch.sh --np 2"
 #define ONE_RANK "OMP_NUM_THREADS=1 timeout 60 "
 
-static void need_mpi(void) {
-    if (!HAVE_MPI) cr_skip_test("this build has no MPI (HAVE_MPI=0)");
-    if (system("command -v mpirun >/dev/null 2>&1")) cr_skip_test("no mpirun on PATH");
-}
 
 static char out[1 << 17];
 
@@ -145,7 +142,7 @@ static int read_losses(const char *path, double *loss, int cap, int *first_step)
 // another order, in double). A wrong shard (two ranks on the same rows, a sum not averaged) is off
 // by far more from step 1 or 2 on.
 Test(step08_ddp, two_ranks_match_one_rank, .timeout = 60) {
-    need_mpi();
+    test_need_mpi();
     char dir[64], p1[128], p2[128];
     test_mkdtemp(dir, sizeof dir, "ddp_match");
     snprintf(p1, sizeof p1, "%s/one.log", dir);
@@ -171,14 +168,14 @@ Test(step08_ddp, two_ranks_match_one_rank, .timeout = 60) {
 }
 
 Test(step08_ddp, diverged_replicas_end_the_job, .timeout = 60) {
-    need_mpi();
+    test_need_mpi();
     const int rc = run(LAUNCH " -- " TRAIN " --steps 30 --check-every 5 --flip-rank 1 --flip-at-step 7");
     cr_expect_eq(rc, 4, "exit %d:\n%s", rc, out);
     cr_expect(strstr(out, "step 10: the ranks' weights differ") && strstr(out, "the replicas diverged"), "%s", out);
 }
 
 Test(step08_ddp, batch_must_split_over_the_ranks, .timeout = 60) {
-    need_mpi();
+    test_need_mpi();
     cr_expect_neq(run(LAUNCH " -- " TRAIN " --steps 5 --batch 15"), 0, "%s", out);
     cr_expect(strstr(out, "--batch 15: the global batch must split evenly over the 2 ranks"), "%s", out);
 }
@@ -186,7 +183,7 @@ Test(step08_ddp, batch_must_split_over_the_ranks, .timeout = 60) {
 // A rank that stops answering (alive, never in the collective): the other's watchdog must end
 // the job within --collective-timeout, saying what it waited for; nothing hangs.
 Test(step08_ddp, watchdog_ends_a_hung_job, .timeout = 60) {
-    need_mpi();
+    test_need_mpi();
     const double t0 = now_sec();
     const int rc = run(LAUNCH " -- " TRAIN " --steps 50 --hang-rank 1 --hang-at-step 5 --collective-timeout 1");
     const double dt = now_sec() - t0;
@@ -200,7 +197,7 @@ Test(step08_ddp, watchdog_ends_a_hung_job, .timeout = 60) {
 // SIGKILL to rank 1 mid-run; the launcher restarts both ranks from the last complete checkpoint;
 // the losses after the resume are the bits of an uninterrupted run; the timeline is printed.
 Test(step08_ddp, killed_rank_recovers_bit_identical, .timeout = 90) {
-    need_mpi();
+    test_need_mpi();
     char dir[64], ref[128], got[128];
     test_mkdtemp(dir, sizeof dir, "ddp_kill");
     snprintf(ref, sizeof ref, "%s/ref.log", dir);
@@ -238,7 +235,7 @@ Test(step08_ddp, killed_rank_recovers_bit_identical, .timeout = 90) {
 // A checkpoint without DONE (its write interrupted) is skipped, with a message, for the previous
 // complete one; and a checkpoint of 2 ranks is refused by a 1-rank resume.
 Test(step08_ddp, partial_checkpoint_skipped_and_world_size_checked, .timeout = 60) {
-    need_mpi();
+    test_need_mpi();
     char dir[64], p[256];
     test_mkdtemp(dir, sizeof dir, "ddp_partial");
     cr_assert_eq(run(LAUNCH " -- " TRAIN " --steps 20 --ckpt-dir %s/ck --ckpt-every 5 --stop-at 10 --loss-log %s/a.log",

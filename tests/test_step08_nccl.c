@@ -27,15 +27,12 @@
 #include "step08_ddp/train.h"
 #include "step08_ddp/train_gpu.h"
 #include "timer.h"
+#include "train_util.h"
 
 #define NEED_GPU()                                                      \
     GpuInfo gi_;                                                        \
     if (gpu_info(&gi_) != 0) cr_skip_test("no CUDA device: %s", gi_.reason)
 
-static void need_mpi(void) {
-    if (!HAVE_MPI) cr_skip_test("this build has no MPI (HAVE_MPI=0)");
-    if (system("command -v mpirun >/dev/null 2>&1")) cr_skip_test("no mpirun on PATH");
-}
 
 // GPUs nvidia-smi lists (0 without it)
 static int gpu_count(void) {
@@ -80,7 +77,7 @@ static int read_log(const char *path, double *loss, double *norm, int cap) {
 // Without a GPU (CI), or in a build without NCCL or CUDA: every rank stops before training, with
 // the reason, and the job ends (no rank waits for a peer that already left).
 Test(step08_nccl, under_mpirun_without_a_gpu_fails_cleanly, .timeout = 120) {
-    need_mpi();
+    test_need_mpi();
     GpuInfo gi;
     if (HAVE_NCCL && gpu_info(&gi) == 0) cr_skip_test("there is a CUDA device: the step08_gpu/nccl_* tests run instead");
     const double t0 = now_sec();
@@ -96,7 +93,7 @@ Test(step08_nccl, under_mpirun_without_a_gpu_fails_cleanly, .timeout = 120) {
 }
 
 Test(step08_nccl, batch_must_split_over_the_gpu_ranks, .timeout = 120) {
-    need_mpi();
+    test_need_mpi();
     cr_expect_neq(run(LAUNCH(2) TRAIN " --steps 5 --batch 15"), 0, "%s", out);
     cr_expect(strstr(out, "--batch 15: the global batch must split evenly over the 2 ranks"), "%s", out);
 }
@@ -243,7 +240,7 @@ Test(step08_gpu, nccl_one_rank_one_bucket_at_the_end) {
 // by 1 changes no bit.
 Test(step08_gpu, nccl_mpirun_one_rank_logs_the_same_losses, .timeout = 300) {
     NEED_GPU();
-    need_mpi();
+    test_need_mpi();
     if (!HAVE_NCCL) cr_skip_test("this build has no NCCL: mpirun -np 1 runs the plain GPU path");
     char dir[64], pa[128], pb[128], pc[128];
     test_mkdtemp(dir, sizeof dir, "nccl_one");
@@ -269,7 +266,7 @@ Test(step08_gpu, nccl_mpirun_one_rank_logs_the_same_losses, .timeout = 300) {
 // NCCL cannot put two ranks on one GPU: with one GPU visible, 2 ranks end at once with the reason.
 Test(step08_gpu, nccl_two_ranks_on_one_gpu_fail_clearly, .timeout = 120) {
     NEED_GPU();
-    need_mpi();
+    test_need_mpi();
     if (!HAVE_NCCL) cr_skip_test("this build has no NCCL");
     const double t0 = now_sec();
     const int rc = run("CUDA_VISIBLE_DEVICES=0 " LAUNCH(2) TRAIN " --steps 30");
@@ -285,7 +282,7 @@ Test(step08_gpu, nccl_two_ranks_on_one_gpu_fail_clearly, .timeout = 120) {
 // weights) only the GEMMs' shapes (8 or 16 rows) and the mean's order differ: 1e-6.
 Test(step08_gpu, nccl_two_gpus_match_one, .timeout = 300) {
     NEED_GPU();
-    need_mpi();
+    test_need_mpi();
     if (!HAVE_NCCL) cr_skip_test("this build has no NCCL");
     if (gpu_count() < 2) cr_skip_test("fewer than 2 GPUs (nvidia-smi -L)");
     char dir[64], pa[128], pb[128];
@@ -311,7 +308,7 @@ Test(step08_gpu, nccl_two_gpus_match_one, .timeout = 300) {
 // bucket it waited for.
 Test(step08_gpu, nccl_watchdog_ends_a_hung_job, .timeout = 120) {
     NEED_GPU();
-    need_mpi();
+    test_need_mpi();
     if (!HAVE_NCCL) cr_skip_test("this build has no NCCL");
     if (gpu_count() < 2) cr_skip_test("fewer than 2 GPUs (nvidia-smi -L)");
     const double t0 = now_sec();

@@ -45,3 +45,8 @@ void test_train_copy(TrainModel *m, int steps, double *first, double *last10) {
     free(ids), free(tg);
     omp_set_num_threads(saved_threads);
 }
+
+void test_need_mpi(void) {
+    if (!HAVE_MPI) cr_skip_test("this build has no MPI (HAVE_MPI=0)");
+    if (system("command -v mpirun >/dev/null 2>&1")) cr_skip_test("no mpirun on PATH");
+}

@@ -1,6 +1,6 @@
 // train_util.h — the step08 suites' tiny copy-task model, trained the same way by every test that
 // needs one (the learning test, the export's serve test).
-// defines: TCOPY_L, TCOPY_NSYM, test_train_copy
+// defines: TCOPY_L, TCOPY_NSYM, test_train_copy, test_need_mpi
 #pragma once
 #include "step08_ddp/train.h"
 
@@ -14,3 +14,5 @@
 // then stall OpenBLAS ~10x on 2 cores). m is new (train_model_free it); first and last10 (may be
 // NULL) get the first step's loss and the mean of the last 10.
 void test_train_copy(TrainModel *m, int steps, double *first, double *last10);
+// Skips the test unless the build has MPI (HAVE_MPI) and mpirun is on PATH: the tests of ranks.
+void test_need_mpi(void);
