@@ -7,7 +7,7 @@
 # train_gpu.cu: the same training step on one GPU (train --device cuda; train_gpu_none.c without nvcc);
 # its tests: build/tests/run_tests --filter 'step08_gpu/*' (skipped without a GPU). ddp_nccl.cu: one
 # rank per GPU under mpirun, the gradients all-reduced by NCCL (ddp_nccl_none.c without NCCL); its
-# tests: build/tests/run_tests --filter '@(step08_nccl|step08_ncclgpu)/*'.
+# tests: build/tests/run_tests --filter '@(step08_nccl/*|step08_gpu/nccl_*)'.
 PROGS_step08_ddp := train
 # train runs ranks under mpirun (ddp.h): it alone links MPI (the Makefile's MPI_LIBS; empty without MPI)
 # and NCCL (ddp_nccl.h, --device cuda under mpirun; NCCL_LIBS is empty without it)
