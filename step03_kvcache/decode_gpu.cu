@@ -37,6 +37,7 @@
 #include "decode_gpu.cuh"
 #include "kvcache.h"
 #include "step02_attention/forward_gpu.cuh"
+#include "step07_kernels/decode_fused.cuh"  // the fused step (gpu_decoder_set_fused)
 
 // ---------------------------------------------------------------- GEMV
 #define GEMV_WARPS 8  // warps per block
@@ -275,10 +276,19 @@ struct GpuDecoder {
     float *x, *qkv, *att, *gu, *h, *xn, *logits;  // (d) (H*hd+2KV*hd) (H*hd) (2ff) (ff) (d) (vocab)
     float *part_o, *part_ml;  // (H, nsplit, hd) (H, nsplit, 2)
     float *inv_freq;          // (hd/2)
+    float *cos_t, *sin_t;     // (max_seq, hd/2): the fused step's RoPE table
+    int *count;               // (KV) the fused attention's finished splits per kv head
     int *d_tok, *d_pos, *d_out;  // token id, position, argmax per position (max_seq)
+    int fused;                // which step the graph holds (gpu_decoder_set_fused)
+    int kernels;              // kernel nodes in the graph
     cudaStream_t stream;
     cudaGraphExec_t graph;
 };
+
+// Which decode step gpu_decoder_new captures: 0 step03's own (10 kernels a layer), 1 step07's
+// fusions (5 a layer), 2 the same with programmatic dependent launch on sm_90 (the default).
+static int g_decode_fused = 2;
+static const char *const FUSED_NAMES[] = {"unfused", "fused", "fused_pdl"};
 
 // Enqueue one decode step on d->stream (what the graph holds).
 static void decode_enqueue(GpuDecoder *d) {
@@ -320,6 +330,71 @@ static void decode_enqueue(GpuDecoder *d) {
     k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, g->final_norm, dm, 1, dm, eps, d->xn);
     CUDA_CHECK_LAST();
     gemv(dt, g->lm_head, d->xn, NULL, d->logits, c->vocab, dm, 0, s);
+    k_argmax_advance<<<1, 1024, 0, s>>>(d->logits, c->vocab, d->d_tok, d->d_pos, d->d_out);
+    CUDA_CHECK_LAST();
+}
+
+// The fused step (step07_kernels/decode_fused.cuh): 5 kernels a layer where the projections are
+// dense. A quantized projection (step06) runs as in the unfused step, its RMSNorm or SwiGLU as a
+// kernel of its own.
+static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
+    GpuModel *g = d->g;
+    const ModelConfig *c = &g->cfg;
+    const int dm = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, ff = c->intermediate;
+    const int qd = H * hd, kd = KV * hd, nqkv = qd + 2 * kd, gq = H / KV;
+    const StDtype dt = g->wdt;
+    const float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    const size_t es = esize(d->cdt), lstride = (size_t)d->max_seq * kd * es;
+    const size_t attn_smem = attn_smem_bytes(gq, hd);
+    const dim3 gb(GEMVF_WARPS * 32);
+    cudaStream_t s = d->stream;
+    // y [+]= W rmsnorm(x, nw) (+ b) when nw != NULL, else y [+]= W in (+ b); a quantized W: step06's GEMV
+    auto proj = [&](const GpuQProj *q, const void *W, const float *nw, const float *in, const float *b, float *y,
+                    int rows, int n_in, int acc) {
+        if (q->n == 0) {
+            const dim3 grid((rows + GEMVF_WARPS - 1) / GEMVF_WARPS);
+            if (nw) {
+                DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, false>, grid, gb, 0, s, (const A *)W,
+                                           (const float *)d->x, nw, eps, b, y, rows, n_in, acc, 0));
+            } else {
+                DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, false, false>, grid, gb, 0, s, (const A *)W, in,
+                                           (const float *)NULL, eps, b, y, rows, n_in, acc, 0));
+            }
+            return;
+        }
+        if (nw) {
+            k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, nw, dm, 1, dm, eps, d->xn);
+            CUDA_CHECK_LAST();
+            in = d->xn;
+        }
+        proj_gemv(dt, q, W, in, b, y, rows, n_in, acc, s);
+    };
+    DISPATCH(dt, A, k_embed<A><<<1, 256, 0, s>>>((const A *)g->embed, d->d_tok, dm, d->x));
+    CUDA_CHECK_LAST();
+    for (int l = 0; l < c->n_layers; l++) {
+        const GpuLayer *L = &g->layers[l];
+        void *kc = (char *)d->kc + l * lstride, *vc = (char *)d->vc + l * lstride;
+        proj(&L->qqkv, L->wqkv, L->attn_norm, NULL, L->bqkv, d->qkv, nqkv, dm, 0);
+        DISPATCH(d->cdt, C, pdl_launch(pdl, k_attn_fused<C>, dim3(KV, d->nsplit), dim3(ATTN_CHUNK), attn_smem, s,
+                                       (const float *)d->qkv, (const float *)L->q_norm, (const float *)L->k_norm,
+                                       (const float *)d->cos_t, (const float *)d->sin_t, (const int *)d->d_pos, H, KV,
+                                       hd, eps, scale, (C *)kc, (C *)vc, d->part_o, d->part_ml, d->count, d->att));
+        proj(&L->qo, L->wo, NULL, d->att, L->bo, d->x, dm, qd, 1);  // x += att Wo^T
+        if (L->qgu.n == 0) {  // h = swiglu(Wgu rmsnorm(x)): one kernel
+            const dim3 grid((ff + GEMVF_WARPS - 1) / GEMVF_WARPS);
+            DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, true>, grid, gb, 0, s, (const A *)L->wgu, (const float *)d->x,
+                                       (const float *)L->mlp_norm, eps, (const float *)NULL, d->h, ff, dm, 0, ff));
+        } else {
+            k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);
+            CUDA_CHECK_LAST();
+            proj_gemv(dt, &L->qgu, L->wgu, d->xn, NULL, d->gu, 2 * ff, dm, 0, s);
+            k_swiglu_f32<<<(ff + 255) / 256, 256, 0, s>>>(d->gu, d->h, ff);
+            CUDA_CHECK_LAST();
+        }
+        proj(&L->qdown, L->wdown, NULL, d->h, NULL, d->x, dm, ff, 1);  // x += h Wdown^T
+    }
+    static const GpuQProj dense = {{NULL, NULL, NULL}, {0, 0, 0}, 0};
+    proj(&dense, g->lm_head, g->final_norm, NULL, NULL, d->logits, c->vocab, dm, 0);
     k_argmax_advance<<<1, 1024, 0, s>>>(d->logits, c->vocab, d->d_tok, d->d_pos, d->d_out);
     CUDA_CHECK_LAST();
 }
@@ -366,6 +441,10 @@ extern "C" GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int 
     d->part_o = (float *)dmalloc((size_t)H * d->nsplit * hd * 4);
     d->part_ml = (float *)dmalloc((size_t)H * d->nsplit * 2 * 4);
     d->inv_freq = (float *)dmalloc((size_t)(hd / 2) * 4);
+    d->cos_t = (float *)dmalloc((size_t)max_seq * (hd / 2) * 4);
+    d->sin_t = (float *)dmalloc((size_t)max_seq * (hd / 2) * 4);
+    d->count = (int *)dmalloc((size_t)KV * 4);
+    CUDA_CHECK(cudaMemset(d->count, 0, (size_t)KV * 4));
     d->d_tok = (int *)dmalloc(4);
     d->d_pos = (int *)dmalloc(4);
     d->d_out = (int *)dmalloc((size_t)(max_seq + 1) * 4);
@@ -373,13 +452,29 @@ extern "C" GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int 
     rope_inv_freq(c, inv);
     CUDA_CHECK(cudaMemcpy(d->inv_freq, inv, (size_t)(hd / 2) * 4, cudaMemcpyHostToDevice));
     free(inv);
+    k_rope_table<<<grid_for((size_t)max_seq * (hd / 2), 256), 256>>>(d->inv_freq, max_seq, hd / 2, d->cos_t, d->sin_t);
+    CUDA_CHECK_LAST();
     CUDA_CHECK(cudaStreamCreate(&d->stream));
     gpu_decoder_reset(d);
     // capture the step once; every token replays it
+    d->fused = g_decode_fused;
+    GpuInfo gi;
+    const int pdl = d->fused == 2 && gpu_info(&gi) == 0 && gi.cc_major >= 9;
     cudaGraph_t gr;
     CUDA_CHECK(cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal));
-    decode_enqueue(d);
+    if (d->fused) decode_enqueue_fused(d, pdl);
+    else decode_enqueue(d);
     CUDA_CHECK(cudaStreamEndCapture(d->stream, &gr));
+    size_t nn = 0;
+    CUDA_CHECK(cudaGraphGetNodes(gr, NULL, &nn));
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)xmalloc((nn ? nn : 1) * sizeof(cudaGraphNode_t));
+    CUDA_CHECK(cudaGraphGetNodes(gr, nodes, &nn));
+    for (size_t i = 0; i < nn; i++) {
+        cudaGraphNodeType ty;
+        CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &ty));
+        d->kernels += ty == cudaGraphNodeTypeKernel;
+    }
+    free(nodes);
     CUDA_CHECK(cudaGraphInstantiate(&d->graph, gr, 0));
     CUDA_CHECK(cudaGraphDestroy(gr));
     return d;
@@ -390,7 +485,7 @@ extern "C" void gpu_decoder_free(GpuDecoder *d) {
     CUDA_CHECK(cudaStreamSynchronize(d->stream));
     CUDA_CHECK(cudaGraphExecDestroy(d->graph));
     void *ps[] = {d->kc, d->vc, d->x, d->xn, d->qkv, d->att, d->gu, d->h, d->logits, d->part_o, d->part_ml,
-                  d->inv_freq, d->d_tok, d->d_pos, d->d_out};
+                  d->inv_freq, d->cos_t, d->sin_t, d->count, d->d_tok, d->d_pos, d->d_out};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     CUDA_CHECK(cudaStreamDestroy(d->stream));
     free(d);
@@ -403,6 +498,12 @@ extern "C" void gpu_decoder_reset(GpuDecoder *d) {
 }
 
 extern "C" int gpu_decoder_len(const GpuDecoder *d) { return d->len; }
+extern "C" int gpu_decoder_kernels(const GpuDecoder *d) { return d->kernels; }
+extern "C" int gpu_decoder_fused(const GpuDecoder *d) { return d->fused; }
+extern "C" void gpu_decoder_set_fused(int mode) {
+    if (mode >= 0 && mode <= 2) g_decode_fused = mode;
+}
+extern "C" const char *gpu_decoder_fused_name(int mode) { return mode >= 0 && mode <= 2 ? FUSED_NAMES[mode] : "?"; }
 extern "C" double gpu_decoder_kv_bytes(const GpuDecoder *d) { return d->kv_bytes; }
 extern "C" double gpu_decoder_kv_elem_bytes(const GpuDecoder *d) { return (double)esize(d->cdt); }
 

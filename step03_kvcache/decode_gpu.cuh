@@ -1,7 +1,7 @@
 // decode_gpu.cuh — what step03's CUDA decode shares with later steps' CUDA code (CUDA C++ only):
 // the 16-byte vector loads, the split decode attention (one query per head over a cache, as
 // device functions so that step04 runs them for every row of a flat batch) and the GEMV.
-// defines: Vec16, ATTN_CHUNK, ATTN_WARPS, ATTN_MAXG, ATTN_MAXE, attn_split_block,
+// defines: Vec16, ATTN_CHUNK, ATTN_WARPS, ATTN_MAXG, ATTN_MAXE, attn_split_block, attn_split_core,
 //          attn_smem_bytes, attn_combine_head; declares (decode_gpu.cu): gemv_rows, proj_gemv
 //
 // Decode attention (flash-decoding's idea, done simply): the keys of one query are split in
@@ -55,17 +55,30 @@ template <> struct Vec16<__half> {
 //   softmax: one warp per head over the block's keys: local max m, p = exp(s - m), sum l;
 //   P V:    warp w takes keys w, w+4, ...; lane owns elements lane, lane+32, ... of the V row
 //           (coalesced), for all g heads at once; the 4 warps' partial sums are added in shared.
+// attn_split_core is the same block once the g query heads are in shared memory (qs = the start
+// of the dynamic shared memory, (g, hd) fp32; step07's fused decode puts them there itself).
+template <class C>
+__device__ inline void attn_split_core(const float *qs, const C *kc, const C *vc, int len, int H, int KV, int hd,
+                                       float scale, float *part_o, float *part_ml, int kvh, int split, int nsplit);
 template <class C>
 __device__ inline void attn_split_block(const float *q, const C *kc, const C *vc, int len, int H, int KV, int hd,
                                         float scale, float *part_o, float *part_ml, int kvh, int split, int nsplit) {
+    extern __shared__ float sm[];
+    const int gh = (H / KV) * hd;
+    if (split * ATTN_CHUNK >= len) return;
+    for (int i = threadIdx.x; i < gh; i += ATTN_CHUNK) sm[i] = q[(size_t)kvh * gh + i];
+    __syncthreads();
+    attn_split_core<C>(sm, kc, vc, len, H, KV, hd, scale, part_o, part_ml, kvh, split, nsplit);
+}
+template <class C>
+__device__ inline void attn_split_core(const float *qs, const C *kc, const C *vc, int len, int H, int KV, int hd,
+                                       float scale, float *part_o, float *part_ml, int kvh, int split, int nsplit) {
     extern __shared__ float sm[];
     const int g = H / KV, t = threadIdx.x;
     const int j0 = split * ATTN_CHUNK;
     if (j0 >= len) return;
     const int jn = min(ATTN_CHUNK, len - j0), gh = g * hd;
-    float *qs = sm, *ps = sm + gh, *red = ps + g * ATTN_CHUNK;  // (g, hd) (g, CHUNK) (WARPS, g, hd)
-    for (int i = t; i < gh; i += ATTN_CHUNK) qs[i] = q[(size_t)kvh * gh + i];
-    __syncthreads();
+    float *ps = sm + gh, *red = ps + g * ATTN_CHUNK;  // after qs: (g, CHUNK) (WARPS, g, hd)
     const size_t ld = (size_t)KV * hd;
     if (t < jn) {
         const C *kr = kc + (size_t)(j0 + t) * ld + (size_t)kvh * hd;

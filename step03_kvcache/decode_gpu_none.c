@@ -16,6 +16,19 @@ int gpu_decoder_len(const GpuDecoder *d) {
     (void)d;
     return 0;
 }
+void gpu_decoder_set_fused(int mode) { (void)mode; }
+const char *gpu_decoder_fused_name(int mode) {
+    static const char *const names[] = {"unfused", "fused", "fused_pdl"};
+    return mode >= 0 && mode <= 2 ? names[mode] : "?";
+}
+int gpu_decoder_fused(const GpuDecoder *d) {
+    (void)d;
+    return 0;
+}
+int gpu_decoder_kernels(const GpuDecoder *d) {
+    (void)d;
+    return 0;
+}
 int gpu_decoder_step(GpuDecoder *d, int id, float *logits) {
     (void)d, (void)id, (void)logits;
     return -1;

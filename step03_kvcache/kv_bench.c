@@ -44,13 +44,17 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
             "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--qgemv V]\n"
-            "                [--csv | --json]\n"
+            "                [--fused 0|1|2] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
             "  --window     latency at p = median of the cached steps p-W .. p+W (default 8)\n"
             "  --reps       uncached forwards timed per position, and CPU cached runs (median; default 3)\n"
             "  --copy-gbps  the bandwidth ceiling (default: measured now on the GPU, build/ceilings.json on the CPU)\n"
-            "  --gemv V     GPU: GEMV version 1..4 for the table (default: the fastest decode of the ladder, measured first)\n"
+            "  --fused M    GPU: the decode step of the table: 0 step03's own (10 kernels a layer), 1 step07's fusions\n"
+            "               (5 a layer), 2 fusions + programmatic dependent launch on sm_90 (default); all three are\n"
+            "               timed first (decode_step_by_fusion)\n"
+            "  --gemv V     GPU: GEMV version 1..4 of step03's unfused step (default: the fastest decode of its ladder,\n"
+            "               measured first)\n"
             "  --quant      quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups of\n"
             "               128), random integers with --preset; a GPTQ / AWQ checkpoint runs quantized without it\n"
             "  --qgemv V    GPU, quantized projections: the quantized GEMV's version 1..N of its ladder (qgemm_bench\n"
@@ -103,7 +107,7 @@ static TimeStats window_stats(const double *v, int runs, int n, int p, int w) {
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -119,6 +123,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--gemv") && more) gemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--qgemv") && more) qgemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
+        else if (!strcmp(a, "--fused") && more) fused = (int)arg_int(a, argv[++i], 0, 2);
         else if (!strcmp(a, "--quant") && more) {
             if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
         } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
@@ -168,8 +173,28 @@ int main(int argc, char **argv) {
     const int quantized = (model_dir && w.quantized) || qs.method != QLOAD_NONE;
     const ModelConfig *c = &cfg;
 
-    // ---- GPU: the GEMV ladder inside the whole decode step (160 greedy steps per version)
-    char ladder[600] = "";
+    // ---- GPU: the decode step of each fusion mode, then the GEMV ladder inside step03's own
+    // (unfused) step; 160 greedy steps per decoder, the median of steps 1..128
+    char ladder[600] = "", fusion[600] = "";
+    if (use_cuda) {
+        int off = 0;
+        for (int f = 0; f <= 2; f++) {
+            gpu_decoder_set_fused(f);  // before gpu_decoder_new: the graph captures the mode
+            GpuDecoder *dv = gpu_decoder_new(gm, 160, err, sizeof err);
+            if (!dv) die("%s", err);
+            int ids[160];
+            float ms[160];
+            if (gpu_decoder_greedy(dv, 1, 32, ids, NULL) != 0) die("decode failed");  // warm-up
+            gpu_decoder_reset(dv);
+            if (gpu_decoder_greedy(dv, 1, 160, ids, ms) != 0) die("decode failed");
+            double md[128];
+            for (int i = 0; i < 128; i++) md[i] = ms[1 + i];
+            off += snprintf(fusion + off, sizeof fusion - (size_t)off, "%s%s %.4f ms (%d kernels)", f ? "; " : "",
+                            gpu_decoder_fused_name(f), median_d(md, 128), gpu_decoder_kernels(dv));
+            gpu_decoder_free(dv);
+        }
+        gpu_decoder_set_fused(0);
+    }
     if (use_cuda) {
         double best = 1e30;
         int off = 0, bestv = 1;
@@ -191,6 +216,7 @@ int main(int argc, char **argv) {
         }
         if (gemv_ver < 0) gemv_ver = bestv;
         gemv_set_version(gemv_ver);
+        gpu_decoder_set_fused(fused);  // the table's decoder
     }
 
     // ---- KV memory: measured vs the formula
@@ -326,8 +352,10 @@ int main(int argc, char **argv) {
             snprintf(key, sizeof key, "gemv_alone_%s", gemv_version_name(v));
             table_meta(t, key, "%s", buf);
         }
-        table_meta(t, "decode_step_by_gemv_version", "median of steps 1..128: %s", ladder);
-        table_meta(t, "gemv_version_used", "%s", gemv_version_name(gemv_ver));
+        table_meta(t, "decode_step_by_fusion", "median of steps 1..128: %s", fusion);
+        table_meta(t, "decode_step_by_gemv_version", "median of steps 1..128, step03's unfused step: %s", ladder);
+        table_meta(t, "gemv_version_used", "%s%s", gemv_version_name(gemv_ver), fused ? " (in the unfused step only)" : "");
+        table_meta(t, "decode_step_used", "%s (%d kernels per step)", gpu_decoder_fused_name(fused), gpu_decoder_kernels(dec));
     }
     table_col(t, "position", "%.0f");
     table_col(t, "cached_ms", "%.4f");

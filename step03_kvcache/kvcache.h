@@ -100,6 +100,14 @@ GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int errlen);
 void gpu_decoder_free(GpuDecoder *d);
 void gpu_decoder_reset(GpuDecoder *d);  // empty the cache (position 0)
 int gpu_decoder_len(const GpuDecoder *d);
+// Which step the next gpu_decoder_new captures: 0 step03's own (10 kernels a layer: RMSNorm, GEMV,
+// RoPE + cache write, attention split, combine, GEMV, RMSNorm, GEMV, SwiGLU, GEMV), 1 step07's
+// fusions (5 a layer: step07_kernels/decode_fused.cuh), 2 (the default) the same with programmatic
+// dependent launch on sm_90 (1 elsewhere). Names: "unfused", "fused", "fused_pdl".
+void gpu_decoder_set_fused(int mode);
+const char *gpu_decoder_fused_name(int mode);
+int gpu_decoder_fused(const GpuDecoder *d);    // the mode this decoder was captured with
+int gpu_decoder_kernels(const GpuDecoder *d);  // kernel nodes in its graph: launches per token
 // Feed one token at position len (appending its K, V); logits (vocab) copied to the host when
 // logits != NULL. A prompt is fed token by token through the same graph (this step has no
 // batched GPU prefill that writes the cache). 0, or -1 (bad id, cache full).

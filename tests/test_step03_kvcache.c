@@ -251,6 +251,68 @@ Test(step03, gpu_cached_greedy_matches_goldens_and_uncached, .timeout = 300) {
     check_generation(1);
 }
 
+// ---------------------------------------------------------------- the fused decode step (step07)
+
+// Every checkpoint, NP positions fed through a decoder of each mode (0 step03's unfused step, 1
+// step07's fusions, 2 the same with programmatic dependent launch): the logits of every position.
+// Past 128 positions the attention has 2 and then 3 splits, so the fused combine (the last block of
+// a kv head merges) runs. Fused vs unfused: the same function up to fp32 reassociation (the RMSNorm's
+// sum of squares is reduced in another order), so within the half-precision tolerance for 16-bit
+// models and 1e-4 for fp32 ones. PDL vs no PDL: the same kernels, only launched to overlap, so the
+// logits must be bit-identical: a kernel that read its input before the previous one finished
+// would show here.
+Test(step03, gpu_fused_decode_matches_unfused_and_pdl_is_exact, .timeout = 300) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) cr_skip_test("no CUDA device: %s", gi.reason);
+    Ckpt ck[64];
+    const int n = ckpt_list(ck, 64, "config.json");
+    cr_assert_gt(n, 0, "no checkpoints under %s", MODELS_DIR);
+    enum { NP = 300 };
+    for (int i = 0; i < n; i++) {
+        CkptModels m;
+        ckpt_models_load(&ck[i], &m);
+        const int V = m.w.cfg.vocab;
+        float *lg[3];
+        int kern[3];
+        Rng r;
+        for (int f = 0; f < 3; f++) {
+            rng_seed(&r, 99);  // the same ids for every mode
+            lg[f] = malloc((size_t)NP * V * sizeof(float));
+            gpu_decoder_set_fused(f);
+            char err[256];
+            GpuDecoder *d = gpu_decoder_new(m.gm, NP, err, sizeof err);
+            cr_assert(d, "%s", err);
+            kern[f] = gpu_decoder_kernels(d);
+            for (int p = 0; p < NP; p++)
+                cr_assert_eq(gpu_decoder_step(d, (int)(rng_u32(&r) % (unsigned)V), lg[f] + (size_t)p * V), 0);
+            gpu_decoder_free(d);
+        }
+        gpu_decoder_set_fused(2);
+        const int L = m.w.cfg.n_layers;
+        if (!m.w.quantized) {  // a quantized projection may be several GEMVs, its norm a kernel of its own
+            cr_expect_eq(kern[0], 10 * L + 4, "%s: unfused step %d kernels, want 10 L + 4", ck[i].name, kern[0]);
+            cr_expect_eq(kern[1], 5 * L + 3, "%s: fused step %d kernels, want 5 L + 3", ck[i].name, kern[1]);
+        }
+        cr_expect_eq(kern[2], kern[1], "%s: PDL changes no kernel count", ck[i].name);
+        const double tol = m.f32 ? 1e-4 : ERR_TOL_HALF * 2;
+        double worst = 0;
+        for (int p = 0; p < NP; p++) {
+            const ErrStats e = compare_f32(lg[1] + (size_t)p * V, lg[0] + (size_t)p * V, (size_t)V);
+            cr_expect(e.n_bad == 0 && e.max_rel < tol, "%s position %d: fused vs unfused logits max_rel %.3e (tol %.0e)",
+                      ck[i].name, p, e.max_rel, tol);
+            worst = e.max_rel > worst ? e.max_rel : worst;
+        }
+        size_t diff = 0;
+        for (size_t k = 0; k < (size_t)NP * V; k++) diff += memcmp(&lg[1][k], &lg[2][k], sizeof(float)) != 0;
+        cr_expect_eq(diff, 0, "%s: %zu of %d logits differ between the fused step with and without PDL", ck[i].name, diff,
+                     NP * V);
+        fprintf(stderr, "[fused-decode] %s: kernels %d -> %d; fused vs unfused max_rel %.2e over %d positions\n",
+                ck[i].name, kern[0], kern[1], worst, NP);
+        for (int f = 0; f < 3; f++) free(lg[f]);
+        ckpt_models_free(&m);
+    }
+}
+
 // ---------------------------------------------------------------- sampling
 
 static float *rand_logits(Rng *r, int V) {

@@ -1,0 +1,265 @@
+// decode_fused.cuh — step07's fusions inside step03's batch-1 decode graph (CUDA C++ only; included
+// by step03_kvcache/decode_gpu.cu, which chooses between this step and its own, gpu_decoder_set_fused).
+// defines: pdl_trigger, pdl_wait, pdl_launch, k_gemv_fused, k_rope_table, k_attn_fused
+//
+// At batch 1 a small model's decode step is ~10 small kernels per layer, each a few microseconds,
+// and the GPU spends much of the step between kernels: one kernel drains (its last blocks finish
+// while most SMs idle), the next is launched, and its first loads wait a full HBM round trip.
+// Two remedies, both measured in kv_bench's "decode_step_by_fusion" line:
+//
+// 1. Fewer kernels: 10 per layer -> 5.
+//      qkv GEMV     + the RMSNorm before it (each block normalizes x on the fly: the sum of
+//                     squares of x, 4 to 16 KB from L2, is recomputed by every block, which is
+//                     cheaper than a kernel boundary)
+//      attention    + q/k norm, RoPE and the K/V cache write (k_rope_append) + the split combine
+//                     (the last block of a kv head to finish merges the splits; one split: the
+//                     block divides by its own sum)
+//      o GEMV       (adds into the residual, as before)
+//      gate|up GEMV + the RMSNorm before it + SwiGLU after it (a warp computes gate row i and up
+//                     row ff + i together and writes silu(g) * u: the (2 ff) intermediate is never
+//                     written)
+//      down GEMV    (adds into the residual)
+//    The lm_head GEMV takes the final RMSNorm the same way.
+// 2. Programmatic dependent launch (PDL, sm_90): each kernel is launched with
+//    cudaLaunchAttributeProgrammaticStreamSerialization, so the next kernel's blocks may start
+//    while this one still runs. Every kernel here first says so (griddepcontrol.launch_dependents)
+//    and waits for the previous kernel's results (griddepcontrol.wait: the previous grid has
+//    completed and its writes are visible) before it reads or writes anything the chain shares.
+//    What it may do before the wait is what does not depend on the previous kernel: a GEMV issues
+//    its first weight loads, so the HBM round trip overlaps the previous kernel's tail. The
+//    graph captures the programmatic edges (CUDA 12.3+). Below sm_90 the attribute is not set and
+//    the two instructions compile to nothing: the kernels then run one after the other as usual.
+//
+// Rounding is the unfused path's: the normalized x is x * inv * w in fp32 (step02's k_rmsnorm), the
+// SwiGLU g / (1 + exp(-g)) * u (k_swiglu_f32), RoPE the same products on the same cos / sin values
+// (a table made at setup with k_rope_append's double-precision cos / sin), the combine the same
+// sums in the same order. Only the sum of squares of x is reduced in another order (256 threads
+// instead of 1024), so the two paths agree to fp32 rounding, not bit for bit (tested).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "check.h"
+#include "cuda_check.h"
+#include "step03_kvcache/decode_gpu.cuh"
+
+// ---------------------------------------------------------------- programmatic dependent launch
+static __device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Launch k on s, allowed to overlap the previous kernel of the stream when pdl != 0 (sm_90: the
+// caller asks the device once; a kernel launched so must call pdl_wait before touching shared data).
+template <class... KArgs, class... Args>
+static void pdl_launch(int pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...));
+}
+
+// ---------------------------------------------------------------- the fused GEMV
+#define GEMVF_WARPS 8  // warps per block; one output per warp
+#define GEMVF_U 8      // 16-byte chunks per lane per row in flight (step03's v2_r1u8)
+
+// y (rows) = W x' + b [+ y], one output per warp, x' = x (fp32, n_in), or with NORM
+// x' = x * inv * nw, inv = 1 / sqrt(mean(x^2) + eps) (the RMSNorm of x with weight nw, fp32).
+// SWIGLU: output i is silu(W[i] x') * (W[pair + i] x') (gate rows, then up rows pair = ff later);
+// no bias, no accumulate. The first weight loads are issued before pdl_wait.
+template <class W, bool NORM, bool SWIGLU>
+__global__ void __launch_bounds__(GEMVF_WARPS * 32)
+    k_gemv_fused(const W *__restrict__ Wm, const float *x, const float *__restrict__ nw, float eps,
+                 const float *__restrict__ b, float *y, int rows, int n_in, int accumulate, int pair) {
+    constexpr int N = Vec16<W>::N, R = SWIGLU ? 2 : 1, U = GEMVF_U;
+    pdl_trigger();
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * GEMVF_WARPS + threadIdx.x / 32;
+    const int rr = min(row, rows - 1);  // a warp past the end computes a clamped row, writes nothing
+    const W *wr[R];
+    wr[0] = Wm + (size_t)rr * n_in;
+    if (SWIGLU) wr[R - 1] = Wm + (size_t)(pair + rr) * n_in;
+    const bool vec = n_in % N == 0;
+    const int nv = n_in / N;
+    int c = lane;
+    bool full = vec && c + 32 * (U - 1) < nv;
+    uint4 w[U][R];
+    if (full)  // weights do not depend on the previous kernel: in flight while it finishes
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c + 32 * u);
+    pdl_wait();
+    float inv = 1.0f;
+    if (NORM) {
+        float ss = 0;
+        for (int i = threadIdx.x; i < n_in; i += blockDim.x) ss += x[i] * x[i];
+        inv = rsqrtf(block_sum(ss) / n_in + eps);
+    }
+    float acc[R] = {};
+    if (vec) {
+        while (full) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float xf[N];
+                const size_t e0 = (size_t)(c + 32 * u) * N;
+#pragma unroll
+                for (int i = 0; i < N; i += 4) {
+                    const float4 t = __ldg((const float4 *)(x + e0 + i));
+                    xf[i] = t.x, xf[i + 1] = t.y, xf[i + 2] = t.z, xf[i + 3] = t.w;
+                    if (NORM) {
+                        const float4 g = __ldg((const float4 *)(nw + e0 + i));
+                        xf[i] = xf[i] * inv * g.x, xf[i + 1] = xf[i + 1] * inv * g.y;
+                        xf[i + 2] = xf[i + 2] * inv * g.z, xf[i + 3] = xf[i + 3] * inv * g.w;
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float wf[N];
+                    Vec16<W>::unpack(w[u][r], wf);
+#pragma unroll
+                    for (int i = 0; i < N; i++) acc[r] = fmaf(wf[i], xf[i], acc[r]);
+                }
+            }
+            c += 32 * U;
+            full = c + 32 * (U - 1) < nv;
+            if (full)
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int r = 0; r < R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c + 32 * u);
+        }
+        for (; c < nv; c += 32) {  // fewer than U chunks per lane left
+            float xf[N];
+            const size_t e0 = (size_t)c * N;
+#pragma unroll
+            for (int i = 0; i < N; i++) xf[i] = NORM ? x[e0 + i] * inv * nw[e0 + i] : x[e0 + i];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float wf[N];
+                Vec16<W>::unpack(__ldcs((const uint4 *)wr[r] + c), wf);
+#pragma unroll
+                for (int i = 0; i < N; i++) acc[r] = fmaf(wf[i], xf[i], acc[r]);
+            }
+        }
+    } else {
+        for (int i = lane; i < n_in; i += 32) {
+            const float xi = NORM ? x[i] * inv * nw[i] : x[i];
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] = fmaf(tof(wr[r][i]), xi, acc[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if (lane == 0 && row < rows) {
+        if (SWIGLU) {
+            const float g = acc[0];
+            y[row] = g / (1.0f + expf(-g)) * acc[R - 1];
+        } else {
+            y[row] = acc[0] + (b ? b[row] : 0.0f) + (accumulate ? y[row] : 0.0f);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- RoPE table
+// cos_t, sin_t (max_seq, hd/2): the values k_rope_append computes per step (the fp32 angle
+// pos * inv_freq, its cos and sin in double, rounded to fp32), once at setup.
+__global__ void k_rope_table(const float *inv_freq, int max_seq, int half, float *cos_t, float *sin_t) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < max_seq * half; i += gridDim.x * blockDim.x) {
+        const int p = i / half, j = i % half;
+        const float ang = (float)p * inv_freq[j];
+        cos_t[i] = (float)cos((double)ang), sin_t[i] = (float)sin((double)ang);
+    }
+}
+
+// ---------------------------------------------------------------- attention + RoPE + cache + combine
+// nw: the head's q or k norm weight (or NULL); x the head's fp32 qkv values (hd); one warp.
+// out[i], out[i + half] = the rotated (normed) pair, as k_rope_append computes it.
+template <class O>
+static __device__ inline void rope_head_warp(const float *x, const float *nw, const float *cs, const float *sn,
+                                             int hd, float eps, O *out) {
+    const int lane = threadIdx.x & 31, half = hd / 2;
+    float inv = 1.0f;
+    if (nw) {
+        float ss = 0;
+        for (int e = lane; e < hd; e += 32) ss += x[e] * x[e];
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        inv = rsqrtf(ss / hd + eps);
+    }
+    for (int i = lane; i < half; i += 32) {
+        float x1 = x[i] * inv, x2 = x[i + half] * inv;
+        if (nw) x1 *= nw[i], x2 *= nw[i + half];
+        const float c = cs[i], s = sn[i];
+        out[i] = fromf<O>(x1 * c - x2 * s), out[i + half] = fromf<O>(x2 * c + x1 * s);
+    }
+}
+
+// Grid (KV, nsplit), ATTN_CHUNK threads, attn_smem_bytes(g, hd) of dynamic shared memory.
+// Block (kvh, split) of the step at position pos = *d_pos (len = pos + 1 keys):
+//   1. the g query heads of kv head kvh from qkv: q norm (Qwen3) and RoPE, into shared memory;
+//   2. the block that holds key pos writes the new token's k (k norm, RoPE) and v to the cache;
+//   3. step03's split attention over keys [128 split, 128 split + 128) (attn_split_core);
+//   4. the last block of kvh to finish (a counter per kv head, reset by that block) combines the
+//      ceil(len / 128) splits into att (H*hd, fp32), as k_attn_combine does.
+template <class C>
+__global__ void __launch_bounds__(ATTN_CHUNK)
+    k_attn_fused(const float *qkv, const float *q_norm, const float *k_norm, const float *cos_t, const float *sin_t,
+                 const int *d_pos, int H, int KV, int hd, float eps, float scale, C *kc, C *vc, float *part_o,
+                 float *part_ml, int *count, float *att) {
+    pdl_trigger();
+    pdl_wait();
+    extern __shared__ float sm[];
+    const int kvh = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y, g = H / KV, t = threadIdx.x;
+    const int warp = t / 32, half = hd / 2;
+    const int pos = *d_pos, len = pos + 1;
+    if (split * ATTN_CHUNK >= len) return;
+    const int nact = (len + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    const float *cs = cos_t + (size_t)pos * half, *sn = sin_t + (size_t)pos * half;
+    float *qs = sm;
+    for (int hh = warp; hh < g; hh += ATTN_WARPS)
+        rope_head_warp<float>(qkv + (size_t)(kvh * g + hh) * hd, q_norm, cs, sn, hd, eps, qs + hh * hd);
+    if (split == nact - 1) {  // key pos is in this block's range: write it before reading it
+        const size_t row = (size_t)pos * KV * hd + (size_t)kvh * hd;
+        if (warp == 0) rope_head_warp<C>(qkv + (size_t)(H + kvh) * hd, k_norm, cs, sn, hd, eps, kc + row);
+        else if (warp == 1) {
+            const float *v = qkv + (size_t)(H + KV + kvh) * hd;
+            for (int e = t - 32; e < hd; e += 32) vc[row + e] = fromf<C>(v[e]);
+        }
+    }
+    __syncthreads();  // qs and the cache row are visible to the whole block
+    attn_split_core<C>(qs, kc, vc, len, H, KV, hd, scale, part_o, part_ml, kvh, split, nsplit);
+    // attn_split_core ends with the block's writes of part_o / part_ml
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (t == 0) last = nact == 1 || atomicAdd(&count[kvh], 1) == nact - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (t == 0 && nact > 1) count[kvh] = 0;  // ready for the next layer / step
+    const int gh = g * hd;
+    for (int o = t; o < gh; o += ATTN_CHUNK) {
+        const int h = kvh * g + o / hd, e = o % hd;
+        const float *ml = part_ml + (size_t)h * nsplit * 2, *po = part_o + (size_t)h * nsplit * hd + e;
+        float M = -INFINITY;
+        for (int s = 0; s < nact; s++) M = fmaxf(M, __ldcg(ml + 2 * s));
+        float L = 0;
+        for (int s = 0; s < nact; s++) L += expf(__ldcg(ml + 2 * s) - M) * __ldcg(ml + 2 * s + 1);
+        float acc = 0;
+        for (int s = 0; s < nact; s++) acc += expf(__ldcg(ml + 2 * s) - M) * __ldcg(po + (size_t)s * hd);
+        att[(size_t)h * hd + e] = acc / L;
+    }
+}
