@@ -334,6 +334,12 @@ static void decode_enqueue(GpuDecoder *d) {
     CUDA_CHECK_LAST();
 }
 
+// A NORM GEMV keeps x' (n_in fp32) in dynamic shared memory: above 48 KB the kernel must opt in.
+template <class K> static void gemvf_smem(K k, int n_in) {
+    if ((size_t)n_in * 4 > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, n_in * 4));
+}
+
 // The fused step (step07_kernels/decode_fused.cuh): 5 kernels a layer where the projections are
 // dense. A quantized projection (step06) runs as in the unfused step, its RMSNorm or SwiGLU as a
 // kernel of its own.
@@ -354,7 +360,8 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
         if (q->n == 0) {
             const dim3 grid((rows + GEMVF_WARPS - 1) / GEMVF_WARPS);
             if (nw) {
-                DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, false>, grid, gb, 0, s, (const A *)W,
+                DISPATCH(dt, A, gemvf_smem(k_gemv_fused<A, true, false>, n_in));
+                DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, false>, grid, gb, (size_t)n_in * 4, s, (const A *)W,
                                            (const float *)d->x, nw, eps, b, y, rows, n_in, acc, 0));
             } else {
                 DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, false, false>, grid, gb, 0, s, (const A *)W, in,
@@ -382,7 +389,8 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
         proj(&L->qo, L->wo, NULL, d->att, L->bo, d->x, dm, qd, 1);  // x += att Wo^T
         if (L->qgu.n == 0) {  // h = swiglu(Wgu rmsnorm(x)): one kernel
             const dim3 grid((ff + GEMVF_WARPS - 1) / GEMVF_WARPS);
-            DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, true>, grid, gb, 0, s, (const A *)L->wgu, (const float *)d->x,
+            DISPATCH(dt, A, gemvf_smem(k_gemv_fused<A, true, true>, dm));
+            DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, true>, grid, gb, (size_t)dm * 4, s, (const A *)L->wgu, (const float *)d->x,
                                        (const float *)L->mlp_norm, eps, (const float *)NULL, d->h, ff, dm, 0, ff));
         } else {
             k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);

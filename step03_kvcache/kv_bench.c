@@ -44,7 +44,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
             "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--qgemv V]\n"
-            "                [--fused 0|1|2] [--csv | --json]\n"
+            "                [--fused 0|1|2] [--no-ladders] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
             "  --window     latency at p = median of the cached steps p-W .. p+W (default 8)\n"
@@ -53,6 +53,7 @@ static void usage(FILE *f) {
             "  --fused M    GPU: the decode step of the table: 0 step03's own (10 kernels a layer), 1 step07's fusions\n"
             "               (5 a layer), 2 fusions + programmatic dependent launch on sm_90 (default); all three are\n"
             "               timed first (decode_step_by_fusion)\n"
+            "  --no-ladders GPU: skip the fusion and GEMV ladders (the table only: --fused, --gemv or v2)\n"
             "  --gemv V     GPU: GEMV version 1..4 of step03's unfused step (default: the fastest decode of its ladder,\n"
             "               measured first)\n"
             "  --quant      quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups of\n"
@@ -107,7 +108,7 @@ static TimeStats window_stats(const double *v, int runs, int n, int p, int w) {
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, ladders = 1;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -124,6 +125,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gemv") && more) gemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--qgemv") && more) qgemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--fused") && more) fused = (int)arg_int(a, argv[++i], 0, 2);
+        else if (!strcmp(a, "--no-ladders")) ladders = 0;
         else if (!strcmp(a, "--quant") && more) {
             if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
         } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
@@ -176,7 +178,7 @@ int main(int argc, char **argv) {
     // ---- GPU: the decode step of each fusion mode, then the GEMV ladder inside step03's own
     // (unfused) step; 160 greedy steps per decoder, the median of steps 1..128
     char ladder[600] = "", fusion[600] = "";
-    if (use_cuda) {
+    if (use_cuda && ladders) {
         int off = 0;
         for (int f = 0; f <= 2; f++) {
             gpu_decoder_set_fused(f);  // before gpu_decoder_new: the graph captures the mode
@@ -195,7 +197,7 @@ int main(int argc, char **argv) {
         }
         gpu_decoder_set_fused(0);
     }
-    if (use_cuda) {
+    if (use_cuda && ladders) {
         double best = 1e30;
         int off = 0, bestv = 1;
         for (int v = 0; v < gemv_n_versions(); v++) {
@@ -215,6 +217,9 @@ int main(int argc, char **argv) {
             gpu_decoder_free(dv);
         }
         if (gemv_ver < 0) gemv_ver = bestv;
+    }
+    if (use_cuda) {
+        if (gemv_ver < 0) gemv_ver = 1;  // --no-ladders: v2
         gemv_set_version(gemv_ver);
         gpu_decoder_set_fused(fused);  // the table's decoder
     }
@@ -337,7 +342,7 @@ int main(int argc, char **argv) {
     table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps,
                copy_gbps > 0 ? (use_cuda ? "measured now: device copy, read+write counted" : ceilings_path())
                              : "unknown: pct columns empty");
-    if (use_cuda) {  // the GEMV alone on this model's weight shapes (cold weights), vs the copy ceiling
+    if (use_cuda && ladders) {  // the GEMV alone on this model's weight shapes (cold weights), vs the copy ceiling
         const int d = c->hidden, qkv = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim, qd = c->n_heads * c->head_dim;
         const int shp[5][2] = {{qkv, d}, {d, qd}, {2 * c->intermediate, d}, {d, c->intermediate}, {c->vocab, d}};
         const char *nm[5] = {"qkv", "o", "gate_up", "down", "lm_head"};
@@ -352,8 +357,10 @@ int main(int argc, char **argv) {
             snprintf(key, sizeof key, "gemv_alone_%s", gemv_version_name(v));
             table_meta(t, key, "%s", buf);
         }
-        table_meta(t, "decode_step_by_fusion", "median of steps 1..128: %s", fusion);
-        table_meta(t, "decode_step_by_gemv_version", "median of steps 1..128, step03's unfused step: %s", ladder);
+        if (ladders) {
+            table_meta(t, "decode_step_by_fusion", "median of steps 1..128: %s", fusion);
+            table_meta(t, "decode_step_by_gemv_version", "median of steps 1..128, step03's unfused step: %s", ladder);
+        }
         table_meta(t, "gemv_version_used", "%s%s", gemv_version_name(gemv_ver), fused ? " (in the unfused step only)" : "");
         table_meta(t, "decode_step_used", "%s (%d kernels per step)", gpu_decoder_fused_name(fused), gpu_decoder_kernels(dec));
     }

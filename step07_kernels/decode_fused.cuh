@@ -76,7 +76,8 @@ static void pdl_launch(int pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size
 #define GEMVF_U 8      // 16-byte chunks per lane per row in flight (step03's v2_r1u8)
 
 // y (rows) = W x' + b [+ y], one output per warp, x' = x (fp32, n_in), or with NORM
-// x' = x * inv * nw, inv = 1 / sqrt(mean(x^2) + eps) (the RMSNorm of x with weight nw, fp32).
+// x' = x * inv * nw, inv = 1 / sqrt(mean(x^2) + eps) (the RMSNorm of x with weight nw, fp32),
+// which each block writes to its shared memory first (n_in * 4 bytes of dynamic shared memory).
 // SWIGLU: output i is silu(W[i] x') * (W[pair + i] x') (gate rows, then up rows pair = ff later);
 // no bias, no accumulate. The first weight loads are issued before pdl_wait.
 template <class W, bool NORM, bool SWIGLU>
@@ -102,11 +103,14 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 #pragma unroll
             for (int r = 0; r < R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c + 32 * u);
     pdl_wait();
-    float inv = 1.0f;
+    extern __shared__ float4 xs4[];  // NORM: x' (n_in fp32), made once per block
+    float *xs = (float *)xs4;
     if (NORM) {
         float ss = 0;
         for (int i = threadIdx.x; i < n_in; i += blockDim.x) ss += x[i] * x[i];
-        inv = rsqrtf(block_sum(ss) / n_in + eps);
+        const float inv = rsqrtf(block_sum(ss) / n_in + eps);
+        for (int i = threadIdx.x; i < n_in; i += blockDim.x) xs[i] = x[i] * inv * nw[i];
+        __syncthreads();
     }
     float acc[R] = {};
     if (vec) {
@@ -117,13 +121,8 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
                 const size_t e0 = (size_t)(c + 32 * u) * N;
 #pragma unroll
                 for (int i = 0; i < N; i += 4) {
-                    const float4 t = __ldg((const float4 *)(x + e0 + i));
+                    const float4 t = NORM ? xs4[(e0 + i) / 4] : __ldg((const float4 *)(x + e0 + i));
                     xf[i] = t.x, xf[i + 1] = t.y, xf[i + 2] = t.z, xf[i + 3] = t.w;
-                    if (NORM) {
-                        const float4 g = __ldg((const float4 *)(nw + e0 + i));
-                        xf[i] = xf[i] * inv * g.x, xf[i + 1] = xf[i + 1] * inv * g.y;
-                        xf[i + 2] = xf[i + 2] * inv * g.z, xf[i + 3] = xf[i + 3] * inv * g.w;
-                    }
                 }
 #pragma unroll
                 for (int r = 0; r < R; r++) {
@@ -145,7 +144,7 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
             float xf[N];
             const size_t e0 = (size_t)c * N;
 #pragma unroll
-            for (int i = 0; i < N; i++) xf[i] = NORM ? x[e0 + i] * inv * nw[e0 + i] : x[e0 + i];
+            for (int i = 0; i < N; i++) xf[i] = NORM ? xs[e0 + i] : x[e0 + i];
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 float wf[N];
@@ -156,7 +155,7 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
         }
     } else {
         for (int i = lane; i < n_in; i += 32) {
-            const float xi = NORM ? x[i] * inv * nw[i] : x[i];
+            const float xi = NORM ? xs[i] : x[i];
 #pragma unroll
             for (int r = 0; r < R; r++) acc[r] = fmaf(tof(wr[r][i]), xi, acc[r]);
         }
