@@ -334,10 +334,32 @@ static void decode_enqueue(GpuDecoder *d) {
     CUDA_CHECK_LAST();
 }
 
-// A NORM GEMV keeps x' (n_in fp32) in dynamic shared memory: above 48 KB the kernel must opt in.
-template <class K> static void gemvf_smem(K k, int n_in) {
-    if ((size_t)n_in * 4 > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, n_in * 4));
+// The fused attention for this cache dtype, head_dim and group: the vectorized core where
+// hd = LPR * N (LPR a power of two, 2..32), else the scalar one; G the smallest of 1, 2, 4, 8 >= g.
+template <class C, int G>
+static void attn_fused_g(int pdl, dim3 grid, size_t smem, cudaStream_t s, const float *qkv, const GpuLayer *L,
+                         const GpuDecoder *d, int H, int KV, int hd, float eps, float scale, C *kc, C *vc) {
+    constexpr int N = Vec16<C>::N;
+    const int lpr = hd % N ? 0 : hd / N;
+#define ATTN_FUSED(P)                                                                                                     pdl_launch(pdl, k_attn_fused<C, P, G>, grid, dim3(ATTN_CHUNK), smem, s, qkv, (const float *)L->q_norm,                            (const float *)L->k_norm, (const float *)d->cos_t, (const float *)d->sin_t, (const int *)d->d_pos, H, KV,                hd, eps, scale, kc, vc, d->part_o, d->part_ml, d->count, d->att)
+    switch (lpr) {
+    case 2: ATTN_FUSED(2); break;
+    case 4: ATTN_FUSED(4); break;
+    case 8: ATTN_FUSED(8); break;
+    case 16: ATTN_FUSED(16); break;
+    case 32: ATTN_FUSED(32); break;
+    default: ATTN_FUSED(0); break;
+    }
+#undef ATTN_FUSED
+}
+template <class C>
+static void attn_fused(int pdl, dim3 grid, size_t smem, cudaStream_t s, const float *qkv, const GpuLayer *L,
+                       const GpuDecoder *d, int H, int KV, int hd, float eps, float scale, C *kc, C *vc) {
+    const int g = H / KV;
+    if (g <= 1) attn_fused_g<C, 1>(pdl, grid, smem, s, qkv, L, d, H, KV, hd, eps, scale, kc, vc);
+    else if (g <= 2) attn_fused_g<C, 2>(pdl, grid, smem, s, qkv, L, d, H, KV, hd, eps, scale, kc, vc);
+    else if (g <= 4) attn_fused_g<C, 4>(pdl, grid, smem, s, qkv, L, d, H, KV, hd, eps, scale, kc, vc);
+    else attn_fused_g<C, ATTN_MAXG>(pdl, grid, smem, s, qkv, L, d, H, KV, hd, eps, scale, kc, vc);
 }
 
 // The fused step (step07_kernels/decode_fused.cuh): 5 kernels a layer where the projections are
@@ -360,8 +382,7 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
         if (q->n == 0) {
             const dim3 grid((rows + GEMVF_WARPS - 1) / GEMVF_WARPS);
             if (nw) {
-                DISPATCH(dt, A, gemvf_smem(k_gemv_fused<A, true, false>, n_in));
-                DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, false>, grid, gb, (size_t)n_in * 4, s, (const A *)W,
+                DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, false>, grid, gb, 0, s, (const A *)W,
                                            (const float *)d->x, nw, eps, b, y, rows, n_in, acc, 0));
             } else {
                 DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, false, false>, grid, gb, 0, s, (const A *)W, in,
@@ -382,15 +403,12 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
         const GpuLayer *L = &g->layers[l];
         void *kc = (char *)d->kc + l * lstride, *vc = (char *)d->vc + l * lstride;
         proj(&L->qqkv, L->wqkv, L->attn_norm, NULL, L->bqkv, d->qkv, nqkv, dm, 0);
-        DISPATCH(d->cdt, C, pdl_launch(pdl, k_attn_fused<C>, dim3(KV, d->nsplit), dim3(ATTN_CHUNK), attn_smem, s,
-                                       (const float *)d->qkv, (const float *)L->q_norm, (const float *)L->k_norm,
-                                       (const float *)d->cos_t, (const float *)d->sin_t, (const int *)d->d_pos, H, KV,
-                                       hd, eps, scale, (C *)kc, (C *)vc, d->part_o, d->part_ml, d->count, d->att));
+        DISPATCH(d->cdt, C, attn_fused<C>(pdl, dim3(KV, d->nsplit), attn_smem, s, d->qkv, L, d, H, KV, hd, eps, scale,
+                                          (C *)kc, (C *)vc));
         proj(&L->qo, L->wo, NULL, d->att, L->bo, d->x, dm, qd, 1);  // x += att Wo^T
         if (L->qgu.n == 0) {  // h = swiglu(Wgu rmsnorm(x)): one kernel
             const dim3 grid((ff + GEMVF_WARPS - 1) / GEMVF_WARPS);
-            DISPATCH(dt, A, gemvf_smem(k_gemv_fused<A, true, true>, dm));
-            DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, true>, grid, gb, (size_t)dm * 4, s, (const A *)L->wgu, (const float *)d->x,
+            DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, true>, grid, gb, 0, s, (const A *)L->wgu, (const float *)d->x,
                                        (const float *)L->mlp_norm, eps, (const float *)NULL, d->h, ff, dm, 0, ff));
         } else {
             k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);

@@ -1,7 +1,7 @@
 // decode_gpu.cuh — what step03's CUDA decode shares with later steps' CUDA code (CUDA C++ only):
 // the 16-byte vector loads, the split decode attention (one query per head over a cache, as
 // device functions so that step04 runs them for every row of a flat batch) and the GEMV.
-// defines: Vec16, ATTN_CHUNK, ATTN_WARPS, ATTN_MAXG, ATTN_MAXE, attn_split_block, attn_split_core,
+// defines: Vec16, ATTN_CHUNK, ATTN_WARPS, ATTN_MAXG, ATTN_MAXE, attn_split_block, attn_split_core, attn_vec_core,
 //          attn_smem_bytes, attn_combine_head; declares (decode_gpu.cu): gemv_rows, proj_gemv
 //
 // Decode attention (flash-decoding's idea, done simply): the keys of one query are split in
@@ -162,6 +162,123 @@ __device__ inline void attn_split_core(const float *qs, const C *kc, const C *vc
         part_ml[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
     }
 }
+
+// The same block with every K and V row read by LPR lanes together (step04's k_attn_rows_vec; hd =
+// LPR * N, LPR a power of two <= 32, G >= g = H / KV): lane c of a row holds its 16-byte vector c, so
+// a warp's load covers 32 / LPR whole rows. qg: the g query heads of kv head kvh (g, hd) fp32, in
+// global or shared memory; kh, vh: this kv head's first key of the block (rows kd apart); jn keys.
+// ps (g, CHUNK) and red (WARPS, g, hd) shared; po, pm: part_o / part_ml of the sequence.
+template <class C, int LPR, int G>
+__device__ inline void attn_vec_core(const float *qg, const C *kh, const C *vh, size_t kd, int jn, int g, int hd,
+                                     float scale, float *ps, float *red, float *po, float *pm, int kvh, int split,
+                                     int nsplit) {
+    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = ATTN_CHUNK / 32, RPI = NW * RPW, NIT = ATTN_CHUNK / RPI;
+    constexpr int U = NIT >= 4 ? 4 : NIT;  // rows in flight per lane
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, c = lane % LPR, sub = lane / LPR;
+    const C *kb = kh + c * N, *vb = vh + c * N;
+    const float *qr = qg + c * N;
+    float qf[G][N];
+#pragma unroll
+    for (int hh = 0; hh < G; hh++)
+#pragma unroll
+        for (int i = 0; i < N; i++) qf[hh][i] = hh < g ? qr[hh * hd + i] * scale : 0.0f;
+    // ---- scores: row j = it*RPI + warp*RPW + sub
+    for (int it0 = 0; it0 < NIT; it0 += U) {
+        uint4 u[U];
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int j = (it0 + k) * RPI + warp * RPW + sub;
+            u[k] = j < jn ? *(const uint4 *)(kb + (size_t)j * kd) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int j = (it0 + k) * RPI + warp * RPW + sub;
+            float kf[N], dot[G];
+            Vec16<C>::unpack(u[k], kf);
+#pragma unroll
+            for (int hh = 0; hh < G; hh++) {
+                dot[hh] = 0;
+                if (hh < g)
+#pragma unroll
+                    for (int i = 0; i < N; i++) dot[hh] = fmaf(qf[hh][i], kf[i], dot[hh]);
+#pragma unroll
+                for (int o = LPR / 2; o > 0; o >>= 1) dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], o);
+            }
+            if (c == 0 && j < jn)
+#pragma unroll
+                for (int hh = 0; hh < G; hh++)
+                    if (hh < g) ps[hh * ATTN_CHUNK + j] = dot[hh];
+        }
+    }
+    __syncthreads();
+    // ---- softmax over the block's keys, one warp per head: local max m, p = exp(s - m), sum l
+    __shared__ float m_s[G], l_s[G];
+    for (int hh = warp; hh < g; hh += NW) {
+        float m = -INFINITY;
+        for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0;
+        for (int j = lane; j < jn; j += 32) {
+            const float p = expf(ps[hh * ATTN_CHUNK + j] - m);
+            ps[hh * ATTN_CHUNK + j] = p;
+            l += p;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) m_s[hh] = m, l_s[hh] = l;
+    }
+    __syncthreads();
+    // ---- P V: each lane its N elements of its rows, for the g heads
+    float acc[G][N];
+#pragma unroll
+    for (int hh = 0; hh < G; hh++)
+#pragma unroll
+        for (int i = 0; i < N; i++) acc[hh][i] = 0;
+    for (int it0 = 0; it0 < NIT; it0 += U) {
+        uint4 u[U];
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int j = (it0 + k) * RPI + warp * RPW + sub;
+            u[k] = j < jn ? *(const uint4 *)(vb + (size_t)j * kd) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            const int j = (it0 + k) * RPI + warp * RPW + sub;
+            if (j >= jn) continue;
+            float vf[N];
+            Vec16<C>::unpack(u[k], vf);
+#pragma unroll
+            for (int hh = 0; hh < G; hh++)
+                if (hh < g) {
+                    const float p = ps[hh * ATTN_CHUNK + j];
+#pragma unroll
+                    for (int i = 0; i < N; i++) acc[hh][i] = fmaf(p, vf[i], acc[hh][i]);
+                }
+        }
+    }
+#pragma unroll
+    for (int hh = 0; hh < G; hh++)
+        if (hh < g)
+#pragma unroll
+            for (int i = 0; i < N; i++) {
+                float a = acc[hh][i];
+#pragma unroll
+                for (int o = LPR; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+                if (sub == 0) red[((size_t)warp * g + hh) * hd + c * N + i] = a;
+            }
+    __syncthreads();
+    for (int o = t; o < g * hd; o += ATTN_CHUNK) {
+        float s = 0;
+        for (int wi = 0; wi < NW; wi++) s += red[(size_t)wi * g * hd + o];
+        const int h = kvh * g + o / hd;
+        po[((size_t)h * nsplit + split) * hd + o % hd] = s;
+    }
+    if (t < g) {
+        const int h = kvh * g + t;
+        pm[((size_t)h * nsplit + split) * 2] = m_s[t];
+        pm[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
+    }
+}
+
 static inline size_t attn_smem_bytes(int g, int hd) { return (size_t)(g * hd + g * ATTN_CHUNK + ATTN_WARPS * g * hd) * sizeof(float); }
 
 // One head's output (hd, dtype O) from the splits that hold keys (ceil(len / ATTN_CHUNK) of

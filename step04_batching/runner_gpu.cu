@@ -144,119 +144,16 @@ template <class C, int LPR, int G>
 __global__ void __launch_bounds__(ATTN_CHUNK)
     k_attn_rows_vec(const float *q, int ldq, const C *kc, const C *vc, const int *rows, const int *lens,
                     const int *bases, int H, int KV, int hd, float scale, float *part_o, float *part_ml) {
-    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = ATTN_CHUNK / 32, RPI = NW * RPW, NIT = ATTN_CHUNK / RPI;
-    constexpr int U = NIT >= 4 ? 4 : NIT;  // rows in flight per lane
     extern __shared__ float sm[];
     const int w = blockIdx.z, kvh = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y;
     const int len = lens[w], j0 = split * ATTN_CHUNK;
     if (j0 >= len) return;
-    const int jn = min(ATTN_CHUNK, len - j0), g = H / KV;
-    float *ps = sm, *red = sm + g * ATTN_CHUNK;  // (g, CHUNK) (NW, g, hd)
-    const int t = threadIdx.x, warp = t / 32, lane = t % 32, c = lane % LPR, sub = lane / LPR;
+    const int g = H / KV;
     const size_t kd = (size_t)KV * hd, row0 = (size_t)bases[w] + j0;
-    const C *kb = kc + row0 * kd + (size_t)kvh * hd + c * N, *vb = vc + row0 * kd + (size_t)kvh * hd + c * N;
-    const float *qr = q + (size_t)rows[w] * ldq + (size_t)kvh * g * hd + c * N;
-    float qf[G][N];
-#pragma unroll
-    for (int hh = 0; hh < G; hh++)
-#pragma unroll
-        for (int i = 0; i < N; i++) qf[hh][i] = hh < g ? qr[hh * hd + i] * scale : 0.0f;
-    // ---- scores: row j = it*RPI + warp*RPW + sub
-    for (int it0 = 0; it0 < NIT; it0 += U) {
-        uint4 u[U];
-#pragma unroll
-        for (int k = 0; k < U; k++) {
-            const int j = (it0 + k) * RPI + warp * RPW + sub;
-            u[k] = j < jn ? *(const uint4 *)(kb + (size_t)j * kd) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int k = 0; k < U; k++) {
-            const int j = (it0 + k) * RPI + warp * RPW + sub;
-            float kf[N], dot[G];
-            Vec16<C>::unpack(u[k], kf);
-#pragma unroll
-            for (int hh = 0; hh < G; hh++) {
-                dot[hh] = 0;
-                if (hh < g)
-#pragma unroll
-                    for (int i = 0; i < N; i++) dot[hh] = fmaf(qf[hh][i], kf[i], dot[hh]);
-#pragma unroll
-                for (int o = LPR / 2; o > 0; o >>= 1) dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], o);
-            }
-            if (c == 0 && j < jn)
-#pragma unroll
-                for (int hh = 0; hh < G; hh++)
-                    if (hh < g) ps[hh * ATTN_CHUNK + j] = dot[hh];
-        }
-    }
-    __syncthreads();
-    // ---- softmax over the block's keys, one warp per head: local max m, p = exp(s - m), sum l
-    __shared__ float m_s[G], l_s[G];
-    for (int hh = warp; hh < g; hh += NW) {
-        float m = -INFINITY;
-        for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0;
-        for (int j = lane; j < jn; j += 32) {
-            const float p = expf(ps[hh * ATTN_CHUNK + j] - m);
-            ps[hh * ATTN_CHUNK + j] = p;
-            l += p;
-        }
-        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-        if (lane == 0) m_s[hh] = m, l_s[hh] = l;
-    }
-    __syncthreads();
-    // ---- P V: each lane its N elements of its rows, for the g heads
-    float acc[G][N];
-#pragma unroll
-    for (int hh = 0; hh < G; hh++)
-#pragma unroll
-        for (int i = 0; i < N; i++) acc[hh][i] = 0;
-    for (int it0 = 0; it0 < NIT; it0 += U) {
-        uint4 u[U];
-#pragma unroll
-        for (int k = 0; k < U; k++) {
-            const int j = (it0 + k) * RPI + warp * RPW + sub;
-            u[k] = j < jn ? *(const uint4 *)(vb + (size_t)j * kd) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int k = 0; k < U; k++) {
-            const int j = (it0 + k) * RPI + warp * RPW + sub;
-            if (j >= jn) continue;
-            float vf[N];
-            Vec16<C>::unpack(u[k], vf);
-#pragma unroll
-            for (int hh = 0; hh < G; hh++)
-                if (hh < g) {
-                    const float p = ps[hh * ATTN_CHUNK + j];
-#pragma unroll
-                    for (int i = 0; i < N; i++) acc[hh][i] = fmaf(p, vf[i], acc[hh][i]);
-                }
-        }
-    }
-#pragma unroll
-    for (int hh = 0; hh < G; hh++)
-        if (hh < g)
-#pragma unroll
-            for (int i = 0; i < N; i++) {
-                float a = acc[hh][i];
-#pragma unroll
-                for (int o = LPR; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-                if (sub == 0) red[((size_t)warp * g + hh) * hd + c * N + i] = a;
-            }
-    __syncthreads();
-    float *po = part_o + (size_t)w * H * nsplit * hd, *pm = part_ml + (size_t)w * H * nsplit * 2;
-    for (int o = t; o < g * hd; o += ATTN_CHUNK) {
-        float s = 0;
-        for (int wi = 0; wi < NW; wi++) s += red[(size_t)wi * g * hd + o];
-        const int h = kvh * g + o / hd;
-        po[((size_t)h * nsplit + split) * hd + o % hd] = s;
-    }
-    if (t < g) {
-        const int h = kvh * g + t;
-        pm[((size_t)h * nsplit + split) * 2] = m_s[t];
-        pm[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
-    }
+    attn_vec_core<C, LPR, G>(q + (size_t)rows[w] * ldq + (size_t)kvh * g * hd, kc + row0 * kd + (size_t)kvh * hd,
+                             vc + row0 * kd + (size_t)kvh * hd, kd, min(ATTN_CHUNK, len - j0), g, hd, scale, sm,
+                             sm + g * ATTN_CHUNK, part_o + (size_t)w * H * nsplit * hd,
+                             part_ml + (size_t)w * H * nsplit * 2, kvh, split, nsplit);
 }
 
 // Launch k_attn_rows_vec for hd = LPR * N and G >= g; 0 when this hd has no such LPR (the caller

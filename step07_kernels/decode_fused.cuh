@@ -76,8 +76,9 @@ static void pdl_launch(int pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size
 #define GEMVF_U 8      // 16-byte chunks per lane per row in flight (step03's v2_r1u8)
 
 // y (rows) = W x' + b [+ y], one output per warp, x' = x (fp32, n_in), or with NORM
-// x' = x * inv * nw, inv = 1 / sqrt(mean(x^2) + eps) (the RMSNorm of x with weight nw, fp32),
-// which each block writes to its shared memory first (n_in * 4 bytes of dynamic shared memory).
+// x' = x * inv * nw, inv = 1 / sqrt(mean(x^2) + eps) (the RMSNorm of x with weight nw, fp32).
+// NORM needs no pass of its own: the warp's lanes read all of x for the dot product anyway, so they
+// add up x^2 on the way and scale the finished dot product: y = inv * (W (x * nw)).
 // SWIGLU: output i is silu(W[i] x') * (W[pair + i] x') (gate rows, then up rows pair = ff later);
 // no bias, no accumulate. The first weight loads are issued before pdl_wait.
 template <class W, bool NORM, bool SWIGLU>
@@ -103,16 +104,7 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 #pragma unroll
             for (int r = 0; r < R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c + 32 * u);
     pdl_wait();
-    extern __shared__ float4 xs4[];  // NORM: x' (n_in fp32), made once per block
-    float *xs = (float *)xs4;
-    if (NORM) {
-        float ss = 0;
-        for (int i = threadIdx.x; i < n_in; i += blockDim.x) ss += x[i] * x[i];
-        const float inv = rsqrtf(block_sum(ss) / n_in + eps);
-        for (int i = threadIdx.x; i < n_in; i += blockDim.x) xs[i] = x[i] * inv * nw[i];
-        __syncthreads();
-    }
-    float acc[R] = {};
+    float acc[R] = {}, ss = 0;  // ss (NORM): this lane's part of sum(x^2)
     if (vec) {
         while (full) {
 #pragma unroll
@@ -121,8 +113,13 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
                 const size_t e0 = (size_t)(c + 32 * u) * N;
 #pragma unroll
                 for (int i = 0; i < N; i += 4) {
-                    const float4 t = NORM ? xs4[(e0 + i) / 4] : __ldg((const float4 *)(x + e0 + i));
+                    const float4 t = __ldg((const float4 *)(x + e0 + i));
                     xf[i] = t.x, xf[i + 1] = t.y, xf[i + 2] = t.z, xf[i + 3] = t.w;
+                    if (NORM) {
+                        const float4 gw = __ldg((const float4 *)(nw + e0 + i));
+                        ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
+                        xf[i] *= gw.x, xf[i + 1] *= gw.y, xf[i + 2] *= gw.z, xf[i + 3] *= gw.w;
+                    }
                 }
 #pragma unroll
                 for (int r = 0; r < R; r++) {
@@ -144,7 +141,10 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
             float xf[N];
             const size_t e0 = (size_t)c * N;
 #pragma unroll
-            for (int i = 0; i < N; i++) xf[i] = NORM ? xs[e0 + i] : x[e0 + i];
+            for (int i = 0; i < N; i++) {
+                xf[i] = x[e0 + i];
+                if (NORM) ss = fmaf(xf[i], xf[i], ss), xf[i] *= nw[e0 + i];
+            }
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 float wf[N];
@@ -155,7 +155,8 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
         }
     } else {
         for (int i = lane; i < n_in; i += 32) {
-            const float xi = NORM ? xs[i] : x[i];
+            float xi = x[i];
+            if (NORM) ss = fmaf(xi, xi, ss), xi *= nw[i];
 #pragma unroll
             for (int r = 0; r < R; r++) acc[r] = fmaf(tof(wr[r][i]), xi, acc[r]);
         }
@@ -163,6 +164,12 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 #pragma unroll
     for (int r = 0; r < R; r++)
         for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if (NORM) {  // the lanes together read all of x once: W (x * nw) scaled by 1 / rms(x)
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float inv = rsqrtf(ss / n_in + eps);
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] *= inv;
+    }
     if (lane == 0 && row < rows) {
         if (SWIGLU) {
             const float g = acc[0];
@@ -213,7 +220,9 @@ static __device__ inline void rope_head_warp(const float *x, const float *nw, co
 //   3. step03's split attention over keys [128 split, 128 split + 128) (attn_split_core);
 //   4. the last block of kvh to finish (a counter per kv head, reset by that block) combines the
 //      ceil(len / 128) splits into att (H*hd, fp32), as k_attn_combine does.
-template <class C>
+// LPR > 0: the vectorized core (attn_vec_core<C, LPR, G>, hd = LPR * 16 / sizeof(C)); LPR = 0:
+// step03's scalar attn_split_core (any hd).
+template <class C, int LPR, int G>
 __global__ void __launch_bounds__(ATTN_CHUNK)
     k_attn_fused(const float *qkv, const float *q_norm, const float *k_norm, const float *cos_t, const float *sin_t,
                  const int *d_pos, int H, int KV, int hd, float eps, float scale, C *kc, C *vc, float *part_o,
@@ -239,7 +248,13 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
         }
     }
     __syncthreads();  // qs and the cache row are visible to the whole block
-    attn_split_core<C>(qs, kc, vc, len, H, KV, hd, scale, part_o, part_ml, kvh, split, nsplit);
+    if (LPR == 0) attn_split_core<C>(qs, kc, vc, len, H, KV, hd, scale, part_o, part_ml, kvh, split, nsplit);
+    else {
+        const size_t kd = (size_t)KV * hd, r0 = (size_t)split * ATTN_CHUNK * kd + (size_t)kvh * hd;
+        attn_vec_core<C, LPR ? LPR : 1, G>(qs, kc + r0, vc + r0, kd, min(ATTN_CHUNK, len - split * ATTN_CHUNK), g, hd,
+                                           scale, qs + g * hd, qs + g * hd + g * ATTN_CHUNK, part_o, part_ml, kvh,
+                                           split, nsplit);
+    }
     // attn_split_core ends with the block's writes of part_o / part_ml
     __shared__ int last;
     __threadfence();
