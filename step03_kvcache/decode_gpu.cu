@@ -278,6 +278,8 @@ struct GpuDecoder {
     float *inv_freq;          // (hd/2)
     float *cos_t, *sin_t;     // (max_seq, hd/2): the fused step's RoPE table
     int *count;               // (KV) the fused attention's finished splits per kv head
+    float *arg_v;             // (1024) the fused argmax's per-block maxima,
+    int *arg_i, *arg_count;   // (1024) their indices, (1) its finished blocks
     int *d_tok, *d_pos, *d_out;  // token id, position, argmax per position (max_seq)
     int fused;                // which step the graph holds (gpu_decoder_set_fused)
     int kernels;              // kernel nodes in the graph
@@ -421,8 +423,9 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
     }
     static const GpuQProj dense = {{NULL, NULL, NULL}, {0, 0, 0}, 0};
     proj(&dense, g->lm_head, g->final_norm, NULL, NULL, d->logits, c->vocab, dm, 0);
-    k_argmax_advance<<<1, 1024, 0, s>>>(d->logits, c->vocab, d->d_tok, d->d_pos, d->d_out);
-    CUDA_CHECK_LAST();
+    const int ablocks = (c->vocab + 1023) / 1024 < 1024 ? (c->vocab + 1023) / 1024 : 1024;
+    pdl_launch(pdl, k_argmax_fused, dim3(ablocks), dim3(1024), 0, s, (const float *)d->logits, c->vocab, d->arg_v,
+               d->arg_i, d->arg_count, d->d_tok, d->d_pos, d->d_out);
 }
 
 static void *dmalloc(size_t n) {
@@ -471,6 +474,10 @@ extern "C" GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int 
     d->sin_t = (float *)dmalloc((size_t)max_seq * (hd / 2) * 4);
     d->count = (int *)dmalloc((size_t)KV * 4);
     CUDA_CHECK(cudaMemset(d->count, 0, (size_t)KV * 4));
+    d->arg_v = (float *)dmalloc(1024 * 4);
+    d->arg_i = (int *)dmalloc(1024 * 4);
+    d->arg_count = (int *)dmalloc(4);
+    CUDA_CHECK(cudaMemset(d->arg_count, 0, 4));
     d->d_tok = (int *)dmalloc(4);
     d->d_pos = (int *)dmalloc(4);
     d->d_out = (int *)dmalloc((size_t)(max_seq + 1) * 4);
@@ -511,7 +518,7 @@ extern "C" void gpu_decoder_free(GpuDecoder *d) {
     CUDA_CHECK(cudaStreamSynchronize(d->stream));
     CUDA_CHECK(cudaGraphExecDestroy(d->graph));
     void *ps[] = {d->kc, d->vc, d->x, d->xn, d->qkv, d->att, d->gu, d->h, d->logits, d->part_o, d->part_ml,
-                  d->inv_freq, d->cos_t, d->sin_t, d->count, d->d_tok, d->d_pos, d->d_out};
+                  d->inv_freq, d->cos_t, d->sin_t, d->count, d->arg_v, d->arg_i, d->arg_count, d->d_tok, d->d_pos, d->d_out};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     CUDA_CHECK(cudaStreamDestroy(d->stream));
     free(d);

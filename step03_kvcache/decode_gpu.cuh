@@ -173,7 +173,9 @@ __device__ inline void attn_vec_core(const float *qg, const C *kh, const C *vh, 
                                      float scale, float *ps, float *red, float *po, float *pm, int kvh, int split,
                                      int nsplit) {
     constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = ATTN_CHUNK / 32, RPI = NW * RPW, NIT = ATTN_CHUNK / RPI;
-    constexpr int U = NIT >= 4 ? 4 : NIT;  // rows in flight per lane
+    // rows in flight per lane: as many as the registers allow beside q and the accumulators (G x N
+    // floats each), so that a short context is one round trip for K and one for V
+    constexpr int UMAX = G <= 2 ? 16 : G <= 4 ? 8 : 4, U = NIT < UMAX ? NIT : UMAX;
     const int t = threadIdx.x, warp = t / 32, lane = t % 32, c = lane % LPR, sub = lane / LPR;
     const C *kb = kh + c * N, *vb = vh + c * N;
     const float *qr = qg + c * N;

@@ -1,6 +1,6 @@
 // decode_fused.cuh — step07's fusions inside step03's batch-1 decode graph (CUDA C++ only; included
 // by step03_kvcache/decode_gpu.cu, which chooses between this step and its own, gpu_decoder_set_fused).
-// defines: pdl_trigger, pdl_wait, pdl_launch, k_gemv_fused, k_rope_table, k_attn_fused
+// defines: pdl_trigger, pdl_wait, pdl_launch, k_gemv_fused, k_argmax_fused, k_rope_table, k_attn_fused
 //
 // At batch 1 a small model's decode step is ~10 small kernels per layer, each a few microseconds,
 // and the GPU spends much of the step between kernels: one kernel drains (its last blocks finish
@@ -73,7 +73,7 @@ static void pdl_launch(int pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size
 
 // ---------------------------------------------------------------- the fused GEMV
 #define GEMVF_WARPS 8  // warps per block; one output per warp
-#define GEMVF_U 8      // 16-byte chunks per lane per row in flight (step03's v2_r1u8)
+#define GEMVF_U 8      // 16-byte chunks per lane per row in flight (as step03's v2_r1u8)
 
 // y (rows) = W x' + b [+ y], one output per warp, x' = x (fp32, n_in), or with NORM
 // x' = x * inv * nw, inv = 1 / sqrt(mean(x^2) + eps) (the RMSNorm of x with weight nw, fp32).
@@ -94,23 +94,30 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     wr[0] = Wm + (size_t)rr * n_in;
     if (SWIGLU) wr[R - 1] = Wm + (size_t)(pair + rr) * n_in;
     const bool vec = n_in % N == 0;
-    const int nv = n_in / N;
-    int c = lane;
-    bool full = vec && c + 32 * (U - 1) < nv;
+    const int nv = vec ? n_in / N : 0;  // 16-byte chunks per row
+    // Rounds of U chunks per lane (chunk c0 + 32 u), every load of a round issued before the first is
+    // used; past the row's end a load is skipped (predicated), so a short row or the last round of a
+    // long one is still one round trip. The first round does not depend on the previous kernel: it is
+    // in flight while that kernel finishes.
     uint4 w[U][R];
-    if (full)  // weights do not depend on the previous kernel: in flight while it finishes
+    auto load = [&](int c0) {
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
-            for (int r = 0; r < R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c + 32 * u);
+            for (int r = 0; r < R; r++)
+                if (c0 + 32 * u < nv) w[u][r] = __ldcs((const uint4 *)wr[r] + c0 + 32 * u);
+    };
+    int c0 = lane;
+    if (c0 < nv) load(c0);
     pdl_wait();
     float acc[R] = {}, ss = 0;  // ss (NORM): this lane's part of sum(x^2)
     if (vec) {
-        while (full) {
+        while (c0 < nv) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
+                if (c0 + 32 * u >= nv) break;
                 float xf[N];
-                const size_t e0 = (size_t)(c + 32 * u) * N;
+                const size_t e0 = (size_t)(c0 + 32 * u) * N;
 #pragma unroll
                 for (int i = 0; i < N; i += 4) {
                     const float4 t = __ldg((const float4 *)(x + e0 + i));
@@ -129,29 +136,8 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
                     for (int i = 0; i < N; i++) acc[r] = fmaf(wf[i], xf[i], acc[r]);
                 }
             }
-            c += 32 * U;
-            full = c + 32 * (U - 1) < nv;
-            if (full)
-#pragma unroll
-                for (int u = 0; u < U; u++)
-#pragma unroll
-                    for (int r = 0; r < R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c + 32 * u);
-        }
-        for (; c < nv; c += 32) {  // fewer than U chunks per lane left
-            float xf[N];
-            const size_t e0 = (size_t)c * N;
-#pragma unroll
-            for (int i = 0; i < N; i++) {
-                xf[i] = x[e0 + i];
-                if (NORM) ss = fmaf(xf[i], xf[i], ss), xf[i] *= nw[e0 + i];
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                float wf[N];
-                Vec16<W>::unpack(__ldcs((const uint4 *)wr[r] + c), wf);
-#pragma unroll
-                for (int i = 0; i < N; i++) acc[r] = fmaf(wf[i], xf[i], acc[r]);
-            }
+            c0 += 32 * U;
+            if (c0 < nv) load(c0);
         }
     } else {
         for (int i = lane; i < n_in; i += 32) {
@@ -177,6 +163,59 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
         } else {
             y[row] = acc[0] + (b ? b[row] : 0.0f) + (accumulate ? y[row] : 0.0f);
         }
+    }
+}
+
+// ---------------------------------------------------------------- argmax over many blocks
+// The step's last kernel (step03's k_argmax_advance is one block of 1024 threads scanning the whole
+// vocabulary: 148 dependent loads per thread for 151936 logits, tens of microseconds). Here block b
+// finds the argmax of its slice, writes (value, index) to pv[b], pi[b]; the last block to finish (a
+// counter, reset by it) reduces those and advances: *d_tok = the argmax, out_ids[*d_pos] = it,
+// *d_pos += 1. Ties go to the lower index, as argmax_f32, so the result is exact and the same as
+// step03's. Grid: any number of blocks <= 1024, 1024 threads.
+static __device__ inline void argmax_pair(float &best, int &bi, float v, int i) {
+    if (v > best || (v == best && i < bi)) best = v, bi = i;
+}
+static __device__ inline void block_argmax(float &best, int &bi) {
+    __shared__ float bv[32];
+    __shared__ int bx[32];
+    for (int o = 16; o > 0; o >>= 1)
+        argmax_pair(best, bi, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, bi, o));
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) bv[w] = best, bx[w] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int i = 1; i < (int)(blockDim.x / 32); i++) argmax_pair(best, bi, bv[i], bx[i]);
+}
+__global__ void __launch_bounds__(1024)
+    k_argmax_fused(const float *logits, int vocab, float *pv, int *pi, int *count, int *d_tok, int *d_pos,
+                   int *out_ids) {
+    pdl_trigger();
+    pdl_wait();
+    const int per = (vocab + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(vocab, lo + per);
+    float best = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) argmax_pair(best, bi, logits[i], i);
+    block_argmax(best, bi);
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        pv[blockIdx.x] = best, pi[blockIdx.x] = bi;
+        __threadfence();
+        last = atomicAdd(count, 1) == (int)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    best = -INFINITY, bi = 0x7fffffff;
+    for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x) argmax_pair(best, bi, __ldcg(pv + b), __ldcg(pi + b));
+    __syncthreads();  // block_argmax's shared arrays are reused
+    block_argmax(best, bi);
+    if (threadIdx.x == 0) {
+        const int p = *d_pos;
+        out_ids[p] = bi;
+        *d_tok = bi;
+        *d_pos = p + 1;
+        *count = 0;
     }
 }
 

@@ -13,7 +13,8 @@
 #   synccheck                    __syncthreads / barrier misuse (divergent or invalid barriers)
 # When memcheck finds errors it also sorts them (LOG_DIR/memcheck_kinds.txt, printed): CUDA API
 # calls that returned an error, by error and call and by who made the call (the program, or a
-# library such as NCCL probing the driver), and invalid device accesses by kernel.
+# library such as NCCL probing the driver), and invalid device accesses by kernel. API errors
+# raised inside NCCL (MEMCHECK_LIBRARY, default libnccl) are listed and not counted as the project's.
 # One summary line per tool, the full output in LOG_DIR/<tool>.log; exits 1 on any sanitizer
 # error, on a failing test, or when the GPU tests do not really run (no GPU: they would skip).
 #
@@ -80,6 +81,9 @@ fi
 # racecheck's instrumentation (over the 300 s a test may take with all of them, measured on an
 # H200). RACECHECK_MODELS= (empty) keeps them all; memcheck and synccheck always run them all.
 rc_models=${RACECHECK_MODELS-qwen3_qknorm_bf16}
+# Tests that run programs bound each command with `timeout ${TEST_CMD_TIMEOUT:-120}`; a sanitized
+# process runs many times slower
+export TEST_CMD_TIMEOUT=${TEST_CMD_TIMEOUT:-600}
 bad=0
 for tool in $tools; do
     case $tool in
@@ -161,14 +165,26 @@ for tool in $tools; do
                  e = $0; sub(/.*Program hit /, "", e); sub(/ due to .* on CUDA API call to /, " on ", e); sub(/\.$/, "", e)
                  cur = e; lib = "(from the program)"; frames = 0; next }
              cur != "" && /Host Frame/ { frames++ }
-             cur != "" && frames <= 3 && /in \/.*\.so/ && !/libcuda\.so|libcudart|libsanitizer|libTreeLauncher/ {
-                 l = $0; sub(/.*\//, "", l); if (lib == "(from the program)") lib = "(inside " l ")" }
+             cur != "" && frames <= 3 && /in [^ ]*\.so/ && !/libcuda\.so|libcudart|libsanitizer|libTreeLauncher/ {
+                 l = $0; sub(/.* in /, "", l); sub(/.*\//, "", l); if (lib == "(from the program)") lib = "(inside " l ")" }
              END { if (cur != "") n[cur " " lib]++; for (k in n) printf "%6d  API error: %s\n", n[k], k }' "$log" >"$out/memcheck_kinds.txt"
         grep -A3 -E 'Invalid __(global|shared|local)__|Misaligned|Out-of-range|Address .* is out of bounds' "$log" |
             grep -o ' at [A-Za-z_][A-Za-z0-9_<>:, ()*&]*+0x' | sed 's/^ at /  access error in kernel: /; s/+0x$//' |
             sort | uniq -c >>"$out/memcheck_kinds.txt"
         echo "gpu-sanitize: memcheck's errors by kind ($out/memcheck_kinds.txt):"
         sort -rn "$out/memcheck_kinds.txt" | head -20
+        # A CUDA API call that returned an error inside NCCL (MEMCHECK_LIBRARY) is NCCL asking the
+        # driver about its own kernels (cudaFuncGetAttributes on an image not built for this GPU,
+        # cuGetProcAddress on symbols this driver lacks) and handling the answer: listed, not the
+        # project's. It still makes the process exit with --error-exitcode, so rc is judged by the
+        # project's errors and the tests' verdicts then.
+        mlib=${MEMCHECK_LIBRARY:-libnccl}
+        nlib=$(grep -E "API error: .*\(inside ($mlib)" "$out/memcheck_kinds.txt" | awk '{s += $1} END {print s + 0}')
+        if [ "$nlib" -gt 0 ]; then
+            echo "gpu-sanitize: memcheck: $nlib API error(s) raised inside $mlib, not the project's calls"
+            nerr=$((nerr - nlib))
+            [ "$nerr" -eq 0 ] && rc=0
+        fi
     fi
     nint=$(grep -c 'Internal Sanitizer Error' "$log")
     if [ "$nproc" -eq 0 ]; then
