@@ -22,6 +22,9 @@
 //   k_attn_combine grid (H): out = sum_b exp(m_b - M) o_b / sum_b exp(m_b - M) l_b
 // Blocks past the current length exit at once, so the grid is fixed and the graph replayable.
 //
+// That is this step's own decode step (gpu_decoder_set_fused(0)); by default the graph holds
+// step07's fused step instead (decode_enqueue_fused, step07_kernels/decode_fused.cuh).
+//
 // The step's kernels read the token id and its position from device memory (d_tok, d_pos) and
 // the last kernel advances them (argmax -> d_tok, pos + 1), so the same graph is replayed for
 // every token; the host only overrides d_tok when it samples.

@@ -8,18 +8,18 @@
 // Two remedies, both measured in kv_bench's "decode_step_by_fusion" line:
 //
 // 1. Fewer kernels: 10 per layer -> 5.
-//      qkv GEMV     + the RMSNorm before it (each block normalizes x on the fly: the sum of
-//                     squares of x, 4 to 16 KB from L2, is recomputed by every block, which is
-//                     cheaper than a kernel boundary)
-//      attention    + q/k norm, RoPE and the K/V cache write (k_rope_append) + the split combine
-//                     (the last block of a kv head to finish merges the splits; one split: the
-//                     block divides by its own sum)
+//      qkv GEMV     + the RMSNorm before it: y = inv * W (x * w), the lanes that read x for the dot
+//                     product add up x^2 on the way, the finished dot product is scaled by
+//                     inv = 1 / rms(x) (no pass, no barrier, nothing before the first weight load)
+//      attention    + q/k norm, RoPE and the K/V cache write (k_rope_append; cos / sin from a table)
+//                     + the split combine (the last block of a kv head to finish merges the splits),
+//                     on step04's vectorized core (attn_vec_core) where head_dim allows
 //      o GEMV       (adds into the residual, as before)
 //      gate|up GEMV + the RMSNorm before it + SwiGLU after it (a warp computes gate row i and up
 //                     row ff + i together and writes silu(g) * u: the (2 ff) intermediate is never
 //                     written)
 //      down GEMV    (adds into the residual)
-//    The lm_head GEMV takes the final RMSNorm the same way.
+//    The lm_head GEMV takes the final RMSNorm the same way; the argmax runs on many blocks.
 // 2. Programmatic dependent launch (PDL, sm_90): each kernel is launched with
 //    cudaLaunchAttributeProgrammaticStreamSerialization, so the next kernel's blocks may start
 //    while this one still runs. Every kernel here first says so (griddepcontrol.launch_dependents)
@@ -30,11 +30,11 @@
 //    graph captures the programmatic edges (CUDA 12.3+). Below sm_90 the attribute is not set and
 //    the two instructions compile to nothing: the kernels then run one after the other as usual.
 //
-// Rounding is the unfused path's: the normalized x is x * inv * w in fp32 (step02's k_rmsnorm), the
-// SwiGLU g / (1 + exp(-g)) * u (k_swiglu_f32), RoPE the same products on the same cos / sin values
-// (a table made at setup with k_rope_append's double-precision cos / sin), the combine the same
-// sums in the same order. Only the sum of squares of x is reduced in another order (256 threads
-// instead of 1024), so the two paths agree to fp32 rounding, not bit for bit (tested).
+// Rounding: the norm is inv * W (x * w) where the unfused path computes W (x * inv * w), the
+// attention sums in step04's order, the SwiGLU is g / (1 + exp(-g)) * u (k_swiglu_f32), RoPE the same
+// products on the same cos / sin values (a table made at setup with k_rope_append's double-precision
+// cos / sin). The two steps agree to rounding, not bit for bit; with and without PDL the results
+// are bit-identical (tested: step03/gpu_fused_decode_matches_unfused_and_pdl_is_exact).
 #pragma once
 #include <cuda_runtime.h>
 
