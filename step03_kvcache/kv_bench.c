@@ -105,6 +105,24 @@ static TimeStats window_stats(const double *v, int runs, int n, int p, int w) {
     return steps_stats(v, runs, n, p - w < 0 ? 0 : p - w, p + w >= n ? n - 1 : p + w);
 }
 
+// The median time of decode steps 1..128 of a fresh decoder (160 greedy steps after a warm-up of
+// 32), in the fusion mode and GEMV version set now; *kernels = its graph's kernel nodes.
+static double decode_median_ms(GpuModel *gm, int *kernels) {
+    char err[256];
+    GpuDecoder *dv = gpu_decoder_new(gm, 160, err, sizeof err);
+    if (!dv) die("%s", err);
+    int ids[160];
+    float ms[160];
+    if (gpu_decoder_greedy(dv, 1, 32, ids, NULL) != 0) die("decode failed");  // warm-up
+    gpu_decoder_reset(dv);
+    if (gpu_decoder_greedy(dv, 1, 160, ids, ms) != 0) die("decode failed");
+    double md[128];
+    for (int i = 0; i < 128; i++) md[i] = ms[1 + i];
+    *kernels = gpu_decoder_kernels(dv);
+    gpu_decoder_free(dv);
+    return median_d(md, 128);
+}
+
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
@@ -179,42 +197,22 @@ int main(int argc, char **argv) {
     // (unfused) step; 160 greedy steps per decoder, the median of steps 1..128
     char ladder[600] = "", fusion[600] = "";
     if (use_cuda && ladders) {
-        int off = 0;
+        int off = 0, kernels;
         for (int f = 0; f <= 2; f++) {
             gpu_decoder_set_fused(f);  // before gpu_decoder_new: the graph captures the mode
-            GpuDecoder *dv = gpu_decoder_new(gm, 160, err, sizeof err);
-            if (!dv) die("%s", err);
-            int ids[160];
-            float ms[160];
-            if (gpu_decoder_greedy(dv, 1, 32, ids, NULL) != 0) die("decode failed");  // warm-up
-            gpu_decoder_reset(dv);
-            if (gpu_decoder_greedy(dv, 1, 160, ids, ms) != 0) die("decode failed");
-            double md[128];
-            for (int i = 0; i < 128; i++) md[i] = ms[1 + i];
+            const double m = decode_median_ms(gm, &kernels);
             off += snprintf(fusion + off, sizeof fusion - (size_t)off, "%s%s %.4f ms (%d kernels)", f ? "; " : "",
-                            gpu_decoder_fused_name(f), median_d(md, 128), gpu_decoder_kernels(dv));
-            gpu_decoder_free(dv);
+                            gpu_decoder_fused_name(f), m, kernels);
         }
         gpu_decoder_set_fused(0);
-    }
-    if (use_cuda && ladders) {
         double best = 1e30;
-        int off = 0, bestv = 1;
+        int bestv = 1;
+        off = 0;
         for (int v = 0; v < gemv_n_versions(); v++) {
             gemv_set_version(v);  // before gpu_decoder_new: the graph captures the version
-            GpuDecoder *dv = gpu_decoder_new(gm, 160, err, sizeof err);
-            if (!dv) die("%s", err);
-            int ids[160];
-            float ms[160];
-            if (gpu_decoder_greedy(dv, 1, 32, ids, NULL) != 0) die("decode failed");  // warm-up
-            gpu_decoder_reset(dv);
-            if (gpu_decoder_greedy(dv, 1, 160, ids, ms) != 0) die("decode failed");
-            double md[128];
-            for (int i = 0; i < 128; i++) md[i] = ms[1 + i];
-            const double m = median_d(md, 128);
+            const double m = decode_median_ms(gm, &kernels);
             off += snprintf(ladder + off, sizeof ladder - (size_t)off, "%s%s %.4f ms", v ? "; " : "", gemv_version_name(v), m);
             if (m < best) best = m, bestv = v;
-            gpu_decoder_free(dv);
         }
         if (gemv_ver < 0) gemv_ver = bestv;
     }
