@@ -191,13 +191,7 @@ __global__ void k_rope_append(float *qkv, const float *q_norm, const float *k_no
     float *x = qkv + (size_t)h * hd;
     const int is_q = h < H, is_k = !is_q && h < H + KV;
     const float *nw = is_q ? q_norm : is_k ? k_norm : NULL;
-    float inv = 1.0f;
-    if (nw) {
-        float ss = 0;
-        for (int e = lane; e < hd; e += 32) ss += x[e] * x[e];
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        inv = rsqrtf(ss / hd + eps);
-    }
+    const float inv = nw ? head_rms_inv(x, hd, eps) : 1.0f;
     if (is_q || is_k) {
         C *dst = is_k ? kc + (size_t)pos * KV * hd + (size_t)(h - H) * hd : NULL;
         for (int i = lane; i < half; i += 32) {
@@ -229,8 +223,8 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
 __global__ void k_attn_combine(const float *part_o, const float *part_ml, const int *d_pos, int len_add, int nsplit,
                                int hd, float *out) {
     const int h = blockIdx.x;
-    attn_combine_head<float>(part_o + (size_t)h * nsplit * hd, part_ml + (size_t)h * nsplit * 2, *d_pos + len_add, hd,
-                             out + (size_t)h * hd);
+    attn_combine_heads<float>(part_o + (size_t)h * nsplit * hd, part_ml + (size_t)h * nsplit * 2, nsplit, 1,
+                              *d_pos + len_add, hd, out + (size_t)h * hd);
 }
 
 // ---------------------------------------------------------------- small kernels
@@ -245,26 +239,14 @@ __global__ void k_swiglu_f32(const float *gu, float *h, int ff) {
 // argmax of logits (vocab) -> *d_tok (the next token), out_ids[*d_pos] = it, then pos += 1.
 // One block of 1024 threads; ties: the lower id (as argmax_f32).
 __global__ void k_argmax_advance(const float *logits, int vocab, int *d_tok, int *d_pos, int *out_ids) {
-    __shared__ float bv[32];
-    __shared__ int bi[32];
     float best = -INFINITY;
-    int bidx = 0x7fffffff;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-        if (logits[i] > best) best = logits[i], bidx = i;
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bidx, o);
-        if (ov > best || (ov == best && oi < bidx)) best = ov, bidx = oi;
-    }
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) bv[w] = best, bi[w] = bidx;
-    __syncthreads();
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) argmax_pair(best, bi, logits[i], i);
+    block_argmax(best, bi);
     if (threadIdx.x == 0) {
-        for (int i = 1; i < (int)(blockDim.x / 32); i++)
-            if (bv[i] > bv[0] || (bv[i] == bv[0] && bi[i] < bi[0])) bv[0] = bv[i], bi[0] = bi[i];
         const int p = *d_pos;
-        out_ids[p] = bi[0];
-        *d_tok = bi[0];
+        out_ids[p] = bi;
+        *d_tok = bi;
         *d_pos = p + 1;
     }
 }
@@ -284,7 +266,6 @@ struct GpuDecoder {
     float *arg_v;             // (1024) the fused argmax's per-block maxima,
     int *arg_i, *arg_count;   // (1024) their indices, (1) its finished blocks
     int *d_tok, *d_pos, *d_out;  // token id, position, argmax per position (max_seq)
-    int fused;                // which step the graph holds (gpu_decoder_set_fused)
     int kernels;              // kernel nodes in the graph
     cudaStream_t stream;
     cudaGraphExec_t graph;
@@ -473,14 +454,6 @@ extern "C" GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int 
     d->part_o = (float *)dmalloc((size_t)H * d->nsplit * hd * 4);
     d->part_ml = (float *)dmalloc((size_t)H * d->nsplit * 2 * 4);
     d->inv_freq = (float *)dmalloc((size_t)(hd / 2) * 4);
-    d->cos_t = (float *)dmalloc((size_t)max_seq * (hd / 2) * 4);
-    d->sin_t = (float *)dmalloc((size_t)max_seq * (hd / 2) * 4);
-    d->count = (int *)dmalloc((size_t)KV * 4);
-    CUDA_CHECK(cudaMemset(d->count, 0, (size_t)KV * 4));
-    d->arg_v = (float *)dmalloc(1024 * 4);
-    d->arg_i = (int *)dmalloc(1024 * 4);
-    d->arg_count = (int *)dmalloc(4);
-    CUDA_CHECK(cudaMemset(d->arg_count, 0, 4));
     d->d_tok = (int *)dmalloc(4);
     d->d_pos = (int *)dmalloc(4);
     d->d_out = (int *)dmalloc((size_t)(max_seq + 1) * 4);
@@ -488,17 +461,27 @@ extern "C" GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int 
     rope_inv_freq(c, inv);
     CUDA_CHECK(cudaMemcpy(d->inv_freq, inv, (size_t)(hd / 2) * 4, cudaMemcpyHostToDevice));
     free(inv);
-    k_rope_table<<<grid_for((size_t)max_seq * (hd / 2), 256), 256>>>(d->inv_freq, max_seq, hd / 2, d->cos_t, d->sin_t);
-    CUDA_CHECK_LAST();
+    const int fused = g_decode_fused;  // the fused step's buffers: its RoPE table, counters, argmax partials
+    if (fused) {
+        d->cos_t = (float *)dmalloc((size_t)max_seq * (hd / 2) * 4);
+        d->sin_t = (float *)dmalloc((size_t)max_seq * (hd / 2) * 4);
+        k_rope_table<<<grid_for((size_t)max_seq * (hd / 2), 256), 256>>>(d->inv_freq, max_seq, hd / 2, d->cos_t, d->sin_t);
+        CUDA_CHECK_LAST();
+        d->count = (int *)dmalloc((size_t)KV * 4);
+        CUDA_CHECK(cudaMemset(d->count, 0, (size_t)KV * 4));
+        d->arg_v = (float *)dmalloc(1024 * 4);
+        d->arg_i = (int *)dmalloc(1024 * 4);
+        d->arg_count = (int *)dmalloc(4);
+        CUDA_CHECK(cudaMemset(d->arg_count, 0, 4));
+    }
     CUDA_CHECK(cudaStreamCreate(&d->stream));
     gpu_decoder_reset(d);
     // capture the step once; every token replays it
-    d->fused = g_decode_fused;
     GpuInfo gi;
-    const int pdl = d->fused == 2 && gpu_info(&gi) == 0 && gi.cc_major >= 9;
+    const int pdl = fused == 2 && gpu_info(&gi) == 0 && gi.cc_major >= 9;
     cudaGraph_t gr;
     CUDA_CHECK(cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal));
-    if (d->fused) decode_enqueue_fused(d, pdl);
+    if (fused) decode_enqueue_fused(d, pdl);
     else decode_enqueue(d);
     CUDA_CHECK(cudaStreamEndCapture(d->stream, &gr));
     size_t nn = 0;
@@ -535,7 +518,6 @@ extern "C" void gpu_decoder_reset(GpuDecoder *d) {
 
 extern "C" int gpu_decoder_len(const GpuDecoder *d) { return d->len; }
 extern "C" int gpu_decoder_kernels(const GpuDecoder *d) { return d->kernels; }
-extern "C" int gpu_decoder_fused(const GpuDecoder *d) { return d->fused; }
 extern "C" void gpu_decoder_set_fused(int mode) {
     if (mode >= 0 && mode <= 2) g_decode_fused = mode;
 }

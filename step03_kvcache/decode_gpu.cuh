@@ -2,12 +2,13 @@
 // the 16-byte vector loads, the split decode attention (one query per head over a cache, as
 // device functions so that step04 runs them for every row of a flat batch) and the GEMV.
 // defines: Vec16, ATTN_CHUNK, ATTN_WARPS, ATTN_MAXG, ATTN_MAXE, attn_split_block, attn_split_core, attn_vec_core,
-//          attn_smem_bytes, attn_combine_head; declares (decode_gpu.cu): gemv_rows, proj_gemv
+//          attn_smem_bytes, attn_combine_heads, head_rms_inv, attn_block_softmax, argmax_pair,
+//          block_argmax; declares (decode_gpu.cu): gemv_rows, proj_gemv
 //
 // Decode attention (flash-decoding's idea, done simply): the keys of one query are split in
 // blocks of ATTN_CHUNK; attn_split_block handles one (kv head, split) for the g = H/KV query
 // heads that share the kv head (each K/V row read once) -> local max m, sum l and unnormalized
-// o = sum_j exp(s_j - m) v_j; attn_combine_head merges the splits of one head.
+// o = sum_j exp(s_j - m) v_j; attn_combine_heads merges the splits of each head.
 #pragma once
 #include <cuda_runtime.h>
 #include <math.h>
@@ -47,6 +48,51 @@ template <> struct Vec16<__half> {
 #define ATTN_MAXG 8     // query heads per kv head (H / KV) at most
 #define ATTN_MAXE 8     // head_dim / 32 at most (head_dim <= 256)
 
+// 1 / rms of one head's hd values (fp32), summed by the 32 lanes of a warp in a fixed order (the
+// q/k norm of Qwen3: x * head_rms_inv * w); every lane gets it.
+__device__ inline float head_rms_inv(const float *x, int hd, float eps) {
+    float ss = 0;
+    for (int e = threadIdx.x % 32; e < hd; e += 32) ss += x[e] * x[e];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    return rsqrtf(ss / hd + eps);
+}
+
+// The split attention's softmax over a block's jn keys, one warp per head hh < g: ps (g, CHUNK)
+// scores -> p = exp(s - m) in place; m_s[hh] = the local max m, l_s[hh] = sum p (shared).
+__device__ inline void attn_block_softmax(float *ps, int jn, int g, float *m_s, float *l_s) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int hh = warp; hh < g; hh += ATTN_WARPS) {
+        float m = -INFINITY;
+        for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0;
+        for (int j = lane; j < jn; j += 32) {
+            const float p = expf(ps[hh * ATTN_CHUNK + j] - m);
+            ps[hh * ATTN_CHUNK + j] = p;
+            l += p;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) m_s[hh] = m, l_s[hh] = l;
+    }
+}
+
+// argmax with ties to the lower index (as argmax_f32): fold (v, i) into (best, bi)
+__device__ inline void argmax_pair(float &best, int &bi, float v, int i) {
+    if (v > best || (v == best && i < bi)) best = v, bi = i;
+}
+// The block's argmax of every thread's (best, bi): thread 0 holds it after the call.
+__device__ inline void block_argmax(float &best, int &bi) {
+    __shared__ float bv[32];
+    __shared__ int bx[32];
+    for (int o = 16; o > 0; o >>= 1)
+        argmax_pair(best, bi, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, bi, o));
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) bv[w] = best, bx[w] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int i = 1; i < (int)(blockDim.x / 32); i++) argmax_pair(best, bi, bv[i], bx[i]);
+}
+
 // One block (ATTN_CHUNK threads) of a split decode attention: kv head kvh, keys
 // [split*CHUNK, split*CHUNK + CHUNK) of len. q (H*hd) fp32; kc, vc (>= len, KV*hd) one layer's cache.
 // part_o (H, nsplit, hd), part_ml (H, nsplit, 2). Dynamic shared: (g*hd + g*CHUNK + WARPS*g*hd) floats.
@@ -55,21 +101,9 @@ template <> struct Vec16<__half> {
 //   softmax: one warp per head over the block's keys: local max m, p = exp(s - m), sum l;
 //   P V:    warp w takes keys w, w+4, ...; lane owns elements lane, lane+32, ... of the V row
 //           (coalesced), for all g heads at once; the 4 warps' partial sums are added in shared.
-// attn_split_core is the same block once the g query heads are in shared memory (qs = the start
-// of the dynamic shared memory, (g, hd) fp32; step07's fused decode puts them there itself).
-template <class C>
-__device__ inline void attn_split_core(const float *qs, const C *kc, const C *vc, int len, int H, int KV, int hd,
-                                       float scale, float *part_o, float *part_ml, int kvh, int split, int nsplit);
-template <class C>
-__device__ inline void attn_split_block(const float *q, const C *kc, const C *vc, int len, int H, int KV, int hd,
-                                        float scale, float *part_o, float *part_ml, int kvh, int split, int nsplit) {
-    extern __shared__ float sm[];
-    const int gh = (H / KV) * hd;
-    if (split * ATTN_CHUNK >= len) return;
-    for (int i = threadIdx.x; i < gh; i += ATTN_CHUNK) sm[i] = q[(size_t)kvh * gh + i];
-    __syncthreads();
-    attn_split_core<C>(sm, kc, vc, len, H, KV, hd, scale, part_o, part_ml, kvh, split, nsplit);
-}
+// attn_split_core is the block once the g query heads are in shared memory (qs = the start of the
+// dynamic shared memory, (g, hd) fp32); attn_split_block (below) puts them there from q, step07's
+// fused decode does it itself (after RoPE).
 template <class C>
 __device__ inline void attn_split_core(const float *qs, const C *kc, const C *vc, int len, int H, int KV, int hd,
                                        float scale, float *part_o, float *part_ml, int kvh, int split, int nsplit) {
@@ -109,19 +143,7 @@ __device__ inline void attn_split_core(const float *qs, const C *kc, const C *vc
     __syncthreads();
     __shared__ float m_s[ATTN_MAXG], l_s[ATTN_MAXG];
     const int warp = t / 32, lane = t % 32;
-    for (int hh = warp; hh < g; hh += ATTN_WARPS) {
-        float m = -INFINITY;
-        for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0;
-        for (int j = lane; j < jn; j += 32) {
-            const float p = expf(ps[hh * ATTN_CHUNK + j] - m);
-            ps[hh * ATTN_CHUNK + j] = p;
-            l += p;
-        }
-        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-        if (lane == 0) m_s[hh] = m, l_s[hh] = l;
-    }
+    attn_block_softmax(ps, jn, g, m_s, l_s);
     __syncthreads();
     float acc[ATTN_MAXG][ATTN_MAXE] = {};
     const C *vb = vc + (size_t)j0 * ld + (size_t)kvh * hd;
@@ -161,6 +183,17 @@ __device__ inline void attn_split_core(const float *qs, const C *kc, const C *vc
         part_ml[((size_t)h * nsplit + split) * 2] = m_s[t];
         part_ml[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
     }
+}
+
+template <class C>
+__device__ inline void attn_split_block(const float *q, const C *kc, const C *vc, int len, int H, int KV, int hd,
+                                        float scale, float *part_o, float *part_ml, int kvh, int split, int nsplit) {
+    extern __shared__ float sm[];
+    const int gh = (H / KV) * hd;
+    if (split * ATTN_CHUNK >= len) return;
+    for (int i = threadIdx.x; i < gh; i += ATTN_CHUNK) sm[i] = q[(size_t)kvh * gh + i];
+    __syncthreads();
+    attn_split_core<C>(sm, kc, vc, len, H, KV, hd, scale, part_o, part_ml, kvh, split, nsplit);
 }
 
 // The same block with every K and V row read by LPR lanes together (step04's k_attn_rows_vec; hd =
@@ -215,19 +248,7 @@ __device__ inline void attn_vec_core(const float *qg, const C *kh, const C *vh, 
     __syncthreads();
     // ---- softmax over the block's keys, one warp per head: local max m, p = exp(s - m), sum l
     __shared__ float m_s[G], l_s[G];
-    for (int hh = warp; hh < g; hh += NW) {
-        float m = -INFINITY;
-        for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0;
-        for (int j = lane; j < jn; j += 32) {
-            const float p = expf(ps[hh * ATTN_CHUNK + j] - m);
-            ps[hh * ATTN_CHUNK + j] = p;
-            l += p;
-        }
-        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-        if (lane == 0) m_s[hh] = m, l_s[hh] = l;
-    }
+    attn_block_softmax(ps, jn, g, m_s, l_s);
     __syncthreads();
     // ---- P V: each lane its N elements of its rows, for the g heads
     float acc[G][N];
@@ -283,20 +304,25 @@ __device__ inline void attn_vec_core(const float *qg, const C *kh, const C *vh, 
 
 static inline size_t attn_smem_bytes(int g, int hd) { return (size_t)(g * hd + g * ATTN_CHUNK + ATTN_WARPS * g * hd) * sizeof(float); }
 
-// One head's output (hd, dtype O) from the splits that hold keys (ceil(len / ATTN_CHUNK) of
-// them): out = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s; part_o (nsplit, hd) and
-// part_ml (nsplit, 2) of this head. len <= 0 (no keys: a padding row) writes zeros.
+// nh heads' outputs (hd each, dtype O; head i at out + i * hd) from the splits that hold keys
+// (ceil(len / ATTN_CHUNK) of them): out = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s; head i's
+// part_o (nsplit, hd) at part_o + i * nsplit * hd and part_ml (nsplit, 2) at ml + i * nsplit * 2.
+// The partials are read through L2 (__ldcg): in step07's fused decode other blocks of the same
+// kernel wrote them. len <= 0 (no keys: a padding row) writes zeros.
 template <class O>
-__device__ inline void attn_combine_head(const float *part_o, const float *ml, int len, int hd, O *out) {
+__device__ inline void attn_combine_heads(const float *part_o, const float *ml, int nsplit, int nh, int len, int hd,
+                                          O *out) {
     const int ns = len > 0 ? (len + ATTN_CHUNK - 1) / ATTN_CHUNK : 0;
-    float M = -INFINITY;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, ml[2 * s]);
-    float L = 0;
-    for (int s = 0; s < ns; s++) L += expf(ml[2 * s] - M) * ml[2 * s + 1];
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        float o = 0;
-        for (int s = 0; s < ns; s++) o += expf(ml[2 * s] - M) * part_o[(size_t)s * hd + e];
-        out[e] = fromf<O>(ns ? o / L : 0.0f);
+    for (int o = threadIdx.x; o < nh * hd; o += blockDim.x) {
+        const int h = o / hd, e = o % hd;
+        const float *m = ml + (size_t)h * nsplit * 2, *po = part_o + (size_t)h * nsplit * hd + e;
+        float M = -INFINITY;
+        for (int s = 0; s < ns; s++) M = fmaxf(M, __ldcg(m + 2 * s));
+        float L = 0;
+        for (int s = 0; s < ns; s++) L += expf(__ldcg(m + 2 * s) - M) * __ldcg(m + 2 * s + 1);
+        float acc = 0;
+        for (int s = 0; s < ns; s++) acc += expf(__ldcg(m + 2 * s) - M) * __ldcg(po + (size_t)s * hd);
+        out[o] = fromf<O>(ns ? acc / L : 0.0f);
     }
 }
 

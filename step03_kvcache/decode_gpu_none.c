@@ -21,10 +21,6 @@ const char *gpu_decoder_fused_name(int mode) {
     static const char *const names[] = {"unfused", "fused", "fused_pdl"};
     return mode >= 0 && mode <= 2 ? names[mode] : "?";
 }
-int gpu_decoder_fused(const GpuDecoder *d) {
-    (void)d;
-    return 0;
-}
 int gpu_decoder_kernels(const GpuDecoder *d) {
     (void)d;
     return 0;

@@ -106,7 +106,6 @@ int gpu_decoder_len(const GpuDecoder *d);
 // dependent launch on sm_90 (1 elsewhere). Names: "unfused", "fused", "fused_pdl".
 void gpu_decoder_set_fused(int mode);
 const char *gpu_decoder_fused_name(int mode);
-int gpu_decoder_fused(const GpuDecoder *d);    // the mode this decoder was captured with
 int gpu_decoder_kernels(const GpuDecoder *d);  // kernel nodes in its graph: launches per token
 // Feed one token at position len (appending its K, V); logits (vocab) copied to the host when
 // logits != NULL. A prompt is fed token by token through the same graph (this step has no

@@ -88,13 +88,7 @@ __global__ void k_qkv_rows(float *qkv, const float *bias, const float *q_norm, c
     }
     const int is_q = h < H, is_k = !is_q && h < H + KV;
     const float *nw = is_q ? q_norm : is_k ? k_norm : NULL;
-    float inv = 1.0f;
-    if (nw) {
-        float ss = 0;
-        for (int e = lane; e < hd; e += 32) ss += x[e] * x[e];
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        inv = rsqrtf(ss / hd + eps);
-    }
+    const float inv = nw ? head_rms_inv(x, hd, eps) : 1.0f;
     const int s = slot[t];
     if (is_q || is_k) {
         if (is_k && s < 0) return;
@@ -189,8 +183,8 @@ __global__ void k_attn_combine_rows(const float *part_o, const float *part_ml, c
                                     int nsplit, int H, int hd, O *out, int ldo) {
     const int h = blockIdx.x, w = blockIdx.y;
     const size_t ph = (size_t)w * H + h;
-    attn_combine_head<O>(part_o + ph * nsplit * hd, part_ml + ph * nsplit * 2, lens[w], hd,
-                         out + (size_t)rows[w] * ldo + (size_t)h * hd);
+    attn_combine_heads<O>(part_o + ph * nsplit * hd, part_ml + ph * nsplit * 2, nsplit, 1, lens[w], hd,
+                          out + (size_t)rows[w] * ldo + (size_t)h * hd);
 }
 
 // out (n, d) = x[rows[r]]; grid (n)

@@ -171,22 +171,8 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 // vocabulary: 148 dependent loads per thread for 151936 logits, tens of microseconds). Here block b
 // finds the argmax of its slice, writes (value, index) to pv[b], pi[b]; the last block to finish (a
 // counter, reset by it) reduces those and advances: *d_tok = the argmax, out_ids[*d_pos] = it,
-// *d_pos += 1. Ties go to the lower index, as argmax_f32, so the result is exact and the same as
-// step03's. Grid: any number of blocks <= 1024, 1024 threads.
-static __device__ inline void argmax_pair(float &best, int &bi, float v, int i) {
-    if (v > best || (v == best && i < bi)) best = v, bi = i;
-}
-static __device__ inline void block_argmax(float &best, int &bi) {
-    __shared__ float bv[32];
-    __shared__ int bx[32];
-    for (int o = 16; o > 0; o >>= 1)
-        argmax_pair(best, bi, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, bi, o));
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) bv[w] = best, bx[w] = bi;
-    __syncthreads();
-    if (threadIdx.x == 0)
-        for (int i = 1; i < (int)(blockDim.x / 32); i++) argmax_pair(best, bi, bv[i], bx[i]);
-}
+// *d_pos += 1. Ties go to the lower index (argmax_pair, block_argmax: decode_gpu.cuh), so the
+// result is exact and the same as step03's. Grid: any number of blocks <= 1024, 1024 threads.
 __global__ void __launch_bounds__(1024)
     k_argmax_fused(const float *logits, int vocab, float *pv, int *pi, int *count, int *d_tok, int *d_pos,
                    int *out_ids) {
@@ -237,13 +223,7 @@ template <class O>
 static __device__ inline void rope_head_warp(const float *x, const float *nw, const float *cs, const float *sn,
                                              int hd, float eps, O *out) {
     const int lane = threadIdx.x & 31, half = hd / 2;
-    float inv = 1.0f;
-    if (nw) {
-        float ss = 0;
-        for (int e = lane; e < hd; e += 32) ss += x[e] * x[e];
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        inv = rsqrtf(ss / hd + eps);
-    }
+    const float inv = nw ? head_rms_inv(x, hd, eps) : 1.0f;
     for (int i = lane; i < half; i += 32) {
         float x1 = x[i] * inv, x2 = x[i + half] * inv;
         if (nw) x1 *= nw[i], x2 *= nw[i + half];
@@ -258,7 +238,8 @@ static __device__ inline void rope_head_warp(const float *x, const float *nw, co
 //   2. the block that holds key pos writes the new token's k (k norm, RoPE) and v to the cache;
 //   3. step03's split attention over keys [128 split, 128 split + 128) (attn_split_core);
 //   4. the last block of kvh to finish (a counter per kv head, reset by that block) combines the
-//      ceil(len / 128) splits into att (H*hd, fp32), as k_attn_combine does.
+//      ceil(len / 128) splits of its g heads into att (H*hd, fp32): attn_combine_heads, as
+//      k_attn_combine does per head.
 // LPR > 0: the vectorized core (attn_vec_core<C, LPR, G>, hd = LPR * 16 / sizeof(C)); LPR = 0:
 // step03's scalar attn_split_core (any hd).
 template <class C, int LPR, int G>
@@ -287,14 +268,14 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
         }
     }
     __syncthreads();  // qs and the cache row are visible to the whole block
-    if (LPR == 0) attn_split_core<C>(qs, kc, vc, len, H, KV, hd, scale, part_o, part_ml, kvh, split, nsplit);
-    else {
+    if constexpr (LPR == 0) {
+        attn_split_core<C>(qs, kc, vc, len, H, KV, hd, scale, part_o, part_ml, kvh, split, nsplit);
+    } else {
         const size_t kd = (size_t)KV * hd, r0 = (size_t)split * ATTN_CHUNK * kd + (size_t)kvh * hd;
-        attn_vec_core<C, LPR ? LPR : 1, G>(qs, kc + r0, vc + r0, kd, min(ATTN_CHUNK, len - split * ATTN_CHUNK), g, hd,
-                                           scale, qs + g * hd, qs + g * hd + g * ATTN_CHUNK, part_o, part_ml, kvh,
-                                           split, nsplit);
+        attn_vec_core<C, LPR, G>(qs, kc + r0, vc + r0, kd, min(ATTN_CHUNK, len - split * ATTN_CHUNK), g, hd, scale,
+                                 qs + g * hd, qs + g * hd + g * ATTN_CHUNK, part_o, part_ml, kvh, split, nsplit);
     }
-    // attn_split_core ends with the block's writes of part_o / part_ml
+    // both cores end with the block's writes of part_o / part_ml
     __shared__ int last;
     __threadfence();
     __syncthreads();
@@ -303,16 +284,6 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
     if (!last) return;
     __threadfence();
     if (t == 0 && nact > 1) count[kvh] = 0;  // ready for the next layer / step
-    const int gh = g * hd;
-    for (int o = t; o < gh; o += ATTN_CHUNK) {
-        const int h = kvh * g + o / hd, e = o % hd;
-        const float *ml = part_ml + (size_t)h * nsplit * 2, *po = part_o + (size_t)h * nsplit * hd + e;
-        float M = -INFINITY;
-        for (int s = 0; s < nact; s++) M = fmaxf(M, __ldcg(ml + 2 * s));
-        float L = 0;
-        for (int s = 0; s < nact; s++) L += expf(__ldcg(ml + 2 * s) - M) * __ldcg(ml + 2 * s + 1);
-        float acc = 0;
-        for (int s = 0; s < nact; s++) acc += expf(__ldcg(ml + 2 * s) - M) * __ldcg(po + (size_t)s * hd);
-        att[(size_t)h * hd + e] = acc / L;
-    }
+    attn_combine_heads<float>(part_o + (size_t)kvh * g * nsplit * hd, part_ml + (size_t)kvh * g * nsplit * 2, nsplit, g,
+                              len, hd, att + (size_t)kvh * g * hd);
 }
