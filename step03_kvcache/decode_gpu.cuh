@@ -201,14 +201,33 @@ __device__ inline void attn_split_block(const float *q, const C *kc, const C *vc
 // a warp's load covers 32 / LPR whole rows. qg: the g query heads of kv head kvh (g, hd) fp32, in
 // global or shared memory; kh, vh: this kv head's first key of the block (rows kd apart); jn keys.
 // ps (g, CHUNK) and red (WARPS, g, hd) shared; po, pm: part_o / part_ml of the sequence.
+// pre (step07's fused decode, or NULL): the first round of K and V rows, loaded by pre->load before
+// the block could read q (rows < pre->jn, the ones already in the cache; the rest is loaded here).
+// out (or NULL): the block holds all the keys, so it writes the normalized heads (o / l, what
+// attn_combine_heads makes of one split) to out (g, hd) instead of its partials.
+template <class C, int LPR, int G> struct AttnVecRound {
+    static constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = ATTN_CHUNK / 32, RPI = NW * RPW, NIT = ATTN_CHUNK / RPI;
+    // rows in flight per lane: as many as the registers allow beside q and the accumulators (G x N
+    // floats each), so that a short context is one round trip for K and one for V
+    static constexpr int UMAX = G <= 2 ? 16 : G <= 4 ? 8 : 4, U = NIT < UMAX ? NIT : UMAX;
+    uint4 k[U], v[U];
+    int jn;
+    __device__ inline void load(const C *kh, const C *vh, size_t kd, int jpre) {
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c = lane % LPR, sub = lane / LPR;
+        jn = jpre;
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            const int j = i * RPI + warp * RPW + sub;
+            if (j < jpre) k[i] = *(const uint4 *)(kh + c * N + (size_t)j * kd), v[i] = *(const uint4 *)(vh + c * N + (size_t)j * kd);
+        }
+    }
+};
 template <class C, int LPR, int G>
 __device__ inline void attn_vec_core(const float *qg, const C *kh, const C *vh, size_t kd, int jn, int g, int hd,
                                      float scale, float *ps, float *red, float *po, float *pm, int kvh, int split,
-                                     int nsplit) {
-    constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = ATTN_CHUNK / 32, RPI = NW * RPW, NIT = ATTN_CHUNK / RPI;
-    // rows in flight per lane: as many as the registers allow beside q and the accumulators (G x N
-    // floats each), so that a short context is one round trip for K and one for V
-    constexpr int UMAX = G <= 2 ? 16 : G <= 4 ? 8 : 4, U = NIT < UMAX ? NIT : UMAX;
+                                     int nsplit, const AttnVecRound<C, LPR, G> *pre = NULL, float *out = NULL) {
+    using RD = AttnVecRound<C, LPR, G>;
+    constexpr int N = RD::N, RPW = RD::RPW, NW = RD::NW, RPI = RD::RPI, NIT = RD::NIT, U = RD::U;
     const int t = threadIdx.x, warp = t / 32, lane = t % 32, c = lane % LPR, sub = lane / LPR;
     const C *kb = kh + c * N, *vb = vh + c * N;
     const float *qr = qg + c * N;
@@ -223,7 +242,8 @@ __device__ inline void attn_vec_core(const float *qg, const C *kh, const C *vh, 
 #pragma unroll
         for (int k = 0; k < U; k++) {
             const int j = (it0 + k) * RPI + warp * RPW + sub;
-            u[k] = j < jn ? *(const uint4 *)(kb + (size_t)j * kd) : make_uint4(0, 0, 0, 0);
+            if (pre && it0 == 0 && j < pre->jn) u[k] = pre->k[k];
+            else u[k] = j < jn ? *(const uint4 *)(kb + (size_t)j * kd) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int k = 0; k < U; k++) {
@@ -261,7 +281,8 @@ __device__ inline void attn_vec_core(const float *qg, const C *kh, const C *vh, 
 #pragma unroll
         for (int k = 0; k < U; k++) {
             const int j = (it0 + k) * RPI + warp * RPW + sub;
-            u[k] = j < jn ? *(const uint4 *)(vb + (size_t)j * kd) : make_uint4(0, 0, 0, 0);
+            if (pre && it0 == 0 && j < pre->jn) u[k] = pre->v[k];
+            else u[k] = j < jn ? *(const uint4 *)(vb + (size_t)j * kd) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int k = 0; k < U; k++) {
@@ -293,8 +314,10 @@ __device__ inline void attn_vec_core(const float *qg, const C *kh, const C *vh, 
         float s = 0;
         for (int wi = 0; wi < NW; wi++) s += red[(size_t)wi * g * hd + o];
         const int h = kvh * g + o / hd;
-        po[((size_t)h * nsplit + split) * hd + o % hd] = s;
+        if (out) out[o] = s / l_s[o / hd];
+        else po[((size_t)h * nsplit + split) * hd + o % hd] = s;
     }
+    if (out) return;
     if (t < g) {
         const int h = kvh * g + t;
         pm[((size_t)h * nsplit + split) * 2] = m_s[t];

@@ -100,23 +100,22 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     // Rounds of U chunks per lane (chunk c0 + 32 u), every load of a round issued before the first is
     // used. A full round loads unconditionally; only the row's last, partial round is predicated
     // (a load past the row's end is skipped), so a short row or a long row's tail is still one round
-    // trip. (Predicating every round cost the 8B shape's gate|up GEMV a quarter of its registers,
-    // i.e. of its loads in flight: 5.18 -> 5.31 ms a step.) The first round does not depend on the
-    // previous kernel: it is in flight while that kernel finishes.
+    // trip. (Predicating every round cost the 8B shape a tenth of its step: 4.66 -> 5.03 ms with
+    // the predicate inside the loop, 5.31 with every round predicated.) The first round does not
+    // depend on the previous kernel: it is in flight while that kernel finishes.
     uint4 w[U][R];
-    auto load = [&](int c0, bool full) {
-        if (full) {
+    auto load_full = [&](int c0) {
 #pragma unroll
-            for (int u = 0; u < U; u++)
+        for (int u = 0; u < U; u++)
 #pragma unroll
-                for (int r = 0; r < R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c0 + 32 * u);
-        } else {
+            for (int r = 0; r < R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c0 + 32 * u);
+    };
+    auto load_part = [&](int c0) {
 #pragma unroll
-            for (int u = 0; u < U; u++)
+        for (int u = 0; u < U; u++)
 #pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (c0 + 32 * u < nv) w[u][r] = __ldcs((const uint4 *)wr[r] + c0 + 32 * u);
-        }
+            for (int r = 0; r < R; r++)
+                if (c0 + 32 * u < nv) w[u][r] = __ldcs((const uint4 *)wr[r] + c0 + 32 * u);
     };
     float acc[R] = {}, ss = 0;  // ss (NORM): this lane's part of sum(x^2)
     // one round's dot products; FULL: all U chunks are in the row
@@ -147,16 +146,35 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     };
     int c0 = lane;
     bool full = c0 + 32 * (U - 1) < nv;
-    if (c0 < nv) load(c0, full);
+    const bool short_row = !full && c0 < nv;  // less than one round: one predicated round
+    if (full) load_full(c0);
+    else if (short_row) load_part(c0);
     pdl_wait();
     if (vec) {
+        if (short_row) fma_round(c0, std::false_type{});
         while (full) {
             fma_round(c0, std::true_type{});
             c0 += 32 * U;
             full = c0 + 32 * (U - 1) < nv;
-            if (c0 < nv) load(c0, full);
+            if (full) load_full(c0);
         }
-        if (c0 < nv) fma_round(c0, std::false_type{});
+        if (!short_row)
+            for (; c0 < nv; c0 += 32) {  // a long row's last chunks, fewer than U per lane
+                float xf[N];
+                const size_t e0 = (size_t)c0 * N;
+#pragma unroll
+                for (int i = 0; i < N; i++) {
+                    xf[i] = x[e0 + i];
+                    if (NORM) ss = fmaf(xf[i], xf[i], ss), xf[i] *= nw[e0 + i];
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float wf[N];
+                    Vec16<W>::unpack(__ldcs((const uint4 *)wr[r] + c0), wf);
+#pragma unroll
+                    for (int i = 0; i < N; i++) acc[r] = fmaf(wf[i], xf[i], acc[r]);
+                }
+            }
     } else {
         for (int i = lane; i < n_in; i += 32) {
             float xi = x[i];
@@ -266,13 +284,19 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
                  const int *d_pos, int H, int KV, int hd, float eps, float scale, C *kc, C *vc, float *part_o,
                  float *part_ml, int *count, float *att) {
     pdl_trigger();
-    pdl_wait();
     extern __shared__ float sm[];
     const int kvh = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y, g = H / KV, t = threadIdx.x;
     const int warp = t / 32, half = hd / 2;
+    // The position and the cache rows before it were written by earlier steps (earlier graph
+    // launches), not by the kernels this one may overlap: read before the wait.
     const int pos = *d_pos, len = pos + 1;
     if (split * ATTN_CHUNK >= len) return;
     const int nact = (len + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    const size_t kd = (size_t)KV * hd, r0 = (size_t)split * ATTN_CHUNK * kd + (size_t)kvh * hd;
+    const int jn = min(ATTN_CHUNK, len - split * ATTN_CHUNK);
+    AttnVecRound<C, LPR ? LPR : 1, G> pre;  // the vectorized core's first round of K and V rows < pos
+    if constexpr (LPR > 0) pre.load(kc + r0, vc + r0, kd, split == nact - 1 ? jn - 1 : jn);
+    pdl_wait();
     const float *cs = cos_t + (size_t)pos * half, *sn = sin_t + (size_t)pos * half;
     float *qs = sm;
     for (int hh = warp; hh < g; hh += ATTN_WARPS)
@@ -289,9 +313,11 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
     if constexpr (LPR == 0) {
         attn_split_core<C>(qs, kc, vc, len, H, KV, hd, scale, part_o, part_ml, kvh, split, nsplit);
     } else {
-        const size_t kd = (size_t)KV * hd, r0 = (size_t)split * ATTN_CHUNK * kd + (size_t)kvh * hd;
-        attn_vec_core<C, LPR, G>(qs, kc + r0, vc + r0, kd, min(ATTN_CHUNK, len - split * ATTN_CHUNK), g, hd, scale,
-                                 qs + g * hd, qs + g * hd + g * ATTN_CHUNK, part_o, part_ml, kvh, split, nsplit);
+        // one block holds all the keys (len <= ATTN_CHUNK): it writes the heads' outputs itself
+        attn_vec_core<C, LPR, G>(qs, kc + r0, vc + r0, kd, jn, g, hd, scale, qs + g * hd, qs + g * hd + g * ATTN_CHUNK,
+                                 part_o, part_ml, kvh, split, nsplit, &pre,
+                                 nact == 1 ? att + (size_t)kvh * g * hd : NULL);
+        if (nact == 1) return;
     }
     // both cores end with the block's writes of part_o / part_ml
     __shared__ int last;
