@@ -360,19 +360,17 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
     const float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
     const size_t es = esize(d->cdt), lstride = (size_t)d->max_seq * kd * es;
     const size_t attn_smem = attn_smem_bytes(gq, hd);
-    const dim3 gb(GEMVF_WARPS * 32);
     cudaStream_t s = d->stream;
     // y [+]= W rmsnorm(x, nw) (+ b) when nw != NULL, else y [+]= W in (+ b); a quantized W: step06's GEMV
     auto proj = [&](const GpuQProj *q, const void *W, const float *nw, const float *in, const float *b, float *y,
                     int rows, int n_in, int acc) {
         if (q->n == 0) {
-            const dim3 grid((rows + GEMVF_WARPS - 1) / GEMVF_WARPS);
             if (nw) {
-                DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, false>, grid, gb, 0, s, (const A *)W,
-                                           (const float *)d->x, nw, eps, b, y, rows, n_in, acc, 0));
+                DISPATCH(dt, A, gemvf_launch<A, true, false>(pdl, s, (const A *)W, (const float *)d->x, nw, eps, b, y,
+                                                             rows, n_in, acc, 0));
             } else {
-                DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, false, false>, grid, gb, 0, s, (const A *)W, in,
-                                           (const float *)NULL, eps, b, y, rows, n_in, acc, 0));
+                DISPATCH(dt, A, gemvf_launch<A, false, false>(pdl, s, (const A *)W, in, (const float *)NULL, eps, b, y,
+                                                              rows, n_in, acc, 0));
             }
             return;
         }
@@ -393,9 +391,9 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
                                           (C *)kc, (C *)vc));
         proj(&L->qo, L->wo, NULL, d->att, L->bo, d->x, dm, qd, 1);  // x += att Wo^T
         if (L->qgu.n == 0) {  // h = swiglu(Wgu rmsnorm(x)): one kernel
-            const dim3 grid((ff + GEMVF_WARPS - 1) / GEMVF_WARPS);
-            DISPATCH(dt, A, pdl_launch(pdl, k_gemv_fused<A, true, true>, grid, gb, 0, s, (const A *)L->wgu, (const float *)d->x,
-                                       (const float *)L->mlp_norm, eps, (const float *)NULL, d->h, ff, dm, 0, ff));
+            DISPATCH(dt, A, gemvf_launch<A, true, true>(pdl, s, (const A *)L->wgu, (const float *)d->x,
+                                                        (const float *)L->mlp_norm, eps, (const float *)NULL, d->h, ff,
+                                                        dm, 0, ff));
         } else {
             k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);
             CUDA_CHECK_LAST();

@@ -261,55 +261,92 @@ Test(step03, gpu_cached_greedy_matches_goldens_and_uncached, .timeout = 300) {
 // models and 1e-4 for fp32 ones. PDL vs no PDL: the same kernels, only launched to overlap, so the
 // logits must be bit-identical: a kernel that read its input before the previous one finished
 // would show here.
+// The three decode modes (unfused, fused, fused + PDL) on one GPU model over np positions of the
+// same random ids: fused vs unfused within tol, PDL bit-identical, the kernel counts.
+static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *name, int f32, int dense, int np) {
+    const int V = c->vocab, L = c->n_layers;
+    float *lg[3];
+    int kern[3];
+    Rng r;
+    for (int f = 0; f < 3; f++) {
+        rng_seed(&r, 99);  // the same ids for every mode
+        lg[f] = malloc((size_t)np * V * sizeof(float));
+        gpu_decoder_set_fused(f);
+        char err[256];
+        GpuDecoder *d = gpu_decoder_new(gm, np, err, sizeof err);
+        cr_assert(d, "%s", err);
+        kern[f] = gpu_decoder_kernels(d);
+        for (int p = 0; p < np; p++)
+            cr_assert_eq(gpu_decoder_step(d, (int)(rng_u32(&r) % (unsigned)V), lg[f] + (size_t)p * V), 0);
+        gpu_decoder_free(d);
+    }
+    gpu_decoder_set_fused(2);
+    if (dense) {  // a quantized projection may be several GEMVs, its norm a kernel of its own
+        cr_expect_eq(kern[0], 10 * L + 4, "%s: unfused step %d kernels, want 10 L + 4", name, kern[0]);
+        cr_expect_eq(kern[1], 5 * L + 3, "%s: fused step %d kernels, want 5 L + 3", name, kern[1]);
+    }
+    cr_expect_eq(kern[2], kern[1], "%s: PDL changes no kernel count", name);
+    const double tol = f32 ? 1e-4 : ERR_TOL_HALF * 2;
+    double worst = 0;
+    for (int p = 0; p < np; p++) {
+        const ErrStats e = compare_f32(lg[1] + (size_t)p * V, lg[0] + (size_t)p * V, (size_t)V);
+        cr_expect(e.n_bad == 0 && e.max_rel < tol, "%s position %d: fused vs unfused logits max_rel %.3e (tol %.0e)", name,
+                  p, e.max_rel, tol);
+        worst = e.max_rel > worst ? e.max_rel : worst;
+    }
+    size_t diff = 0;
+    for (size_t k = 0; k < (size_t)np * V; k++) diff += memcmp(&lg[1][k], &lg[2][k], sizeof(float)) != 0;
+    cr_expect_eq(diff, 0, "%s: %zu of %d logits differ between the fused step with and without PDL", name, diff, np * V);
+    fprintf(stderr, "[fused-decode] %s: kernels %d -> %d; fused vs unfused max_rel %.2e over %d positions\n", name,
+            kern[0], kern[1], worst, np);
+    for (int f = 0; f < 3; f++) free(lg[f]);
+}
+
 Test(step03, gpu_fused_decode_matches_unfused_and_pdl_is_exact, .timeout = 300) {
     GpuInfo gi;
     if (gpu_info(&gi) != 0) cr_skip_test("no CUDA device: %s", gi.reason);
     Ckpt ck[64];
     const int n = ckpt_list(ck, 64, "config.json");
     cr_assert_gt(n, 0, "no checkpoints under %s", MODELS_DIR);
-    enum { NP = 300 };
     for (int i = 0; i < n; i++) {
         CkptModels m;
         ckpt_models_load(&ck[i], &m);
-        const int V = m.w.cfg.vocab;
-        float *lg[3];
-        int kern[3];
-        Rng r;
-        for (int f = 0; f < 3; f++) {
-            rng_seed(&r, 99);  // the same ids for every mode
-            lg[f] = malloc((size_t)NP * V * sizeof(float));
-            gpu_decoder_set_fused(f);
-            char err[256];
-            GpuDecoder *d = gpu_decoder_new(m.gm, NP, err, sizeof err);
-            cr_assert(d, "%s", err);
-            kern[f] = gpu_decoder_kernels(d);
-            for (int p = 0; p < NP; p++)
-                cr_assert_eq(gpu_decoder_step(d, (int)(rng_u32(&r) % (unsigned)V), lg[f] + (size_t)p * V), 0);
-            gpu_decoder_free(d);
-        }
-        gpu_decoder_set_fused(2);
-        const int L = m.w.cfg.n_layers;
-        if (!m.w.quantized) {  // a quantized projection may be several GEMVs, its norm a kernel of its own
-            cr_expect_eq(kern[0], 10 * L + 4, "%s: unfused step %d kernels, want 10 L + 4", ck[i].name, kern[0]);
-            cr_expect_eq(kern[1], 5 * L + 3, "%s: fused step %d kernels, want 5 L + 3", ck[i].name, kern[1]);
-        }
-        cr_expect_eq(kern[2], kern[1], "%s: PDL changes no kernel count", ck[i].name);
-        const double tol = m.f32 ? 1e-4 : ERR_TOL_HALF * 2;
-        double worst = 0;
-        for (int p = 0; p < NP; p++) {
-            const ErrStats e = compare_f32(lg[1] + (size_t)p * V, lg[0] + (size_t)p * V, (size_t)V);
-            cr_expect(e.n_bad == 0 && e.max_rel < tol, "%s position %d: fused vs unfused logits max_rel %.3e (tol %.0e)",
-                      ck[i].name, p, e.max_rel, tol);
-            worst = e.max_rel > worst ? e.max_rel : worst;
-        }
-        size_t diff = 0;
-        for (size_t k = 0; k < (size_t)NP * V; k++) diff += memcmp(&lg[1][k], &lg[2][k], sizeof(float)) != 0;
-        cr_expect_eq(diff, 0, "%s: %zu of %d logits differ between the fused step with and without PDL", ck[i].name, diff,
-                     NP * V);
-        fprintf(stderr, "[fused-decode] %s: kernels %d -> %d; fused vs unfused max_rel %.2e over %d positions\n",
-                ck[i].name, kern[0], kern[1], worst, NP);
-        for (int f = 0; f < 3; f++) free(lg[f]);
+        fused_modes_check(m.gm, &m.w.cfg, ck[i].name, m.f32, !m.w.quantized, 300);
         ckpt_models_free(&m);
+    }
+}
+
+// The checkpoints above are narrow (hidden 64): every GEMV row is shorter than one round of the
+// fused GEMV's loads. Random models of wider shapes reach its other paths: rows of whole rounds
+// (bf16 hidden 2048 = 256 16-byte chunks = 1 round; fp32 2 rounds), rows that end in a partial
+// round (bf16 ff 3080: 1.5 rounds, the TAIL kernel; fp32 hidden 1032: 1 round + 2 chunks), rows not
+// a multiple of 16 bytes (ff 1001: the scalar loop), head_dim 64 and 128, GQA 4 and 1.
+Test(step03, gpu_fused_decode_wide_rows_match_unfused, .timeout = 300) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0) cr_skip_test("no CUDA device: %s", gi.reason);
+    static const struct {
+        const char *name, *json;
+        StDtype dt;
+    } M[] = {
+        {"wide_bf16_h2048_ff3080_gqa4",
+         "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":2048,\"intermediate_size\":3080,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":8,\"num_key_value_heads\":2,\"head_dim\":64,"
+         "\"vocab_size\":1000,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0}",
+         ST_BF16},
+        {"wide_f32_h1032_ff1001_mha",
+         "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":1032,\"intermediate_size\":1001,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":4,\"head_dim\":128,"
+         "\"vocab_size\":777,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0}",
+         ST_F32},
+    };
+    for (size_t i = 0; i < sizeof M / sizeof M[0]; i++) {
+        ModelConfig c;
+        char err[256];
+        cr_assert_eq(hf_config_parse(M[i].json, M[i].name, &c, err, sizeof err), 0, "%s", err);
+        GpuModel *gm = gpu_model_random(&c, M[i].dt, 7 + i, err, sizeof err);
+        cr_assert(gm, "%s", err);
+        fused_modes_check(gm, &c, M[i].name, M[i].dt == ST_F32, 1, 300);
+        gpu_model_free(gm);
     }
 }
 
