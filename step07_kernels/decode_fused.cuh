@@ -12,8 +12,9 @@
 //                     product add up x^2 on the way, the finished dot product is scaled by
 //                     inv = 1 / rms(x) (no pass, no barrier, nothing before the first weight load)
 //      attention    + q/k norm, RoPE and the K/V cache write (k_rope_append; cos / sin from a table)
-//                     + the split combine (the last block of a kv head to finish merges the splits),
-//                     on step04's vectorized core (attn_vec_core) where head_dim allows
+//                     + the split combine (the last block of a kv head to finish merges the splits;
+//                     a block that holds all the keys writes the normalized heads itself), on
+//                     step04's vectorized core (attn_vec_core) where head_dim allows
 //      o GEMV       (adds into the residual, as before)
 //      gate|up GEMV + the RMSNorm before it + SwiGLU after it (a warp computes gate row i and up
 //                     row ff + i together and writes silu(g) * u: the (2 ff) intermediate is never
@@ -26,7 +27,8 @@
 //    and waits for the previous kernel's results (griddepcontrol.wait: the previous grid has
 //    completed and its writes are visible) before it reads or writes anything the chain shares.
 //    What it may do before the wait is what does not depend on the previous kernel: a GEMV issues
-//    its first weight loads, so the HBM round trip overlaps the previous kernel's tail. The
+//    its first weight loads, the attention its first round of K/V rows (those of earlier steps),
+//    so the HBM round trip overlaps the previous kernel's tail. The
 //    graph captures the programmatic edges (CUDA 12.3+). Below sm_90 the attribute is not set and
 //    the two instructions compile to nothing: the kernels then run one after the other as usual.
 //
@@ -98,11 +100,11 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     const bool vec = n_in % N == 0;
     const int nv = vec ? n_in / N : 0;  // 16-byte chunks per row
     // Rounds of U chunks per lane (chunk c0 + 32 u), every load of a round issued before the first is
-    // used. A full round loads unconditionally; only the row's last, partial round is predicated
-    // (a load past the row's end is skipped), so a short row or a long row's tail is still one round
-    // trip. (Predicating every round cost the 8B shape a tenth of its step: 4.66 -> 5.03 ms with
-    // the predicate inside the loop, 5.31 with every round predicated.) The first round does not
-    // depend on the previous kernel: it is in flight while that kernel finishes.
+    // used. A full round loads unconditionally. A row shorter than one round is one predicated round
+    // (a load past the row's end is skipped); a long row's last, partial round is predicated too in
+    // the TAIL instance, chunk by chunk in the other (gemvf_launch picks: the tail's code slows the
+    // full rounds' loop, README section 7). The first round does not depend on the previous kernel:
+    // it is in flight while that kernel finishes.
     uint4 w[U][R];
     auto load_full = [&](int c0) {
 #pragma unroll
@@ -294,10 +296,11 @@ static __device__ inline void rope_head_warp(const float *x, const float *nw, co
 // Block (kvh, split) of the step at position pos = *d_pos (len = pos + 1 keys):
 //   1. the g query heads of kv head kvh from qkv: q norm (Qwen3) and RoPE, into shared memory;
 //   2. the block that holds key pos writes the new token's k (k norm, RoPE) and v to the cache;
-//   3. step03's split attention over keys [128 split, 128 split + 128) (attn_split_core);
+//   3. step03's split attention over keys [128 split, 128 split + 128) (attn_split_core), or the
+//      vectorized core with its first round of K/V rows < pos loaded before the PDL wait;
 //   4. the last block of kvh to finish (a counter per kv head, reset by that block) combines the
 //      ceil(len / 128) splits of its g heads into att (H*hd, fp32): attn_combine_heads, as
-//      k_attn_combine does per head.
+//      k_attn_combine does per head. With one split the vectorized core writes att itself.
 // LPR > 0: the vectorized core (attn_vec_core<C, LPR, G>, hd = LPR * 16 / sizeof(C)); LPR = 0:
 // step03's scalar attn_split_core (any hd).
 template <class C, int LPR, int G>
