@@ -29,6 +29,9 @@
 //       its columns of w in registers, issues the next row's x and r loads before this row's
 //       reduction, reads x and w through the read-only path (__ldg) and r as streaming (__ldcs);
 //       below T = 2 * SMs it spreads a row over more threads (one vector each).
+//   v4  a warp per row with the whole row in flight (up to 16 vectors of x and of r per lane, the
+//       rounded sum kept packed in x's registers): no block barrier at all, 4 rows per block;
+//       rows of more than 512 vectors or not vectorizable run v2.
 // SwiGLU: v0 the engine's k_swiglu (one element per thread, a 64-bit division per element), v1
 // a 2-D grid (columns x rows) with 16-byte loads of gate and up. RoPE + K/V write: v0 step02's
 // k_rope + step05's paged_kv_write, v1 one kernel per row (scalar), v2 the same with float4
@@ -325,6 +328,78 @@ static int addnorm_vec(const R *x, R *res, const float *w, int T, int n, float e
     return addnorm_v1<R, O>(x, res, w, T, n, eps, out, s);
 }
 
+// ---------------------------------------------------------------- add + RMSNorm: v4 (a warp per row)
+
+// One warp per row and every vector of the row in flight at once (V 16-byte vectors per lane: up to
+// 512 vectors, hidden 4096 in bf16): no block barrier, the reduction is the warp's shuffles only.
+// The rounded sum s is kept packed in the residual dtype, in the registers x arrived in (s is
+// rounded to R anyway, so nothing is lost), which is what lets a lane hold 16 vectors of x and r.
+#define AN4_WARPS 4  // rows per block
+template <class R, class O, int V>
+__global__ void __launch_bounds__(AN4_WARPS * 32)
+    k_addnorm_v4(const R *__restrict__ x, R *__restrict__ res, const float *__restrict__ w, int T, int n, float eps,
+                 O *__restrict__ out) {
+    constexpr int VW = 16 / sizeof(R);
+    const int lane = threadIdx.x % 32, row = blockIdx.x * AN4_WARPS + threadIdx.x / 32;
+    if (row >= T) return;  // a whole warp: nothing below waits for other warps
+    const int nvec = n / VW;
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x + (size_t)row * n);
+    uint4 *rv = reinterpret_cast<uint4 *>(res + (size_t)row * n);
+    uint4 xr[V], rr[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int j = lane + 32 * k;
+        if (j < nvec) xr[k] = __ldcs(xv + j), rr[k] = __ldcs(rv + j);
+    }
+    float ss = 0;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int j = lane + 32 * k;
+        if (j < nvec) {
+            float a[VW], b[VW];
+            raw_to_f<R, VW>(xr[k], a);
+            raw_to_f<R, VW>(rr[k], b);
+            R *e = reinterpret_cast<R *>(&xr[k]);
+#pragma unroll
+            for (int i = 0; i < VW; i++) {
+                const float sv = rnd<R>(a[i] + b[i]);
+                e[i] = fromf<R>(sv);
+                ss += sv * sv;
+            }
+            rv[j] = xr[k];
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = rsqrtf(ss / n + eps);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int j = lane + 32 * k;
+        if (j < nvec) {
+            float sv[VW], wk[VW], y[VW];
+            raw_to_f<R, VW>(xr[k], sv);
+            load_w<VW, true>(w + (size_t)j * VW, wk);
+#pragma unroll
+            for (int i = 0; i < VW; i++) y[i] = wk[i] * rnd<R>(sv[i] * inv);
+            store_f<O, VW>(out + (size_t)row * n + (size_t)j * VW, y);
+        }
+    }
+}
+
+// v4 where the row is vectorizable and at most 512 vectors (else v2's kernel runs).
+template <class R, class O>
+static int addnorm_v4(const R *x, R *res, const float *w, int T, int n, float eps, O *out, cudaStream_t s) {
+    constexpr int VW = 16 / sizeof(R);
+    const int nvec = n / VW;
+    if (n % VW || !aligned16(x) || !aligned16(res) || !aligned16(w) || !aligned16(out) || nvec > 32 * 16)
+        return addnorm_vec<R, O, false>(x, res, w, T, n, eps, out, s);
+    const int grid = (T + AN4_WARPS - 1) / AN4_WARPS;
+    if (nvec <= 32 * 4) k_addnorm_v4<R, O, 4><<<grid, AN4_WARPS * 32, 0, s>>>(x, res, w, T, n, eps, out);
+    else if (nvec <= 32 * 8) k_addnorm_v4<R, O, 8><<<grid, AN4_WARPS * 32, 0, s>>>(x, res, w, T, n, eps, out);
+    else k_addnorm_v4<R, O, 16><<<grid, AN4_WARPS * 32, 0, s>>>(x, res, w, T, n, eps, out);
+    CUDA_CHECK_LAST();
+    return 1;
+}
+
 template <class R, class O>
 static int addnorm_typed(int version, const void *xp, void *resp, const float *w, int T, int n, float eps, void *outp,
                          cudaStream_t s) {
@@ -341,7 +416,8 @@ static int addnorm_typed(int version, const void *xp, void *resp, const float *w
     }
     if (version == 1) return addnorm_v1<R, O>(x, res, w, T, n, eps, out, s);
     if (version == 2) return addnorm_vec<R, O, false>(x, res, w, T, n, eps, out, s);
-    return addnorm_vec<R, O, true>(x, res, w, T, n, eps, out, s);
+    if (version == 3) return addnorm_vec<R, O, true>(x, res, w, T, n, eps, out, s);
+    return addnorm_v4<R, O>(x, res, w, T, n, eps, out, s);
 }
 
 static int float_dtype(StDtype d) { return d == ST_F32 || d == ST_F16 || d == ST_BF16; }

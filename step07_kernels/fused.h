@@ -44,7 +44,7 @@
 extern "C" {
 #endif
 
-#define FUSED_ADDNORM_VERSIONS 4
+#define FUSED_ADDNORM_VERSIONS 5
 #define FUSED_SWIGLU_VERSIONS 2
 #define FUSED_ROPE_VERSIONS 3
 

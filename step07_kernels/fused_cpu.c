@@ -11,6 +11,7 @@ const FusedVersion fused_addnorm_ladder[FUSED_ADDNORM_VERSIONS] = {
     {1, "v1_row_regs", "one block per row, the row kept in registers: x and residual read once, 1 launch"},
     {2, "v2_vec_warp", "16-byte loads, warp-shuffle reductions, several rows per block when the row is short"},
     {3, "v3_adaptive", "v2 plus read-only/streaming cache hints; threads per row chosen by T (latency at small T)"},
+    {4, "v4_warp_row", "a warp per row, the whole row's loads in flight at once, no block barrier"},
 };
 const FusedVersion fused_swiglu_ladder[FUSED_SWIGLU_VERSIONS] = {
     {0, "v0_scalar", "the engine's k_swiglu: one element per thread, grid-stride, index divided per element"},

@@ -59,7 +59,7 @@ static float *randu(Rng *g, size_t n, float lo, float hi, StDtype dt) {
 }
 static const char *dname(StDtype d) { return d == ST_F32 ? "fp32" : d == ST_F16 ? "fp16" : "bf16"; }
 
-static const int HIDDEN[] = {1, 7, 1000, 2048, 4099};
+static const int HIDDEN[] = {1, 7, 1000, 2048, 4096, 4099};
 static const int ROWS[] = {1, 3, 65};
 typedef struct {
     StDtype a, b;
