@@ -22,9 +22,12 @@
 //   v5_rb      register blocking on v4: 4 warps x 32 rows (two m16 slices), so every K and V fragment
 //              read from shared feeds two MMAs (half the shared-memory traffic per FLOP); at hd 128 Q
 //              is re-read from shared each tile (its registers go to O)
+//   v6_wgmma   sm_90a only: a producer warpgroup (cp.async into a 2-stage mbarrier ring) and 2 consumer
+//              warpgroups of 64 rows issuing wgmma (S = Q K^T from shared, O += P V with P from
+//              registers), 128-key tiles. Written and compiled, NOT yet validated or measured on a GPU
 // flash_attn() runs the fastest rung measured on the H200 that takes the call (PREFERRED below:
-// v2_128 first; results/flash_h200.csv). Hopper's wgmma + TMA (step01's v9) is not a rung yet: see
-// step07_kernels/FLASH.md.
+// v2_128 first; results/flash_h200.csv; v6 is not in it until it has passed the tests and been
+// measured). What v6 leaves out of FlashAttention-3 (TMA, overlapped softmax): step07_kernels/FLASH.md.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -427,6 +430,296 @@ template <class C, int HD, class F> __global__ void __launch_bounds__(32 * F::NW
 #endif
 }
 
+// ---------------------------------------------------------------- v6: Hopper wgmma (sm_90a only)
+
+// FlashAttention-3's shape on step01 v9's building blocks. 3 warpgroups (384 threads): warpgroup 0 is
+// the producer, warpgroups 1 and 2 the consumers, 64 M rows each (tile_m 128). The producer copies
+// the K and V tiles (128 keys each) with cp.async into a 2-stage ring (the context keys are pool rows
+// found through the block table, so no TMA: every key takes the same path), in the 128-byte swizzled
+// layout wgmma reads; after its copies land each producer thread fences them for the async proxy
+// and arrives on the stage's "fullK" / "fullV" mbarrier (128 arrivals), and the consumers release the
+// stage on "empty" (one arrival a consumer warp) once their wgmmas have read it. A consumer holds its
+// 64 rows' S (64 x 128 fp32, 64 registers a thread) and O (64 x hd fp32) as wgmma accumulators:
+//   S = Q K^T   wgmma m64n128k16, Q and K from shared memory (both K-major: hd contiguous)
+//   softmax     in registers on the accumulator layout (thread: rows 16 w + gid and + 8 of its
+//               warpgroup's 64, columns 8 j + 2 tig + {0, 1}: the same as mma.sync's per warp)
+//   O += P V    wgmma m64n{hd}k16 with P as the A operand from REGISTERS (the A fragment of keys
+//               16 kk .. 16 kk + 15 is, register for register, accumulator n-tiles 2 kk and 2 kk + 1
+//               rounded to C) and V from shared memory, MN-major (hd contiguous: transpose bit set)
+// Shared layout (1024-aligned, the swizzle's period): Q, K stages 0 1, V stages 0 1, 6 mbarriers. A
+// tile of R rows is hd / 64 slabs of R rows x 128 bytes (64 columns); 16-byte chunk c of row r of a
+// slab sits at chunk c ^ (r % 8), which is what the 128-byte swizzle mode means to wgmma.
+// Simplified against FA3: no TMA, no intra-warpgroup overlap of the next S with this P V (each wgmma
+// batch is waited for at once), the two consumers are not explicitly ping-ponged (they overlap only
+// as the scheduler lets them), 2 stages.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA_WGMMA_ARCH 1
+#endif
+#define FA6_BM 128  // M rows per CTA: 2 consumer warpgroups x 64
+#define FA6_BN 128  // keys per K/V tile
+#define FA6_NT 384  // producer + 2 consumer warpgroups
+
+// bytes: Q, 2 K and 2 V stages, alignment slack, 6 mbarriers (fullK[2], fullV[2], empty[2])
+template <int HD> constexpr size_t fa6_smem_bytes() { return (size_t)(FA6_BM + 4 * FA6_BN) * HD * 2 + 1024 + 6 * 8; }
+
+// Byte offset of 16-byte chunk ch (0 .. hd / 8 - 1) of row r in a swizzled tile of `rows` rows.
+__device__ inline uint32_t fa6_off(int rows, int r, int ch) {
+    return (uint32_t)((ch >> 3) * (rows * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+}
+
+__global__ void k_fa6_probe(int *out) {
+#ifdef FA_WGMMA_ARCH
+    *out = 1;
+#else
+    (void)out;
+#endif
+}
+
+#ifdef FA_WGMMA_ARCH
+__device__ inline void fa_mbar_init(uint32_t bar, uint32_t n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(n));
+}
+__device__ inline void fa_mbar_arrive(uint32_t bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
+// until the phase of this parity has completed (a fresh barrier counts parity 1 as completed)
+__device__ inline void fa_mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+// this thread's generic-proxy shared writes (cp.async, stores) become visible to wgmma (async proxy)
+__device__ inline void fa_fence_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// shared-memory matrix descriptor: address, leading / stride byte offsets (>> 4), 128-byte swizzle
+__device__ inline uint64_t fa_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+__device__ inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ inline void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ inline void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// the accumulator operands, spelled out once
+#define FA6_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA6_OPS32 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define FA6_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FA6_OPS64 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+// d (64 x 128) += A (64 x 16, shared, K-major) . B (16 x 128, shared, K-major): S = Q K^T
+#define FA6_SS128(TY)                                                                                          \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA6_D64 ", %64, %65, 1, 1, 1, 0, 0;\n" \
+                 : FA6_OPS64 : "l"(da), "l"(db))
+// d (64 x N) += A (64 x 16, registers) . B (16 x N, shared, MN-major): O += P V. AB: the A registers'
+// and the descriptor's operand numbers (after the N / 2 accumulators)
+#define FA6_RS(N, DREGS, DOPS, AB, TY)                                                                       \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " DREGS ", " AB ", 1, 1, 1, 1;\n" \
+                 : DOPS : "r"(p[0]), "r"(p[1]), "r"(p[2]), "r"(p[3]), "l"(db))
+#define FA6_AB64 "{%32, %33, %34, %35}, %36"
+#define FA6_AB128 "{%64, %65, %66, %67}, %68"
+template <class C> __device__ inline void wg_ss128(float (&d)[64], uint64_t da, uint64_t db);
+template <> __device__ inline void wg_ss128<__nv_bfloat16>(float (&d)[64], uint64_t da, uint64_t db) { FA6_SS128("bf16"); }
+template <> __device__ inline void wg_ss128<__half>(float (&d)[64], uint64_t da, uint64_t db) { FA6_SS128("f16"); }
+template <class C> __device__ inline void wg_rs(float (&d)[32], const unsigned p[4], uint64_t db);
+template <> __device__ inline void wg_rs<__nv_bfloat16>(float (&d)[32], const unsigned p[4], uint64_t db) { FA6_RS(64, FA6_D32, FA6_OPS32, FA6_AB64, "bf16"); }
+template <> __device__ inline void wg_rs<__half>(float (&d)[32], const unsigned p[4], uint64_t db) { FA6_RS(64, FA6_D32, FA6_OPS32, FA6_AB64, "f16"); }
+template <class C> __device__ inline void wg_rs(float (&d)[64], const unsigned p[4], uint64_t db);
+template <> __device__ inline void wg_rs<__nv_bfloat16>(float (&d)[64], const unsigned p[4], uint64_t db) { FA6_RS(128, FA6_D64, FA6_OPS64, FA6_AB128, "bf16"); }
+template <> __device__ inline void wg_rs<__half>(float (&d)[64], const unsigned p[4], uint64_t db) { FA6_RS(128, FA6_D64, FA6_OPS64, FA6_AB128, "f16"); }
+#endif
+
+// Grid (ntiles * KV), FA6_NT threads, fa6_smem_bytes<HD>() of dynamic shared memory.
+template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a) {
+#ifdef FA_WGMMA_ARCH
+    constexpr int BM = FA6_BM, BN = FA6_BN, VPR = HD / 8, RPP = 128 / VPR, NO = HD / 2;
+    constexpr uint32_t QB = BM * HD * 2, TB = BN * HD * 2;  // bytes of the Q tile, of one K (V) tile
+    static_assert(BN == 128 && BM == 128, "S is one m64n128 accumulator; 2 consumer warpgroups");
+    extern __shared__ unsigned char fa6_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(fa6_raw), pad = (1024 - (raw & 1023)) & 1023;
+    unsigned char *sm = fa6_raw + pad;  // generic pointer to the 1024-aligned base
+    const uint32_t sq = raw + pad, sk = sq + QB, sv = sk + 2 * TB, bars = sv + 2 * TB;
+    // bars + 8 st: fullK[st], + 16 + 8 st: fullV[st], + 32 + 8 st: empty[st]
+    const int g = a.H / a.KV, kvh = blockIdx.x % a.KV, wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const FaTile t = find_tile(a, BM / g);
+    const int klast = a.causal ? t.ctx + t.qi0 + t.nrows - 1 : t.ctx + t.n - 1, nkt = klast / BN + 1;
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < 2; st++) {
+            fa_mbar_init(bars + 8 * st, 128);       // fullK: every producer thread, after its K copies
+            fa_mbar_init(bars + 16 + 8 * st, 128);  // fullV: the same for V
+            fa_mbar_init(bars + 32 + 8 * st, 8);    // empty: one arrival a consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // ---- producer: K and V tiles of 128 keys, keys past klast as zeros
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+        const int *tab = a.bt ? a.bt + (size_t)t.s * a.bt_stride : nullptr;
+        const C *gk = (const C *)a.k, *gv = (const C *)a.v, *gkc = (const C *)a.kc, *gvc = (const C *)a.vc;
+        const int c = tid % VPR;
+        // copies tile kt's rows of K (or V) into the tile at byte address dst (shared)
+        // (not unrolled: this code runs under setmaxnreg's 56 registers)
+        auto load = [&](int kt, unsigned char *dst, const C *g_new, const C *g_pool) {
+#pragma unroll 1
+            for (int r0 = 0; r0 < BN; r0 += RPP) {
+                const int r = r0 + tid / VPR, p = kt * BN + r, ok = p <= klast;
+                int pool = 0;
+                const size_t off = ok ? key_off(a, t, tab, p, kvh, HD, &pool) + c * 8 : 0;
+                cp_async16(dst + fa6_off(BN, r, c), (pool ? g_pool : g_new) + off, ok ? 16 : 0);
+            }
+            cp_async_commit();
+        };
+        for (int kt = 0; kt < nkt; kt++) {
+            const int st = kt & 1;
+            fa_mbar_wait(bars + 32 + 8 * st, ((kt >> 1) & 1) ^ 1);  // stage free (the first round at once)
+            load(kt, sm + QB + st * TB, gk, gkc);
+            load(kt, sm + QB + 2 * TB + st * TB, gv, gvc);
+            cp_async_wait<1>();  // this thread's K copies landed
+            fa_fence_async();
+            fa_mbar_arrive(bars + 8 * st);
+            cp_async_wait<0>();  // and its V copies
+            fa_fence_async();
+            fa_mbar_arrive(bars + 16 + 8 * st);
+        }
+    } else {  // ---- consumers: warpgroup 1 -> M rows 0 .. 63, 2 -> 64 .. 127
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+        const int cw = wg - 1, w = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
+        // Q: this warpgroup's 64 rows (M row m = new token qi0 + m / g, head kvh * g + m % g; padding
+        // rows zeros), then visible to the warpgroup's wgmmas
+        {
+            const C *gq = (const C *)a.q;
+            const int c = tid % VPR;
+#pragma unroll
+            for (int r0 = 0; r0 < 64; r0 += RPP) {
+                const int m = cw * 64 + r0 + tid / VPR, i = m / g, ok = i < t.nrows;
+                const size_t off = ok ? (size_t)(t.krow0 + t.qi0 + i) * a.ldq + (size_t)(kvh * g + m % g) * HD + c * 8 : 0;
+                cp_async16(sm + fa6_off(BM, m, c), gq + off, ok ? 16 : 0);
+            }
+            cp_async_commit();
+            cp_async_wait<0>();
+            fa_fence_async();
+            // named barrier 1 / 2: this warpgroup only (immediate ids, so ptxas reserves just these)
+            if (cw == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+            else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+        }
+        // this thread's rows: mr and mr + 8 (hf 0, 1), the last key each sees (padding rows: the last
+        // real row's); the warpgroup's first and last rows' limits (mask below / skip past)
+        const int mr = cw * 64 + w * 16 + gid;
+        int lim[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) lim[hf] = a.causal ? t.ctx + t.qi0 + min((mr + 8 * hf) / g, t.nrows - 1) : klast;
+        const int wlim0 = a.causal ? t.ctx + t.qi0 + min(cw * 64 / g, t.nrows - 1) : klast;
+        const int wlim1 = a.causal ? t.ctx + t.qi0 + min((cw * 64 + 63) / g, t.nrows - 1) : klast;
+        float o[NO], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < NO; i++) o[i] = 0;
+
+        for (int kt = 0; kt < nkt; kt++) {
+            const int st = kt & 1, k0 = kt * BN;
+            const uint32_t ph = (kt >> 1) & 1;
+            // a warpgroup whose rows see none of the tile skips its math (not its barriers: its
+            // arrival on empty must land in this round's phase)
+            const bool active = k0 <= wlim1;
+            float s[64];
+            fa_mbar_wait(bars + 8 * st, ph);
+            if (active) {
+                // ---- S = Q K^T: hd / 16 k-steps; k-step kk is 32 bytes into slab kk / 4 of each row
+#pragma unroll
+                for (int i = 0; i < 64; i++) s[i] = 0;
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    const uint64_t da = fa_desc(sq + (kk >> 2) * (BM * 128) + cw * 64 * 128 + (kk & 3) * 32, 16, 1024);
+                    const uint64_t db = fa_desc(sk + st * TB + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+                    wg_ss128<C>(s, da, db);
+                }
+                wg_commit();
+                wg_wait0();
+                // ---- causal mask (a tile crossing the warpgroup's first row's limit), online softmax with
+                // the max kept unscaled: p = 2^(s * c - m * c), one FFMA
+                const bool masked = k0 + BN - 1 > wlim0;
+                float mx[2] = {mrow[0], mrow[1]};
+#pragma unroll
+                for (int j = 0; j < BN / 8; j++) {
+                    const int key = k0 + j * 8 + tig * 2;
+#pragma unroll
+                    for (int x = 0; x < 4; x++)
+                        if (masked && key + (x & 1) > lim[x >> 1]) s[4 * j + x] = -INFINITY;
+                    mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
+                    mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+                }
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+#pragma unroll
+                    for (int off = 1; off < 4; off <<= 1) mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], off));
+                    // finite: tile 0 holds key 0, which every row sees, and the max only grows
+                    const float al = fast_exp2((mrow[hf] - mx[hf]) * a.scale_log2), mc = mx[hf] * a.scale_log2;
+                    mrow[hf] = mx[hf];
+                    float ps = 0;
+#pragma unroll
+                    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+                        for (int x = 2 * hf; x < 2 * hf + 2; x++) {
+                            s[4 * j + x] = fast_exp2(fmaf(s[4 * j + x], a.scale_log2, -mc));
+                            ps += s[4 * j + x];
+                        }
+                    lrow[hf] = lrow[hf] * al + ps;
+#pragma unroll
+                    for (int j = 0; j < HD / 8; j++) o[4 * j + 2 * hf] *= al, o[4 * j + 2 * hf + 1] *= al;
+                }
+            }
+            fa_mbar_wait(bars + 16 + 8 * st, ph);
+            if (active) {
+                // ---- O += P V: keys 16 kk .. 16 kk + 15 are S's n-tiles 2 kk, 2 kk + 1 (registers
+                // 8 kk .. 8 kk + 7), the A fragment of m64nNk16 in that order; V's k-step kk is 16 rows
+                // of 128 bytes further, its 64-column slabs BN * 128 bytes apart (the leading offset)
+                unsigned pa[BN / 16][4];
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) {
+                    pa[kk][0] = pack2<C>(s[8 * kk], s[8 * kk + 1]);
+                    pa[kk][1] = pack2<C>(s[8 * kk + 2], s[8 * kk + 3]);
+                    pa[kk][2] = pack2<C>(s[8 * kk + 4], s[8 * kk + 5]);
+                    pa[kk][3] = pack2<C>(s[8 * kk + 6], s[8 * kk + 7]);
+                }
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++)
+                    wg_rs<C>(o, pa[kk], fa_desc(sv + st * TB + kk * 16 * 128, BN * 128, 1024));
+                wg_commit();
+                wg_wait0();
+            }
+            __syncwarp();
+            if (lane == 0) fa_mbar_arrive(bars + 32 + 8 * st);  // this warp is done with stage st
+        }
+        // ---- O / l, then the write (row m = (token m / g, head m % g)); padding rows write nothing
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float l = lrow[hf];
+#pragma unroll
+            for (int off = 1; off < 4; off <<= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+            const int m = mr + 8 * hf;
+            if (m >= t.nrows * g) continue;
+            const float inv = 1.0f / l;
+            C *dst = (C *)a.out + (size_t)(t.krow0 + t.qi0 + m / g) * a.ldo + (size_t)(kvh * g + m % g) * HD + tig * 2;
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++) *(unsigned *)(dst + j * 8) = pack2<C>(o[4 * j + 2 * hf] * inv, o[4 * j + 2 * hf + 1] * inv);
+        }
+    }
+#else
+    (void)a;  // sm_90a only: the host never launches it elsewhere (fits_wgmma's probe)
+#endif
+}
+
 // ---------------------------------------------------------------- host side
 
 static int device_props(int *cc_major, int *smem_optin) {
@@ -511,6 +804,49 @@ template <class F64, class F128> static int launch_mma(const FlashAttn *a) {
     return a->hd == 64 ? launch_mma_t<__half, 64, F64>(a, dev, optin) : launch_mma_t<__half, 128, F128>(a, dev, optin);
 }
 
+// v6 takes: what mma_ok takes, on compute capability 9.0 exactly (sm_90a code: wgmma, setmaxnreg),
+// when this binary holds that code (the probe kernel writes 1 only there) and its shared memory fits.
+static int wgmma_built(void) {
+    static int avail = -1;  // one answer per process (every device of one binary has the same code)
+    if (avail >= 0) return avail;
+    int *d = nullptr, h = 0;
+    if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return (void)cudaGetLastError(), 0;
+    if (cudaMemset(d, 0, sizeof(int)) == cudaSuccess) {
+        k_fa6_probe<<<1, 1>>>(d);
+        if (cudaGetLastError() != cudaSuccess || cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) != cudaSuccess) h = 0;
+    }
+    (void)cudaFree(d);
+    (void)cudaGetLastError();
+    return avail = h == 1;
+}
+static int fits_wgmma(const FlashAttn *a, int cc, int optin) {
+    int dev = 0, minor = -1;
+    if (cc != 9 || !mma_ok(a, cc) || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return (void)cudaGetLastError(), 0;
+    const size_t smem = a->hd == 64 ? fa6_smem_bytes<64>() : fa6_smem_bytes<128>();
+    return minor == 0 && smem <= (size_t)optin && wgmma_built();
+}
+template <class C, int HD> static int launch_wgmma_t(const FlashAttn *a, int dev) {
+    const size_t smem = fa6_smem_bytes<HD>();
+    static unsigned long long attr_set = 0;
+    if (dev >= 64 || !(attr_set >> dev & 1)) {
+        CUDA_CHECK(cudaFuncSetAttribute(k_flash_wgmma<C, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        if (dev < 64) attr_set |= 1ull << dev;
+    }
+    k_flash_wgmma<C, HD><<<a->ntiles * a->KV, FA6_NT, smem>>>(fa_args(a));
+    CUDA_CHECK_LAST();
+    return 1;
+}
+static int launch_wgmma(const FlashAttn *a) {
+    int cc = 0, optin = 0;
+    const int dev = device_props(&cc, &optin);
+    if (dev < 0) return -1;
+    if (!fits_wgmma(a, cc, optin)) return -2;
+    if (a->dt == ST_BF16) return a->hd == 64 ? launch_wgmma_t<__nv_bfloat16, 64>(a, dev) : launch_wgmma_t<__nv_bfloat16, 128>(a, dev);
+    return a->hd == 64 ? launch_wgmma_t<__half, 64>(a, dev) : launch_wgmma_t<__half, 128>(a, dev);
+}
+
 //                          NW MT  BN ST  SWZ    QREG   V4
 typedef FaCfg<4, 1, 64, 2, false, true, false> V1;
 typedef FaCfg<8, 1, 128, 2, false, true, false> V2;
@@ -537,10 +873,12 @@ static const struct {
      launch_mma<V4_64, V4_128>, fits_mma<V4_64, V4_128>},
     {{5, "v5_rb", "register blocking: 4 warps x 32 rows, each K/V fragment feeds 2 MMAs", V5_64::BM},
      launch_mma<V5_64, V5_128>, fits_mma<V5_64, V5_128>},
+    {{6, "v6_wgmma", "sm_90a: producer warpgroup + 2 wgmma consumers, mbarrier ring, P from registers", FA6_BM},
+     launch_wgmma, fits_wgmma},
 };
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
 static_assert(V1::BM <= FA_TILE_M_MAX && V2::BM <= FA_TILE_M_MAX && V4_64::BM == V4_128::BM && V3_64::BM == V3_128::BM &&
-                  V5_64::BM == V5_128::BM && V5_64::BM <= FA_TILE_M_MAX,
+                  V5_64::BM == V5_128::BM && V5_64::BM <= FA_TILE_M_MAX && FA6_BM <= FA_TILE_M_MAX,
               "one tile_m per version");
 
 extern "C" int flash_num_versions(void) { return N_LADDER; }
