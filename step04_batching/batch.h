@@ -106,10 +106,14 @@ Runner *runner_new_cuda_paged(GpuModel *g, int num_blocks, int block_size, int m
 void runner_free(Runner *r);
 const char *runner_describe(const Runner *r);  // "cpu fp32" / "cuda bf16 weights, bf16 KV, cuBLAS GEMMs"
 double runner_kv_bytes(const Runner *r);       // bytes of K/V memory allocated
-// The CUDA paged runner's long-chunk attention: fused 1 (one paged prefill launch per layer,
-// the default) or 0 (block-table gather + GEMM path per sequence); gpu_runner_set_prefill_attn.
-// Returns the path in effect (1 fused, 0 gather); the CPU runners and the slot runner: 0.
-int runner_set_prefill_attn(Runner *r, int fused);
+// The CUDA runners' attention for prompt chunks of more than one row (gpu_runner_set_prefill_attn):
+#define PREFILL_GEMM 0   // step02's GEMM-softmax-GEMM per sequence (paged: after a block-table gather)
+#define PREFILL_PAGED 1  // step05's fused paged prefill, one launch per layer (paged KV only)
+#define PREFILL_FLASH 2  // step07's flash attention, one launch per layer (both layouts; the default
+                         // where one of its tensor-core versions takes the model's shape)
+// Returns the path in effect: the one asked for, or the next one that takes the shape (flash ->
+// paged -> GEMM); the CPU runners: PREFILL_GEMM (they have one path).
+int runner_set_prefill_attn(Runner *r, int mode);
 // CUDA, paged KV: gpu_runner_set_batch_invariant (greedy outputs independent of the batching).
 // Returns 1 when the runner is in that mode now (0 on the CPU, which has no such mode).
 int runner_set_batch_invariant(Runner *r, int on);

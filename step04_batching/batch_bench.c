@@ -93,10 +93,11 @@ static void usage(FILE *f) {
             "                  element bytes per token)\n"
             "  --prefix-cache  on (default with paged KV) or off: share the full blocks of equal prefixes\n"
             "  --shared-prefix --trace only: every prompt starts with the same N ids, then its own --input-len ids\n"
-            "  --prefill-attn  CUDA paged KV: the attention of prompt chunks: fused (default: one paged prefill launch\n"
-            "                  per layer for every chunk of more than one row, K/V read through the block tables) or\n"
-            "                  gather (chunks of more than 16 rows: each context gathered, then the GEMM path per\n"
-            "                  sequence; shorter chunks as decode rows)\n"
+            "  --prefill-attn  CUDA: the attention of prompt chunks: flash (default: step07's flash attention, one launch\n"
+            "                  per layer for every chunk of more than one row, K/V read from the cache; slots or paged),\n"
+            "                  fused (paged KV: step05's paged prefill kernel, the same rows) or gather (chunks of more\n"
+            "                  than 16 rows: the GEMM path per sequence, its context gathered first when paged; shorter\n"
+            "                  chunks as decode rows). A path that does not take the model falls back to the next\n"
             "  --batch-invariant  CUDA, paged KV: a row's result independent of the rest of its step (GEMMs always\n"
             "                  of 256 rows, no GEMV for a lone row, every row's attention by one kernel): greedy outputs identical\n"
             "                  with the prefix cache on or off and under any token budget; slower\n"
@@ -278,7 +279,7 @@ int main(int argc, char **argv) {
     double rate = -1;
     // KV layout: -1 = not given (slots unless a paged option is), 0 = slots, 1 = paged
     int kv_paged = -1, paged_opt = 0, block_size = 16, num_blocks = 0, prefix_cache = 1, shared = 0;
-    int prefill_fused = 1, batch_inv = 0;
+    int prefill_mode = PREFILL_FLASH, batch_inv = 0;
     double kv_gib = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -324,9 +325,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--batch-invariant")) batch_inv = 1;
         else if (!strcmp(a, "--prefill-attn")) {
             const char *k = argv[++i];
-            if (!strcmp(k, "fused")) prefill_fused = 1;
-            else if (!strcmp(k, "gather")) prefill_fused = 0;
-            else arg_die("--prefill-attn: '%s' is not fused or gather", k);
+            if (!strcmp(k, "flash")) prefill_mode = PREFILL_FLASH;
+            else if (!strcmp(k, "fused")) prefill_mode = PREFILL_PAGED;
+            else if (!strcmp(k, "gather") || !strcmp(k, "gemm")) prefill_mode = PREFILL_GEMM;
+            else arg_die("--prefill-attn: '%s' is not flash, fused or gather", k);
         }
         else if (!strcmp(a, "--policy")) {
             const char *p = argv[++i];
@@ -427,13 +429,14 @@ int main(int argc, char **argv) {
     }
     const double kv_tok = kv_bytes_per_token(&cfg, kv_elem);
     // the long-chunk attention path in effect (CUDA paged only: the others have one path)
-    const int fused_eff = runner_set_prefill_attn(run, prefill_fused);
+    const int mode_eff = runner_set_prefill_attn(run, prefill_mode);
     const int inv_eff = runner_set_batch_invariant(run, batch_inv);
-    const char *prefill_attn = !use_cuda ? "cpu"
-                               : !paged  ? "gemm"
-                               : fused_eff ? "fused"
-                               : prefill_fused ? "gather (the fused kernel does not take this shape here)"
-                                               : "gather";
+    static const char *const mode_name[] = {"gather", "fused", "flash"};
+    char prefill_attn[160];
+    if (!use_cuda) snprintf(prefill_attn, sizeof prefill_attn, "cpu");
+    else if (mode_eff == prefill_mode) snprintf(prefill_attn, sizeof prefill_attn, "%s", !paged && !mode_eff ? "gemm" : mode_name[mode_eff]);
+    else snprintf(prefill_attn, sizeof prefill_attn, "%s (%s does not take this shape or layout here)",
+                  !paged && !mode_eff ? "gemm" : mode_name[mode_eff], mode_name[prefill_mode]);
 
     SchedConfig sc = {.policy = policy, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len};
     if (paged) sc.block_size = block_size, sc.num_blocks = num_blocks, sc.prefix_cache = prefix_cache;
@@ -528,7 +531,7 @@ int main(int argc, char **argv) {
     const long kv_budget = paged ? (long)(num_blocks - 1) * block_size : s.cfg.kv_tokens;
     const long kv_peak_blocks = paged ? st->peak_blocks_used : st->peak_running;
     const double hit_rate = st->prefix_query_tokens > 0 ? (double)st->prefix_hit_tokens / st->prefix_query_tokens : 0;
-    char model_desc[600], settings[300], dev_desc[400];
+    char model_desc[600], settings[400], dev_desc[400];
     snprintf(model_desc, sizeof model_desc, "%s (%s, %d layers, d=%d, H=%d, KV=%d, hd=%d, ff=%d, vocab=%d)",
              model_dir ? model_dir : preset, model_arch_name(cfg.arch), cfg.n_layers, cfg.hidden, cfg.n_heads,
              cfg.n_kv_heads, cfg.head_dim, cfg.intermediate, cfg.vocab);
@@ -536,12 +539,11 @@ int main(int argc, char **argv) {
              max_len);
     if (paged)
         snprintf(settings + strlen(settings), sizeof settings - strlen(settings),
-                 " | KV paged: %d blocks of %d, prefix cache %s, prefill attention %s", num_blocks, block_size,
-                 prefix_cache ? "on" : "off", prefill_attn);
-    if (use_cuda)
-        snprintf(settings + strlen(settings), sizeof settings - strlen(settings), " | batch-invariant %s",
-                 inv_eff ? "on" : "off");
+                 " | KV paged: %d blocks of %d, prefix cache %s", num_blocks, block_size, prefix_cache ? "on" : "off");
     else snprintf(settings + strlen(settings), sizeof settings - strlen(settings), " | KV slots");
+    if (use_cuda)
+        snprintf(settings + strlen(settings), sizeof settings - strlen(settings),
+                 " | prefill attention %s | batch-invariant %s", prefill_attn, inv_eff ? "on" : "off");
     snprintf(dev_desc, sizeof dev_desc, "%s", use_cuda ? gi.name : "cpu");
     char workload[300];
     if (req_path) snprintf(workload, sizeof workload, "%s: %d requests", req_path, rl.n);

@@ -131,7 +131,7 @@ void runner_free(Runner *r) {
 
 const char *runner_describe(const Runner *r) { return r->cuda ? gpu_runner_describe(r->gpu) : r->desc; }
 
-int runner_set_prefill_attn(Runner *r, int fused) { return r->cuda ? gpu_runner_set_prefill_attn(r->gpu, fused) : 0; }
+int runner_set_prefill_attn(Runner *r, int mode) { return r->cuda ? gpu_runner_set_prefill_attn(r->gpu, mode) : PREFILL_GEMM; }
 int runner_set_batch_invariant(Runner *r, int on) {
     if (!r->cuda) return 0;  // the CPU runner has no such mode (its BLAS picks blocking by shape too)
     return gpu_runner_set_batch_invariant(r->gpu, on);

@@ -31,6 +31,11 @@
 //     scratch, then the same GEMM path runs over it (bit-identical to the slot runner's), one
 //     sequence after the other: 1 + 2g + 1 launches per sequence and layer.
 // Short chunks stay on the decode path in both (the rule is at plan_add).
+// step07's flash attention (the default in both layouts where one of its tensor-core versions
+// takes the model's shape, PREFILL_FLASH): all long chunks of the step in one flash_attn launch
+// per layer, every key read from the cache (slots: a one-block table per sequence, the block
+// being its slot; paged: the block tables), each chunk's rows where the flat batch has them.
+// The MLP's SwiGLU is step07's vectorized v1 (fused.h) on every path but the lone decode.
 // KV memory: per layer K and V of (n_slots * max_len, KV*hd) in the weight dtype; the host
 // decides everything (paths, lengths, splits) from the Batch, which is on the host, and copies
 // the integer arrays the kernels read to the device once per step (one packed memcpy).
@@ -52,6 +57,8 @@
 #include "step04_batching/runner_gpu.h"
 #include "step05_paged/paged_attention.h"
 #include "step05_paged/paged_prefill.h"
+#include "step07_kernels/flash_attn.h"
+#include "step07_kernels/fused.h"
 
 #define DEFAULT_SMALL_CHUNK 16
 #define SCORE_BUDGET ((size_t)3 << 29)  // bytes for the long path's scores + probabilities (1.5 GiB)
@@ -248,6 +255,7 @@ struct AttnCtx {
     const int *d_bt;
     void *gk, *gv;
     const int *d_tiles;  // the plan's paged_prefill tiles on the device (plan.ntiles > 0: fused long path)
+    FlashAttn fa;        // PREFILL_FLASH: the step's flash_attn call (q, kc, vc, out set per layer); fa.ntiles > 0: run
     int decode_v2;       // paged: always paged_decode_v2 (batch-invariant mode), not paged_decode's rule
 };
 
@@ -264,6 +272,7 @@ struct AttnPlan {
     int nlg;
     int *pad0, *padn, npad;  // rows with no keys when the decode kernel cannot take them: zeroed
     PrefillChunk *pc;        // paged, fused: the long chunks as paged_prefill's chunks (host, cap)
+    int *long_seq;           // the batch sequence of each long item (host, cap)
     int ntiles;              // > 0: the long chunks run as paged_prefill over this many tiles
 };
 
@@ -346,7 +355,12 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
             launches += 2;
         }
     }
-    if (p->nlg && p->ntiles > 0) {  // step05, fused: every long chunk of the step in one launch
+    if (p->nlg && c->fa.ntiles > 0) {  // step07: every long chunk of the step in one flash launch
+        FlashAttn a = c->fa;
+        a.q = q16, a.kc = kc, a.vc = vc, a.out = out;
+        if (out_f32 || flash_attn(&a) != 1) die("flash attention: launch refused (see above)");
+        launches++;
+    } else if (p->nlg && p->ntiles > 0) {  // step05, fused: every long chunk of the step in one launch
         PagedPrefill a = {};
         a.dt = c->dt, a.H = H, a.KV = KV, a.hd = hd, a.scale = scale, a.q = q, a.ldq = ldq, a.kc = kc, a.vc = vc;
         a.block_tables = c->d_bt, a.bt_stride = c->bt_stride, a.block_size = c->block_size;
@@ -354,7 +368,7 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
         if (paged_prefill(&a) < 0) die("paged prefill attention: launch refused (see above)");
         launches++;
     }
-    for (int i = 0; i < (p->ntiles > 0 ? 0 : p->nlg); i++) {
+    for (int i = 0; i < (p->ntiles > 0 || c->fa.ntiles > 0 ? 0 : p->nlg); i++) {
         const LongItem *it = &p->lg[i];
         const void *lk = kc, *lv = vc;
         size_t base = (size_t)it->base;
@@ -394,7 +408,8 @@ struct GpuRunner {
     double kv_bytes;
     int small_max, use_gemv;
     int batch_inv;  // gpu_runner_set_batch_invariant: GEMMs of BI_ROWS rows, no GEMV, decode always v2
-    int prefill_ok, fused_prefill;  // paged_prefill takes this model's shape here; the long path uses it
+    int prefill_ok, flash_ok;  // paged_prefill / a tensor-core flash version takes this model's shape here
+    int prefill;               // the long path: PREFILL_GEMM, PREFILL_PAGED, PREFILL_FLASH
     AttnCtx ac;
     AttnPlan plan;
     float *x, *qkv, *gu, *xg, *logits, *xnf, *attf, *hf;
@@ -433,8 +448,8 @@ static void *dalloc_r(size_t n, double *count) {
 // does not depend on how the scheduler cut its prompt: the fused kernel for all rows (decode rows
 // too) where it runs, else the decode kernel (v2) for all rows, one work item per row.
 static int small_rows(const GpuRunner *r) {
-    if (r->batch_inv) return r->fused_prefill ? 0 : 1 << 30;
-    return r->fused_prefill && r->small_max > 1 ? 1 : r->small_max;
+    if (r->batch_inv) return r->prefill != PREFILL_GEMM ? 0 : 1 << 30;
+    return r->prefill != PREFILL_GEMM && r->small_max > 1 ? 1 : r->small_max;
 }
 
 // The runner's one-line description (gpu_runner_describe): layout, sizes, the attention paths.
@@ -447,14 +462,16 @@ static void describe(GpuRunner *r) {
                  "all rows (step03 GEMV for a 1-row step), attention: paged decode v1/v2 for <= %d new rows per "
                  "sequence, %s beyond",
                  dt_name(dt), dt_name(dt), r->num_blocks, r->block_size, r->kv_bytes / 1073741824.0, r->max_len, sm,
-                 r->fused_prefill ? "one fused paged prefill launch for all longer chunks"
-                                  : "block-table gather + GEMM-softmax-GEMM per sequence");
+                 r->prefill == PREFILL_FLASH   ? "one flash attention launch (step07) for all longer chunks"
+                 : r->prefill == PREFILL_PAGED ? "one fused paged prefill launch for all longer chunks"
+                                               : "block-table gather + GEMM-softmax-GEMM per sequence");
     else
         snprintf(r->desc, sizeof r->desc,
                  "cuda %s weights, %s KV (%d slots x %d positions, %.2f GiB), cuBLAS GEMMs over all rows (step03 GEMV "
-                 "for a 1-row step), attention: split decode kernel for <= %d new rows per sequence, GEMM-softmax-GEMM "
-                 "beyond",
-                 dt_name(dt), dt_name(dt), r->n_slots, r->max_len, r->kv_bytes / 1073741824.0, sm);
+                 "for a 1-row step), attention: split decode kernel for <= %d new rows per sequence, %s beyond",
+                 dt_name(dt), dt_name(dt), r->n_slots, r->max_len, r->kv_bytes / 1073741824.0, sm,
+                 r->prefill == PREFILL_FLASH ? "one flash attention launch (step07) for all longer chunks"
+                                             : "GEMM-softmax-GEMM per sequence");
     if (r->g->quantized) {  // the projections are step06's: say so (the model's description says which format)
         const size_t n = strlen(r->desc);
         snprintf(r->desc + n, sizeof r->desc - n, "; quantized projections: step06 GEMV (1 row) / GEMM (more rows)");
@@ -518,7 +535,8 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     if (part_cap > PART_BUDGET) part_cap = PART_BUDGET;
     if (part_cap < per_item) part_cap = per_item;
     // + the block tables (at most T sequences) + the prefill tiles (at most one per row)
-    const size_t pack_cap = 7 * T + 8 + (size_t)T * nbt + (size_t)PP_TILE_INTS * T;
+    // + flash's per-sequence arrays (cu rows, first rows, contexts, slot tables, cu tiles)
+    const size_t pack_cap = 7 * T + 8 + (size_t)T * nbt + (size_t)PP_TILE_INTS * T + 5 * T + 8;
     const size_t gather = paged ? 2 * (size_t)max_len * kd * es : 0;
     const size_t ws = gather + T * d * 4 + T * d * es + T * nqkv * 4 + 2 * T * qd * es + T * 2 * ff * 4 + T * ff * es +
                       (size_t)lcap * d * 4 + (size_t)lcap * c->vocab * 4 + 2 * T * half * 4 + s_cap * s_es +
@@ -542,7 +560,6 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->small_max = DEFAULT_SMALL_CHUNK;
     r->use_gemv = 1;
     r->prefill_ok = paged && paged_prefill_supported(dt, H, KV, hd);
-    r->fused_prefill = r->prefill_ok;  // the fused kernel where it takes the shape (gpu_runner_set_prefill_attn)
     size_t f0, f1;
     CUDA_CHECK(cudaMemGetInfo(&f0, &tot));
     r->kc = dalloc_r(kv_total / 2, NULL);
@@ -591,6 +608,15 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     p->lg = (LongItem *)xmalloc(T * sizeof(LongItem));
     p->pad0 = (int *)xmalloc(T * 4), p->padn = (int *)xmalloc(T * 4);
     p->pc = (PrefillChunk *)xmalloc(T * sizeof(PrefillChunk));
+    p->long_seq = (int *)xmalloc(T * 4);
+    // the flash call's constant part; a tensor-core version must take it (the SIMT fallback would
+    // be slower than the GEMM path), asked with the buffers it will read for their alignment
+    FlashAttn *fa = &a->fa;
+    fa->dt = dt, fa->H = H, fa->KV = KV, fa->hd = hd, fa->scale = 1.0f / sqrtf((float)hd), fa->causal = 1;
+    fa->q = r->q16, fa->ldq = (int)qd, fa->k = fa->v = NULL, fa->ldk = (int)kd, fa->kc = r->kc, fa->vc = r->vc;
+    fa->bt_stride = paged ? nbt : 1, fa->block_size = paged ? block_size : max_len, fa->out = r->att, fa->ldo = (int)qd;
+    r->flash_ok = flash_attn_pick(fa) > 0;
+    r->prefill = r->flash_ok ? PREFILL_FLASH : r->prefill_ok ? PREFILL_PAGED : PREFILL_GEMM;
     CUDA_CHECK(cudaEventCreate(&r->ev0));
     CUDA_CHECK(cudaEventCreate(&r->ev1));
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -625,7 +651,7 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
     CUDA_CHECK(cudaEventDestroy(r->ev0));
     CUDA_CHECK(cudaEventDestroy(r->ev1));
     free(r->plan.srow), free(r->plan.slen), free(r->plan.sbase), free(r->plan.lg), free(r->plan.pad0),
-        free(r->plan.padn), free(r->plan.pc);
+        free(r->plan.padn), free(r->plan.pc), free(r->plan.long_seq);
     free(r);
 }
 
@@ -637,10 +663,12 @@ extern "C" void gpu_runner_set_small_chunk(GpuRunner *r, int rows) {
     r->small_max = rows < 0 ? 0 : rows;
     describe(r);
 }
-extern "C" int gpu_runner_set_prefill_attn(GpuRunner *r, int fused) {
-    r->fused_prefill = fused && r->prefill_ok;
+extern "C" int gpu_runner_set_prefill_attn(GpuRunner *r, int mode) {
+    r->prefill = mode == PREFILL_FLASH && r->flash_ok ? PREFILL_FLASH
+                 : mode != PREFILL_GEMM && r->prefill_ok ? PREFILL_PAGED  // flash refused: the next fused kernel
+                                                         : PREFILL_GEMM;
     describe(r);
-    return r->fused_prefill;
+    return r->prefill;
 }
 
 static float half_to_f(StDtype dt, const void *p, size_t i) {
@@ -758,9 +786,12 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
     AttnPlan *p = &r->plan;
     p->ns = 0, p->nsplit = 0, p->maxlen = 0, p->nlg = 0, p->npad = 0;
     const int paged = r->block_size > 0;  // then an item's base is its sequence (its block-table row)
-    for (int i = 0; i < b->n_seqs; i++)
+    for (int i = 0; i < b->n_seqs; i++) {
+        const int nlg0 = p->nlg;
         plan_add(p, r->ac.small_ok, small_rows(r), b->cu_seqlens_q[i], b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i],
                  b->seq_lens_k[i], paged ? i : b->seq_lens_k[i] > 0 ? b->seq_slot[i] * r->max_len : 0);
+        if (p->nlg > nlg0) p->long_seq[nlg0] = i;  // sequence i is a long item
+    }
     const int gemv1 = r->use_gemv && !r->batch_inv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
     // ---- one packed upload: token ids, positions, slots, logit rows, decode items
     int *hp = r->h_pack;
@@ -783,11 +814,33 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
     }
     const size_t o_tiles = o;  // paged, fused: the long chunks' prefill tiles
     p->ntiles = 0;
-    if (paged && r->fused_prefill && p->nlg) {
+    if (paged && r->prefill == PREFILL_PAGED && p->nlg) {
         for (int i = 0; i < p->nlg; i++) p->pc[i] = PrefillChunk{p->lg[i].base, p->lg[i].row0, p->lg[i].n, p->lg[i].L};
         p->ntiles = paged_prefill_plan(p->pc, p->nlg, H, KV, hp + o, (int)((r->pack_cap - o) / PP_TILE_INTS));
         if (p->ntiles < 1) die("gpu_runner_forward: the prefill tile plan does not fit the upload buffer");
         o += (size_t)p->ntiles * PP_TILE_INTS;
+    }
+    // flash: the call's sequences are the batch's, the ones not on its path with no rows (no tiles)
+    FlashAttn *fa = &r->ac.fa;
+    fa->ntiles = 0;
+    if (r->prefill == PREFILL_FLASH && p->nlg) {
+        const int S = b->n_seqs;
+        int *fcu = hp + o, *frow = fcu + S + 1, *fctx = frow + S, *ftab = fctx + S, *ftiles = ftab + S;
+        memset(fcu, 0, (size_t)(4 * S + 1) * 4);
+        for (int j = 0; j < p->nlg; j++) {
+            const int i = p->long_seq[j];
+            fcu[i + 1] = p->lg[j].n, fctx[i] = p->lg[j].L - p->lg[j].n;
+            ftab[i] = paged ? 0 : b->seq_slot[i];  // slots: sequence i's one block is its slot
+        }
+        for (int i = 0; i < S; i++) frow[i] = b->cu_seqlens_q[i], fcu[i + 1] += fcu[i];
+        fa->ntiles = flash_plan(flash_attn_tile_m(fa), fa->H, fa->KV, fcu, S, ftiles);
+        if (fa->ntiles < 1) die("gpu_runner_forward: the flash attention plan failed");
+        fa->nseq = S;
+        const size_t of = o;
+        o += (size_t)5 * S + 2;
+        fa->cu_seqlens = r->d_pack + of, fa->q_rows = r->d_pack + of + S + 1, fa->ctx_lens = r->d_pack + of + 2 * S + 1;
+        fa->block_tables = paged ? r->d_pack + o_bt : r->d_pack + of + 3 * S + 1;
+        fa->cu_tiles = r->d_pack + of + 4 * S + 1;
     }
     int *dp = r->d_pack;
     r->ac.d_bt = paged ? dp + o_bt : NULL;
@@ -846,8 +899,7 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
             DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->mlp_norm, d, 1, d, eps, (A *)r->xn));
             CUDA_CHECK_LAST();
             rproj(r, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
-            DISPATCH(dt, A, k_swiglu<A><<<grid_for((size_t)T * ff, 256), 256>>>(r->gu, (A *)r->h, T, ff));
-            CUDA_CHECK_LAST();
+            if (fused_swiglu(1, ST_F32, dt, r->gu, r->h, T, ff, NULL) != 1) die("fused_swiglu: refused (see above)");
             rproj(r, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
         }
         launches += 6;

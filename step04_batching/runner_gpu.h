@@ -23,9 +23,9 @@ typedef struct GpuRunner GpuRunner;
 GpuRunner *gpu_runner_new(GpuModel *g, int n_slots, int max_len, int max_tokens_per_step, char *err, int errlen);
 // step05: K/V as a pool of num_blocks blocks of block_size positions; batches carry block
 // tables (batch.h) and attention reads the context through them (step05's paged kernels):
-// by default every chunk of more than one row through one fused paged prefill launch per layer
-// (paged_prefill.h) and the one-row sequences (decodes) through paged decode v1/v2; after
-// gpu_runner_set_prefill_attn(r, 0), sequences with <= small_chunk new rows through paged
+// by default every chunk of more than one row through one flash attention launch per layer
+// (step07, or step05's fused paged prefill: gpu_runner_set_prefill_attn) and the one-row sequences
+// (decodes) through paged decode v1/v2; after gpu_runner_set_prefill_attn(r, PREFILL_GEMM), sequences with <= small_chunk new rows through paged
 // decode v1/v2 (one work item per row) and longer chunks each through a block-table gather into
 // a contiguous scratch + the GEMM path. Every
 // forward checks the batch's block_size, positions < max_model_len and that every table entry a
@@ -46,11 +46,14 @@ int gpu_runner_launches(const GpuRunner *r);
 // decode kernel, longer chunks the GEMM-softmax-GEMM path (default 16). 0: GEMM path for all;
 // a large value: the decode kernel for all. For the tests and the benchmark.
 void gpu_runner_set_small_chunk(GpuRunner *r, int rows);
-// The paged runner's prompt-chunk path: fused 1 (the default where paged_prefill_supported: one
-// paged_prefill launch per layer for all of a step's chunks of more than one row) or 0 (gather +
-// GEMM path per chunk longer than small_chunk, as step04's). Returns the path now in effect: 1 fused, 0 gather (asked for, or the
-// fused kernel does not take this model's shape on this device, or the runner is not paged).
-int gpu_runner_set_prefill_attn(GpuRunner *r, int fused);
+// The prompt-chunk path (batch.h's PREFILL_*): PREFILL_FLASH (the default where a tensor-core
+// version of step07's flash attention takes the shape: one flash_attn launch per layer for all of
+// a step's chunks of more than one row, every key read from the cache, both layouts),
+// PREFILL_PAGED (paged runner, where paged_prefill_supported: one paged_prefill launch per layer,
+// the same rows) or PREFILL_GEMM (gather + GEMM path per chunk longer than small_chunk, as
+// step04's). Returns the path now in effect: the one asked for, else the next that takes this model
+// on this device and layout (flash -> paged -> GEMM).
+int gpu_runner_set_prefill_attn(GpuRunner *r, int mode);
 // Batch-invariant mode (1 on, 0 off, the default): a row's result does not depend on what else the
 // step holds, so greedy outputs are identical however the scheduler batches (prefix cache on or
 // off, any token budget): GEMMs always of the same row count (cuBLAS's kernel choice depends on

@@ -40,8 +40,8 @@ int gpu_runner_launches(const GpuRunner *r) {
     return 0;
 }
 void gpu_runner_set_small_chunk(GpuRunner *r, int rows) { (void)r, (void)rows; }
-int gpu_runner_set_prefill_attn(GpuRunner *r, int fused) {
-    (void)r, (void)fused;
+int gpu_runner_set_prefill_attn(GpuRunner *r, int mode) {
+    (void)r, (void)mode;
     return 0;
 }
 int gpu_runner_set_batch_invariant(GpuRunner *r, int on) {

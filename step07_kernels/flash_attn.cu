@@ -45,7 +45,7 @@
 struct FaArgs {  // what every kernel reads (flash_attn.h's FlashAttn, typed on the device side)
     const void *q, *k, *v, *kc, *vc;
     void *out;
-    const int *cu_seqlens, *ctx_lens, *bt, *cu_tiles;
+    const int *cu_seqlens, *ctx_lens, *bt, *cu_tiles, *q_rows;
     int nseq, H, KV, ldq, ldk, ldo, bt_stride, B, causal;
     float scale, scale_log2;
 };
@@ -69,18 +69,19 @@ __device__ inline FaTile find_tile(const FaArgs &a, int rpt) {
     FaTile t;
     t.s = lo;
     const int first = __ldg(a.cu_tiles + lo), count = __ldg(a.cu_tiles + lo + 1) - first;
-    t.krow0 = __ldg(a.cu_seqlens + lo);
-    t.n = __ldg(a.cu_seqlens + lo + 1) - t.krow0;
+    const int c0 = __ldg(a.cu_seqlens + lo);
+    t.n = __ldg(a.cu_seqlens + lo + 1) - c0;
+    t.krow0 = a.q_rows ? __ldg(a.q_rows + lo) : c0;
     t.ctx = a.ctx_lens ? __ldg(a.ctx_lens + lo) : 0;
     t.qi0 = (count - 1 - (b - first)) * rpt;  // the last tile (most keys) first
     t.nrows = min(rpt, t.n - t.qi0);
     return t;
 }
 
-// Key p of the tile's sequence: element offset of its kv head's row in the pool (p < ctx, *pool 1)
-// or in k / v (the chunk's own keys).
+// Key p of the tile's sequence: element offset of its kv head's row in the pool (p < ctx, or every
+// key when k is NULL: *pool 1) or in k / v (the chunk's own keys).
 __device__ inline size_t key_off(const FaArgs &a, const FaTile &t, const int *tab, int p, int kvh, int hd, int *pool) {
-    if (p < t.ctx) {
+    if (p < t.ctx || !a.k) {
         *pool = 1;
         return ((size_t)__ldg(tab + p / a.B) * a.B + p % a.B) * ((size_t)a.KV * hd) + (size_t)kvh * hd;
     }
@@ -736,8 +737,9 @@ static int check_args(const FlashAttn *a) {
     if (a->KV < 1 || a->H < a->KV || a->H % a->KV || a->H / a->KV > 8 || a->hd < 2 || a->hd > 256 || a->hd % 2 ||
         (a->dt != ST_F32 && a->dt != ST_F16 && a->dt != ST_BF16) || a->nseq < 1 || a->ntiles < 0 ||
         (long long)a->ntiles * a->KV > 0x7fffffff || !a->cu_seqlens ||
-        !a->cu_tiles || !a->q || !a->k || !a->v || !a->out || a->ldq < a->H * a->hd || a->ldo < a->H * a->hd ||
-        a->ldk < a->KV * a->hd || (a->ctx_lens && (!a->kc || !a->vc || !a->block_tables || a->block_size < 1 || a->bt_stride < 1))) {
+        !a->cu_tiles || !a->q || !a->k != !a->v || (!a->k && !a->ctx_lens) || !a->out || a->ldq < a->H * a->hd ||
+        a->ldo < a->H * a->hd || (a->k && a->ldk < a->KV * a->hd) ||
+        (a->ctx_lens && (!a->kc || !a->vc || !a->block_tables || a->block_size < 1 || a->bt_stride < 1))) {
         fprintf(stderr, "flash_attn: unsupported arguments (H=%d KV=%d hd=%d %s, nseq=%d, tiles=%d, ldq=%d ldk=%d ldo=%d)\n",
                 a->H, a->KV, a->hd, dt_name(a->dt), a->nseq, a->ntiles, a->ldq, a->ldk, a->ldo);
         return -1;
@@ -748,7 +750,7 @@ static FaArgs fa_args(const FlashAttn *a) {
     FaArgs f;
     f.q = a->q, f.k = a->k, f.v = a->v, f.kc = a->kc, f.vc = a->vc, f.out = a->out;
     f.cu_seqlens = a->cu_seqlens, f.ctx_lens = a->ctx_lens, f.bt = a->ctx_lens ? a->block_tables : nullptr;
-    f.cu_tiles = a->cu_tiles, f.nseq = a->nseq, f.H = a->H, f.KV = a->KV, f.ldq = a->ldq, f.ldk = a->ldk, f.ldo = a->ldo;
+    f.cu_tiles = a->cu_tiles, f.q_rows = a->q_rows, f.nseq = a->nseq, f.H = a->H, f.KV = a->KV, f.ldq = a->ldq, f.ldk = a->ldk, f.ldo = a->ldo;
     f.bt_stride = a->bt_stride, f.B = a->block_size, f.causal = a->causal != 0;
     f.scale = a->scale, f.scale_log2 = a->scale * 1.4426950408889634f;
     return f;
@@ -768,7 +770,7 @@ static int launch_simt(const FlashAttn *a) { return launch_simt_m(a, FA_SIMT_TIL
 static int mma_ok(const FlashAttn *a, int cc) {
     const uintptr_t al = (uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->out |
                          (a->ctx_lens ? (uintptr_t)a->kc | (uintptr_t)a->vc : 0);
-    return a->dt != ST_F32 && (a->hd == 64 || a->hd == 128) && cc >= 8 && al % 16 == 0 && a->ldq % 8 == 0 && a->ldk % 8 == 0 &&
+    return a->dt != ST_F32 && (a->hd == 64 || a->hd == 128) && cc >= 8 && al % 16 == 0 && a->ldq % 8 == 0 && (!a->k || a->ldk % 8 == 0) &&
            a->ldo % 2 == 0;
 }
 
@@ -914,6 +916,10 @@ static int pick(const FlashAttn *a) {
     return 0;
 }
 extern "C" int flash_attn_tile_m(const FlashAttn *a) { return flash_find_version(pick(a))->tile_m; }
+extern "C" int flash_attn_pick(const FlashAttn *a) {
+    int cc = 0, optin = 0;
+    return device_props(&cc, &optin) < 0 ? -1 : pick(a);
+}
 extern "C" int flash_attn(const FlashAttn *a) {
     const int r = flash_attn_run(a, pick(a));
     return r == -2 ? launch_simt_m(a, flash_attn_tile_m(a)) : r;  // planned with the picked rung's tile_m

@@ -12,6 +12,13 @@
 // Its keys are numbered 0 .. ctx_s + n_s - 1: key p < ctx_s is pool row
 // block_tables[s * bt_stride + p / B] * B + p % B, key p >= ctx_s is row cu_seqlens[s] + p - ctx_s
 // of k and v. Causal: new token j (0-based in the chunk) sees keys 0 .. ctx_s + j; not causal: all.
+// Two options for an engine, whose flat batch interleaves these sequences with others (decodes)
+// and which writes a chunk's K/V into the pool before its attention runs:
+//   - q_rows (nseq, device): sequence s's rows start at row q_rows[s] of q and out (and k, v)
+//     instead of cu_seqlens[s]; cu_seqlens then only gives the lengths (n_s = cu[s+1] - cu[s]),
+//     so a sequence with n_s = 0 (one the engine runs elsewhere) has no tiles and costs nothing;
+//   - k = v = NULL (with a pool): every key, the chunk's own too, is read from the pool through
+//     the table (key p of sequence s at table position p, p < ctx_s + n_s).
 //
 // The unit of work is a TILE of M rows, each a (query row, query head) pair: the g = H / KV heads
 // that share a kv head are stacked in M (row m = query row m / g, head m % g of the group), so every
@@ -42,8 +49,8 @@ typedef struct {
     const int *ctx_lens;      // (nseq) device: keys already in the pool per sequence; NULL: none
     const void *q;            // (T, ldq) device, head h of row r at q + r * ldq + h * hd
     int ldq;
-    const void *k, *v;        // (T, ldk) device: the new tokens' keys / values, kv head at + kvh * hd
-    int ldk;
+    const void *k, *v;        // (T, ldk) device: the new tokens' keys / values, kv head at + kvh * hd;
+    int ldk;                  //   both NULL: the new tokens' keys are in the pool too (above)
     const void *kc, *vc;      // the pool (rows, KV * hd) device, step05's layout; NULL when ctx_lens is
     const int *block_tables;  // (nseq, bt_stride) device
     int bt_stride, block_size;
@@ -51,6 +58,8 @@ typedef struct {
     int ldo;
     const int *cu_tiles;      // (nseq + 1) device: flash_plan's output for this version's tile_m
     int ntiles;               // cu_tiles[nseq]
+    const int *q_rows;        // (nseq) device: each sequence's first row of q, out (and k, v); NULL:
+                              //   cu_seqlens[s] (above)
 } FlashAttn;
 
 // Host: the tile counts, cu_tiles[0] = 0, cu_tiles[s + 1] = cu_tiles[s] + ceil(n_s / (tile_m / g)).
@@ -79,6 +88,10 @@ int flash_attn_run(const FlashAttn *a, int id);
 // not read).
 int flash_attn_tile_m(const FlashAttn *a);
 int flash_attn(const FlashAttn *a);
+// The version id flash_attn would run for this call here (0: the SIMT fallback, e.g. fp32 or a
+// device below sm_80); -1 without a device. An engine asks once whether the tensor-core path takes
+// its shape (a's pointers are read for their alignment only).
+int flash_attn_pick(const FlashAttn *a);
 
 // ---------------------------------------------------------------- the fp32 CPU reference
 

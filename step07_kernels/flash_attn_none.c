@@ -27,6 +27,10 @@ int flash_attn(const FlashAttn *a) {
     (void)a;
     return -1;
 }
+int flash_attn_pick(const FlashAttn *a) {
+    (void)a;
+    return -1;
+}
 #else
 typedef int flash_attn_none_is_empty_with_cuda;  // ISO C forbids an empty translation unit
 #endif

@@ -111,6 +111,10 @@ template <int N, bool LDG> __device__ __forceinline__ void load_w(const float *p
 }
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+// add + RMSNorm's rows can be read and written in 16-byte vectors of vw elements
+static int addnorm_vectorizable(const void *x, const void *res, const float *w, const void *out, int n, int vw) {
+    return n % vw == 0 && aligned16(x) && aligned16(res) && aligned16(w) && aligned16(out);
+}
 
 static int num_sms(void) {
     static int sms = 0;
@@ -320,7 +324,7 @@ static int addnorm_v1(const R *x, R *res, const float *w, int T, int n, float ep
 template <class R, class O, bool PERSIST>
 static int addnorm_vec(const R *x, R *res, const float *w, int T, int n, float eps, O *out, cudaStream_t s) {
     constexpr int VW = 16 / sizeof(R);
-    const int vec = n % VW == 0 && aligned16(x) && aligned16(res) && aligned16(w) && aligned16(out);
+    const int vec = addnorm_vectorizable(x, res, w, out, n, VW);
     if (vec && n / VW <= AN_THREADS * 4) return addnorm_vec_launch<R, O, VW, 4, PERSIST>(x, res, w, T, n, eps, out, s);
     if (vec && n / VW <= AN_THREADS * 8) return addnorm_vec_launch<R, O, VW, 8, PERSIST>(x, res, w, T, n, eps, out, s);
     if (!vec && n <= AN_THREADS * 8) return addnorm_vec_launch<R, O, 1, 8, PERSIST>(x, res, w, T, n, eps, out, s);
@@ -390,7 +394,7 @@ template <class R, class O>
 static int addnorm_v4(const R *x, R *res, const float *w, int T, int n, float eps, O *out, cudaStream_t s) {
     constexpr int VW = 16 / sizeof(R);
     const int nvec = n / VW;
-    if (n % VW || !aligned16(x) || !aligned16(res) || !aligned16(w) || !aligned16(out) || nvec > 32 * 16)
+    if (!addnorm_vectorizable(x, res, w, out, n, VW) || nvec > 32 * 16)
         return addnorm_vec<R, O, false>(x, res, w, T, n, eps, out, s);
     const int grid = (T + AN4_WARPS - 1) / AN4_WARPS;
     if (nvec <= 32 * 4) k_addnorm_v4<R, O, 4><<<grid, AN4_WARPS * 32, 0, s>>>(x, res, w, T, n, eps, out);

@@ -253,14 +253,6 @@ Test(step03, gpu_cached_greedy_matches_goldens_and_uncached, .timeout = 300) {
 
 // ---------------------------------------------------------------- the fused decode step (step07)
 
-// Every checkpoint, NP positions fed through a decoder of each mode (0 step03's unfused step, 1
-// step07's fusions, 2 the same with programmatic dependent launch): the logits of every position.
-// Past 128 positions the attention has 2 and then 3 splits, so the fused combine (the last block of
-// a kv head merges) runs. Fused vs unfused: the same function up to fp32 reassociation (the RMSNorm's
-// sum of squares is reduced in another order), so within the half-precision tolerance for 16-bit
-// models and 1e-4 for fp32 ones. PDL vs no PDL: the same kernels, only launched to overlap, so the
-// logits must be bit-identical: a kernel that read its input before the previous one finished
-// would show here.
 // The three decode modes (unfused, fused, fused + PDL) on one GPU model over np positions of the
 // same random ids: fused vs unfused within tol, PDL bit-identical, the kernel counts.
 static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *name, int f32, int dense, int np) {
@@ -302,6 +294,14 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
     for (int f = 0; f < 3; f++) free(lg[f]);
 }
 
+// Every checkpoint, 300 positions fed through a decoder of each mode (0 step03's unfused step, 1
+// step07's fusions, 2 the same with programmatic dependent launch): the logits of every position.
+// Past 128 positions the attention has 2 and then 3 splits, so the fused combine (the last block of
+// a kv head merges) runs. Fused vs unfused: the same function up to fp32 reassociation (the RMSNorm's
+// sum of squares is reduced in another order), so within the half-precision tolerance for 16-bit
+// models and 1e-4 for fp32 ones. PDL vs no PDL: the same kernels, only launched to overlap, so the
+// logits must be bit-identical: a kernel that read its input before the previous one finished
+// would show here.
 Test(step03, gpu_fused_decode_matches_unfused_and_pdl_is_exact, .timeout = 300) {
     GpuInfo gi;
     if (gpu_info(&gi) != 0) cr_skip_test("no CUDA device: %s", gi.reason);
@@ -318,7 +318,7 @@ Test(step03, gpu_fused_decode_matches_unfused_and_pdl_is_exact, .timeout = 300) 
 
 // The checkpoints above are narrow (hidden 64): every GEMV row is shorter than one round of the
 // fused GEMV's loads. Random models of wider shapes reach its other paths: rows of whole rounds
-// (bf16 hidden 2048 = 256 16-byte chunks = 1 round; fp32 2 rounds), rows that end in a partial
+// (bf16 hidden 2048 = 256 16-byte chunks = 1 round), rows that end in a partial
 // round (bf16 ff 3080: 1.5 rounds, the TAIL kernel; fp32 hidden 1032: 1 round + 2 chunks), rows not
 // a multiple of 16 bytes (ff 1001: the scalar loop), head_dim 64 and 128, GQA 4 and 1.
 Test(step03, gpu_fused_decode_wide_rows_match_unfused, .timeout = 300) {

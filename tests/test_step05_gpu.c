@@ -572,10 +572,11 @@ static void mixed_paged(const Ckpt *ck, int B, int small_chunk, int fused) {
     cr_assert_eq(gpu_info(&gi), 0);
     if (fused && L.f32 && gi.cc_major >= 8) cr_expect(fused_eff, "%s: the fused prefill kernel refused an fp32 model", ck->name);
     GpuRunner *slot = NULL;
-    if (small_chunk == 0 && !fused_eff) {
+    if (small_chunk == 0 && fused_eff != PREFILL_PAGED) {  // the GEMM path or flash: step04's slots have them too
         slot = gpu_runner_new(L.gm, MX_SEQ, PB_LEN, 128, err, sizeof err);
         cr_assert(slot, "%s", err);
         gpu_runner_set_small_chunk(slot, 0);
+        cr_assert_eq(gpu_runner_set_prefill_attn(slot, fused_eff), fused_eff);
     }
     const int plen[MX_SEQ] = {40, 9, 20, 1};
     int toks[MX_SEQ][PB_LEN], ntok[MX_SEQ], ncomp[MX_SEQ] = {0};
@@ -614,8 +615,8 @@ static void mixed_paged(const Ckpt *ck, int B, int small_chunk, int fused) {
             sb.slot_mapping = sm, sb.seq_slot = ss, sb.block_size = 0, sb.bt_stride = 0, sb.block_tables = NULL;
             cr_assert_eq(gpu_runner_forward(slot, &sb, lslot, NULL), 0);
             const int same = !memcmp(logits, lslot, (size_t)t.b.n_logits * V * 4);
-            cr_expect(same, "%s B=%d step %d: paged logits differ from the step04 slot runner's (GEMM path for all)",
-                      ck->name, B, step);
+            cr_expect(same, "%s B=%d step %d: paged logits differ from the step04 slot runner's (%s path for all)",
+                      ck->name, B, step, fused_eff == PREFILL_FLASH ? "flash" : "GEMM");
             identical += same, compared++;
             free(sm), free(ss);
         }
@@ -663,7 +664,8 @@ static void mixed_paged(const Ckpt *ck, int B, int small_chunk, int fused) {
             }
         }
     fprintf(stderr, "[paged-mixed] %s B=%d small_chunk=%d prefill %s: worst logits diff vs CPU %.3e; %d K/V rows match "
-            "the CPU cache, %d unmapped rows untouched%s\n", ck->name, B, small_chunk, fused_eff ? "fused" : "gather", worst,
+            "the CPU cache, %d unmapped rows untouched%s\n", ck->name, B, small_chunk,
+            fused_eff == PREFILL_FLASH ? "flash" : fused_eff == PREFILL_PAGED ? "fused" : "gather", worst,
             written, poisoned,
             slot ? (identical == compared ? "; logits bit-identical to the step04 slot runner" : "; NOT identical to step04") : "");
     free(k), free(v);
@@ -685,6 +687,7 @@ Test(step05_gpu, paged_runner_matches_cpu_and_step04, .timeout = 600) {
             mixed_paged(&ck[i], Bs[bi], 16, 1);
             mixed_paged(&ck[i], Bs[bi], 0, 0);
             mixed_paged(&ck[i], Bs[bi], 0, 1);  // every sequence a long item: decode rows through the fused kernel too
+            mixed_paged(&ck[i], Bs[bi], 16, 2);  // flash where it takes the checkpoint's shape, else the fused kernel
         }
 }
 
@@ -917,6 +920,134 @@ Test(step05_gpu, prefill_fused_and_gather_give_the_same_greedy_tokens, .timeout 
         }
     }
     gpu_model_free(gm);
+}
+
+// step07's flash attention as the runners' prompt-chunk path (PREFILL_FLASH): three sequences
+// (prompts 70, 65, 20) on random bf16 models whose head dims the tensor-core versions take, fed
+// in steps that mix chunks with a context, whole prompts and decodes, the decode rows placed
+// before, between and after the chunks (flash's q_rows: a sequence's rows anywhere in the batch),
+// on step04's slot runner and step05's paged runner (B = 16 and 1), each with the GEMM path and
+// with flash. The logit rows of chunks (more than one row, so the long path): bit-identical
+// between the slots and the pools with flash (the same keys in the same order through one
+// kernel; only the addresses differ), as with the GEMM path; the decode rows run each layout's
+// own decode kernel, so there within rounding. Flash vs the GEMM path: within bf16 rounding, and
+// the same greedy token where the top two logits are not within that rounding.
+#define FL_SEQ 3
+#define FL_LEN 128
+#define FL_STEPS 7
+static void flash_step(GpuRunner *g, int B, int step, int toks[FL_SEQ][FL_LEN], int *ncomp, float *logits, int *owner,
+                       int *multi, int *n_logits) {
+    static const int plen[FL_SEQ] = {70, 65, 20};
+    static const int first[FL_SEQ] = {48, 40, 20};
+    static const int order[FL_STEPS][FL_SEQ] = {{0, 1, 2}, {2, 0, 1}, {0, 2, 1}, {1, 0, 2}, {0, 1, 2}, {2, 1, 0}, {0, 1, 2}};
+    const int per = (FL_LEN + (B > 0 ? B : FL_LEN) - 1) / (B > 0 ? B : FL_LEN);
+    Batch b;
+    if (B > 0) batch_alloc_paged(&b, FL_SEQ, 256, B, per);
+    else batch_alloc(&b, FL_SEQ, 256);
+    b.cu_seqlens_q[0] = 0;
+    for (int k = 0; k < FL_SEQ; k++) {
+        const int s = order[step][k];
+        const int n = step == 0 ? first[s] : ncomp[s] < plen[s] ? plen[s] - ncomp[s] : 1;
+        for (int j = 0; j < n; j++) {
+            const int row = b.n_tokens + j, pos = ncomp[s] + j;
+            // the pool: sequence s's block kb is 1 + kb * FL_SEQ + s (interleaved across sequences)
+            b.token_ids[row] = toks[s][pos], b.positions[row] = pos;
+            b.slot_mapping[row] = B > 0 ? (1 + (pos / B) * FL_SEQ + s) * B + pos % B : s * FL_LEN + pos;
+        }
+        b.n_tokens += n;
+        const int L = ncomp[s] + n;
+        if (B > 0)
+            for (int kb = 0; kb < (L + B - 1) / B; kb++) b.block_tables[(size_t)b.n_seqs * b.bt_stride + kb] = 1 + kb * FL_SEQ + s;
+        b.seq_lens_k[b.n_seqs] = L, b.seq_slot[b.n_seqs] = B > 0 ? 0 : s;
+        b.cu_seqlens_q[++b.n_seqs] = b.n_tokens;
+        if (L >= plen[s]) owner[b.n_logits] = s, multi[b.n_logits] = n > 1, b.logit_rows[b.n_logits++] = b.n_tokens - 1;
+        ncomp[s] = L;
+    }
+    cr_assert_eq(gpu_runner_forward(g, &b, logits, NULL), 0, "B=%d step %d", B, step);
+    *n_logits = b.n_logits;
+    batch_free(&b);
+}
+
+static void flash_vs_gemm(const char *json) {
+    ModelConfig cfg;
+    char err[512];
+    cr_assert_eq(hf_config_parse(json, "test model", &cfg, err, sizeof err), 0, "%s", err);
+    GpuModel *gm = gpu_model_random(&cfg, ST_BF16, 11, err, sizeof err);
+    cr_assert(gm, "%s", err);
+    const int V = cfg.vocab;
+    // runners: 0 slots GEMM, 1 slots flash, 2 paged B=16 flash, 3 paged B=1 flash, 4 paged B=16 GEMM
+    const int Bs[5] = {0, 0, 16, 1, 16}, mode[5] = {PREFILL_GEMM, PREFILL_FLASH, PREFILL_FLASH, PREFILL_FLASH, PREFILL_GEMM};
+    GpuRunner *g[5];
+    for (int k = 0; k < 5; k++) {
+        g[k] = Bs[k] > 0 ? gpu_runner_new_paged(gm, 1 + FL_SEQ * ((FL_LEN + Bs[k] - 1) / Bs[k]), Bs[k], FL_LEN, 256, err, sizeof err)
+                         : gpu_runner_new(gm, FL_SEQ, FL_LEN, 256, err, sizeof err);
+        cr_assert(g[k], "%s", err);
+        cr_assert_eq(gpu_runner_set_prefill_attn(g[k], mode[k]), mode[k], "runner %d: the path in effect", k);
+    }
+    int toks[FL_SEQ][FL_LEN];
+    Rng r;
+    rng_seed(&r, 4242);
+    for (int s = 0; s < FL_SEQ; s++)
+        for (int j = 0; j < FL_LEN; j++) toks[s][j] = (int)(rng_u32(&r) % (unsigned)V);
+    int ncomp[5][FL_SEQ] = {{0}};
+    float *lg[5];
+    for (int k = 0; k < 5; k++) lg[k] = malloc((size_t)FL_SEQ * V * 4);
+    double worst = 0;
+    int compared = 0, greedy_same = 0, greedy_cmp = 0, chunk_rows = 0;
+    for (int step = 0; step < FL_STEPS; step++) {
+        int owner[5][FL_SEQ], multi[5][FL_SEQ], nl[5];
+        for (int k = 0; k < 5; k++) flash_step(g[k], Bs[k], step, toks, ncomp[k], lg[k], owner[k], multi[k], &nl[k]);
+        for (int k = 1; k < 5; k++) cr_assert_eq(nl[k], nl[0]);
+        for (int i = 0; i < nl[0]; i++) {
+            const size_t o = (size_t)i * V;
+            if (multi[0][i]) {  // a chunk's row: the long path, the same kernel on both layouts
+                cr_expect(!memcmp(lg[1] + o, lg[2] + o, (size_t)V * 4), "step %d row %d: flash on slots and on a B=16 pool differ", step, i);
+                cr_expect(!memcmp(lg[1] + o, lg[3] + o, (size_t)V * 4), "step %d row %d: flash on slots and on a B=1 pool differ", step, i);
+                cr_expect(!memcmp(lg[0] + o, lg[4] + o, (size_t)V * 4), "step %d row %d: the GEMM path on slots and paged differ", step, i);
+                chunk_rows++;
+            } else {
+                for (int k = 2; k < 5; k++) {
+                    const double e = compare_f32(lg[k] + o, lg[k == 4 ? 0 : 1] + o, V).max_rel;
+                    cr_expect(e <= 2e-2, "step %d decode row %d: runner %d vs the slots %.3e", step, i, k, e);
+                }
+            }
+        }
+        for (int i = 0; i < nl[0]; i++) {
+            const float *a = lg[0] + (size_t)i * V, *f = lg[1] + (size_t)i * V;
+            const double e = compare_f32(f, a, V).max_rel;
+            worst = e > worst ? e : worst;
+            cr_expect(e <= 2e-2, "step %d logit row %d: flash vs GEMM path max_rel %.3e", step, i, e);
+            compared++;
+            // greedy: the same token unless GEMM's top two are within the rounding of the two paths
+            const int ta = argmax_f32(a, V), tf = argmax_f32(f, V);
+            float second = -INFINITY;
+            for (int v = 0; v < V; v++) if (v != ta && a[v] > second) second = a[v];
+            if (a[ta] - second > 4e-2f * fabsf(a[ta])) {
+                cr_expect_eq(tf, ta, "step %d row %d: flash's greedy token %d, the GEMM path's %d", step, i, tf, ta);
+                greedy_cmp++, greedy_same += tf == ta;
+            }
+        }
+        // the next step's tokens: the GEMM path's greedy choice, fed to every runner alike
+        for (int i = 0; i < nl[0]; i++) {
+            const int s = owner[0][i];
+            if (ncomp[0][s] < FL_LEN) toks[s][ncomp[0][s]] = argmax_f32(lg[0] + (size_t)i * V, V);
+        }
+    }
+    fprintf(stderr, "[prefill-flash] H=%d KV=%d hd=%d: %d logit rows, flash vs GEMM worst max_rel %.3e, greedy %d/%d; "
+            "the %d chunk rows compared bit for bit between slots and pools\n", cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
+            compared, worst, greedy_same, greedy_cmp, chunk_rows);
+    cr_expect(chunk_rows >= 3, "the schedule compared only %d chunk rows", chunk_rows);
+    for (int k = 0; k < 5; k++) gpu_runner_free(g[k]), free(lg[k]);
+    gpu_model_free(gm);
+}
+
+Test(step05_gpu, prefill_flash_matches_gemm_path_on_slots_and_pools, .timeout = 300) {
+    NEED_GPU();
+    if (gi_.cc_major < 8) cr_skip_test("flash's tensor-core versions need sm_80+ (this device: sm_%d%d)", gi_.cc_major, gi_.cc_minor);
+    flash_vs_gemm(FV_JSON);  // Qwen3-style: q/k norm, GQA 2, hd 128
+    flash_vs_gemm("{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1000,"
+                  "\"num_hidden_layers\":2,\"num_attention_heads\":8,\"num_key_value_heads\":2,\"vocab_size\":1024,"
+                  "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-5,\"rope_theta\":500000.0}");  // GQA 4, hd 64
 }
 
 // Batch-invariant mode (batch_bench --batch-invariant, gpu_runner_set_batch_invariant): the same

@@ -266,7 +266,7 @@ static double gpu_run(const Prob *p, StDtype dt, int id, const float *ref, const
         pa_upload(dctx, p->ctx, (size_t)p->nseq * 4), pa_upload(dbt, p->bt, (size_t)p->nseq * p->nb * 4);
     }
     FlashAttn fa = {dt, p->H, p->KV, p->hd, 1.0f / sqrtf((float)p->hd), p->causal, p->nseq, dcu, dctx, dq, (int)qd, dk, dv,
-                    (int)kd, dkc, dvc, dbt, p->nb, p->B, dout, (int)qd, dtiles, 0};
+                    (int)kd, dkc, dvc, dbt, p->nb, p->B, dout, (int)qd, dtiles, 0, NULL};
     const int tile_m = id < 0 ? flash_attn_tile_m(&fa) : flash_find_version(id)->tile_m;
     int *tiles = malloc((size_t)(p->nseq + 1) * sizeof(int));
     fa.ntiles = flash_plan(tile_m, p->H, p->KV, p->cu, p->nseq, tiles);
@@ -333,6 +333,115 @@ static void gpu_versions(int H, int KV, int hd, const int *lens, const int *ctx,
 }
 static void gpu_all_versions(int H, int KV, int hd, const int *lens, const int *ctx, int nseq, int causal, int B, StDtype dt) {
     gpu_versions(H, KV, hd, lens, ctx, nseq, causal, B, dt, 0);
+}
+
+// The engine's layout (flash_attn.h: q_rows, k = v = NULL): each sequence's rows at their own offset
+// in a larger flat batch with other rows between them (the engine's decode rows, which must stay
+// untouched), a sequence with no rows there, and every key, the chunk's own too, read from the pool
+// through a shuffled block table. Every version against the same fp32 reference as the plain layout.
+static void gpu_engine_layout(int H, int KV, int hd, const int *lens, const int *ctx, int nseq, int B, StDtype dt) {
+    GpuInfo gi;
+    cr_assert_eq(gpu_info(&gi), 0);
+    Prob p = prob_new(H, KV, hd, lens, ctx, nseq, 1, B, dt, 1300u + (unsigned)(H + KV * 3 + hd + nseq * 5 + B));
+    FlashHost h = prob_host(&p);
+    const size_t qd = (size_t)H * hd, kd = (size_t)KV * hd, es = dt == ST_F32 ? 4 : 2;
+    float *ref = malloc((size_t)p.T * qd * sizeof(float));
+    flash_attn_cpu(&h, ref, (int)qd);
+    // the pool: every key of sequence s at table position p (ctx + n keys), blocks shuffled
+    int lmax = 1;
+    for (int s = 0; s < nseq; s++) lmax = ctx[s] + lens[s] > lmax ? ctx[s] + lens[s] : lmax;
+    const int nb = (lmax + B - 1) / B, nblk = nseq * nb + 1;
+    const size_t prow = (size_t)nblk * B;
+    int *bt = malloc((size_t)nseq * nb * sizeof(int));
+    Rng r;
+    rng_seed(&r, 77u + (unsigned)B);
+    for (int i = 0; i < nseq * nb; i++) bt[i] = i + 1;
+    for (int i = nseq * nb - 1; i > 0; i--) {
+        const int j = (int)(rng_u32(&r) % (unsigned)(i + 1)), t = bt[i];
+        bt[i] = bt[j], bt[j] = t;
+    }
+    float *kc = malloc(prow * kd * sizeof(float)), *vc = malloc(prow * kd * sizeof(float));
+    for (size_t i = 0; i < prow * kd; i++) kc[i] = vc[i] = NAN;
+    for (int s = 0; s < nseq; s++)
+        for (int pos = 0; pos < ctx[s] + lens[s]; pos++) {
+            const size_t row = (size_t)bt[s * nb + pos / B] * B + pos % B;
+            const float *ks, *vs;
+            if (pos < ctx[s]) {
+                const size_t old = (size_t)p.bt[s * p.nb + pos / B] * B + pos % B;
+                ks = p.kc + old * kd, vs = p.vc + old * kd;
+            } else {
+                ks = p.k + (size_t)(p.cu[s] + pos - ctx[s]) * kd, vs = p.v + (size_t)(p.cu[s] + pos - ctx[s]) * kd;
+            }
+            memcpy(kc + row * kd, ks, kd * sizeof(float)), memcpy(vc + row * kd, vs, kd * sizeof(float));
+        }
+    // the rows: sequence s from row q_rows[s] = cu[s] + 3 s + 2; the rows between are others'
+    const int T2 = p.T + 3 * nseq + 2;
+    int *qrows = malloc((size_t)nseq * sizeof(int));
+    float *q2 = malloc((size_t)T2 * qd * sizeof(float)), *out = malloc((size_t)T2 * qd * sizeof(float));
+    for (size_t i = 0; i < (size_t)T2 * qd; i++) q2[i] = NAN;
+    for (int s = 0; s < nseq; s++) {
+        qrows[s] = p.cu[s] + 3 * s + 2;
+        memcpy(q2 + (size_t)qrows[s] * qd, p.q + (size_t)p.cu[s] * qd, (size_t)lens[s] * qd * sizeof(float));
+    }
+    void *dq = pa_dev_alloc((size_t)T2 * qd * es), *dout = pa_dev_alloc((size_t)T2 * qd * es);
+    void *dkc = pa_dev_alloc(prow * kd * es), *dvc = pa_dev_alloc(prow * kd * es);
+    int *dcu = pa_dev_alloc((size_t)(nseq + 1) * 4), *dtiles = pa_dev_alloc((size_t)(nseq + 1) * 4);
+    int *dctx = pa_dev_alloc((size_t)nseq * 4), *dbt = pa_dev_alloc((size_t)nseq * nb * 4), *drows = pa_dev_alloc((size_t)nseq * 4);
+    cr_assert(dq && dout && dkc && dvc && dcu && dtiles && dctx && dbt && drows);
+    pa_upload_as(dt, dq, q2, (size_t)T2 * qd);
+    pa_upload_as(dt, dkc, kc, prow * kd), pa_upload_as(dt, dvc, vc, prow * kd);
+    pa_upload(dcu, p.cu, (size_t)(nseq + 1) * 4), pa_upload(dctx, ctx, (size_t)nseq * 4);
+    pa_upload(dbt, bt, (size_t)nseq * nb * 4), pa_upload(drows, qrows, (size_t)nseq * 4);
+    FlashAttn fa = {dt, H, KV, hd, 1.0f / sqrtf((float)hd), 1, nseq, dcu, dctx, dq, (int)qd, NULL, NULL,
+                    (int)kd, dkc, dvc, dbt, nb, B, dout, (int)qd, dtiles, 0, drows};
+    int *tiles = malloc((size_t)(nseq + 1) * sizeof(int));
+    int ran = 0;
+    for (int vi = -1; vi < flash_num_versions(); vi++) {
+        const int id = vi < 0 ? -1 : flash_version(vi)->id;
+        const char *name = vi < 0 ? "flash_attn" : flash_version(vi)->name;
+        fa.ntiles = flash_plan(id < 0 ? flash_attn_tile_m(&fa) : flash_find_version(id)->tile_m, H, KV, p.cu, nseq, tiles);
+        cr_assert(fa.ntiles > 0);
+        pa_upload(dtiles, tiles, (size_t)(nseq + 1) * 4);
+        for (int row = 0; row < T2; row++)
+            for (size_t e = 0; e < qd; e++) out[(size_t)row * qd + e] = 3.0f;  // rows no sequence owns: never touched
+        for (int s = 0; s < nseq; s++)
+            for (size_t e = 0; e < (size_t)lens[s] * qd; e++) out[(size_t)qrows[s] * qd + e] = NAN;  // all written
+        pa_upload_as(dt, dout, out, (size_t)T2 * qd);
+        const int rc = id < 0 ? flash_attn(&fa) : flash_attn_run(&fa, id);
+        if (rc == -2) continue;  // this version does not take the call here (gpu_run checks which must)
+        cr_assert_eq(rc, 1, "%s returned %d", name, rc);
+        cr_assert_eq(pa_sync(), 0, "%s", name);
+        pa_download_f32(dt, out, dout, (size_t)T2 * qd);
+        double err = 0;
+        int touched = 0;
+        for (int s = 0, row = 0; row < T2; row++) {
+            while (s < nseq && row >= qrows[s] + lens[s]) s++;
+            if (s < nseq && row >= qrows[s]) {
+                const double e = rel_err(out + (size_t)row * qd, ref + (size_t)(p.cu[s] + row - qrows[s]) * qd, qd);
+                if (!(e <= err)) err = e;
+            } else {
+                for (size_t e = 0; e < qd; e++) touched += out[(size_t)row * qd + e] != 3.0f;
+            }
+        }
+        cr_expect_eq(touched, 0, "%s: %d elements written in rows no sequence owns", name, touched);
+        cr_expect(err <= (dt == ST_F32 ? 1e-4 : GPU_TOL), "%s (engine layout, H=%d KV=%d hd=%d B=%d): err %.3e", name, H, KV,
+                  hd, B, err);
+        ran++;
+    }
+    cr_expect(ran >= 1 + (dt != ST_F32 && (hd == 64 || hd == 128) && gi.cc_major >= 9 ? 5 : 1), "versions run: %d", ran);
+    void *d[] = {dq, dout, dkc, dvc, dcu, dtiles, dctx, dbt, drows};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) pa_dev_free(d[i]);
+    free(ref), free(bt), free(kc), free(vc), free(qrows), free(q2), free(out), free(tiles);
+    prob_free(&p);
+}
+
+Test(step07_flash_gpu, engine_layout_row_offsets_and_keys_in_the_pool) {
+    NEED_GPU();
+    const int lens[] = {64, 0, 7, 130, 1}, ctx[] = {1000, 5, 0, 300, 37};
+    gpu_engine_layout(16, 8, 128, lens, ctx, 5, 16, ST_BF16);  // Qwen3's heads
+    gpu_engine_layout(32, 8, 128, lens, ctx, 5, 1980, ST_BF16);  // one block a sequence: step04's slots
+    gpu_engine_layout(8, 1, 64, lens, ctx, 5, 1, ST_F16);
+    gpu_engine_layout(8, 2, 64, lens, ctx, 5, 16, ST_F32);  // the fallback
 }
 
 Test(step07_flash_gpu, lengths_not_multiple_of_any_tile) {
