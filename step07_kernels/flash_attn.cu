@@ -459,9 +459,12 @@ template <class C, int HD, class F> __global__ void __launch_bounds__(32 * F::NW
 #define FA6_BM 128  // M rows per CTA: 2 consumer warpgroups x 64
 #define FA6_BN 128  // keys per K/V tile
 #define FA6_NT 384  // producer + 2 consumer warpgroups
+#define FA6_ST 3    // K/V stages in the ring (3 x 64 KB at hd 128: 225 KB with Q, under sm_90's 227 KB)
 
-// bytes: Q, 2 K and 2 V stages, alignment slack, 6 mbarriers (fullK[2], fullV[2], empty[2])
-template <int HD> constexpr size_t fa6_smem_bytes() { return (size_t)(FA6_BM + 4 * FA6_BN) * HD * 2 + 1024 + 6 * 8; }
+// bytes: Q, FA6_ST K and V stages, alignment slack, 3 * FA6_ST mbarriers (fullK, fullV, empty)
+template <int HD> constexpr size_t fa6_smem_bytes() {
+    return (size_t)(FA6_BM + 2 * FA6_ST * FA6_BN) * HD * 2 + 1024 + 3 * FA6_ST * 8;
+}
 
 // Byte offset of 16-byte chunk ch (0 .. hd / 8 - 1) of row r in a swizzled tile of `rows` rows.
 __device__ inline uint32_t fa6_off(int rows, int r, int ch) {
@@ -548,16 +551,17 @@ template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_
     extern __shared__ unsigned char fa6_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(fa6_raw), pad = (1024 - (raw & 1023)) & 1023;
     unsigned char *sm = fa6_raw + pad;  // generic pointer to the 1024-aligned base
-    const uint32_t sq = raw + pad, sk = sq + QB, sv = sk + 2 * TB, bars = sv + 2 * TB;
-    // bars + 8 st: fullK[st], + 16 + 8 st: fullV[st], + 32 + 8 st: empty[st]
+    constexpr int NS = FA6_ST;
+    const uint32_t sq = raw + pad, sk = sq + QB, sv = sk + NS * TB, bars = sv + NS * TB;
+    // bars + 8 st: fullK[st], + 8 (NS + st): fullV[st], + 8 (2 NS + st): empty[st]
     const int g = a.H / a.KV, kvh = blockIdx.x % a.KV, wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const FaTile t = find_tile(a, BM / g);
     const int klast = a.causal ? t.ctx + t.qi0 + t.nrows - 1 : t.ctx + t.n - 1, nkt = klast / BN + 1;
     if (threadIdx.x == 0) {
-        for (int st = 0; st < 2; st++) {
-            fa_mbar_init(bars + 8 * st, 128);       // fullK: every producer thread, after its K copies
-            fa_mbar_init(bars + 16 + 8 * st, 128);  // fullV: the same for V
-            fa_mbar_init(bars + 32 + 8 * st, 8);    // empty: one arrival a consumer warp
+        for (int st = 0; st < NS; st++) {
+            fa_mbar_init(bars + 8 * st, 128);             // fullK: every producer thread, when its K copies land
+            fa_mbar_init(bars + 8 * (NS + st), 128);      // fullV: the same for V
+            fa_mbar_init(bars + 8 * (2 * NS + st), 8);    // empty: one arrival a consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -565,33 +569,43 @@ template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_
 
     if (wg == 0) {  // ---- producer: K and V tiles of 128 keys, keys past klast as zeros
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+        // Thread tid copies 16-byte chunk c of rows rr, rr + RPP, ... of every tile. RPP is a multiple
+        // of 8, so the swizzle (row % 8) is the same for all of them: the destination moves by RPP rows
+        // of 128 bytes, a chunk of the chunk's own keys by RPP rows of k, a pooled key by RPP table
+        // positions (its block and offset kept incrementally: no division in the loop). The copies
+        // are not waited for: cp.async.mbarrier.arrive.noinc makes the stage's barrier count this
+        // thread's arrival once they have landed, and the producer goes on to the next stage.
         const int *tab = a.bt ? a.bt + (size_t)t.s * a.bt_stride : nullptr;
         const C *gk = (const C *)a.k, *gv = (const C *)a.v, *gkc = (const C *)a.kc, *gvc = (const C *)a.vc;
-        const int c = tid % VPR;
-        // copies tile kt's rows of K (or V) into the tile at byte address dst (shared)
-        // (not unrolled: this code runs under setmaxnreg's 56 registers)
-        auto load = [&](int kt, unsigned char *dst, const C *g_new, const C *g_pool) {
-#pragma unroll 1
-            for (int r0 = 0; r0 < BN; r0 += RPP) {
-                const int r = r0 + tid / VPR, p = kt * BN + r, ok = p <= klast;
-                int pool = 0;
-                const size_t off = ok ? key_off(a, t, tab, p, kvh, HD, &pool) + c * 8 : 0;
-                cp_async16(dst + fa6_off(BN, r, c), (pool ? g_pool : g_new) + off, ok ? 16 : 0);
+        const int c = tid % VPR, rr = tid / VPR, pool_all = gk == nullptr;
+        const size_t col = (size_t)kvh * HD + c * 8, pstride = (size_t)a.KV * HD;
+        const uint32_t d0 = fa6_off(BN, rr, c);
+        const int B = tab ? a.B : 0x40000000;  // no pool: blk stays 0, boff never wraps
+        auto load = [&](int kt, uint32_t dst, const C *g_new, const C *g_pool, uint32_t bar) {
+            int p = kt * BN + rr, blk = p / B, boff = p - blk * B;
+            size_t noff = (size_t)(t.krow0 - t.ctx + p) * a.ldk + col;  // only read for p >= ctx when k is given
+            dst += d0;
+#pragma unroll 4
+            for (int i = 0; i < BN / RPP; i++) {
+                const C *src = g_pool ? g_pool : g_new;  // any valid address for a zero fill
+                int bytes = 0;
+                if (p <= klast) {
+                    bytes = 16;
+                    src = p < t.ctx || pool_all ? g_pool + ((size_t)__ldg(tab + blk) * B + boff) * pstride + col : g_new + noff;
+                }
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+                p += RPP, dst += RPP * 128, noff += (size_t)RPP * a.ldk, boff += RPP;
+                while (boff >= B) boff -= B, blk++;
             }
-            cp_async_commit();
+            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
         };
         for (int kt = 0; kt < nkt; kt++) {
-            const int st = kt & 1;
-            fa_mbar_wait(bars + 32 + 8 * st, ((kt >> 1) & 1) ^ 1);  // stage free (the first round at once)
-            load(kt, sm + QB + st * TB, gk, gkc);
-            load(kt, sm + QB + 2 * TB + st * TB, gv, gvc);
-            cp_async_wait<1>();  // this thread's K copies landed
-            fa_fence_async();
-            fa_mbar_arrive(bars + 8 * st);
-            cp_async_wait<0>();  // and its V copies
-            fa_fence_async();
-            fa_mbar_arrive(bars + 16 + 8 * st);
+            const int st = kt % NS;
+            fa_mbar_wait(bars + 8 * (2 * NS + st), ((kt / NS) & 1) ^ 1);  // stage free (the first round at once)
+            load(kt, sk + st * TB, gk, gkc, bars + 8 * st);
+            load(kt, sv + st * TB, gv, gvc, bars + 8 * (NS + st));
         }
+        cp_async_wait<0>();  // nothing in flight when the producer's warps exit
     } else {  // ---- consumers: warpgroup 1 -> M rows 0 .. 63, 2 -> 64 .. 127
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
         const int cw = wg - 1, w = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
@@ -626,13 +640,14 @@ template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_
         for (int i = 0; i < NO; i++) o[i] = 0;
 
         for (int kt = 0; kt < nkt; kt++) {
-            const int st = kt & 1, k0 = kt * BN;
-            const uint32_t ph = (kt >> 1) & 1;
+            const int st = kt % NS, k0 = kt * BN;
+            const uint32_t ph = (kt / NS) & 1;
             // a warpgroup whose rows see none of the tile skips its math (not its barriers: its
             // arrival on empty must land in this round's phase)
             const bool active = k0 <= wlim1;
             float s[64];
             fa_mbar_wait(bars + 8 * st, ph);
+            fa_fence_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
             if (active) {
                 // ---- S = Q K^T: hd / 16 k-steps; k-step kk is 32 bytes into slab kk / 4 of each row
 #pragma unroll
@@ -679,7 +694,8 @@ template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_
                     for (int j = 0; j < HD / 8; j++) o[4 * j + 2 * hf] *= al, o[4 * j + 2 * hf + 1] *= al;
                 }
             }
-            fa_mbar_wait(bars + 16 + 8 * st, ph);
+            fa_mbar_wait(bars + 8 * (NS + st), ph);
+            fa_fence_async();
             if (active) {
                 // ---- O += P V: keys 16 kk .. 16 kk + 15 are S's n-tiles 2 kk, 2 kk + 1 (registers
                 // 8 kk .. 8 kk + 7), the A fragment of m64nNk16 in that order; V's k-step kk is 16 rows
@@ -700,7 +716,7 @@ template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_
                 wg_wait0();
             }
             __syncwarp();
-            if (lane == 0) fa_mbar_arrive(bars + 32 + 8 * st);  // this warp is done with stage st
+            if (lane == 0) fa_mbar_arrive(bars + 8 * (2 * NS + st));  // this warp is done with stage st
         }
         // ---- O / l, then the write (row m = (token m / g, head m % g)); padding rows write nothing
 #pragma unroll
