@@ -542,8 +542,27 @@ template <> __device__ inline void wg_rs<__nv_bfloat16>(float (&d)[64], const un
 template <> __device__ inline void wg_rs<__half>(float (&d)[64], const unsigned p[4], uint64_t db) { FA6_RS(128, FA6_D64, FA6_OPS64, FA6_AB128, "f16"); }
 #endif
 
+// v7 (PP): FlashAttention-3's warpgroup ping-pong. The two consumers take turns at the tensor cores:
+// before issuing a batch of wgmmas (S, then P V) a consumer waits for its turn on its named barrier
+// (3 + cw: its 128 threads sync, the other consumer's 128 arrive), and once they are issued it
+// hands the turn over by arriving on the other's. The issue order becomes S1 S2 PV1 PV2 S1' ...:
+// consumer 1's softmax runs while consumer 2's GEMMs use the tensor cores, and the other way round.
+// Consumer 2 gives consumer 1 the first turn and skips its last hand-over, so every sync has its
+// arrival; neither can arrive twice on one barrier before the other has synced (each hand-over
+// waits for the turn it answers).
+template <int CW> __device__ inline void fa_turn_wait() {
+    if (CW == 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+    else asm volatile("bar.sync 4, 256;\n" ::: "memory");
+}
+template <int CW> __device__ inline void fa_turn_give() {  // to the other consumer
+    if (CW == 0) asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+    else asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+}
+__device__ inline void fa_turn_wait(int cw) { cw == 0 ? fa_turn_wait<0>() : fa_turn_wait<1>(); }
+__device__ inline void fa_turn_give(int cw) { cw == 0 ? fa_turn_give<0>() : fa_turn_give<1>(); }
+
 // Grid (ntiles * KV), FA6_NT threads, fa6_smem_bytes<HD>() of dynamic shared memory.
-template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a) {
+template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a) {
 #ifdef FA_WGMMA_ARCH
     constexpr int BM = FA6_BM, BN = FA6_BN, VPR = HD / 8, RPP = 128 / VPR, NO = HD / 2;
     constexpr uint32_t QB = BM * HD * 2, TB = BN * HD * 2;  // bytes of the Q tile, of one K (V) tile
@@ -638,6 +657,7 @@ template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_
         float o[NO], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0, 0};
 #pragma unroll
         for (int i = 0; i < NO; i++) o[i] = 0;
+        if (PP && cw == 1) fa_turn_give(cw);  // consumer 1 goes first
 
         for (int kt = 0; kt < nkt; kt++) {
             const int st = kt % NS, k0 = kt * BN;
@@ -648,6 +668,7 @@ template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_
             float s[64];
             fa_mbar_wait(bars + 8 * st, ph);
             fa_fence_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
+            if (PP) fa_turn_wait(cw);  // (every tile, active or not: the turns stay paired)
             if (active) {
                 // ---- S = Q K^T: hd / 16 k-steps; k-step kk is 32 bytes into slab kk / 4 of each row
 #pragma unroll
@@ -660,6 +681,9 @@ template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_
                     wg_ss128<C>(s, da, db);
                 }
                 wg_commit();
+            }
+            if (PP) fa_turn_give(cw);
+            if (active) {
                 wg_wait0();
                 // ---- causal mask (a tile crossing the warpgroup's first row's limit), online softmax with
                 // the max kept unscaled: p = 2^(s * c - m * c), one FFMA
@@ -696,6 +720,7 @@ template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_
             }
             fa_mbar_wait(bars + 8 * (NS + st), ph);
             fa_fence_async();
+            if (PP) fa_turn_wait(cw);
             if (active) {
                 // ---- O += P V: keys 16 kk .. 16 kk + 15 are S's n-tiles 2 kk, 2 kk + 1 (registers
                 // 8 kk .. 8 kk + 7), the A fragment of m64nNk16 in that order; V's k-step kk is 16 rows
@@ -713,8 +738,9 @@ template <class C, int HD> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_
                 for (int kk = 0; kk < BN / 16; kk++)
                     wg_rs<C>(o, pa[kk], fa_desc(sv + st * TB + kk * 16 * 128, BN * 128, 1024));
                 wg_commit();
-                wg_wait0();
             }
+            if (PP && !(cw == 1 && kt == nkt - 1)) fa_turn_give(cw);
+            if (active) wg_wait0();
             __syncwarp();
             if (lane == 0) fa_mbar_arrive(bars + 8 * (2 * NS + st));  // this warp is done with stage st
         }
@@ -845,24 +871,25 @@ static int fits_wgmma(const FlashAttn *a, int cc, int optin) {
     const size_t smem = a->hd == 64 ? fa6_smem_bytes<64>() : fa6_smem_bytes<128>();
     return minor == 0 && smem <= (size_t)optin && wgmma_built();
 }
-template <class C, int HD> static int launch_wgmma_t(const FlashAttn *a, int dev) {
+template <class C, int HD, bool PP> static int launch_wgmma_t(const FlashAttn *a, int dev) {
     const size_t smem = fa6_smem_bytes<HD>();
     static unsigned long long attr_set = 0;
     if (dev >= 64 || !(attr_set >> dev & 1)) {
-        CUDA_CHECK(cudaFuncSetAttribute(k_flash_wgmma<C, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(k_flash_wgmma<C, HD, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         if (dev < 64) attr_set |= 1ull << dev;
     }
-    k_flash_wgmma<C, HD><<<a->ntiles * a->KV, FA6_NT, smem>>>(fa_args(a));
+    k_flash_wgmma<C, HD, PP><<<a->ntiles * a->KV, FA6_NT, smem>>>(fa_args(a));
     CUDA_CHECK_LAST();
     return 1;
 }
-static int launch_wgmma(const FlashAttn *a) {
+template <bool PP> static int launch_wgmma(const FlashAttn *a) {
     int cc = 0, optin = 0;
     const int dev = device_props(&cc, &optin);
     if (dev < 0) return -1;
     if (!fits_wgmma(a, cc, optin)) return -2;
-    if (a->dt == ST_BF16) return a->hd == 64 ? launch_wgmma_t<__nv_bfloat16, 64>(a, dev) : launch_wgmma_t<__nv_bfloat16, 128>(a, dev);
-    return a->hd == 64 ? launch_wgmma_t<__half, 64>(a, dev) : launch_wgmma_t<__half, 128>(a, dev);
+    if (a->dt == ST_BF16)
+        return a->hd == 64 ? launch_wgmma_t<__nv_bfloat16, 64, PP>(a, dev) : launch_wgmma_t<__nv_bfloat16, 128, PP>(a, dev);
+    return a->hd == 64 ? launch_wgmma_t<__half, 64, PP>(a, dev) : launch_wgmma_t<__half, 128, PP>(a, dev);
 }
 
 //                          NW MT  BN ST  SWZ    QREG   V4
@@ -892,7 +919,9 @@ static const struct {
     {{5, "v5_rb", "register blocking: 4 warps x 32 rows, each K/V fragment feeds 2 MMAs", V5_64::BM},
      launch_mma<V5_64, V5_128>, fits_mma<V5_64, V5_128>},
     {{6, "v6_wgmma", "sm_90a: producer warpgroup + 2 wgmma consumers, mbarrier ring, P from registers", FA6_BM},
-     launch_wgmma, fits_wgmma},
+     launch_wgmma<false>, fits_wgmma},
+    {{7, "v7_pingpong", "v6 + the two consumers take turns at the tensor cores (named barriers): one's softmax under the other's GEMMs", FA6_BM},
+     launch_wgmma<true>, fits_wgmma},
 };
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
 static_assert(V1::BM <= FA_TILE_M_MAX && V2::BM <= FA_TILE_M_MAX && V4_64::BM == V4_128::BM && V3_64::BM == V3_128::BM &&
@@ -922,7 +951,7 @@ extern "C" int flash_attn_run(const FlashAttn *a, int id) {
 // its 136 KB of shared memory exceed what sm_86 / sm_89 give a block (99 KB): there v3_swz3 (96 KB)
 // runs, the next fastest, with the same tile_m; then v1_step05. v4_split and v5_rb were below v1 in
 // every hd 128 case; at hd 64 v5_rb beat v2 (214.0 against 210.5), still below v3_swz3.
-static const int PREFERRED[] = {2, 3, 1};
+static const int PREFERRED[] = {7, 6, 2, 3, 1};
 static int pick(const FlashAttn *a) {
     int cc = 0, optin = 0;
     if (device_props(&cc, &optin) < 0) return 0;
