@@ -22,12 +22,13 @@
 //   v5_rb      register blocking on v4: 4 warps x 32 rows (two m16 slices), so every K and V fragment
 //              read from shared feeds two MMAs (half the shared-memory traffic per FLOP); at hd 128 Q
 //              is re-read from shared each tile (its registers go to O)
-//   v6_wgmma   sm_90a only: a producer warpgroup (cp.async into a 2-stage mbarrier ring) and 2 consumer
-//              warpgroups of 64 rows issuing wgmma (S = Q K^T from shared, O += P V with P from
-//              registers), 128-key tiles. Written and compiled, NOT yet validated or measured on a GPU
-// flash_attn() runs the fastest rung measured on the H200 that takes the call (PREFERRED below:
-// v2_128 first; results/flash_h200.csv; v6 is not in it until it has passed the tests and been
-// measured). What v6 leaves out of FlashAttention-3 (TMA, overlapped softmax): step07_kernels/FLASH.md.
+//   v6_wgmma   sm_90a only: a producer warpgroup (cp.async into a 3-stage mbarrier ring, the copies
+//              counted by the barrier as they land) and 2 consumer warpgroups of 64 rows issuing wgmma
+//              (S = Q K^T from shared, O += P V with P from registers), 128-key tiles
+//   v7_pingpong v6 with the two consumers taking turns at the tensor cores (named barriers), so one's
+//              softmax runs under the other's GEMMs (FlashAttention-3's ping-pong)
+// flash_attn() runs the fastest rung measured on the H200 that takes the call (PREFERRED below;
+// results/flash_958c65d/). What v6 / v7 leave out of FlashAttention-3: step07_kernels/FLASH.md.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -435,11 +436,13 @@ template <class C, int HD, class F> __global__ void __launch_bounds__(32 * F::NW
 
 // FlashAttention-3's shape on step01 v9's building blocks. 3 warpgroups (384 threads): warpgroup 0 is
 // the producer, warpgroups 1 and 2 the consumers, 64 M rows each (tile_m 128). The producer copies
-// the K and V tiles (128 keys each) with cp.async into a 2-stage ring (the context keys are pool rows
-// found through the block table, so no TMA: every key takes the same path), in the 128-byte swizzled
-// layout wgmma reads; after its copies land each producer thread fences them for the async proxy
-// and arrives on the stage's "fullK" / "fullV" mbarrier (128 arrivals), and the consumers release the
-// stage on "empty" (one arrival a consumer warp) once their wgmmas have read it. A consumer holds its
+// the K and V tiles (128 keys each) with cp.async into a FA6_ST-stage ring (the context keys are
+// pool rows found through the block table, so no TMA: every key takes the same path), in the
+// 128-byte swizzled layout wgmma reads; each producer thread ends a tile's copies with
+// cp.async.mbarrier.arrive.noinc on the stage's "fullK" / "fullV" mbarrier (128 arrivals: the
+// barrier completes when every thread's copies have landed), each consumer fences the async proxy
+// after its wait (the copies are generic-proxy writes, wgmma reads through the async proxy), and the
+// consumers release the stage on "empty" (one arrival a consumer warp) once their wgmmas have read it. A consumer holds its
 // 64 rows' S (64 x 128 fp32, 64 registers a thread) and O (64 x hd fp32) as wgmma accumulators:
 //   S = Q K^T   wgmma m64n128k16, Q and K from shared memory (both K-major: hd contiguous)
 //   softmax     in registers on the accumulator layout (thread: rows 16 w + gid and + 8 of its
@@ -447,12 +450,15 @@ template <class C, int HD, class F> __global__ void __launch_bounds__(32 * F::NW
 //   O += P V    wgmma m64n{hd}k16 with P as the A operand from REGISTERS (the A fragment of keys
 //               16 kk .. 16 kk + 15 is, register for register, accumulator n-tiles 2 kk and 2 kk + 1
 //               rounded to C) and V from shared memory, MN-major (hd contiguous: transpose bit set)
-// Shared layout (1024-aligned, the swizzle's period): Q, K stages 0 1, V stages 0 1, 6 mbarriers. A
+// Shared layout (1024-aligned, the swizzle's period): Q, the K stages, the V stages, 3 mbarriers a stage. A
 // tile of R rows is hd / 64 slabs of R rows x 128 bytes (64 columns); 16-byte chunk c of row r of a
 // slab sits at chunk c ^ (r % 8), which is what the 128-byte swizzle mode means to wgmma.
-// Simplified against FA3: no TMA, no intra-warpgroup overlap of the next S with this P V (each wgmma
-// batch is waited for at once), the two consumers are not explicitly ping-ponged (they overlap only
-// as the scheduler lets them), 2 stages.
+// Simplified against FA3: no TMA (cp.async, since context keys come through the block table), no
+// intra-warpgroup overlap of the next S with this P V (each wgmma batch is waited for at once); v7
+// adds the ping-pong of the two consumers. The first draft waited for its own copies before it
+// arrived and computed each address through key_off (a division by the block size per row): its
+// consumers spent 27% of the sampled warp time waiting on "fullK" (ncu, 223 TFLOP/s at llama8b_4k);
+// the producer below issues 16 copies a tile with pointer increments and does not wait (289.6).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FA_WGMMA_ARCH 1
 #endif
@@ -945,13 +951,14 @@ extern "C" int flash_attn_run(const FlashAttn *a, int id) {
 }
 
 // The rungs flash_attn tries, fastest measured first: the first that takes the call runs. On the H200
-// (step07_kernels/results/flash_h200.csv, commit d6b6f03) v2_128 was the fastest at every hd 128 case
-// but the small qwen06b_1k (llama8b_4k: 265.9 TFLOP/s, v3_swz3 251.4, v1_step05 244.8, v5_rb 226.4,
-// v4_split 189.5), within 4% of the best at hd 64 (v3_swz3) and at qwen06b_1k (v1_step05). At hd 128
-// its 136 KB of shared memory exceed what sm_86 / sm_89 give a block (99 KB): there v3_swz3 (96 KB)
-// runs, the next fastest, with the same tile_m; then v1_step05. v4_split and v5_rb were below v1 in
-// every hd 128 case; at hd 64 v5_rb beat v2 (214.0 against 210.5), still below v3_swz3.
-static const int PREFERRED[] = {7, 6, 2, 3, 1};
+// (step07_kernels/results/flash_958c65d/flash_h200.csv, all rungs in one run) v6_wgmma was the fastest
+// or within 1% of it in five of the six cases (llama8b_4k: v7 290.7 TFLOP/s, v6 289.6, v2 257.6;
+// llama1b_4k: v6 247.6, v7 222.1, v2 206.4; varlen: v6 273.0, v7 267.6, v2 242.4); v2_128 was the
+// fastest at `chunked` (171.0 against v6's 159.4), 64-token chunks whose single K/V tile a 128-row
+// CTA reuses little. v6 needs sm_90a exactly; elsewhere v2_128, whose 136 KB of shared memory at hd
+// 128 exceed what sm_86 / sm_89 give a block (99 KB): there v3_swz3 (96 KB), then v1_step05.
+// (d6b6f03's run: v2 265.9, v3 251.4, v1 244.8, v5 226.4, v4 189.5 at llama8b_4k.)
+static const int PREFERRED[] = {6, 2, 3, 1};
 static int pick(const FlashAttn *a) {
     int cc = 0, optin = 0;
     if (device_props(&cc, &optin) < 0) return 0;
