@@ -952,11 +952,11 @@ extern "C" int flash_attn_run(const FlashAttn *a, int id) {
 
 // The rungs flash_attn tries, fastest measured first: the first that takes the call runs. On the H200
 // (step07_kernels/results/flash_958c65d/flash_h200.csv, all rungs in one run) v6_wgmma was the fastest
-// or within 1% of it in four of the six cases (3.4% below v7 at qwen06b_1k) (llama8b_4k: v7 290.7 TFLOP/s, v6 289.6, v2 257.6;
-// llama1b_4k: v6 247.6, v7 222.1, v2 206.4; varlen: v6 273.0, v7 267.6, v2 242.4); v2_128 was the
-// fastest at `chunked` (171.0 against v6's 159.4), 64-token chunks whose single K/V tile a 128-row
-// CTA reuses little. v6 needs sm_90a exactly; elsewhere v2_128, whose 136 KB of shared memory at hd
-// 128 exceed what sm_86 / sm_89 give a block (99 KB): there v3_swz3 (96 KB), then v1_step05.
+// or within 1% of the fastest in four of the six cases (llama8b_4k: v7 290.7 TFLOP/s, v6 289.6, v2
+// 257.6; llama1b_4k: v6 247.6, v7 222.1, v2 206.4; varlen: v6 273.0, v7 267.6, v2 242.4), 3.4% below
+// v7 at qwen06b_1k, and v2_128 was the fastest at `chunked` (171.0 against v6's 159.4; that run does
+// not say why). v6 needs sm_90a exactly; elsewhere v2_128, whose 136 KB of shared memory at hd 128
+// exceed what sm_86 / sm_89 give a block (99 KB): there v3_swz3 (96 KB), then v1_step05.
 // (d6b6f03's run: v2 265.9, v3 251.4, v1 244.8, v5 226.4, v4 189.5 at llama8b_4k.)
 static const int PREFERRED[] = {6, 2, 3, 1};
 static int pick(const FlashAttn *a) {
