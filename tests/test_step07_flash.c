@@ -295,7 +295,9 @@ static double gpu_run(const Prob *p, StDtype dt, int id, const float *ref, const
     } else {
         // a tensor-core version must take bf16 / fp16 at hd 64 / 128 on sm_80+ (every one fits the
         // shared memory of sm_90; sm_86 / sm_89 may refuse the largest)
-        const int must = id != 0 && dt != ST_F32 && (p->hd == 64 || p->hd == 128) && gi->cc_major >= 9 && !misalign;
+        // (v6 / v7: sm_90a code, compute capability 9.0 exactly)
+        const int arch_ok = id >= 6 ? gi->cc_major == 9 && gi->cc_minor == 0 : gi->cc_major >= 9;
+        const int must = id != 0 && dt != ST_F32 && (p->hd == 64 || p->hd == 128) && arch_ok && !misalign;
         cr_expect(!must, "version %d refused a call it must take (%s, hd %d, sm_%d%d)", id, dt == ST_F16 ? "fp16" : "bf16",
                   p->hd, gi->cc_major, gi->cc_minor);
         if (id == 0) cr_expect(0, "the fallback refused a call");
