@@ -24,7 +24,7 @@
 
 #include "cuda_check.h"
 #include "matmul_gpu_kernels.cuh"
-#include "wgmma_acc.cuh"  // WG_ACC128
+#include "wgmma.cuh"  // mbar_*, smem_desc, WG_ACC128
 
 #define BM9 128
 #define BN9 256
@@ -36,7 +36,7 @@
 #define STAGE9 (A_BYTES9 + B_BYTES9)
 #define SMEM9 (ST9 * STAGE9 + 1024 + 2 * ST9 * 8)  // stages, alignment slack, barriers
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#ifdef WGMMA_ARCH  // wgmma.cuh: device code for sm_90a
 #define WGMMA_OK 1
 #else
 #define WGMMA_OK 0
@@ -49,35 +49,14 @@ __global__ void k_wgmma_probe(int *out) {
 }
 
 #if WGMMA_OK
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Wait until the phase with this parity has completed (a fresh barrier counts parity 1 as done).
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done = 0;
-    do {
-        asm volatile(
-            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
 }
 // One 2D tile (c0 = innermost coordinate) from global into shared memory, completing on bar.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
         ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-// Shared-memory matrix descriptor: start address, leading/stride byte offsets (all >> 4),
-// 128-byte swizzle (mode 1 in bits 62-63).
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 // wgmma m64n256k16: d (64x256 fp32 per warpgroup, 128 registers per thread) += A (64x16,
 // K-major) . B (16x256, N-major), both from shared memory through their descriptors.

@@ -432,11 +432,12 @@ int main(int argc, char **argv) {
     const int mode_eff = runner_set_prefill_attn(run, prefill_mode);
     const int inv_eff = runner_set_batch_invariant(run, batch_inv);
     static const char *const mode_name[] = {"gather", "fused", "flash"};
+    const char *eff_name = !paged && mode_eff == PREFILL_GEMM ? "gemm" : mode_name[mode_eff];  // slots: no gather
     char prefill_attn[160];
     if (!use_cuda) snprintf(prefill_attn, sizeof prefill_attn, "cpu");
-    else if (mode_eff == prefill_mode) snprintf(prefill_attn, sizeof prefill_attn, "%s", !paged && !mode_eff ? "gemm" : mode_name[mode_eff]);
-    else snprintf(prefill_attn, sizeof prefill_attn, "%s (%s does not take this shape or layout here)",
-                  !paged && !mode_eff ? "gemm" : mode_name[mode_eff], mode_name[prefill_mode]);
+    else if (mode_eff == prefill_mode) snprintf(prefill_attn, sizeof prefill_attn, "%s", eff_name);
+    else snprintf(prefill_attn, sizeof prefill_attn, "%s (%s does not take this shape or layout here)", eff_name,
+                  mode_name[prefill_mode]);
 
     SchedConfig sc = {.policy = policy, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len};
     if (paged) sc.block_size = block_size, sc.num_blocks = num_blocks, sc.prefix_cache = prefix_cache;

@@ -256,6 +256,7 @@ struct AttnCtx {
     void *gk, *gv;
     const int *d_tiles;  // the plan's paged_prefill tiles on the device (plan.ntiles > 0: fused long path)
     FlashAttn fa;        // PREFILL_FLASH: the step's flash_attn call (q, kc, vc, out set per layer); fa.ntiles > 0: run
+    int flash_id, flash_tile_m;  // the flash version picked for this model at creation, and its tile_m
     int decode_v2;       // paged: always paged_decode_v2 (batch-invariant mode), not paged_decode's rule
 };
 
@@ -358,7 +359,7 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
     if (p->nlg && c->fa.ntiles > 0) {  // step07: every long chunk of the step in one flash launch
         FlashAttn a = c->fa;
         a.q = q16, a.kc = kc, a.vc = vc, a.out = out;
-        if (out_f32 || flash_attn(&a) != 1) die("flash attention: launch refused (see above)");
+        if (out_f32 || flash_attn_run(&a, c->flash_id) != 1) die("flash attention: launch refused (see above)");
         launches++;
     } else if (p->nlg && p->ntiles > 0) {  // step05, fused: every long chunk of the step in one launch
         PagedPrefill a = {};
@@ -456,13 +457,14 @@ static int small_rows(const GpuRunner *r) {
 static void describe(GpuRunner *r) {
     const StDtype dt = r->cdt;
     const int sm = r->ac.small_ok ? small_rows(r) : 0;
+    const char *flash = "one flash attention launch (step07) for all longer chunks";
     if (r->block_size > 0)
         snprintf(r->desc, sizeof r->desc,
                  "cuda %s weights, %s paged KV (%d blocks x %d positions, %.2f GiB, max_model_len %d), cuBLAS GEMMs over "
                  "all rows (step03 GEMV for a 1-row step), attention: paged decode v1/v2 for <= %d new rows per "
                  "sequence, %s beyond",
                  dt_name(dt), dt_name(dt), r->num_blocks, r->block_size, r->kv_bytes / 1073741824.0, r->max_len, sm,
-                 r->prefill == PREFILL_FLASH   ? "one flash attention launch (step07) for all longer chunks"
+                 r->prefill == PREFILL_FLASH   ? flash
                  : r->prefill == PREFILL_PAGED ? "one fused paged prefill launch for all longer chunks"
                                                : "block-table gather + GEMM-softmax-GEMM per sequence");
     else
@@ -470,8 +472,7 @@ static void describe(GpuRunner *r) {
                  "cuda %s weights, %s KV (%d slots x %d positions, %.2f GiB), cuBLAS GEMMs over all rows (step03 GEMV "
                  "for a 1-row step), attention: split decode kernel for <= %d new rows per sequence, %s beyond",
                  dt_name(dt), dt_name(dt), r->n_slots, r->max_len, r->kv_bytes / 1073741824.0, sm,
-                 r->prefill == PREFILL_FLASH ? "one flash attention launch (step07) for all longer chunks"
-                                             : "GEMM-softmax-GEMM per sequence");
+                 r->prefill == PREFILL_FLASH ? flash : "GEMM-softmax-GEMM per sequence");
     if (r->g->quantized) {  // the projections are step06's: say so (the model's description says which format)
         const size_t n = strlen(r->desc);
         snprintf(r->desc + n, sizeof r->desc - n, "; quantized projections: step06 GEMV (1 row) / GEMM (more rows)");
@@ -615,7 +616,9 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     fa->dt = dt, fa->H = H, fa->KV = KV, fa->hd = hd, fa->scale = 1.0f / sqrtf((float)hd), fa->causal = 1;
     fa->q = r->q16, fa->ldq = (int)qd, fa->k = fa->v = NULL, fa->ldk = (int)kd, fa->kc = r->kc, fa->vc = r->vc;
     fa->bt_stride = paged ? nbt : 1, fa->block_size = paged ? block_size : max_len, fa->out = r->att, fa->ldo = (int)qd;
-    r->flash_ok = flash_attn_pick(fa) > 0;
+    a->flash_id = flash_attn_pick(fa);  // once: the same shape, dtype and alignment every step
+    r->flash_ok = a->flash_id > 0;
+    a->flash_tile_m = r->flash_ok ? flash_find_version(a->flash_id)->tile_m : 0;
     r->prefill = r->flash_ok ? PREFILL_FLASH : r->prefill_ok ? PREFILL_PAGED : PREFILL_GEMM;
     CUDA_CHECK(cudaEventCreate(&r->ev0));
     CUDA_CHECK(cudaEventCreate(&r->ev1));
@@ -833,7 +836,7 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
             ftab[i] = paged ? 0 : b->seq_slot[i];  // slots: sequence i's one block is its slot
         }
         for (int i = 0; i < S; i++) frow[i] = b->cu_seqlens_q[i], fcu[i + 1] += fcu[i];
-        fa->ntiles = flash_plan(flash_attn_tile_m(fa), fa->H, fa->KV, fcu, S, ftiles);
+        fa->ntiles = flash_plan(r->ac.flash_tile_m, fa->H, fa->KV, fcu, S, ftiles);
         if (fa->ntiles < 1) die("gpu_runner_forward: the flash attention plan failed");
         fa->nseq = S;
         const size_t of = o;

@@ -40,7 +40,7 @@
 #include "step05_paged/cp_async.cuh"         // cp_async16, cp_async_commit, cp_async_wait
 #include "step05_paged/mma.cuh"              // pack2, mma16816, ldsm_x4, ldsm_x4_t
 #include "step07_kernels/flash_attn.h"
-#include "wgmma_acc.cuh"                       // WG_ACC32, WG_ACC64
+#include "wgmma.cuh"  // WGMMA_ARCH, mbar_*, fence_proxy_async, smem_desc, wgmma_*, WG_ACC32 / 64
 
 // ---------------------------------------------------------------- shared pieces
 
@@ -460,9 +460,6 @@ template <class C, int HD, class F> __global__ void __launch_bounds__(32 * F::NW
 // arrived and computed each address through key_off (a division by the block size per row): its
 // consumers spent 27% of the sampled warp time waiting on "fullK" (ncu, 223 TFLOP/s at llama8b_4k);
 // the producer below issues 16 copies a tile with pointer increments and does not wait (289.6).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FA_WGMMA_ARCH 1
-#endif
 #define FA6_BM 128  // M rows per CTA: 2 consumer warpgroups x 64
 #define FA6_BN 128  // keys per K/V tile
 #define FA6_NT 384  // producer + 2 consumer warpgroups
@@ -479,37 +476,14 @@ __device__ inline uint32_t fa6_off(int rows, int r, int ch) {
 }
 
 __global__ void k_fa6_probe(int *out) {
-#ifdef FA_WGMMA_ARCH
+#ifdef WGMMA_ARCH
     *out = 1;
 #else
     (void)out;
 #endif
 }
 
-#ifdef FA_WGMMA_ARCH
-__device__ inline void fa_mbar_init(uint32_t bar, uint32_t n) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(n));
-}
-__device__ inline void fa_mbar_arrive(uint32_t bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
-// until the phase of this parity has completed (a fresh barrier counts parity 1 as completed)
-__device__ inline void fa_mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done = 0;
-    do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
-}
-// this thread's generic-proxy shared writes (cp.async, stores) become visible to wgmma (async proxy)
-__device__ inline void fa_fence_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// shared-memory matrix descriptor: address, leading / stride byte offsets (>> 4), 128-byte swizzle
-__device__ inline uint64_t fa_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
-}
-__device__ inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-
+#ifdef WGMMA_ARCH
 // the accumulator operands, spelled out once
 #define FA6_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FA6_OPS32 WG_ACC32
@@ -558,7 +532,7 @@ __device__ inline void fa_turn_give(int cw) { cw == 0 ? fa_turn_give<0>() : fa_t
 
 // Grid (ntiles * KV), FA6_NT threads, fa6_smem_bytes<HD>() of dynamic shared memory.
 template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a) {
-#ifdef FA_WGMMA_ARCH
+#ifdef WGMMA_ARCH
     constexpr int BM = FA6_BM, BN = FA6_BN, VPR = HD / 8, RPP = 128 / VPR, NO = HD / 2;
     constexpr uint32_t QB = BM * HD * 2, TB = BN * HD * 2;  // bytes of the Q tile, of one K (V) tile
     static_assert(BN == 128 && BM == 128, "S is one m64n128 accumulator; 2 consumer warpgroups");
@@ -573,9 +547,9 @@ template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1)
     const int klast = a.causal ? t.ctx + t.qi0 + t.nrows - 1 : t.ctx + t.n - 1, nkt = klast / BN + 1;
     if (threadIdx.x == 0) {
         for (int st = 0; st < NS; st++) {
-            fa_mbar_init(bars + 8 * st, 128);             // fullK: every producer thread, when its K copies land
-            fa_mbar_init(bars + 8 * (NS + st), 128);      // fullV: the same for V
-            fa_mbar_init(bars + 8 * (2 * NS + st), 8);    // empty: one arrival a consumer warp
+            mbar_init(bars + 8 * st, 128);             // fullK: every producer thread, when its K copies land
+            mbar_init(bars + 8 * (NS + st), 128);      // fullV: the same for V
+            mbar_init(bars + 8 * (2 * NS + st), 8);    // empty: one arrival a consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -615,7 +589,7 @@ template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1)
         };
         for (int kt = 0; kt < nkt; kt++) {
             const int st = kt % NS;
-            fa_mbar_wait(bars + 8 * (2 * NS + st), ((kt / NS) & 1) ^ 1);  // stage free (the first round at once)
+            mbar_wait(bars + 8 * (2 * NS + st), ((kt / NS) & 1) ^ 1);  // stage free (the first round at once)
             load(kt, sk + st * TB, gk, gkc, bars + 8 * st);
             load(kt, sv + st * TB, gv, gvc, bars + 8 * (NS + st));
         }
@@ -636,7 +610,7 @@ template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1)
             }
             cp_async_commit();
             cp_async_wait<0>();
-            fa_fence_async();
+            fence_proxy_async();
             // named barrier 1 / 2: this warpgroup only (immediate ids, so ptxas reserves just these)
             if (cw == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
             else asm volatile("bar.sync 2, 128;\n" ::: "memory");
@@ -661,25 +635,25 @@ template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1)
             // arrival on empty must land in this round's phase)
             const bool active = k0 <= wlim1;
             float s[64];
-            fa_mbar_wait(bars + 8 * st, ph);
-            fa_fence_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
+            mbar_wait(bars + 8 * st, ph);
+            fence_proxy_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
             if (PP) fa_turn_wait(cw);  // (every tile, active or not: the turns stay paired)
             if (active) {
                 // ---- S = Q K^T: hd / 16 k-steps; k-step kk is 32 bytes into slab kk / 4 of each row
 #pragma unroll
                 for (int i = 0; i < 64; i++) s[i] = 0;
-                wg_fence();
+                wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; kk++) {
-                    const uint64_t da = fa_desc(sq + (kk >> 2) * (BM * 128) + cw * 64 * 128 + (kk & 3) * 32, 16, 1024);
-                    const uint64_t db = fa_desc(sk + st * TB + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+                    const uint64_t da = smem_desc(sq + (kk >> 2) * (BM * 128) + cw * 64 * 128 + (kk & 3) * 32, 16, 1024);
+                    const uint64_t db = smem_desc(sk + st * TB + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
                     wg_ss128<C>(s, da, db);
                 }
-                wg_commit();
+                wgmma_commit();
             }
             if (PP) fa_turn_give(cw);
             if (active) {
-                wg_wait0();
+                wgmma_wait0();
                 // ---- causal mask (a tile crossing the warpgroup's first row's limit), online softmax with
                 // the max kept unscaled: p = 2^(s * c - m * c), one FFMA
                 const bool masked = k0 + BN - 1 > wlim0;
@@ -713,8 +687,8 @@ template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1)
                     for (int j = 0; j < HD / 8; j++) o[4 * j + 2 * hf] *= al, o[4 * j + 2 * hf + 1] *= al;
                 }
             }
-            fa_mbar_wait(bars + 8 * (NS + st), ph);
-            fa_fence_async();
+            mbar_wait(bars + 8 * (NS + st), ph);
+            fence_proxy_async();
             if (PP) fa_turn_wait(cw);
             if (active) {
                 // ---- O += P V: keys 16 kk .. 16 kk + 15 are S's n-tiles 2 kk, 2 kk + 1 (registers
@@ -728,16 +702,16 @@ template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1)
                     pa[kk][2] = pack2<C>(s[8 * kk + 4], s[8 * kk + 5]);
                     pa[kk][3] = pack2<C>(s[8 * kk + 6], s[8 * kk + 7]);
                 }
-                wg_fence();
+                wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; kk++)
-                    wg_rs<C>(o, pa[kk], fa_desc(sv + st * TB + kk * 16 * 128, BN * 128, 1024));
-                wg_commit();
+                    wg_rs<C>(o, pa[kk], smem_desc(sv + st * TB + kk * 16 * 128, BN * 128, 1024));
+                wgmma_commit();
             }
             if (PP && !(cw == 1 && kt == nkt - 1)) fa_turn_give(cw);
-            if (active) wg_wait0();
+            if (active) wgmma_wait0();
             __syncwarp();
-            if (lane == 0) fa_mbar_arrive(bars + 8 * (2 * NS + st));  // this warp is done with stage st
+            if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + st));  // this warp is done with stage st
         }
         // ---- O / l, then the write (row m = (token m / g, head m % g)); padding rows write nothing
 #pragma unroll

@@ -73,6 +73,17 @@ typedef struct {
 } Prob;
 
 // lens[s] new tokens after ctx[s] context tokens (ctx NULL: none); values rounded to dt
+// Pool blocks 1 .. n (block 0 is the null block) in a random order: the block tables of a test.
+static int *shuffled_blocks(Rng *r, int n) {
+    int *b = malloc((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) b[i] = i + 1;
+    for (int i = n - 1; i > 0; i--) {
+        const int j = (int)(rng_u32(r) % (unsigned)(i + 1)), t = b[i];
+        b[i] = b[j], b[j] = t;
+    }
+    return b;
+}
+
 static Prob prob_new(int H, int KV, int hd, const int *lens, const int *ctx, int nseq, int causal, int B, StDtype dt,
                      unsigned seed) {
     Prob p = {H, KV, hd, nseq, causal, B, NULL, NULL, 0, 1, NULL, NULL, NULL, NULL, NULL, NULL, 0};
@@ -97,15 +108,7 @@ static Prob prob_new(int H, int KV, int hd, const int *lens, const int *ctx, int
         p.nb = cmax > 0 ? (cmax + B - 1) / B : 1;
         const int nblk = nseq * p.nb + 1;
         p.pool_rows = (size_t)nblk * B;
-        int *perm = malloc((size_t)nblk * sizeof(int));
-        for (int i = 0; i < nblk - 1; i++) perm[i] = i + 1;
-        for (int i = nblk - 2; i > 0; i--) {
-            const int j = (int)(rng_u32(&r) % (unsigned)(i + 1)), t = perm[i];
-            perm[i] = perm[j], perm[j] = t;
-        }
-        p.bt = malloc((size_t)nseq * p.nb * sizeof(int));
-        memcpy(p.bt, perm, (size_t)nseq * p.nb * sizeof(int));
-        free(perm);
+        p.bt = shuffled_blocks(&r, nblk - 1);  // nseq * nb entries
         p.kc = malloc(p.pool_rows * kd * sizeof(float)), p.vc = malloc(p.pool_rows * kd * sizeof(float));
         for (size_t i = 0; i < p.pool_rows * kd; i++) p.kc[i] = p.vc[i] = NAN;  // a read past a context shows
         for (int s = 0; s < nseq; s++)
@@ -354,14 +357,9 @@ static void gpu_engine_layout(int H, int KV, int hd, const int *lens, const int 
     for (int s = 0; s < nseq; s++) lmax = ctx[s] + lens[s] > lmax ? ctx[s] + lens[s] : lmax;
     const int nb = (lmax + B - 1) / B, nblk = nseq * nb + 1;
     const size_t prow = (size_t)nblk * B;
-    int *bt = malloc((size_t)nseq * nb * sizeof(int));
     Rng r;
     rng_seed(&r, 77u + (unsigned)B);
-    for (int i = 0; i < nseq * nb; i++) bt[i] = i + 1;
-    for (int i = nseq * nb - 1; i > 0; i--) {
-        const int j = (int)(rng_u32(&r) % (unsigned)(i + 1)), t = bt[i];
-        bt[i] = bt[j], bt[j] = t;
-    }
+    int *bt = shuffled_blocks(&r, nseq * nb);
     float *kc = malloc(prow * kd * sizeof(float)), *vc = malloc(prow * kd * sizeof(float));
     for (size_t i = 0; i < prow * kd; i++) kc[i] = vc[i] = NAN;
     for (int s = 0; s < nseq; s++)
