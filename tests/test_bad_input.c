@@ -228,6 +228,7 @@ static const Case bench_cases[] = {
     {"batch_bench", "--preset tiny --trace nano --device cpu --kv-gib 0", 2, "--kv-gib: 0 is out of range"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --kv pages", 2, "--kv: 'pages' is not slots or paged"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --prefix-cache yes", 2, "--prefix-cache: 'yes' is not on or off"},
+    {"batch_bench", "--preset tiny --trace nano --device cpu --prefill-attn flashy", 2, "--prefill-attn: 'flashy' is not flash, fused or gather"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --shared-prefix -1", 2, "--shared-prefix: -1 is out of range"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --kv slots --block-size 16", 2, "are options of --kv paged"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --num-blocks 9 --kv-gib 1", 2, "give one of --num-blocks and --kv-gib"},

@@ -1209,7 +1209,7 @@ Test(step05, batch_bench_paged_outputs_steps_and_summary) {
     snprintf(same_budget, sizeof same_budget, "--kv paged --max-num-seqs 24 --num-blocks %ld", jint(ss, "kv_tokens_budget") / 16 + 1);
     const char *paged[] = {"--kv paged --block-size 1 --max-num-seqs 24", same_budget, "--block-size 256 --max-num-seqs 24",
                            "--block-size 4 --num-blocks 12 --max-num-seqs 24 --prefix-cache off",
-                           "--kv paged --max-num-seqs 24 --prefill-attn gather"};
+                           "--kv paged --max-num-seqs 24 --prefill-attn gather", "--kv paged --max-num-seqs 24 --prefill-attn flash"};
     for (size_t k = 0; k < sizeof paged / sizeof paged[0]; k++) {
         json_t *jp = bench_json(paged[k], out, steps);
         const json_t *sp = json_object_get(jp, "summary");
