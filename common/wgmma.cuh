@@ -2,7 +2,8 @@
 // step07's v6 / v7 flash attention): mbarriers, the shared-memory matrix descriptor, the wgmma
 // group fences, and the accumulator operand lists of an inline-asm wgmma.
 // defines: WGMMA_ARCH (sm_90a code only), mbar_init, mbar_arrive, mbar_wait, fence_proxy_async,
-//          smem_desc, wgmma_fence, wgmma_commit, wgmma_wait0, WG_ACC8, WG_ACC32, WG_ACC64, WG_ACC128
+//          smem_desc, wgmma_fence, wgmma_commit, wgmma_wait0, wgmma_wait1,
+//          wgmma_fence_operands, WG_ACC8, WG_ACC32, WG_ACC64, WG_ACC128
 #pragma once
 #include <stdint.h>
 
@@ -36,6 +37,21 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// all but the newest committed group have completed (groups complete in the order committed)
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+// The compiler sees a wgmma's accumulators (and A registers) as written (read) when the asm
+// statement issues, not when the hardware is done with them. After a wait, this pins each
+// register to that point: no read or reuse of it is moved above the wait.
+template <int N> __device__ __forceinline__ void wgmma_fence_operands(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int M, int N> __device__ __forceinline__ void wgmma_fence_operands(unsigned (&r)[M][N]) {
+#pragma unroll
+    for (int i = 0; i < M; i++)
+#pragma unroll
+        for (int j = 0; j < N; j++) asm volatile("" : "+r"(r[i][j])::"memory");
+}
 #endif
 
 // wgmma.mma_async names every fp32 accumulator register of the thread as an operand ("+f": read

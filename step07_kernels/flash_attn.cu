@@ -490,9 +490,11 @@ __global__ void k_fa6_probe(int *out) {
 #define FA6_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define FA6_OPS64 WG_ACC64
 // d (64 x 128) += A (64 x 16, shared, K-major) . B (16 x 128, shared, K-major): S = Q K^T
-#define FA6_SS128(TY)                                                                                          \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA6_D64 ", %64, %65, 1, 1, 1, 0, 0;\n" \
-                 : FA6_OPS64 : "l"(da), "l"(db))
+// acc 0: d = A . B (scale-d false: d's old value is not read, so S needs no zeroing)
+#define FA6_SS128(TY)                                                                                     \
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"                                          \
+                 " wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA6_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n" \
+                 : FA6_OPS64 : "l"(da), "l"(db), "r"(acc))
 // d (64 x N) += A (64 x 16, registers) . B (16 x N, shared, MN-major): O += P V. AB: the A registers'
 // and the descriptor's operand numbers (after the N / 2 accumulators)
 #define FA6_RS(N, DREGS, DOPS, AB, TY)                                                                       \
@@ -500,15 +502,80 @@ __global__ void k_fa6_probe(int *out) {
                  : DOPS : "r"(p[0]), "r"(p[1]), "r"(p[2]), "r"(p[3]), "l"(db))
 #define FA6_AB64 "{%32, %33, %34, %35}, %36"
 #define FA6_AB128 "{%64, %65, %66, %67}, %68"
-template <class C> __device__ inline void wg_ss128(float (&d)[64], uint64_t da, uint64_t db);
-template <> __device__ inline void wg_ss128<__nv_bfloat16>(float (&d)[64], uint64_t da, uint64_t db) { FA6_SS128("bf16"); }
-template <> __device__ inline void wg_ss128<__half>(float (&d)[64], uint64_t da, uint64_t db) { FA6_SS128("f16"); }
+template <class C> __device__ inline void wg_ss128(float (&d)[64], uint64_t da, uint64_t db, int acc);
+template <> __device__ inline void wg_ss128<__nv_bfloat16>(float (&d)[64], uint64_t da, uint64_t db, int acc) { FA6_SS128("bf16"); }
+template <> __device__ inline void wg_ss128<__half>(float (&d)[64], uint64_t da, uint64_t db, int acc) { FA6_SS128("f16"); }
 template <class C> __device__ inline void wg_rs(float (&d)[32], const unsigned p[4], uint64_t db);
 template <> __device__ inline void wg_rs<__nv_bfloat16>(float (&d)[32], const unsigned p[4], uint64_t db) { FA6_RS(64, FA6_D32, FA6_OPS32, FA6_AB64, "bf16"); }
 template <> __device__ inline void wg_rs<__half>(float (&d)[32], const unsigned p[4], uint64_t db) { FA6_RS(64, FA6_D32, FA6_OPS32, FA6_AB64, "f16"); }
 template <class C> __device__ inline void wg_rs(float (&d)[64], const unsigned p[4], uint64_t db);
 template <> __device__ inline void wg_rs<__nv_bfloat16>(float (&d)[64], const unsigned p[4], uint64_t db) { FA6_RS(128, FA6_D64, FA6_OPS64, FA6_AB128, "bf16"); }
 template <> __device__ inline void wg_rs<__half>(float (&d)[64], const unsigned p[4], uint64_t db) { FA6_RS(128, FA6_D64, FA6_OPS64, FA6_AB128, "f16"); }
+
+// S = Q K^T of one tile for a consumer's 64 rows: hd / 16 k-steps, k-step kk 32 bytes into slab
+// kk / 4 of each row (qa: the warpgroup's first Q row, kb: the stage's K tile); issued, committed,
+// not waited for
+template <class C, int HD> __device__ inline void fa6_issue_s(float (&s)[64], uint32_t qa, uint32_t kb) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        wg_ss128<C>(s, smem_desc(qa + (kk >> 2) * (FA6_BM * 128) + (kk & 3) * 32, 16, 1024),
+                    smem_desc(kb + (kk >> 2) * (FA6_BN * 128) + (kk & 3) * 32, 16, 1024), kk > 0);
+    wgmma_commit();
+}
+// O += P V: keys 16 kk .. 16 kk + 15 are S's n-tiles 2 kk, 2 kk + 1 (registers 8 kk .. 8 kk + 7),
+// the A fragment of m64nNk16 in that order; V's k-step kk is 16 rows of 128 bytes further, its
+// 64-column slabs BN * 128 bytes apart (the leading offset). Issued and committed.
+template <class C, int NO> __device__ inline void fa6_issue_pv(float (&o)[NO], const unsigned (&pa)[FA6_BN / 16][4], uint32_t vb) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < FA6_BN / 16; kk++) wg_rs<C>(o, pa[kk], smem_desc(vb + kk * 16 * 128, FA6_BN * 128, 1024));
+    wgmma_commit();
+}
+template <class C> __device__ inline void fa6_pack_p(const float (&s)[64], unsigned (&pa)[FA6_BN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < FA6_BN / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) pa[kk][i] = pack2<C>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+}
+// One tile's causal mask (when the tile crosses the warpgroup's first row's limit) and online
+// softmax on the S accumulator, in place: s becomes p = 2^(s c - m c) (the max kept unscaled: one
+// FFMA), the thread's two rows' running max and sum updated; al: what O must be scaled by.
+__device__ inline void fa6_softmax(float (&s)[64], float (&mrow)[2], float (&lrow)[2], float (&al)[2], bool masked,
+                                   int k0, const int (&lim)[2], int tig, float c) {
+    float mx[2] = {mrow[0], mrow[1]};
+#pragma unroll
+    for (int j = 0; j < FA6_BN / 8; j++) {
+        const int key = k0 + j * 8 + tig * 2;
+#pragma unroll
+        for (int x = 0; x < 4; x++)
+            if (masked && key + (x & 1) > lim[x >> 1]) s[4 * j + x] = -INFINITY;
+        mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], off));
+        // finite: tile 0 holds key 0, which every row sees, and the max only grows
+        al[hf] = fast_exp2((mrow[hf] - mx[hf]) * c);
+        const float mc = mx[hf] * c;
+        mrow[hf] = mx[hf];
+        float ps = 0;
+#pragma unroll
+        for (int j = 0; j < FA6_BN / 8; j++)
+#pragma unroll
+            for (int x = 2 * hf; x < 2 * hf + 2; x++) {
+                s[4 * j + x] = fast_exp2(fmaf(s[4 * j + x], c, -mc));
+                ps += s[4 * j + x];
+            }
+        lrow[hf] = lrow[hf] * al[hf] + ps;
+    }
+}
+template <int NO> __device__ inline void fa6_rescale(float (&o)[NO], const float (&al)[2]) {
+#pragma unroll
+    for (int j = 0; j < NO / 4; j++) o[4 * j] *= al[0], o[4 * j + 1] *= al[0], o[4 * j + 2] *= al[1], o[4 * j + 3] *= al[1];
+}
 #endif
 
 // v7 (PP): FlashAttention-3's warpgroup ping-pong. The two consumers take turns at the tensor cores:
@@ -530,9 +597,12 @@ template <int CW> __device__ inline void fa_turn_give() {  // to the other consu
 __device__ inline void fa_turn_wait(int cw) { cw == 0 ? fa_turn_wait<0>() : fa_turn_wait<1>(); }
 __device__ inline void fa_turn_give(int cw) { cw == 0 ? fa_turn_give<0>() : fa_turn_give<1>(); }
 
-// Grid (ntiles * KV), FA6_NT threads, fa6_smem_bytes<HD>() of dynamic shared memory.
-template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a) {
+// Grid (ntiles * KV), FA6_NT threads, fa6_smem_bytes<HD>() of dynamic shared memory. MODE: v6's
+// loop, v7's ping-pong or v8's overlap.
+enum { FA6_PLAIN, FA6_PINGPONG, FA6_OVERLAP };
+template <class C, int HD, int MODE> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a) {
 #ifdef WGMMA_ARCH
+    constexpr bool PP = MODE == FA6_PINGPONG, OV = MODE == FA6_OVERLAP;
     constexpr int BM = FA6_BM, BN = FA6_BN, VPR = HD / 8, RPP = 128 / VPR, NO = HD / 2;
     constexpr uint32_t QB = BM * HD * 2, TB = BN * HD * 2;  // bytes of the Q tile, of one K (V) tile
     static_assert(BN == 128 && BM == 128, "S is one m64n128 accumulator; 2 consumer warpgroups");
@@ -542,9 +612,11 @@ template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1)
     constexpr int NS = FA6_ST;
     const uint32_t sq = raw + pad, sk = sq + QB, sv = sk + NS * TB, bars = sv + NS * TB;
     // bars + 8 st: fullK[st], + 8 (NS + st): fullV[st], + 8 (2 NS + st): empty[st]
-    const int g = a.H / a.KV, kvh = blockIdx.x % a.KV, wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    // wg and nkt broadcast from lane 0: the same in every lane, and the compiler can tell (a branch on
+    // them is not divergent; a wgmma in flight across a divergent branch gets serialized by ptxas)
+    const int g = a.H / a.KV, kvh = blockIdx.x % a.KV, wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), tid = threadIdx.x % 128;
     const FaTile t = find_tile(a, BM / g);
-    const int klast = a.causal ? t.ctx + t.qi0 + t.nrows - 1 : t.ctx + t.n - 1, nkt = klast / BN + 1;
+    const int klast = a.causal ? t.ctx + t.qi0 + t.nrows - 1 : t.ctx + t.n - 1, nkt = __shfl_sync(0xffffffffu, klast / BN + 1, 0);
     if (threadIdx.x == 0) {
         for (int st = 0; st < NS; st++) {
             mbar_init(bars + 8 * st, 128);             // fullK: every producer thread, when its K copies land
@@ -623,95 +695,106 @@ template <class C, int HD, bool PP> __global__ void __launch_bounds__(FA6_NT, 1)
         for (int hf = 0; hf < 2; hf++) lim[hf] = a.causal ? t.ctx + t.qi0 + min((mr + 8 * hf) / g, t.nrows - 1) : klast;
         const int wlim0 = a.causal ? t.ctx + t.qi0 + min(cw * 64 / g, t.nrows - 1) : klast;
         const int wlim1 = a.causal ? t.ctx + t.qi0 + min((cw * 64 + 63) / g, t.nrows - 1) : klast;
+        // the tiles whose keys the warpgroup's rows see: 0 .. nact - 1 (the rest it only releases)
+        const int nact = __shfl_sync(0xffffffffu, min(nkt, wlim1 / BN + 1), 0);
         float o[NO], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0, 0};
 #pragma unroll
         for (int i = 0; i < NO; i++) o[i] = 0;
         if (PP && cw == 1) fa_turn_give(cw);  // consumer 1 goes first
 
-        for (int kt = 0; kt < nkt; kt++) {
-            const int st = kt % NS, k0 = kt * BN;
-            const uint32_t ph = (kt / NS) & 1;
-            // a warpgroup whose rows see none of the tile skips its math (not its barriers: its
-            // arrival on empty must land in this round's phase)
-            const bool active = k0 <= wlim1;
-            float s[64];
-            mbar_wait(bars + 8 * st, ph);
-            fence_proxy_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
-            if (PP) fa_turn_wait(cw);  // (every tile, active or not: the turns stay paired)
-            if (active) {
-                // ---- S = Q K^T: hd / 16 k-steps; k-step kk is 32 bytes into slab kk / 4 of each row
-#pragma unroll
-                for (int i = 0; i < 64; i++) s[i] = 0;
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < HD / 16; kk++) {
-                    const uint64_t da = smem_desc(sq + (kk >> 2) * (BM * 128) + cw * 64 * 128 + (kk & 3) * 32, 16, 1024);
-                    const uint64_t db = smem_desc(sk + st * TB + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-                    wg_ss128<C>(s, da, db);
+        const uint32_t qa = sq + cw * 64 * 128;  // this warpgroup's first Q row in each slab
+        if constexpr (!OV) {
+            for (int kt = 0; kt < nkt; kt++) {
+                const int st = kt % NS, k0 = kt * BN;
+                const uint32_t ph = (kt / NS) & 1;
+                // a warpgroup whose rows see none of the tile skips its math (not its barriers: its
+                // arrival on empty must land in this round's phase)
+                const bool active = kt < nact;
+                float s[64], al[2];
+                mbar_wait(bars + 8 * st, ph);
+                fence_proxy_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
+                if (PP) fa_turn_wait(cw);  // (every tile, active or not: the turns stay paired)
+                if (active) fa6_issue_s<C, HD>(s, qa, sk + st * TB);
+                if (PP) fa_turn_give(cw);
+                if (active) {
+                    wgmma_wait0();
+                    wgmma_fence_operands(s);
+                    fa6_softmax(s, mrow, lrow, al, k0 + BN - 1 > wlim0, k0, lim, tig, a.scale_log2);
+                    fa6_rescale(o, al);
                 }
-                wgmma_commit();
-            }
-            if (PP) fa_turn_give(cw);
-            if (active) {
-                wgmma_wait0();
-                // ---- causal mask (a tile crossing the warpgroup's first row's limit), online softmax with
-                // the max kept unscaled: p = 2^(s * c - m * c), one FFMA
-                const bool masked = k0 + BN - 1 > wlim0;
-                float mx[2] = {mrow[0], mrow[1]};
-#pragma unroll
-                for (int j = 0; j < BN / 8; j++) {
-                    const int key = k0 + j * 8 + tig * 2;
-#pragma unroll
-                    for (int x = 0; x < 4; x++)
-                        if (masked && key + (x & 1) > lim[x >> 1]) s[4 * j + x] = -INFINITY;
-                    mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
-                    mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-                }
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-#pragma unroll
-                    for (int off = 1; off < 4; off <<= 1) mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], off));
-                    // finite: tile 0 holds key 0, which every row sees, and the max only grows
-                    const float al = fast_exp2((mrow[hf] - mx[hf]) * a.scale_log2), mc = mx[hf] * a.scale_log2;
-                    mrow[hf] = mx[hf];
-                    float ps = 0;
-#pragma unroll
-                    for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                        for (int x = 2 * hf; x < 2 * hf + 2; x++) {
-                            s[4 * j + x] = fast_exp2(fmaf(s[4 * j + x], a.scale_log2, -mc));
-                            ps += s[4 * j + x];
-                        }
-                    lrow[hf] = lrow[hf] * al + ps;
-#pragma unroll
-                    for (int j = 0; j < HD / 8; j++) o[4 * j + 2 * hf] *= al, o[4 * j + 2 * hf + 1] *= al;
-                }
-            }
-            mbar_wait(bars + 8 * (NS + st), ph);
-            fence_proxy_async();
-            if (PP) fa_turn_wait(cw);
-            if (active) {
-                // ---- O += P V: keys 16 kk .. 16 kk + 15 are S's n-tiles 2 kk, 2 kk + 1 (registers
-                // 8 kk .. 8 kk + 7), the A fragment of m64nNk16 in that order; V's k-step kk is 16 rows
-                // of 128 bytes further, its 64-column slabs BN * 128 bytes apart (the leading offset)
+                mbar_wait(bars + 8 * (NS + st), ph);
+                fence_proxy_async();
+                if (PP) fa_turn_wait(cw);
                 unsigned pa[BN / 16][4];
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++) {
-                    pa[kk][0] = pack2<C>(s[8 * kk], s[8 * kk + 1]);
-                    pa[kk][1] = pack2<C>(s[8 * kk + 2], s[8 * kk + 3]);
-                    pa[kk][2] = pack2<C>(s[8 * kk + 4], s[8 * kk + 5]);
-                    pa[kk][3] = pack2<C>(s[8 * kk + 6], s[8 * kk + 7]);
+                if (active) {
+                    fa6_pack_p<C>(s, pa);
+                    fa6_issue_pv<C>(o, pa, sv + st * TB);
                 }
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++)
-                    wg_rs<C>(o, pa[kk], smem_desc(sv + st * TB + kk * 16 * 128, BN * 128, 1024));
-                wgmma_commit();
+                if (PP && !(cw == 1 && kt == nkt - 1)) fa_turn_give(cw);
+                if (active) {
+                    wgmma_wait0();
+                    wgmma_fence_operands(o);
+                    wgmma_fence_operands(pa);
+                }
+                __syncwarp();
+                if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + st));  // this warp is done with stage st
             }
-            if (PP && !(cw == 1 && kt == nkt - 1)) fa_turn_give(cw);
-            if (active) wgmma_wait0();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + st));  // this warp is done with stage st
+        } else {
+            // v8: FlashAttention-3's intra-warpgroup overlap. Tile kt's S = Q K^T is issued, then tile
+            // kt - 1's O += P V; the softmax of S runs (wait 1: S's group is done, P V's may not be)
+            // while the tensor cores still do P V, and O is rescaled once P V is done (wait 0):
+            // O = (O_{kt-2} al_{kt-1} + P_{kt-1} V_{kt-1}) al_kt, the same sums in the same order as v6.
+            // pa (tile kt - 1's P, the A operand of the P V in flight) and s (tile kt's S) are both live.
+            unsigned pa[BN / 16][4];
+            int pst = -1;  // the stage whose P V is still to be issued (-1: none)
+            uint32_t pph = 0;
+            for (int kt = 0; kt < nkt; kt++) {
+                const int st = kt % NS, k0 = kt * BN;
+                const uint32_t ph = (kt / NS) & 1;
+                const bool active = kt < nact;
+                float s[64], al[2];
+                mbar_wait(bars + 8 * st, ph);
+                fence_proxy_async();
+                if (active) fa6_issue_s<C, HD>(s, qa, sk + st * TB);
+                if (pst >= 0) {
+                    mbar_wait(bars + 8 * (NS + pst), pph);
+                    fence_proxy_async();
+                    fa6_issue_pv<C>(o, pa, sv + pst * TB);
+                }
+                if (active) {
+                    if (pst >= 0) wgmma_wait1();
+                    else wgmma_wait0();
+                    wgmma_fence_operands(s);
+                    fa6_softmax(s, mrow, lrow, al, k0 + BN - 1 > wlim0, k0, lim, tig, a.scale_log2);
+                }
+                if (pst >= 0) {
+                    wgmma_wait0();
+                    wgmma_fence_operands(o);
+                    wgmma_fence_operands(pa);
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + pst));
+                }
+                if (active) {
+                    fa6_rescale(o, al);
+                    fa6_pack_p<C>(s, pa);
+                    pst = st, pph = ph;
+                } else {  // the tile's V is not read; its phase is still waited for, then released
+                    pst = -1;
+                    mbar_wait(bars + 8 * (NS + st), ph);
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + st));
+                }
+            }
+            if (pst >= 0) {
+                mbar_wait(bars + 8 * (NS + pst), pph);
+                fence_proxy_async();
+                fa6_issue_pv<C>(o, pa, sv + pst * TB);
+                wgmma_wait0();
+                wgmma_fence_operands(o);
+                wgmma_fence_operands(pa);
+                __syncwarp();
+                if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + pst));
+            }
         }
         // ---- O / l, then the write (row m = (token m / g, head m % g)); padding rows write nothing
 #pragma unroll
@@ -840,25 +923,25 @@ static int fits_wgmma(const FlashAttn *a, int cc, int optin) {
     const size_t smem = a->hd == 64 ? fa6_smem_bytes<64>() : fa6_smem_bytes<128>();
     return minor == 0 && smem <= (size_t)optin && wgmma_built();
 }
-template <class C, int HD, bool PP> static int launch_wgmma_t(const FlashAttn *a, int dev) {
+template <class C, int HD, int MODE> static int launch_wgmma_t(const FlashAttn *a, int dev) {
     const size_t smem = fa6_smem_bytes<HD>();
     static unsigned long long attr_set = 0;
     if (dev >= 64 || !(attr_set >> dev & 1)) {
-        CUDA_CHECK(cudaFuncSetAttribute(k_flash_wgmma<C, HD, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(k_flash_wgmma<C, HD, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         if (dev < 64) attr_set |= 1ull << dev;
     }
-    k_flash_wgmma<C, HD, PP><<<a->ntiles * a->KV, FA6_NT, smem>>>(fa_args(a));
+    k_flash_wgmma<C, HD, MODE><<<a->ntiles * a->KV, FA6_NT, smem>>>(fa_args(a));
     CUDA_CHECK_LAST();
     return 1;
 }
-template <bool PP> static int launch_wgmma(const FlashAttn *a) {
+template <int MODE> static int launch_wgmma(const FlashAttn *a) {
     int cc = 0, optin = 0;
     const int dev = device_props(&cc, &optin);
     if (dev < 0) return -1;
     if (!fits_wgmma(a, cc, optin)) return -2;
     if (a->dt == ST_BF16)
-        return a->hd == 64 ? launch_wgmma_t<__nv_bfloat16, 64, PP>(a, dev) : launch_wgmma_t<__nv_bfloat16, 128, PP>(a, dev);
-    return a->hd == 64 ? launch_wgmma_t<__half, 64, PP>(a, dev) : launch_wgmma_t<__half, 128, PP>(a, dev);
+        return a->hd == 64 ? launch_wgmma_t<__nv_bfloat16, 64, MODE>(a, dev) : launch_wgmma_t<__nv_bfloat16, 128, MODE>(a, dev);
+    return a->hd == 64 ? launch_wgmma_t<__half, 64, MODE>(a, dev) : launch_wgmma_t<__half, 128, MODE>(a, dev);
 }
 
 //                          NW MT  BN ST  SWZ    QREG   V4
@@ -888,9 +971,11 @@ static const struct {
     {{5, "v5_rb", "register blocking: 4 warps x 32 rows, each K/V fragment feeds 2 MMAs", V5_64::BM},
      launch_mma<V5_64, V5_128>, fits_mma<V5_64, V5_128>},
     {{6, "v6_wgmma", "sm_90a: producer warpgroup + 2 wgmma consumers, mbarrier ring, P from registers", FA6_BM},
-     launch_wgmma<false>, fits_wgmma},
+     launch_wgmma<FA6_PLAIN>, fits_wgmma},
     {{7, "v7_pingpong", "v6 + the two consumers take turns at the tensor cores (named barriers): one's softmax under the other's GEMMs", FA6_BM},
-     launch_wgmma<true>, fits_wgmma},
+     launch_wgmma<FA6_PINGPONG>, fits_wgmma},
+    {{8, "v8_overlap", "v6 + intra-warpgroup overlap: the next tile's S = Q K^T issued before this P V, its softmax under the P V", FA6_BM},
+     launch_wgmma<FA6_OVERLAP>, fits_wgmma},
 };
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
 static_assert(V1::BM <= FA_TILE_M_MAX && V2::BM <= FA_TILE_M_MAX && V4_64::BM == V4_128::BM && V3_64::BM == V3_128::BM &&
