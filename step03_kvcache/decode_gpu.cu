@@ -34,9 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <algorithm>
-#include <vector>
-
 #include "check.h"
 #include "cuda_check.h"
 #include "gpu.h"
@@ -275,10 +272,9 @@ struct GpuDecoder {
 };
 
 // Which decode step gpu_decoder_new captures: 0 step03's own (10 kernels a layer), 1 step07's
-// fusions (5 a layer), 2 the same with programmatic dependent launch on sm_90 (the default), 3 and 4
-// mode 2 with each GEMV prefetching the next one (3) or two (4) GEMVs' weights into the L2.
+// fusions (5 a layer), 2 the same with programmatic dependent launch on sm_90 (the default).
 static int g_decode_fused = 2;
-static const char *const FUSED_NAMES[GPU_DECODE_MODES] = {"unfused", "fused", "fused_pdl", "fused_pdl_l2", "fused_pdl_l2x2"};
+static const char *const FUSED_NAMES[] = {"unfused", "fused", "fused_pdl"};
 
 // Enqueue one decode step on d->stream (what the graph holds).
 static void decode_enqueue(GpuDecoder *d) {
@@ -355,9 +351,7 @@ static void attn_fused(int pdl, dim3 grid, size_t smem, cudaStream_t s, const fl
 // The fused step (step07_kernels/decode_fused.cuh): 5 kernels a layer where the projections are
 // dense. A quantized projection (step06) runs as in the unfused step, its RMSNorm or SwiGLU as a
 // kernel of its own.
-// pfd > 0: each dense GEMV's blocks also ask the L2 for the weights of the pfd GEMVs after it (in
-// the step's order, the lm_head's first 16 MB last, then the next step's first qkv): L2Pf.
-static void decode_enqueue_fused(GpuDecoder *d, int pdl, int pfd) {
+static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
     GpuModel *g = d->g;
     const ModelConfig *c = &g->cfg;
     const int dm = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, ff = c->intermediate;
@@ -367,42 +361,16 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl, int pfd) {
     const size_t es = esize(d->cdt), lstride = (size_t)d->max_seq * kd * es;
     const size_t attn_smem = attn_smem_bytes(gq, hd);
     cudaStream_t s = d->stream;
-    // the step's GEMVs in order (4 a layer, then the lm_head): their dense weights, or none (quantized)
-    const int ngemv = 4 * c->n_layers + 1;
-    std::vector<const char *> wp(ngemv, nullptr);
-    std::vector<unsigned long long> wn(ngemv, 0);
-    const size_t wes = esize(dt);
-    for (int l = 0; l < c->n_layers; l++) {
-        const GpuLayer *L = &g->layers[l];
-        const GpuQProj *q[4] = {&L->qqkv, &L->qo, &L->qgu, &L->qdown};
-        const void *w[4] = {L->wqkv, L->wo, L->wgu, L->wdown};
-        const size_t n[4] = {(size_t)nqkv * dm, (size_t)dm * qd, (size_t)2 * ff * dm, (size_t)dm * ff};
-        for (int k = 0; k < 4; k++)
-            if (q[k]->n == 0) wp[4 * l + k] = (const char *)w[k], wn[4 * l + k] = n[k] * wes;
-    }
-    wp[ngemv - 1] = (const char *)g->lm_head;
-    wn[ngemv - 1] = std::min((unsigned long long)c->vocab * dm * wes, 16ull << 20);
-    int gi = 0;  // the GEMV being enqueued
-    auto next_pf = [&]() {
-        L2Pf pf = {};
-        for (int k = 0; k < pfd && k < 2; k++) {
-            const int j = (gi + 1 + k) % ngemv;
-            pf.p[k] = wp[j], pf.n[k] = wn[j];
-        }
-        gi++;
-        return pf;
-    };
     // y [+]= W rmsnorm(x, nw) (+ b) when nw != NULL, else y [+]= W in (+ b); a quantized W: step06's GEMV
     auto proj = [&](const GpuQProj *q, const void *W, const float *nw, const float *in, const float *b, float *y,
                     int rows, int n_in, int acc) {
-        const L2Pf pf = next_pf();
         if (q->n == 0) {
             if (nw) {
                 DISPATCH(dt, A, gemvf_launch<A, true, false>(pdl, s, (const A *)W, (const float *)d->x, nw, eps, b, y,
-                                                             rows, n_in, acc, 0, pf));
+                                                             rows, n_in, acc, 0));
             } else {
                 DISPATCH(dt, A, gemvf_launch<A, false, false>(pdl, s, (const A *)W, in, (const float *)NULL, eps, b, y,
-                                                              rows, n_in, acc, 0, pf));
+                                                              rows, n_in, acc, 0));
             }
             return;
         }
@@ -422,11 +390,10 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl, int pfd) {
         DISPATCH(d->cdt, C, attn_fused<C>(pdl, dim3(KV, d->nsplit), attn_smem, s, d->qkv, L, d, H, KV, hd, eps, scale,
                                           (C *)kc, (C *)vc));
         proj(&L->qo, L->wo, NULL, d->att, L->bo, d->x, dm, qd, 1);  // x += att Wo^T
-        const L2Pf pf = next_pf();
         if (L->qgu.n == 0) {  // h = swiglu(Wgu rmsnorm(x)): one kernel
             DISPATCH(dt, A, gemvf_launch<A, true, true>(pdl, s, (const A *)L->wgu, (const float *)d->x,
                                                         (const float *)L->mlp_norm, eps, (const float *)NULL, d->h, ff,
-                                                        dm, 0, ff, pf));
+                                                        dm, 0, ff));
         } else {
             k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);
             CUDA_CHECK_LAST();
@@ -509,10 +476,10 @@ extern "C" GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int 
     gpu_decoder_reset(d);
     // capture the step once; every token replays it
     GpuInfo gi;
-    const int pdl = fused >= 2 && gpu_info(&gi) == 0 && gi.cc_major >= 9, pfd = fused >= 3 && pdl ? fused - 2 : 0;
+    const int pdl = fused == 2 && gpu_info(&gi) == 0 && gi.cc_major >= 9;
     cudaGraph_t gr;
     CUDA_CHECK(cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal));
-    if (fused) decode_enqueue_fused(d, pdl, pfd);
+    if (fused) decode_enqueue_fused(d, pdl);
     else decode_enqueue(d);
     CUDA_CHECK(cudaStreamEndCapture(d->stream, &gr));
     size_t nn = 0;
@@ -550,9 +517,9 @@ extern "C" void gpu_decoder_reset(GpuDecoder *d) {
 extern "C" int gpu_decoder_len(const GpuDecoder *d) { return d->len; }
 extern "C" int gpu_decoder_kernels(const GpuDecoder *d) { return d->kernels; }
 extern "C" void gpu_decoder_set_fused(int mode) {
-    if (mode >= 0 && mode < GPU_DECODE_MODES) g_decode_fused = mode;
+    if (mode >= 0 && mode <= 2) g_decode_fused = mode;
 }
-extern "C" const char *gpu_decoder_fused_name(int mode) { return mode >= 0 && mode < GPU_DECODE_MODES ? FUSED_NAMES[mode] : "?"; }
+extern "C" const char *gpu_decoder_fused_name(int mode) { return mode >= 0 && mode <= 2 ? FUSED_NAMES[mode] : "?"; }
 extern "C" double gpu_decoder_kv_bytes(const GpuDecoder *d) { return d->kv_bytes; }
 extern "C" double gpu_decoder_kv_elem_bytes(const GpuDecoder *d) { return (double)esize(d->cdt); }
 

@@ -18,8 +18,8 @@ int gpu_decoder_len(const GpuDecoder *d) {
 }
 void gpu_decoder_set_fused(int mode) { (void)mode; }
 const char *gpu_decoder_fused_name(int mode) {
-    static const char *const names[GPU_DECODE_MODES] = {"unfused", "fused", "fused_pdl", "fused_pdl_l2", "fused_pdl_l2x2"};
-    return mode >= 0 && mode < GPU_DECODE_MODES ? names[mode] : "?";
+    static const char *const names[] = {"unfused", "fused", "fused_pdl"};
+    return mode >= 0 && mode <= 2 ? names[mode] : "?";
 }
 int gpu_decoder_kernels(const GpuDecoder *d) {
     (void)d;

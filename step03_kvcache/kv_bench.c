@@ -44,16 +44,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
             "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--qgemv V]\n"
-            "                [--fused 0..4] [--no-ladders] [--csv | --json]\n"
+            "                [--fused 0|1|2] [--no-ladders] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
             "  --window     latency at p = median of the cached steps p-W .. p+W (default 8)\n"
             "  --reps       uncached forwards timed per position, and CPU cached runs (median; default 3)\n"
             "  --copy-gbps  the bandwidth ceiling (default: measured now on the GPU, build/ceilings.json on the CPU)\n"
             "  --fused M    GPU: the decode step of the table: 0 step03's own (10 kernels a layer), 1 step07's fusions\n"
-            "               (5 a layer), 2 fusions + programmatic dependent launch on sm_90 (default), 3 / 4: 2 with each\n"
-            "               GEMV prefetching the next one / two GEMVs' weights into the L2; all five are timed first\n"
-            "               (decode_step_by_fusion)\n"
+            "               (5 a layer), 2 fusions + programmatic dependent launch on sm_90 (default); all three are\n"
+            "               timed first (decode_step_by_fusion)\n"
             "  --no-ladders GPU: skip the fusion and GEMV ladders (the table only: --fused, --gemv or v2)\n"
             "  --gemv V     GPU: GEMV version 1..4 of step03's unfused step (default: the fastest decode of its ladder,\n"
             "               measured first)\n"
@@ -143,7 +142,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--copy-gbps") && more) copy_gbps = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
         else if (!strcmp(a, "--gemv") && more) gemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--qgemv") && more) qgemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
-        else if (!strcmp(a, "--fused") && more) fused = (int)arg_int(a, argv[++i], 0, GPU_DECODE_MODES - 1);
+        else if (!strcmp(a, "--fused") && more) fused = (int)arg_int(a, argv[++i], 0, 2);
         else if (!strcmp(a, "--no-ladders")) ladders = 0;
         else if (!strcmp(a, "--quant") && more) {
             if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
@@ -199,7 +198,7 @@ int main(int argc, char **argv) {
     char ladder[600] = "", fusion[600] = "";
     if (use_cuda && ladders) {
         int off = 0, kernels;
-        for (int f = 0; f < GPU_DECODE_MODES; f++) {
+        for (int f = 0; f <= 2; f++) {
             gpu_decoder_set_fused(f);  // before gpu_decoder_new: the graph captures the mode
             const double m = decode_median_ms(gm, &kernels);
             off += snprintf(fusion + off, sizeof fusion - (size_t)off, "%s%s %.4f ms (%d kernels)", f ? "; " : "",

@@ -103,10 +103,7 @@ int gpu_decoder_len(const GpuDecoder *d);
 // Which step the next gpu_decoder_new captures: 0 step03's own (10 kernels a layer: RMSNorm, GEMV,
 // RoPE + cache write, attention split, combine, GEMV, RMSNorm, GEMV, SwiGLU, GEMV), 1 step07's
 // fusions (5 a layer: step07_kernels/decode_fused.cuh), 2 (the default) the same with programmatic
-// dependent launch on sm_90 (1 elsewhere), 3 and 4 mode 2 with each GEMV asking the L2 for the next
-// one (3) or two (4) GEMVs' weights (sm_90; 1 elsewhere). Names: "unfused", "fused", "fused_pdl",
-// "fused_pdl_l2", "fused_pdl_l2x2". The logits of modes 1 to 4 are bit-identical.
-#define GPU_DECODE_MODES 5
+// dependent launch on sm_90 (1 elsewhere). Names: "unfused", "fused", "fused_pdl".
 void gpu_decoder_set_fused(int mode);
 const char *gpu_decoder_fused_name(int mode);
 int gpu_decoder_kernels(const GpuDecoder *d);  // kernel nodes in its graph: launches per token

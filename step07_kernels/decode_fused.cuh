@@ -1,6 +1,6 @@
 // decode_fused.cuh — step07's fusions inside step03's batch-1 decode graph (CUDA C++ only; included
 // by step03_kvcache/decode_gpu.cu, which chooses between this step and its own, gpu_decoder_set_fused).
-// defines: pdl_trigger, pdl_wait, pdl_launch, L2Pf, l2_prefetch_share, k_gemv_fused, k_argmax_fused, k_rope_table, k_attn_fused
+// defines: pdl_trigger, pdl_wait, pdl_launch, k_gemv_fused, k_argmax_fused, k_rope_table, k_attn_fused
 //
 // At batch 1 a small model's decode step is ~10 small kernels per layer, each a few microseconds,
 // and the GPU spends much of the step between kernels: one kernel drains (its last blocks finish
@@ -75,32 +75,6 @@ static void pdl_launch(int pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...));
 }
 
-// ---------------------------------------------------------------- L2 prefetch of later weights
-// Up to two byte ranges (the next GEMVs' weights) that a kernel's blocks ask the L2 to fetch, each
-// block its share, one cp.async.bulk.prefetch.L2 (sm_90: a hint that moves HBM into L2 and returns
-// at once; nothing waits for it, nothing is written). The HBM then streams those weights while this
-// kernel and the attention after it wait on latencies; the next GEMV's loads find them in L2.
-struct L2Pf {
-    const char *p[2];
-    unsigned long long n[2];
-};
-static __device__ __forceinline__ void l2_prefetch_share(const L2Pf &pf) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (threadIdx.x < 2) {
-        const unsigned long long n = pf.n[threadIdx.x];
-        const unsigned long long per = ((n + gridDim.x - 1) / gridDim.x + 15) & ~15ull, start = blockIdx.x * per;
-        if (n && start < n) {
-            const unsigned size = (unsigned)(min(per, n - start) & ~15ull);
-            if (size)
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(pf.p[threadIdx.x] + start), "r"(size)
-                             : "memory");
-        }
-    }
-#else
-    (void)pf;
-#endif
-}
-
 // ---------------------------------------------------------------- the fused GEMV
 #define GEMVF_WARPS 8  // warps per block; one output per warp
 #define GEMVF_U 8      // 16-byte chunks per lane per row in flight (as step03's v2_r1u8)
@@ -114,10 +88,9 @@ static __device__ __forceinline__ void l2_prefetch_share(const L2Pf &pf) {
 template <class W, bool NORM, bool SWIGLU, bool TAIL>
 __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     k_gemv_fused(const W *__restrict__ Wm, const float *x, const float *__restrict__ nw, float eps,
-                 const float *__restrict__ b, float *y, int rows, int n_in, int accumulate, int pair, L2Pf pf) {
+                 const float *__restrict__ b, float *y, int rows, int n_in, int accumulate, int pair) {
     constexpr int N = Vec16<W>::N, R = SWIGLU ? 2 : 1, U = GEMVF_U;
     pdl_trigger();
-    l2_prefetch_share(pf);  // later weights: no dependence on any kernel
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * GEMVF_WARPS + threadIdx.x / 32;
     const int rr = min(row, rows - 1);  // a warp past the end computes a clamped row, writes nothing
@@ -242,15 +215,15 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 // and 4.43 without, while Qwen3-0.6B's down projection, 3072 = 1.5 rounds, wants it).
 template <class W, bool NORM, bool SWIGLU>
 static void gemvf_launch(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
-                         const float *b, float *y, int rows, int n_in, int accumulate, int pair, L2Pf pf = L2Pf{}) {
+                         const float *b, float *y, int rows, int n_in, int accumulate, int pair) {
     const int nv = n_in % Vec16<W>::N ? 0 : n_in / Vec16<W>::N, round = 32 * GEMVF_U;
     const dim3 grid((rows + GEMVF_WARPS - 1) / GEMVF_WARPS), block(GEMVF_WARPS * 32);
     if (nv > round && nv % round)
         pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, true>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows, n_in,
-                   accumulate, pair, pf);
+                   accumulate, pair);
     else
         pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, false>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows, n_in,
-                   accumulate, pair, pf);
+                   accumulate, pair);
 }
 
 // ---------------------------------------------------------------- argmax over many blocks

@@ -50,6 +50,7 @@ struct FaArgs {  // what every kernel reads (flash_attn.h's FlashAttn, typed on 
     const int *cu_seqlens, *ctx_lens, *bt, *cu_tiles, *q_rows;
     int nseq, H, KV, ldq, ldk, ldo, bt_stride, B, causal;
     float scale, scale_log2;
+    int nwork;  // ntiles * KV: the (tile, kv head) pairs
 };
 
 // The grid is flat, (ntiles * KV) CTAs: CTA b is tile b / KV of kv head b % KV, so the CTAs are
@@ -60,9 +61,10 @@ struct FaArgs {  // what every kernel reads (flash_attn.h's FlashAttn, typed on 
 struct FaTile {
     int s, qi0, nrows, krow0, ctx, n;
 };
-__device__ inline FaTile find_tile(const FaArgs &a, int rpt) {
+// w: the work item (tile w / KV of kv head w % KV); a CTA of the flat grid is item blockIdx.x.
+__device__ inline FaTile find_tile(const FaArgs &a, int rpt, int w) {
     int lo = 0, hi = a.nseq - 1;  // cu_tiles[lo] <= tile < cu_tiles[nseq]
-    const int b = blockIdx.x / a.KV;
+    const int b = w / a.KV;
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
         if (__ldg(a.cu_tiles + mid) <= b) lo = mid;
@@ -79,6 +81,7 @@ __device__ inline FaTile find_tile(const FaArgs &a, int rpt) {
     t.nrows = min(rpt, t.n - t.qi0);
     return t;
 }
+__device__ inline FaTile find_tile(const FaArgs &a, int rpt) { return find_tile(a, rpt, blockIdx.x); }
 
 // Key p of the tile's sequence: element offset of its kv head's row in the pool (p < ctx, or every
 // key when k is NULL: *pool 1) or in k / v (the chunk's own keys).
@@ -465,9 +468,9 @@ template <class C, int HD, class F> __global__ void __launch_bounds__(32 * F::NW
 #define FA6_NT 384  // producer + 2 consumer warpgroups
 #define FA6_ST 3    // K/V stages in the ring (3 x 64 KB at hd 128: 225 KB with Q, under sm_90's 227 KB)
 
-// bytes: Q, FA6_ST K and V stages, alignment slack, 3 * FA6_ST mbarriers (fullK, fullV, empty)
+// bytes: Q, FA6_ST K and V stages, alignment slack, 3 * FA6_ST mbarriers (fullK, fullV, empty), qfull, qempty
 template <int HD> constexpr size_t fa6_smem_bytes() {
-    return (size_t)(FA6_BM + 2 * FA6_ST * FA6_BN) * HD * 2 + 1024 + 3 * FA6_ST * 8;
+    return (size_t)(FA6_BM + 2 * FA6_ST * FA6_BN) * HD * 2 + 1024 + (3 * FA6_ST + 2) * 8;
 }
 
 // Byte offset of 16-byte chunk ch (0 .. hd / 8 - 1) of row r in a swizzled tile of `rows` rows.
@@ -597,10 +600,19 @@ template <int CW> __device__ inline void fa_turn_give() {  // to the other consu
 __device__ inline void fa_turn_wait(int cw) { cw == 0 ? fa_turn_wait<0>() : fa_turn_wait<1>(); }
 __device__ inline void fa_turn_give(int cw) { cw == 0 ? fa_turn_give<0>() : fa_turn_give<1>(); }
 
-// Grid (ntiles * KV), FA6_NT threads, fa6_smem_bytes<HD>() of dynamic shared memory. MODE: v6's
-// loop, v7's ping-pong or v8's overlap.
+// Grid (ntiles * KV) CTAs, or (v9, PERSIST) at most one per SM, each taking work items in turn;
+// FA6_NT threads, fa6_smem_bytes<HD>() of dynamic shared memory. MODE: v6's loop, v7's ping-pong or
+// v8's overlap.
+//
+// v9 (PERSIST): FlashAttention-3's persistent CTAs. A CTA of the flat grid does one tile and exits,
+// and the next CTA on that SM starts from nothing: barriers, its Q load, the producer's first K/V
+// tiles, all with the tensor cores idle. A persistent CTA takes items b, then 2 G - 1 - b, then
+// 2 G + b, ... (G CTAs; a snake, since the items come longest first), and its producer runs ahead
+// across items: it loads the next item's Q (once both consumers have released the Q buffer on
+// "qempty") and K/V tiles while the consumers finish this one and write its O. The ring's stages
+// and phases count tiles over all of the CTA's items.
 enum { FA6_PLAIN, FA6_PINGPONG, FA6_OVERLAP };
-template <class C, int HD, int MODE> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a) {
+template <class C, int HD, int MODE, bool PERSIST> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a) {
 #ifdef WGMMA_ARCH
     constexpr bool PP = MODE == FA6_PINGPONG, OV = MODE == FA6_OVERLAP;
     constexpr int BM = FA6_BM, BN = FA6_BN, VPR = HD / 8, RPP = 128 / VPR, NO = HD / 2;
@@ -611,23 +623,28 @@ template <class C, int HD, int MODE> __global__ void __launch_bounds__(FA6_NT, 1
     unsigned char *sm = fa6_raw + pad;  // generic pointer to the 1024-aligned base
     constexpr int NS = FA6_ST;
     const uint32_t sq = raw + pad, sk = sq + QB, sv = sk + NS * TB, bars = sv + NS * TB;
-    // bars + 8 st: fullK[st], + 8 (NS + st): fullV[st], + 8 (2 NS + st): empty[st]
-    // wg and nkt broadcast from lane 0: the same in every lane, and the compiler can tell (a branch on
-    // them is not divergent; a wgmma in flight across a divergent branch gets serialized by ptxas)
-    const int g = a.H / a.KV, kvh = blockIdx.x % a.KV, wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), tid = threadIdx.x % 128;
-    const FaTile t = find_tile(a, BM / g);
-    const int klast = a.causal ? t.ctx + t.qi0 + t.nrows - 1 : t.ctx + t.n - 1, nkt = __shfl_sync(0xffffffffu, klast / BN + 1, 0);
+    // bars + 8 st: fullK[st], + 8 (NS + st): fullV[st], + 8 (2 NS + st): empty[st]; v9: + 8 (3 NS)
+    // qfull, + 8 (3 NS + 1) qempty
+    const uint32_t qfull = bars + 8 * (3 * NS), qempty = qfull + 8;
+    // wg, the item and nkt broadcast from lane 0: the same in every lane, and the compiler can tell (a
+    // branch on them is not divergent; a wgmma in flight across a divergent branch gets serialized)
+    const int g = a.H / a.KV, wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), tid = threadIdx.x % 128;
+    const int G = gridDim.x, b = blockIdx.x;
     if (threadIdx.x == 0) {
         for (int st = 0; st < NS; st++) {
             mbar_init(bars + 8 * st, 128);             // fullK: every producer thread, when its K copies land
             mbar_init(bars + 8 * (NS + st), 128);      // fullV: the same for V
             mbar_init(bars + 8 * (2 * NS + st), 8);    // empty: one arrival a consumer warp
         }
+        mbar_init(qfull, 128);  // (v9) every producer thread, when its Q copies land
+        mbar_init(qempty, 8);   // (v9) one arrival a consumer warp, once its last S is done
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    // item r of this CTA (the flat grid: item b, then none)
+    auto item = [&](int r) { return __shfl_sync(0xffffffffu, r * G + (r & 1 ? G - 1 - b : b), 0); };
 
-    if (wg == 0) {  // ---- producer: K and V tiles of 128 keys, keys past klast as zeros
+    if (wg == 0) {  // ---- producer: K and V tiles of 128 keys, keys past klast as zeros (v9: and Q)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
         // Thread tid copies 16-byte chunk c of rows rr, rr + RPP, ... of every tile. RPP is a multiple
         // of 8, so the swizzle (row % 8) is the same for all of them: the destination moves by RPP rows
@@ -635,179 +652,217 @@ template <class C, int HD, int MODE> __global__ void __launch_bounds__(FA6_NT, 1
         // positions (its block and offset kept incrementally: no division in the loop). The copies
         // are not waited for: cp.async.mbarrier.arrive.noinc makes the stage's barrier count this
         // thread's arrival once they have landed, and the producer goes on to the next stage.
-        const int *tab = a.bt ? a.bt + (size_t)t.s * a.bt_stride : nullptr;
         const C *gk = (const C *)a.k, *gv = (const C *)a.v, *gkc = (const C *)a.kc, *gvc = (const C *)a.vc;
         const int c = tid % VPR, rr = tid / VPR, pool_all = gk == nullptr;
-        const size_t col = (size_t)kvh * HD + c * 8, pstride = (size_t)a.KV * HD;
         const uint32_t d0 = fa6_off(BN, rr, c);
-        const int B = tab ? a.B : 0x40000000;  // no pool: blk stays 0, boff never wraps
-        auto load = [&](int kt, uint32_t dst, const C *g_new, const C *g_pool, uint32_t bar) {
-            int p = kt * BN + rr, blk = p / B, boff = p - blk * B;
-            size_t noff = (size_t)(t.krow0 - t.ctx + p) * a.ldk + col;  // only read for p >= ctx when k is given
-            dst += d0;
-#pragma unroll 4
-            for (int i = 0; i < BN / RPP; i++) {
-                const C *src = g_pool ? g_pool : g_new;  // any valid address for a zero fill
-                int bytes = 0;
-                if (p <= klast) {
-                    bytes = 16;
-                    src = p < t.ctx || pool_all ? g_pool + ((size_t)__ldg(tab + blk) * B + boff) * pstride + col : g_new + noff;
+        int gt = 0;  // tiles loaded so far (all items): the ring's position
+        for (int r = 0;; r++) {
+            const int w = item(r);
+            if (w >= a.nwork || (!PERSIST && r > 0)) break;
+            const int kvh = w % a.KV;
+            const FaTile t = find_tile(a, BM / g, w);
+            const int klast = a.causal ? t.ctx + t.qi0 + t.nrows - 1 : t.ctx + t.n - 1;
+            const int nkt = __shfl_sync(0xffffffffu, klast / BN + 1, 0);
+            const int *tab = a.bt ? a.bt + (size_t)t.s * a.bt_stride : nullptr;
+            const size_t col = (size_t)kvh * HD + c * 8, pstride = (size_t)a.KV * HD;
+            const int B = tab ? a.B : 0x40000000;  // no pool: blk stays 0, boff never wraps
+            if (PERSIST) {  // Q (M row m = new token qi0 + m / g, head kvh * g + m % g; padding rows zeros)
+                mbar_wait(qempty, (r & 1) ^ 1);  // the consumers are done with the last item's Q
+                const C *gq = (const C *)a.q;
+#pragma unroll
+                for (int r0 = 0; r0 < BM; r0 += RPP) {
+                    const int m = r0 + rr, i = m / g, ok = i < t.nrows;
+                    const size_t off = ok ? (size_t)(t.krow0 + t.qi0 + i) * a.ldq + (size_t)(kvh * g + m % g) * HD + c * 8 : 0;
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sq + fa6_off(BM, m, c)), "l"(gq + off),
+                                 "r"(ok ? 16 : 0)
+                                 : "memory");
                 }
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-                p += RPP, dst += RPP * 128, noff += (size_t)RPP * a.ldk, boff += RPP;
-                while (boff >= B) boff -= B, blk++;
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(qfull) : "memory");
             }
-            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-        };
-        for (int kt = 0; kt < nkt; kt++) {
-            const int st = kt % NS;
-            mbar_wait(bars + 8 * (2 * NS + st), ((kt / NS) & 1) ^ 1);  // stage free (the first round at once)
-            load(kt, sk + st * TB, gk, gkc, bars + 8 * st);
-            load(kt, sv + st * TB, gv, gvc, bars + 8 * (NS + st));
+            auto load = [&](int kt, uint32_t dst, const C *g_new, const C *g_pool, uint32_t bar) {
+                int p = kt * BN + rr, blk = p / B, boff = p - blk * B;
+                size_t noff = (size_t)(t.krow0 - t.ctx + p) * a.ldk + col;  // only read for p >= ctx when k is given
+                dst += d0;
+#pragma unroll 4
+                for (int i = 0; i < BN / RPP; i++) {
+                    const C *src = g_pool ? g_pool : g_new;  // any valid address for a zero fill
+                    int bytes = 0;
+                    if (p <= klast) {
+                        bytes = 16;
+                        src = p < t.ctx || pool_all ? g_pool + ((size_t)__ldg(tab + blk) * B + boff) * pstride + col : g_new + noff;
+                    }
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+                    p += RPP, dst += RPP * 128, noff += (size_t)RPP * a.ldk, boff += RPP;
+                    while (boff >= B) boff -= B, blk++;
+                }
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+            };
+            for (int kt = 0; kt < nkt; kt++, gt++) {
+                const int st = gt % NS;
+                mbar_wait(bars + 8 * (2 * NS + st), ((gt / NS) & 1) ^ 1);  // stage free (the first round at once)
+                load(kt, sk + st * TB, gk, gkc, bars + 8 * st);
+                load(kt, sv + st * TB, gv, gvc, bars + 8 * (NS + st));
+            }
         }
         cp_async_wait<0>();  // nothing in flight when the producer's warps exit
     } else {  // ---- consumers: warpgroup 1 -> M rows 0 .. 63, 2 -> 64 .. 127
         asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
-        const int cw = wg - 1, w = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
-        // Q: this warpgroup's 64 rows (M row m = new token qi0 + m / g, head kvh * g + m % g; padding
-        // rows zeros), then visible to the warpgroup's wgmmas
-        {
-            const C *gq = (const C *)a.q;
-            const int c = tid % VPR;
-#pragma unroll
-            for (int r0 = 0; r0 < 64; r0 += RPP) {
-                const int m = cw * 64 + r0 + tid / VPR, i = m / g, ok = i < t.nrows;
-                const size_t off = ok ? (size_t)(t.krow0 + t.qi0 + i) * a.ldq + (size_t)(kvh * g + m % g) * HD + c * 8 : 0;
-                cp_async16(sm + fa6_off(BM, m, c), gq + off, ok ? 16 : 0);
-            }
-            cp_async_commit();
-            cp_async_wait<0>();
-            fence_proxy_async();
-            // named barrier 1 / 2: this warpgroup only (immediate ids, so ptxas reserves just these)
-            if (cw == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
-            else asm volatile("bar.sync 2, 128;\n" ::: "memory");
-        }
-        // this thread's rows: mr and mr + 8 (hf 0, 1), the last key each sees (padding rows: the last
-        // real row's); the warpgroup's first and last rows' limits (mask below / skip past)
-        const int mr = cw * 64 + w * 16 + gid;
-        int lim[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) lim[hf] = a.causal ? t.ctx + t.qi0 + min((mr + 8 * hf) / g, t.nrows - 1) : klast;
-        const int wlim0 = a.causal ? t.ctx + t.qi0 + min(cw * 64 / g, t.nrows - 1) : klast;
-        const int wlim1 = a.causal ? t.ctx + t.qi0 + min((cw * 64 + 63) / g, t.nrows - 1) : klast;
-        // the tiles whose keys the warpgroup's rows see: 0 .. nact - 1 (the rest it only releases)
-        const int nact = __shfl_sync(0xffffffffu, min(nkt, wlim1 / BN + 1), 0);
-        float o[NO], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0, 0};
-#pragma unroll
-        for (int i = 0; i < NO; i++) o[i] = 0;
-        if (PP && cw == 1) fa_turn_give(cw);  // consumer 1 goes first
-
+        const int cw = wg - 1, w_ = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
         const uint32_t qa = sq + cw * 64 * 128;  // this warpgroup's first Q row in each slab
-        if constexpr (!OV) {
-            for (int kt = 0; kt < nkt; kt++) {
-                const int st = kt % NS, k0 = kt * BN;
-                const uint32_t ph = (kt / NS) & 1;
-                // a warpgroup whose rows see none of the tile skips its math (not its barriers: its
-                // arrival on empty must land in this round's phase)
-                const bool active = kt < nact;
-                float s[64], al[2];
-                mbar_wait(bars + 8 * st, ph);
-                fence_proxy_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
-                if (PP) fa_turn_wait(cw);  // (every tile, active or not: the turns stay paired)
-                if (active) fa6_issue_s<C, HD>(s, qa, sk + st * TB);
-                if (PP) fa_turn_give(cw);
-                if (active) {
-                    wgmma_wait0();
-                    wgmma_fence_operands(s);
-                    fa6_softmax(s, mrow, lrow, al, k0 + BN - 1 > wlim0, k0, lim, tig, a.scale_log2);
-                    fa6_rescale(o, al);
-                }
-                mbar_wait(bars + 8 * (NS + st), ph);
+        const int mr = cw * 64 + w_ * 16 + gid;  // this thread's rows: mr and mr + 8 (hf 0, 1)
+        int gt = 0;                              // tiles consumed so far (all items)
+        for (int r = 0;; r++) {
+            const int w = item(r);
+            if (w >= a.nwork || (!PERSIST && r > 0)) break;
+            const int kvh = w % a.KV;
+            const FaTile t = find_tile(a, BM / g, w);
+            const int klast = a.causal ? t.ctx + t.qi0 + t.nrows - 1 : t.ctx + t.n - 1;
+            const int nkt = __shfl_sync(0xffffffffu, klast / BN + 1, 0);
+            if (PERSIST) {
+                mbar_wait(qfull, r & 1);
                 fence_proxy_async();
-                if (PP) fa_turn_wait(cw);
-                unsigned pa[BN / 16][4];
-                if (active) {
-                    fa6_pack_p<C>(s, pa);
-                    fa6_issue_pv<C>(o, pa, sv + st * TB);
+            } else {  // Q: this warpgroup's 64 rows, then visible to the warpgroup's wgmmas
+                const C *gq = (const C *)a.q;
+                const int c = tid % VPR;
+#pragma unroll
+                for (int r0 = 0; r0 < 64; r0 += RPP) {
+                    const int m = cw * 64 + r0 + tid / VPR, i = m / g, ok = i < t.nrows;
+                    const size_t off = ok ? (size_t)(t.krow0 + t.qi0 + i) * a.ldq + (size_t)(kvh * g + m % g) * HD + c * 8 : 0;
+                    cp_async16(sm + fa6_off(BM, m, c), gq + off, ok ? 16 : 0);
                 }
-                if (PP && !(cw == 1 && kt == nkt - 1)) fa_turn_give(cw);
-                if (active) {
-                    wgmma_wait0();
-                    wgmma_fence_operands(o);
-                    wgmma_fence_operands(pa);
-                }
-                __syncwarp();
-                if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + st));  // this warp is done with stage st
+                cp_async_commit();
+                cp_async_wait<0>();
+                fence_proxy_async();
+                // named barrier 1 / 2: this warpgroup only (immediate ids, so ptxas reserves just these)
+                if (cw == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+                else asm volatile("bar.sync 2, 128;\n" ::: "memory");
             }
-        } else {
-            // v8: FlashAttention-3's intra-warpgroup overlap. Tile kt's S = Q K^T is issued, then tile
-            // kt - 1's O += P V; the softmax of S runs (wait 1: S's group is done, P V's may not be)
-            // while the tensor cores still do P V, and O is rescaled once P V is done (wait 0):
-            // O = (O_{kt-2} al_{kt-1} + P_{kt-1} V_{kt-1}) al_kt, the same sums in the same order as v6.
-            // pa (tile kt - 1's P, the A operand of the P V in flight) and s (tile kt's S) are both live.
-            unsigned pa[BN / 16][4];
-            int pst = -1;  // the stage whose P V is still to be issued (-1: none)
-            uint32_t pph = 0;
-            for (int kt = 0; kt < nkt; kt++) {
-                const int st = kt % NS, k0 = kt * BN;
-                const uint32_t ph = (kt / NS) & 1;
-                const bool active = kt < nact;
-                float s[64], al[2];
-                mbar_wait(bars + 8 * st, ph);
-                fence_proxy_async();
-                if (active) fa6_issue_s<C, HD>(s, qa, sk + st * TB);
+            // the last key each of the thread's rows sees (padding rows: the last real row's); the
+            // warpgroup's first and last rows' limits (mask below / skip past)
+            int lim[2];
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) lim[hf] = a.causal ? t.ctx + t.qi0 + min((mr + 8 * hf) / g, t.nrows - 1) : klast;
+            const int wlim0 = a.causal ? t.ctx + t.qi0 + min(cw * 64 / g, t.nrows - 1) : klast;
+            const int wlim1 = a.causal ? t.ctx + t.qi0 + min((cw * 64 + 63) / g, t.nrows - 1) : klast;
+            // the tiles whose keys the warpgroup's rows see: 0 .. nact - 1 (the rest it only releases)
+            const int nact = __shfl_sync(0xffffffffu, min(nkt, wlim1 / BN + 1), 0);
+            float o[NO], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0, 0};
+#pragma unroll
+            for (int i = 0; i < NO; i++) o[i] = 0;
+            if (PP && cw == 1) fa_turn_give(cw);  // consumer 1 goes first (every item: its turns pair up)
+
+            if constexpr (!OV) {
+                for (int kt = 0; kt < nkt; kt++) {
+                    const int st = (gt + kt) % NS, k0 = kt * BN;
+                    const uint32_t ph = ((gt + kt) / NS) & 1;
+                    // a warpgroup whose rows see none of the tile skips its math (not its barriers: its
+                    // arrival on empty must land in this round's phase)
+                    const bool active = kt < nact;
+                    float s[64], al[2];
+                    mbar_wait(bars + 8 * st, ph);
+                    fence_proxy_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
+                    if (PP) fa_turn_wait(cw);  // (every tile, active or not: the turns stay paired)
+                    if (active) fa6_issue_s<C, HD>(s, qa, sk + st * TB);
+                    if (PP) fa_turn_give(cw);
+                    if (active) {
+                        wgmma_wait0();
+                        wgmma_fence_operands(s);
+                        fa6_softmax(s, mrow, lrow, al, k0 + BN - 1 > wlim0, k0, lim, tig, a.scale_log2);
+                        fa6_rescale(o, al);
+                    }
+                    mbar_wait(bars + 8 * (NS + st), ph);
+                    fence_proxy_async();
+                    if (PP) fa_turn_wait(cw);
+                    unsigned pa[BN / 16][4];
+                    if (active) {
+                        fa6_pack_p<C>(s, pa);
+                        fa6_issue_pv<C>(o, pa, sv + st * TB);
+                    }
+                    if (PP && !(cw == 1 && kt == nkt - 1)) fa_turn_give(cw);
+                    if (active) {
+                        wgmma_wait0();
+                        wgmma_fence_operands(o);
+                        wgmma_fence_operands(pa);
+                    }
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + st));  // this warp is done with stage st
+                }
+            } else {
+                // v8: FlashAttention-3's intra-warpgroup overlap. Tile kt's S = Q K^T is issued, then
+                // tile kt - 1's O += P V; the softmax of S runs (wait 1: S's group is done, P V's may
+                // not be) while the tensor cores still do P V, and O is rescaled once P V is done (wait
+                // 0): O = (O_{kt-2} al_{kt-1} + P_{kt-1} V_{kt-1}) al_kt, the same sums in the same
+                // order as v6. pa (tile kt - 1's P, the A operand of the P V in flight) and s (tile
+                // kt's S) are both live.
+                unsigned pa[BN / 16][4];
+                int pst = -1;  // the stage whose P V is still to be issued (-1: none)
+                uint32_t pph = 0;
+                for (int kt = 0; kt < nkt; kt++) {
+                    const int st = (gt + kt) % NS, k0 = kt * BN;
+                    const uint32_t ph = ((gt + kt) / NS) & 1;
+                    const bool active = kt < nact;
+                    float s[64], al[2];
+                    mbar_wait(bars + 8 * st, ph);
+                    fence_proxy_async();
+                    if (active) fa6_issue_s<C, HD>(s, qa, sk + st * TB);
+                    if (pst >= 0) {
+                        mbar_wait(bars + 8 * (NS + pst), pph);
+                        fence_proxy_async();
+                        fa6_issue_pv<C>(o, pa, sv + pst * TB);
+                    }
+                    if (active) {
+                        if (pst >= 0) wgmma_wait1();
+                        else wgmma_wait0();
+                        wgmma_fence_operands(s);
+                        fa6_softmax(s, mrow, lrow, al, k0 + BN - 1 > wlim0, k0, lim, tig, a.scale_log2);
+                    }
+                    if (pst >= 0) {
+                        wgmma_wait0();
+                        wgmma_fence_operands(o);
+                        wgmma_fence_operands(pa);
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + pst));
+                    }
+                    if (active) {
+                        fa6_rescale(o, al);
+                        fa6_pack_p<C>(s, pa);
+                        pst = st, pph = ph;
+                    } else {  // the tile's V is not read; its phase is still waited for, then released
+                        pst = -1;
+                        mbar_wait(bars + 8 * (NS + st), ph);
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + st));
+                    }
+                }
                 if (pst >= 0) {
                     mbar_wait(bars + 8 * (NS + pst), pph);
                     fence_proxy_async();
                     fa6_issue_pv<C>(o, pa, sv + pst * TB);
-                }
-                if (active) {
-                    if (pst >= 0) wgmma_wait1();
-                    else wgmma_wait0();
-                    wgmma_fence_operands(s);
-                    fa6_softmax(s, mrow, lrow, al, k0 + BN - 1 > wlim0, k0, lim, tig, a.scale_log2);
-                }
-                if (pst >= 0) {
                     wgmma_wait0();
                     wgmma_fence_operands(o);
                     wgmma_fence_operands(pa);
                     __syncwarp();
                     if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + pst));
                 }
-                if (active) {
-                    fa6_rescale(o, al);
-                    fa6_pack_p<C>(s, pa);
-                    pst = st, pph = ph;
-                } else {  // the tile's V is not read; its phase is still waited for, then released
-                    pst = -1;
-                    mbar_wait(bars + 8 * (NS + st), ph);
-                    __syncwarp();
-                    if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + st));
-                }
             }
-            if (pst >= 0) {
-                mbar_wait(bars + 8 * (NS + pst), pph);
-                fence_proxy_async();
-                fa6_issue_pv<C>(o, pa, sv + pst * TB);
-                wgmma_wait0();
-                wgmma_fence_operands(o);
-                wgmma_fence_operands(pa);
+            gt += nkt;
+            if (PERSIST) {  // every wgmma of this item is done: the producer may load the next Q
                 __syncwarp();
-                if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + pst));
+                if (lane == 0) mbar_arrive(qempty);
             }
-        }
-        // ---- O / l, then the write (row m = (token m / g, head m % g)); padding rows write nothing
+            // ---- O / l, then the write (row m = (token m / g, head m % g)); padding rows write nothing
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float l = lrow[hf];
+            for (int hf = 0; hf < 2; hf++) {
+                float l = lrow[hf];
 #pragma unroll
-            for (int off = 1; off < 4; off <<= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-            const int m = mr + 8 * hf;
-            if (m >= t.nrows * g) continue;
-            const float inv = 1.0f / l;
-            C *dst = (C *)a.out + (size_t)(t.krow0 + t.qi0 + m / g) * a.ldo + (size_t)(kvh * g + m % g) * HD + tig * 2;
+                for (int off = 1; off < 4; off <<= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+                const int m = mr + 8 * hf;
+                if (m >= t.nrows * g) continue;
+                const float inv = 1.0f / l;
+                C *dst = (C *)a.out + (size_t)(t.krow0 + t.qi0 + m / g) * a.ldo + (size_t)(kvh * g + m % g) * HD + tig * 2;
 #pragma unroll
-            for (int j = 0; j < HD / 8; j++) *(unsigned *)(dst + j * 8) = pack2<C>(o[4 * j + 2 * hf] * inv, o[4 * j + 2 * hf + 1] * inv);
+                for (int j = 0; j < HD / 8; j++) *(unsigned *)(dst + j * 8) = pack2<C>(o[4 * j + 2 * hf] * inv, o[4 * j + 2 * hf + 1] * inv);
+            }
         }
     }
 #else
@@ -847,6 +902,7 @@ static FaArgs fa_args(const FlashAttn *a) {
     f.cu_tiles = a->cu_tiles, f.q_rows = a->q_rows, f.nseq = a->nseq, f.H = a->H, f.KV = a->KV, f.ldq = a->ldq, f.ldk = a->ldk, f.ldo = a->ldo;
     f.bt_stride = a->bt_stride, f.B = a->block_size, f.causal = a->causal != 0;
     f.scale = a->scale, f.scale_log2 = a->scale * 1.4426950408889634f;
+    f.nwork = a->ntiles * a->KV;
     return f;
 }
 
@@ -923,25 +979,31 @@ static int fits_wgmma(const FlashAttn *a, int cc, int optin) {
     const size_t smem = a->hd == 64 ? fa6_smem_bytes<64>() : fa6_smem_bytes<128>();
     return minor == 0 && smem <= (size_t)optin && wgmma_built();
 }
-template <class C, int HD, int MODE> static int launch_wgmma_t(const FlashAttn *a, int dev) {
+template <class C, int HD, int MODE, bool PERSIST> static int launch_wgmma_t(const FlashAttn *a, int dev) {
     const size_t smem = fa6_smem_bytes<HD>();
     static unsigned long long attr_set = 0;
     if (dev >= 64 || !(attr_set >> dev & 1)) {
-        CUDA_CHECK(cudaFuncSetAttribute(k_flash_wgmma<C, HD, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(k_flash_wgmma<C, HD, MODE, PERSIST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         if (dev < 64) attr_set |= 1ull << dev;
     }
-    k_flash_wgmma<C, HD, MODE><<<a->ntiles * a->KV, FA6_NT, smem>>>(fa_args(a));
+    int grid = a->ntiles * a->KV, sms = 0;
+    if (PERSIST) {  // one CTA an SM (the shared memory allows no second), none without an item
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        grid = grid < sms ? grid : sms;
+    }
+    k_flash_wgmma<C, HD, MODE, PERSIST><<<grid, FA6_NT, smem>>>(fa_args(a));
     CUDA_CHECK_LAST();
     return 1;
 }
-template <int MODE> static int launch_wgmma(const FlashAttn *a) {
+template <int MODE, bool PERSIST> static int launch_wgmma(const FlashAttn *a) {
     int cc = 0, optin = 0;
     const int dev = device_props(&cc, &optin);
     if (dev < 0) return -1;
     if (!fits_wgmma(a, cc, optin)) return -2;
     if (a->dt == ST_BF16)
-        return a->hd == 64 ? launch_wgmma_t<__nv_bfloat16, 64, MODE>(a, dev) : launch_wgmma_t<__nv_bfloat16, 128, MODE>(a, dev);
-    return a->hd == 64 ? launch_wgmma_t<__half, 64, MODE>(a, dev) : launch_wgmma_t<__half, 128, MODE>(a, dev);
+        return a->hd == 64 ? launch_wgmma_t<__nv_bfloat16, 64, MODE, PERSIST>(a, dev)
+                           : launch_wgmma_t<__nv_bfloat16, 128, MODE, PERSIST>(a, dev);
+    return a->hd == 64 ? launch_wgmma_t<__half, 64, MODE, PERSIST>(a, dev) : launch_wgmma_t<__half, 128, MODE, PERSIST>(a, dev);
 }
 
 //                          NW MT  BN ST  SWZ    QREG   V4
@@ -971,11 +1033,13 @@ static const struct {
     {{5, "v5_rb", "register blocking: 4 warps x 32 rows, each K/V fragment feeds 2 MMAs", V5_64::BM},
      launch_mma<V5_64, V5_128>, fits_mma<V5_64, V5_128>},
     {{6, "v6_wgmma", "sm_90a: producer warpgroup + 2 wgmma consumers, mbarrier ring, P from registers", FA6_BM},
-     launch_wgmma<FA6_PLAIN>, fits_wgmma},
+     launch_wgmma<FA6_PLAIN, false>, fits_wgmma},
     {{7, "v7_pingpong", "v6 + the two consumers take turns at the tensor cores (named barriers): one's softmax under the other's GEMMs", FA6_BM},
-     launch_wgmma<FA6_PINGPONG>, fits_wgmma},
+     launch_wgmma<FA6_PINGPONG, false>, fits_wgmma},
     {{8, "v8_overlap", "v6 + intra-warpgroup overlap: the next tile's S = Q K^T issued before this P V, its softmax under the P V", FA6_BM},
-     launch_wgmma<FA6_OVERLAP>, fits_wgmma},
+     launch_wgmma<FA6_OVERLAP, false>, fits_wgmma},
+    {{9, "v9_persist", "v7 with persistent CTAs (one an SM, items in a snake): the producer loads the next item's Q and K/V during this one's last tiles and O write", FA6_BM},
+     launch_wgmma<FA6_PINGPONG, true>, fits_wgmma},
 };
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
 static_assert(V1::BM <= FA_TILE_M_MAX && V2::BM <= FA_TILE_M_MAX && V4_64::BM == V4_128::BM && V3_64::BM == V3_128::BM &&
