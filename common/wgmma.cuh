@@ -1,7 +1,8 @@
 // wgmma.cuh — the Hopper (sm_90a) pieces shared by the kernels that issue wgmma (step01's v9 GEMM,
 // step07's v6 / v7 flash attention): mbarriers, the shared-memory matrix descriptor, the wgmma
 // group fences, and the accumulator operand lists of an inline-asm wgmma.
-// defines: WGMMA_ARCH (sm_90a code only), mbar_init, mbar_arrive, mbar_wait, fence_proxy_async,
+// defines: WGMMA_ARCH (sm_90a code only), mbar_init, mbar_arrive, mbar_wait, mbar_expect_tx, tma_load_2d,
+//          fence_proxy_async,
 //          smem_desc, wgmma_fence, wgmma_commit, wgmma_wait0, wgmma_wait1,
 //          wgmma_fence_operands, WG_ACC8, WG_ACC32, WG_ACC64, WG_ACC128
 #pragma once
@@ -37,6 +38,18 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// TMA: the next phase of bar also waits for `bytes` of copies (the arrival of the thread that issues them)
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// TMA: one 2D box (c0 = innermost coordinate) of the tensor map (a __grid_constant__ kernel
+// parameter) from global into shared memory, counted on bar as it lands (async proxy writes: the
+// wgmmas that read them need no proxy fence)
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
 // all but the newest committed group have completed (groups complete in the order committed)
 __device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 // The compiler sees a wgmma's accumulators (and A registers) as written (read) when the asm

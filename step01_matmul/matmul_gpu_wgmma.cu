@@ -14,7 +14,7 @@
 // Built only into the sm_90a code (arch 90 is compiled as sm_90a by the Makefile); everywhere
 // else the kernel body is empty and mm_wgmma_available() says 0. K and N must be multiples of
 // 8 (TMA row strides are multiples of 16 bytes): matmul_gpu.cu pads other shapes.
-#include <cuda.h>  // CUtensorMap and its enums only: the driver function is fetched at run time
+#include <cuda.h>  // CUtensorMap and its enums only: the driver function is fetched at run time (tma_host.cuh)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -24,7 +24,8 @@
 
 #include "cuda_check.h"
 #include "matmul_gpu_kernels.cuh"
-#include "wgmma.cuh"  // mbar_*, smem_desc, WG_ACC128
+#include "tma_host.cuh"  // tma_map_2d
+#include "wgmma.cuh"     // mbar_*, tma_load_2d, smem_desc, WG_ACC128
 
 #define BM9 128
 #define BN9 256
@@ -49,15 +50,6 @@ __global__ void k_wgmma_probe(int *out) {
 }
 
 #if WGMMA_OK
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// One 2D tile (c0 = innermost coordinate) from global into shared memory, completing on bar.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-        ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
 // wgmma m64n256k16: d (64x256 fp32 per warpgroup, 128 registers per thread) += A (64x16,
 // K-major) . B (16x256, N-major), both from shared memory through their descriptors.
 // TYPE is the PTX input type (f16 or bf16); the 128 accumulator operands are spelled out once.
@@ -157,45 +149,10 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // ------------------------------------------------------------------ host side
-typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// cuTensorMapEncodeTiled lives in the driver (libcuda); asking the runtime for its address
-// avoids linking -lcuda.
-static EncodeTiledFn encode_fn(void) {
-    static EncodeTiledFn fn = NULL;
-    if (!fn) {
-        void *p = NULL;
-        cudaDriverEntryPointQueryResult q;
-#if CUDART_VERSION >= 12050
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-#else
-        CUDA_CHECK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &q));
-#endif
-        if (!p || q != cudaDriverEntryPointSuccess) {
-            fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
-            exit(1);
-        }
-        fn = (EncodeTiledFn)p;
-    }
-    return fn;
-}
-
-// A 2D row-major 16-bit matrix (rows, cols) read in boxes of box_rows x 64 columns (128 bytes,
-// the 128-byte swizzle span); out-of-range elements read as zero.
+// A 2D row-major 16-bit matrix (rows, cols) read in boxes of box_rows x 64 columns; out-of-range
+// elements read as zero (tma_host.cuh).
 static void make_map(CUtensorMap *m, CUtensorMapDataType dt, const void *ptr, int rows, int cols, int box_rows) {
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    cuuint64_t strides[1] = {(cuuint64_t)cols * 2};  // bytes between rows; must be a multiple of 16
-    cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
-    cuuint32_t estr[2] = {1, 1};
-    CUresult r = encode_fn()(m, dt, 2, (void *)ptr, dims, strides, box, estr,
-                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "cuTensorMapEncodeTiled failed (%d) for a %dx%d matrix\n", (int)r, rows, cols);
-        exit(1);
-    }
+    if (tma_map_2d(m, dt, ptr, (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)cols * 2, box_rows)) exit(1);
 }
 
 int mm_wgmma_available(void) {

@@ -33,6 +33,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+
+#include <type_traits>
 
 #include "check.h"
 #include "cuda_check.h"
@@ -40,7 +43,8 @@
 #include "step05_paged/cp_async.cuh"         // cp_async16, cp_async_commit, cp_async_wait
 #include "step05_paged/mma.cuh"              // pack2, mma16816, ldsm_x4, ldsm_x4_t
 #include "step07_kernels/flash_attn.h"
-#include "wgmma.cuh"  // WGMMA_ARCH, mbar_*, fence_proxy_async, smem_desc, wgmma_*, WG_ACC32 / 64
+#include "tma_host.cuh"  // tma_map_2d (v10)
+#include "wgmma.cuh"     // WGMMA_ARCH, mbar_*, tma_load_2d, fence_proxy_async, smem_desc, wgmma_*, WG_ACC32 / 64
 
 // ---------------------------------------------------------------- shared pieces
 
@@ -611,9 +615,21 @@ __device__ inline void fa_turn_give(int cw) { cw == 0 ? fa_turn_give<0>() : fa_t
 // across items: it loads the next item's Q (once both consumers have released the Q buffer on
 // "qempty") and K/V tiles while the consumers finish this one and write its O. The ring's stages
 // and phases count tiles over all of the CTA's items.
+//
+// v10 (TMA): the keys of a call without a context are rows of k and v, so the producer is one
+// thread asking the copy engine for each tile (hd / 64 boxes of 128 rows x 128 bytes for K, the
+// same for V, landing in the 128-byte swizzled layout, rows past k_rows as zeros) and counting its
+// bytes on the stage's barrier (expect_tx); the copies are async-proxy writes, so the consumers
+// wait and issue their wgmmas with no proxy fence. Rows past the sequence's last key are other
+// sequences' keys (finite), masked like the zero rows of the other rungs.
+struct FaTma {
+    CUtensorMap k, v;  // (k_rows, KV * hd) each, boxes of FA6_BN rows x 64 columns
+};
 enum { FA6_PLAIN, FA6_PINGPONG, FA6_OVERLAP };
-template <class C, int HD, int MODE, bool PERSIST> __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a) {
+template <class C, int HD, int MODE, bool PERSIST, bool TMA>
+__global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a, const __grid_constant__ FaTma tm) {
 #ifdef WGMMA_ARCH
+    static_assert(!(TMA && PERSIST), "v10 is v7 with TMA");
     constexpr bool PP = MODE == FA6_PINGPONG, OV = MODE == FA6_OVERLAP;
     constexpr int BM = FA6_BM, BN = FA6_BN, VPR = HD / 8, RPP = 128 / VPR, NO = HD / 2;
     constexpr uint32_t QB = BM * HD * 2, TB = BN * HD * 2;  // bytes of the Q tile, of one K (V) tile
@@ -632,8 +648,8 @@ template <class C, int HD, int MODE, bool PERSIST> __global__ void __launch_boun
     const int G = gridDim.x, b = blockIdx.x;
     if (threadIdx.x == 0) {
         for (int st = 0; st < NS; st++) {
-            mbar_init(bars + 8 * st, 128);             // fullK: every producer thread, when its K copies land
-            mbar_init(bars + 8 * (NS + st), 128);      // fullV: the same for V
+            mbar_init(bars + 8 * st, TMA ? 1 : 128);         // fullK: every producer thread, when its K copies land
+            mbar_init(bars + 8 * (NS + st), TMA ? 1 : 128);  // fullV: the same for V (TMA: the one thread's expect_tx)
             mbar_init(bars + 8 * (2 * NS + st), 8);    // empty: one arrival a consumer warp
         }
         mbar_init(qfull, 128);  // (v9) every producer thread, when its Q copies land
@@ -697,11 +713,26 @@ template <class C, int HD, int MODE, bool PERSIST> __global__ void __launch_boun
                 }
                 asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
             };
-            for (int kt = 0; kt < nkt; kt++, gt++) {
-                const int st = gt % NS;
-                mbar_wait(bars + 8 * (2 * NS + st), ((gt / NS) & 1) ^ 1);  // stage free (the first round at once)
-                load(kt, sk + st * TB, gk, gkc, bars + 8 * st);
-                load(kt, sv + st * TB, gv, gvc, bars + 8 * (NS + st));
+            if constexpr (TMA) {
+                if (tid == 0)
+                    for (int kt = 0; kt < nkt; kt++, gt++) {
+                        const int st = gt % NS, row = t.krow0 + kt * BN;
+                        const uint32_t fk = bars + 8 * st, fv = bars + 8 * (NS + st);
+                        mbar_wait(bars + 8 * (2 * NS + st), ((gt / NS) & 1) ^ 1);
+                        mbar_expect_tx(fk, TB);  // the whole boxes count, zero-filled rows included
+#pragma unroll
+                        for (int j = 0; j < HD / 64; j++) tma_load_2d(sk + st * TB + j * (BN * 128), &tm.k, kvh * HD + j * 64, row, fk);
+                        mbar_expect_tx(fv, TB);
+#pragma unroll
+                        for (int j = 0; j < HD / 64; j++) tma_load_2d(sv + st * TB + j * (BN * 128), &tm.v, kvh * HD + j * 64, row, fv);
+                    }
+            } else {
+                for (int kt = 0; kt < nkt; kt++, gt++) {
+                    const int st = gt % NS;
+                    mbar_wait(bars + 8 * (2 * NS + st), ((gt / NS) & 1) ^ 1);  // stage free (the first round at once)
+                    load(kt, sk + st * TB, gk, gkc, bars + 8 * st);
+                    load(kt, sv + st * TB, gv, gvc, bars + 8 * (NS + st));
+                }
             }
         }
         cp_async_wait<0>();  // nothing in flight when the producer's warps exit
@@ -760,7 +791,7 @@ template <class C, int HD, int MODE, bool PERSIST> __global__ void __launch_boun
                     const bool active = kt < nact;
                     float s[64], al[2];
                     mbar_wait(bars + 8 * st, ph);
-                    fence_proxy_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
+                    if (!TMA) fence_proxy_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
                     if (PP) fa_turn_wait(cw);  // (every tile, active or not: the turns stay paired)
                     if (active) fa6_issue_s<C, HD>(s, qa, sk + st * TB);
                     if (PP) fa_turn_give(cw);
@@ -771,7 +802,7 @@ template <class C, int HD, int MODE, bool PERSIST> __global__ void __launch_boun
                         fa6_rescale(o, al);
                     }
                     mbar_wait(bars + 8 * (NS + st), ph);
-                    fence_proxy_async();
+                    if (!TMA) fence_proxy_async();
                     if (PP) fa_turn_wait(cw);
                     unsigned pa[BN / 16][4];
                     if (active) {
@@ -979,11 +1010,11 @@ static int fits_wgmma(const FlashAttn *a, int cc, int optin) {
     const size_t smem = a->hd == 64 ? fa6_smem_bytes<64>() : fa6_smem_bytes<128>();
     return minor == 0 && smem <= (size_t)optin && wgmma_built();
 }
-template <class C, int HD, int MODE, bool PERSIST> static int launch_wgmma_t(const FlashAttn *a, int dev) {
+template <class C, int HD, int MODE, bool PERSIST, bool TMA> static int launch_wgmma_t(const FlashAttn *a, int dev) {
     const size_t smem = fa6_smem_bytes<HD>();
     static unsigned long long attr_set = 0;
     if (dev >= 64 || !(attr_set >> dev & 1)) {
-        CUDA_CHECK(cudaFuncSetAttribute(k_flash_wgmma<C, HD, MODE, PERSIST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(k_flash_wgmma<C, HD, MODE, PERSIST, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         if (dev < 64) attr_set |= 1ull << dev;
     }
     int grid = a->ntiles * a->KV, sms = 0;
@@ -991,19 +1022,42 @@ template <class C, int HD, int MODE, bool PERSIST> static int launch_wgmma_t(con
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         grid = grid < sms ? grid : sms;
     }
-    k_flash_wgmma<C, HD, MODE, PERSIST><<<grid, FA6_NT, smem>>>(fa_args(a));
+    FaTma tm;
+    memset(&tm, 0, sizeof tm);
+    if (TMA) {  // the last maps encoded, kept: a timed loop or an engine's layers repeat the call
+        static FaTma last;
+        static const void *lk = nullptr, *lv = nullptr;
+        static int lrows = -1, lld = -1, lkd = -1, ldev = -1;
+        const int kd = a->KV * HD;
+        if (a->k != lk || a->v != lv || a->k_rows != lrows || a->ldk != lld || kd != lkd || dev != ldev) {
+            const CUtensorMapDataType ty = std::is_same<C, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+            if (tma_map_2d(&last.k, ty, a->k, (unsigned long long)a->k_rows, (unsigned long long)kd, (unsigned long long)a->ldk * 2, FA6_BN) ||
+                tma_map_2d(&last.v, ty, a->v, (unsigned long long)a->k_rows, (unsigned long long)kd, (unsigned long long)a->ldk * 2, FA6_BN)) {
+                lk = nullptr;
+                return -1;
+            }
+            lk = a->k, lv = a->v, lrows = a->k_rows, lld = a->ldk, lkd = kd, ldev = dev;
+        }
+        tm = last;
+    }
+    k_flash_wgmma<C, HD, MODE, PERSIST, TMA><<<grid, FA6_NT, smem>>>(fa_args(a), tm);
     CUDA_CHECK_LAST();
     return 1;
 }
-template <int MODE, bool PERSIST> static int launch_wgmma(const FlashAttn *a) {
+// v10 takes what v6 takes when every key is a row of k and v (no context, no q_rows: rows past a
+// sequence are the next one's) and k_rows says how many rows a copy may read.
+static int fits_tma(const FlashAttn *a, int cc, int optin) {
+    return a->k && !a->ctx_lens && !a->q_rows && a->k_rows > 0 && fits_wgmma(a, cc, optin);
+}
+template <int MODE, bool PERSIST, bool TMA> static int launch_wgmma(const FlashAttn *a) {
     int cc = 0, optin = 0;
     const int dev = device_props(&cc, &optin);
     if (dev < 0) return -1;
-    if (!fits_wgmma(a, cc, optin)) return -2;
+    if (!(TMA ? fits_tma : fits_wgmma)(a, cc, optin)) return -2;
     if (a->dt == ST_BF16)
-        return a->hd == 64 ? launch_wgmma_t<__nv_bfloat16, 64, MODE, PERSIST>(a, dev)
-                           : launch_wgmma_t<__nv_bfloat16, 128, MODE, PERSIST>(a, dev);
-    return a->hd == 64 ? launch_wgmma_t<__half, 64, MODE, PERSIST>(a, dev) : launch_wgmma_t<__half, 128, MODE, PERSIST>(a, dev);
+        return a->hd == 64 ? launch_wgmma_t<__nv_bfloat16, 64, MODE, PERSIST, TMA>(a, dev)
+                           : launch_wgmma_t<__nv_bfloat16, 128, MODE, PERSIST, TMA>(a, dev);
+    return a->hd == 64 ? launch_wgmma_t<__half, 64, MODE, PERSIST, TMA>(a, dev) : launch_wgmma_t<__half, 128, MODE, PERSIST, TMA>(a, dev);
 }
 
 //                          NW MT  BN ST  SWZ    QREG   V4
@@ -1033,13 +1087,15 @@ static const struct {
     {{5, "v5_rb", "register blocking: 4 warps x 32 rows, each K/V fragment feeds 2 MMAs", V5_64::BM},
      launch_mma<V5_64, V5_128>, fits_mma<V5_64, V5_128>},
     {{6, "v6_wgmma", "sm_90a: producer warpgroup + 2 wgmma consumers, mbarrier ring, P from registers", FA6_BM},
-     launch_wgmma<FA6_PLAIN, false>, fits_wgmma},
+     launch_wgmma<FA6_PLAIN, false, false>, fits_wgmma},
     {{7, "v7_pingpong", "v6 + the two consumers take turns at the tensor cores (named barriers): one's softmax under the other's GEMMs", FA6_BM},
-     launch_wgmma<FA6_PINGPONG, false>, fits_wgmma},
+     launch_wgmma<FA6_PINGPONG, false, false>, fits_wgmma},
     {{8, "v8_overlap", "v6 + intra-warpgroup overlap: the next tile's S = Q K^T issued before this P V, its softmax under the P V", FA6_BM},
-     launch_wgmma<FA6_OVERLAP, false>, fits_wgmma},
+     launch_wgmma<FA6_OVERLAP, false, false>, fits_wgmma},
     {{9, "v9_persist", "v7 with persistent CTAs (one an SM, items in a snake): the producer loads the next item's Q and K/V during this one's last tiles and O write", FA6_BM},
-     launch_wgmma<FA6_PINGPONG, true>, fits_wgmma},
+     launch_wgmma<FA6_PINGPONG, true, false>, fits_wgmma},
+    {{10, "v10_tma", "v7 with a TMA producer (one thread, 2 x hd / 64 boxes a tile) and no proxy fences: calls whose keys are all rows of k, v", FA6_BM},
+     launch_wgmma<FA6_PINGPONG, false, true>, fits_tma},
 };
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))
 static_assert(V1::BM <= FA_TILE_M_MAX && V2::BM <= FA_TILE_M_MAX && V4_64::BM == V4_128::BM && V3_64::BM == V3_128::BM &&

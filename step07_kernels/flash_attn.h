@@ -60,6 +60,8 @@ typedef struct {
     int ntiles;               // cu_tiles[nseq]
     const int *q_rows;        // (nseq) device: each sequence's first row of q, out (and k, v); NULL:
                               //   cu_seqlens[s] (above)
+    int k_rows;               // rows of k and v (what a TMA copy may read, rows past it read as zeros);
+                              //   0: not given (v10, the TMA rung, then refuses the call)
 } FlashAttn;
 
 // Host: the tile counts, cu_tiles[0] = 0, cu_tiles[s + 1] = cu_tiles[s] + ceil(n_s / (tile_m / g)).

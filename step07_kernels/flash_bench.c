@@ -139,7 +139,7 @@ static void inst_new(Inst *in, const Case *c, StDtype dt, int B, uint64_t seed) 
     if (pa_sync()) die("device setup failed for case %s", c->name);
     in->fa = (FlashAttn){dt, c->H, c->KV, c->hd, 1.0f / sqrtf((float)c->hd), 1, c->nseq, in->dcu,
                          c->ctx > 0 ? in->dctx : NULL, in->dq, qd, in->dk, in->dv, kd, in->dkc, in->dvc, in->dbt, in->nb, B,
-                         in->dout, qd, in->dtiles, 0, NULL};
+                         in->dout, qd, in->dtiles, 0, NULL, in->T};
 }
 
 static void inst_free(Inst *in) {

@@ -269,7 +269,7 @@ static double gpu_run(const Prob *p, StDtype dt, int id, const float *ref, const
         pa_upload(dctx, p->ctx, (size_t)p->nseq * 4), pa_upload(dbt, p->bt, (size_t)p->nseq * p->nb * 4);
     }
     FlashAttn fa = {dt, p->H, p->KV, p->hd, 1.0f / sqrtf((float)p->hd), p->causal, p->nseq, dcu, dctx, dq, (int)qd, dk, dv,
-                    (int)kd, dkc, dvc, dbt, p->nb, p->B, dout, (int)qd, dtiles, 0, NULL};
+                    (int)kd, dkc, dvc, dbt, p->nb, p->B, dout, (int)qd, dtiles, 0, NULL, p->T};
     const int tile_m = id < 0 ? flash_attn_tile_m(&fa) : flash_find_version(id)->tile_m;
     int *tiles = malloc((size_t)(p->nseq + 1) * sizeof(int));
     fa.ntiles = flash_plan(tile_m, p->H, p->KV, p->cu, p->nseq, tiles);
@@ -298,9 +298,11 @@ static double gpu_run(const Prob *p, StDtype dt, int id, const float *ref, const
     } else {
         // a tensor-core version must take bf16 / fp16 at hd 64 / 128 on sm_80+ (every one fits the
         // shared memory of sm_90; sm_86 / sm_89 may refuse the largest)
-        // (v6 / v7: sm_90a code, compute capability 9.0 exactly)
+        // (v6 and up: sm_90a code, compute capability 9.0 exactly)
         const int arch_ok = id >= 6 ? gi->cc_major == 9 && gi->cc_minor == 0 : gi->cc_major >= 9;
-        const int must = id != 0 && dt != ST_F32 && (p->hd == 64 || p->hd == 128) && arch_ok && !misalign;
+        // (v10: TMA copies of k and v, so no context keys from the pool)
+        const int keys_ok = id != 10 || !p->ctx;
+        const int must = id != 0 && dt != ST_F32 && (p->hd == 64 || p->hd == 128) && arch_ok && keys_ok && !misalign;
         cr_expect(!must, "version %d refused a call it must take (%s, hd %d, sm_%d%d)", id, dt == ST_F16 ? "fp16" : "bf16",
                   p->hd, gi->cc_major, gi->cc_minor);
         if (id == 0) cr_expect(0, "the fallback refused a call");
@@ -393,7 +395,7 @@ static void gpu_engine_layout(int H, int KV, int hd, const int *lens, const int 
     pa_upload(dcu, p.cu, (size_t)(nseq + 1) * 4), pa_upload(dctx, ctx, (size_t)nseq * 4);
     pa_upload(dbt, bt, (size_t)nseq * nb * 4), pa_upload(drows, qrows, (size_t)nseq * 4);
     FlashAttn fa = {dt, H, KV, hd, 1.0f / sqrtf((float)hd), 1, nseq, dcu, dctx, dq, (int)qd, NULL, NULL,
-                    (int)kd, dkc, dvc, dbt, nb, B, dout, (int)qd, dtiles, 0, drows};
+                    (int)kd, dkc, dvc, dbt, nb, B, dout, (int)qd, dtiles, 0, drows, 0};
     int *tiles = malloc((size_t)(nseq + 1) * sizeof(int));
     int ran = 0;
     for (int vi = -1; vi < flash_num_versions(); vi++) {
