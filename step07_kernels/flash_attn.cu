@@ -27,8 +27,14 @@
 //              (S = Q K^T from shared, O += P V with P from registers), 128-key tiles
 //   v7_pingpong v6 with the two consumers taking turns at the tensor cores (named barriers), so one's
 //              softmax runs under the other's GEMMs (FlashAttention-3's ping-pong)
-// flash_attn() runs the fastest rung measured on the H200 that takes the call (PREFERRED below;
-// results/flash_958c65d/). What v6 / v7 leave out of FlashAttention-3: step07_kernels/FLASH.md.
+//   v8_overlap v6 with FlashAttention-3's intra-warpgroup overlap: tile j+1's S = Q K^T issued before
+//              tile j's P V, its softmax while the P V runs
+//   v9_persist v7 with persistent CTAs (one an SM): the producer loads the next item's Q and K/V
+//              while the consumers finish this one
+//   v10_tma    v7 with a TMA producer (one thread, whole tiles, no proxy fences) for calls whose keys
+//              are all rows of k and v (no context from the pool)
+// flash_attn() runs the fastest rung measured on the H200 that takes the call (PREFERRED_128 / _64
+// below). What the Hopper rungs measured and why: step07_kernels/FLASH.md.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -1118,21 +1124,24 @@ extern "C" int flash_attn_run(const FlashAttn *a, int id) {
     return -1;
 }
 
-// The rungs flash_attn tries, fastest measured first: the first that takes the call runs. On the H200
-// (step07_kernels/results/flash_958c65d/flash_h200.csv, all rungs in one run) v6_wgmma was the fastest
-// or within 1% of the fastest in four of the six cases (llama8b_4k: v7 290.7 TFLOP/s, v6 289.6, v2
-// 257.6; llama1b_4k: v6 247.6, v7 222.1, v2 206.4; varlen: v6 273.0, v7 267.6, v2 242.4), 3.4% below
-// v7 at qwen06b_1k, and v2_128 was the fastest at `chunked` (171.0 against v6's 159.4; that run does
-// not say why). v6 needs sm_90a exactly; elsewhere v2_128, whose 136 KB of shared memory at hd 128
-// exceed what sm_86 / sm_89 give a block (99 KB): there v3_swz3 (96 KB), then v1_step05.
-// (d6b6f03's run: v2 265.9, v3 251.4, v1 244.8, v5 226.4, v4 189.5 at llama8b_4k.)
-static const int PREFERRED[] = {6, 2, 3, 1};
+// The rungs flash_attn tries, fastest measured first: the first that takes the call runs, by head
+// dim. On the H200 (results/flash_825ded8/ and results/flash_d095334/, all rungs in one run each),
+// hd 128: v7_pingpong was the fastest at llama8b_4k (299.3 and 292.9 TFLOP/s in the two runs, v6
+// 296.1 / 291.2), qwen06b_1k and qwen06b_4k, within 0.2% of v6 on varlen; v10_tma is v7 with a TMA
+// producer where no key comes from the pool (its numbers: FLASH.md). hd 64 (llama1b_4k): v6 246.6 /
+// 252.2 against v7's 218.5 / 219.8. v2_128 was the fastest at `chunked` (174.9 against v7's 164.3),
+// not preferred for the engine's pooled prefill on that one shape. v6 and up need sm_90a exactly;
+// elsewhere v2_128, whose 136 KB of shared memory at hd 128 exceed what sm_86 / sm_89 give a block
+// (99 KB): there v3_swz3 (96 KB), then v1_step05.
+static const int PREFERRED_128[] = {10, 7, 6, 2, 3, 1}, PREFERRED_64[] = {6, 7, 2, 3, 1};
 static int pick(const FlashAttn *a) {
     int cc = 0, optin = 0;
     if (device_props(&cc, &optin) < 0) return 0;
-    for (int p = 0; p < (int)(sizeof PREFERRED / sizeof PREFERRED[0]); p++)
+    const int *pref = a->hd == 64 ? PREFERRED_64 : PREFERRED_128;
+    const int np = a->hd == 64 ? (int)(sizeof PREFERRED_64 / sizeof PREFERRED_64[0]) : (int)(sizeof PREFERRED_128 / sizeof PREFERRED_128[0]);
+    for (int p = 0; p < np; p++)
         for (int i = 0; i < N_LADDER; i++)
-            if (LADDER[i].v.id == PREFERRED[p] && LADDER[i].fits(a, cc, optin)) return PREFERRED[p];
+            if (LADDER[i].v.id == pref[p] && LADDER[i].fits(a, cc, optin)) return pref[p];
     return 0;
 }
 extern "C" int flash_attn_tile_m(const FlashAttn *a) { return flash_find_version(pick(a))->tile_m; }

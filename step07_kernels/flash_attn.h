@@ -84,8 +84,9 @@ const FlashVersion *flash_find_version(int id);  // NULL if no version has this 
 // dim other than 64 / 128, unaligned rows, or more shared memory than the device allows; version 0
 // takes them all), -1 for bad arguments or a launch error (message on stderr).
 int flash_attn_run(const FlashAttn *a, int id);
-// What a caller should use: the fastest version measured on the H200 that takes the call (v2_128,
-// else v3_swz3 where v2's shared memory does not fit, else v1; the SIMT fallback when none does).
+// What a caller should use: the fastest version measured on the H200 that takes the call (on sm_90
+// at hd 128 v10_tma, else v7_pingpong; at hd 64 v6_wgmma; elsewhere v2_128, else v3_swz3 where v2's
+// shared memory does not fit, else v1; the SIMT fallback when none does: flash_attn.cu's PREFERRED).
 // flash_attn_tile_m says which tile_m to plan a->cu_tiles with for it (a's cu_tiles and ntiles are
 // not read).
 int flash_attn_tile_m(const FlashAttn *a);
