@@ -1125,12 +1125,14 @@ extern "C" int flash_attn_run(const FlashAttn *a, int id) {
 }
 
 // The rungs flash_attn tries, fastest measured first: the first that takes the call runs, by head
-// dim. On the H200 (results/flash_825ded8/ and results/flash_d095334/, all rungs in one run each),
-// hd 128: v7_pingpong was the fastest at llama8b_4k (299.3 and 292.9 TFLOP/s in the two runs, v6
-// 296.1 / 291.2), qwen06b_1k and qwen06b_4k, within 0.2% of v6 on varlen; v10_tma is v7 with a TMA
-// producer where no key comes from the pool (its numbers: FLASH.md). hd 64 (llama1b_4k): v6 246.6 /
-// 252.2 against v7's 218.5 / 219.8. v2_128 was the fastest at `chunked` (174.9 against v7's 164.3),
-// not preferred for the engine's pooled prefill on that one shape. v6 and up need sm_90a exactly;
+// dim. On the H200 (results/flash_825ded8/, flash_d095334/, flash_88fcb99/, all rungs in one run each),
+// hd 128: v10_tma the fastest wherever it takes the call (results/flash_88fcb99/: llama8b_4k 369.1
+// TFLOP/s against v7's 294.8, qwen06b_4k 360.4, varlen 333.5); of the others v7_pingpong was the
+// fastest at llama8b_4k (299.3 and 292.9 TFLOP/s in the two earlier runs, v6 296.1 / 291.2),
+// qwen06b_1k and qwen06b_4k, within 0.2% of v6 on varlen. hd 64 (llama1b_4k): v6 246.6 / 252.2 /
+// 245.7 against v7's 218.5 / 219.8 / 218.1 and v10's 237.2. v2_128 was the fastest at `chunked`
+// (174.5 against v7's 162.8 at 88fcb99), not preferred for the engine's pooled prefill on that one
+// shape. v6 and up need sm_90a exactly;
 // elsewhere v2_128, whose 136 KB of shared memory at hd 128 exceed what sm_86 / sm_89 give a block
 // (99 KB): there v3_swz3 (96 KB), then v1_step05.
 static const int PREFERRED_128[] = {10, 7, 6, 2, 3, 1}, PREFERRED_64[] = {6, 7, 2, 3, 1};
