@@ -834,6 +834,18 @@ __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a, const __gri
                 unsigned pa[BN / 16][4];
                 int pst = -1;  // the stage whose P V is still to be issued (-1: none)
                 uint32_t pph = 0;
+                auto issue_pv = [&]() {  // tile pst's O += P V, once its V has landed
+                    mbar_wait(bars + 8 * (NS + pst), pph);
+                    fence_proxy_async();
+                    fa6_issue_pv<C>(o, pa, sv + pst * TB);
+                };
+                auto pv_done = [&](int stage) {  // wait for it, then release the stage
+                    wgmma_wait0();
+                    wgmma_fence_operands(o);
+                    wgmma_fence_operands(pa);
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + stage));
+                };
                 for (int kt = 0; kt < nkt; kt++) {
                     const int st = (gt + kt) % NS, k0 = kt * BN;
                     const uint32_t ph = ((gt + kt) / NS) & 1;
@@ -842,24 +854,14 @@ __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a, const __gri
                     mbar_wait(bars + 8 * st, ph);
                     fence_proxy_async();
                     if (active) fa6_issue_s<C, HD>(s, qa, sk + st * TB);
-                    if (pst >= 0) {
-                        mbar_wait(bars + 8 * (NS + pst), pph);
-                        fence_proxy_async();
-                        fa6_issue_pv<C>(o, pa, sv + pst * TB);
-                    }
+                    if (pst >= 0) issue_pv();
                     if (active) {
                         if (pst >= 0) wgmma_wait1();
                         else wgmma_wait0();
                         wgmma_fence_operands(s);
                         fa6_softmax(s, mrow, lrow, al, k0 + BN - 1 > wlim0, k0, lim, tig, a.scale_log2);
                     }
-                    if (pst >= 0) {
-                        wgmma_wait0();
-                        wgmma_fence_operands(o);
-                        wgmma_fence_operands(pa);
-                        __syncwarp();
-                        if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + pst));
-                    }
+                    if (pst >= 0) pv_done(pst);
                     if (active) {
                         fa6_rescale(o, al);
                         fa6_pack_p<C>(s, pa);
@@ -871,15 +873,9 @@ __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a, const __gri
                         if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + st));
                     }
                 }
-                if (pst >= 0) {
-                    mbar_wait(bars + 8 * (NS + pst), pph);
-                    fence_proxy_async();
-                    fa6_issue_pv<C>(o, pa, sv + pst * TB);
-                    wgmma_wait0();
-                    wgmma_fence_operands(o);
-                    wgmma_fence_operands(pa);
-                    __syncwarp();
-                    if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + pst));
+                if (pst >= 0) {  // the last active tile's P V
+                    issue_pv();
+                    pv_done(pst);
                 }
             }
             gt += nkt;
