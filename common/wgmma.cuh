@@ -1,6 +1,6 @@
 // wgmma.cuh — the Hopper (sm_90a) pieces shared by the kernels that issue wgmma (step01's v9 GEMM,
-// step07's v6 / v7 flash attention): mbarriers, the shared-memory matrix descriptor, the wgmma
-// group fences, and the accumulator operand lists of an inline-asm wgmma.
+// step07's v6 - v10 flash attention): mbarriers, TMA copies, the shared-memory matrix descriptor,
+// the wgmma group fences, and the accumulator operand lists of an inline-asm wgmma.
 // defines: WGMMA_ARCH (sm_90a code only), mbar_init, mbar_arrive, mbar_wait, mbar_expect_tx, tma_load_2d,
 //          fence_proxy_async,
 //          smem_desc, wgmma_fence, wgmma_commit, wgmma_wait0, wgmma_wait1,

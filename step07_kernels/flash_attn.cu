@@ -787,11 +787,14 @@ __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a, const __gri
 #pragma unroll
             for (int i = 0; i < NO; i++) o[i] = 0;
             if (PP && cw == 1) fa_turn_give(cw);  // consumer 1 goes first (every item: its turns pair up)
+            // tile kt of this item: its stage in the ring and the parity of that stage's round
+            auto ring_stage = [&](int kt) { return (gt + kt) % NS; };
+            auto ring_phase = [&](int kt) { return (uint32_t)(((gt + kt) / NS) & 1); };
 
             if constexpr (!OV) {
                 for (int kt = 0; kt < nkt; kt++) {
-                    const int st = (gt + kt) % NS, k0 = kt * BN;
-                    const uint32_t ph = ((gt + kt) / NS) & 1;
+                    const int st = ring_stage(kt), k0 = kt * BN;
+                    const uint32_t ph = ring_phase(kt);
                     // a warpgroup whose rows see none of the tile skips its math (not its barriers: its
                     // arrival on empty must land in this round's phase)
                     const bool active = kt < nact;
@@ -847,8 +850,8 @@ __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a, const __gri
                     if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + stage));
                 };
                 for (int kt = 0; kt < nkt; kt++) {
-                    const int st = (gt + kt) % NS, k0 = kt * BN;
-                    const uint32_t ph = ((gt + kt) / NS) & 1;
+                    const int st = ring_stage(kt), k0 = kt * BN;
+                    const uint32_t ph = ring_phase(kt);
                     const bool active = kt < nact;
                     float s[64], al[2];
                     mbar_wait(bars + 8 * st, ph);
@@ -1077,26 +1080,26 @@ static const struct {
     int (*fn)(const FlashAttn *);
     int (*fits)(const FlashAttn *, int cc, int optin);  // would fn take this call here (not -2)?
 } LADDER[] = {
-    {{0, "v0_simt", "fallback: a warp per row, lane = key, fp32 math, no tensor cores", FA_SIMT_TILE_M}, launch_simt,
+    {{0, "v0_simt", "fallback: a warp per row, lane = key, fp32 math, no tensor cores", FA_SIMT_TILE_M, 0}, launch_simt,
      fits_simt},
-    {{1, "v1_step05", "step05's shape: 64-row tile, 4 warps, 64-key tiles, 2-stage cp.async, padded rows", V1::BM},
+    {{1, "v1_step05", "step05's shape: 64-row tile, 4 warps, 64-key tiles, 2-stage cp.async, padded rows", V1::BM, 0},
      launch_mma<V1, V1>, fits_mma<V1, V1>},
-    {{2, "v2_128", "128-row tiles, 8 warps, 128-key K/V tiles", V2::BM}, launch_mma<V2, V2>, fits_mma<V2, V2>},
-    {{3, "v3_swz3", "3-stage cp.async ring, XOR-swizzled rows (no padding); 64-key tiles at hd 128", V3_64::BM},
+    {{2, "v2_128", "128-row tiles, 8 warps, 128-key K/V tiles", V2::BM, 0}, launch_mma<V2, V2>, fits_mma<V2, V2>},
+    {{3, "v3_swz3", "3-stage cp.async ring, XOR-swizzled rows (no padding); 64-key tiles at hd 128", V3_64::BM, 0},
      launch_mma<V3_64, V3_128>, fits_mma<V3_64, V3_128>},
-    {{4, "v4_split", "K and V in separate cp.async groups, exp2 as one FFMA, per-warp causal skip", V4_64::BM},
+    {{4, "v4_split", "K and V in separate cp.async groups, exp2 as one FFMA, per-warp causal skip", V4_64::BM, 0},
      launch_mma<V4_64, V4_128>, fits_mma<V4_64, V4_128>},
-    {{5, "v5_rb", "register blocking: 4 warps x 32 rows, each K/V fragment feeds 2 MMAs", V5_64::BM},
+    {{5, "v5_rb", "register blocking: 4 warps x 32 rows, each K/V fragment feeds 2 MMAs", V5_64::BM, 0},
      launch_mma<V5_64, V5_128>, fits_mma<V5_64, V5_128>},
-    {{6, "v6_wgmma", "sm_90a: producer warpgroup + 2 wgmma consumers, mbarrier ring, P from registers", FA6_BM},
+    {{6, "v6_wgmma", "sm_90a: producer warpgroup + 2 wgmma consumers, mbarrier ring, P from registers", FA6_BM, 0},
      launch_wgmma<FA6_PLAIN, false, false>, fits_wgmma},
-    {{7, "v7_pingpong", "v6 + the two consumers take turns at the tensor cores (named barriers): one's softmax under the other's GEMMs", FA6_BM},
+    {{7, "v7_pingpong", "v6 + the two consumers take turns at the tensor cores (named barriers): one's softmax under the other's GEMMs", FA6_BM, 0},
      launch_wgmma<FA6_PINGPONG, false, false>, fits_wgmma},
-    {{8, "v8_overlap", "v6 + intra-warpgroup overlap: the next tile's S = Q K^T issued before this P V, its softmax under the P V", FA6_BM},
+    {{8, "v8_overlap", "v6 + intra-warpgroup overlap: the next tile's S = Q K^T issued before this P V, its softmax under the P V", FA6_BM, 0},
      launch_wgmma<FA6_OVERLAP, false, false>, fits_wgmma},
-    {{9, "v9_persist", "v7 with persistent CTAs (one an SM, items in a snake): the producer loads the next item's Q and K/V during this one's last tiles and O write", FA6_BM},
+    {{9, "v9_persist", "v7 with persistent CTAs (one an SM, items in a snake): the producer loads the next item's Q and K/V during this one's last tiles and O write", FA6_BM, 0},
      launch_wgmma<FA6_PINGPONG, true, false>, fits_wgmma},
-    {{10, "v10_tma", "v7 with a TMA producer (one thread, 2 x hd / 64 boxes a tile) and no proxy fences: calls whose keys are all rows of k, v", FA6_BM},
+    {{10, "v10_tma", "v7 with a TMA producer (one thread, 2 x hd / 64 boxes a tile) and no proxy fences: calls whose keys are all rows of k, v", FA6_BM, 1},
      launch_wgmma<FA6_PINGPONG, false, true>, fits_tma},
 };
 #define N_LADDER ((int)(sizeof LADDER / sizeof LADDER[0]))

@@ -74,6 +74,8 @@ typedef struct {
     const char *name;  // "v1_step05", ...
     const char *what;  // one line: what this version adds
     int tile_m;        // M rows per CTA: the tile_m to plan with
+    int kv_only;       // 1: takes only calls whose keys are all rows of k and v (no pool context, no
+                       //   q_rows, k_rows given): its copies read rectangles of k and v (TMA)
 } FlashVersion;
 int flash_num_versions(void);
 const FlashVersion *flash_version(int i);  // i in 0 .. flash_num_versions() - 1

@@ -300,14 +300,17 @@ static double gpu_run(const Prob *p, StDtype dt, int id, const float *ref, const
         // shared memory of sm_90; sm_86 / sm_89 may refuse the largest)
         // (v6 and up: sm_90a code, compute capability 9.0 exactly)
         const int arch_ok = id >= 6 ? gi->cc_major == 9 && gi->cc_minor == 0 : gi->cc_major >= 9;
-        // (v10: TMA copies of k and v, so no context keys from the pool)
-        const int keys_ok = id != 10 || !p->ctx;
+        // (a kv_only version copies rectangles of k and v: no context keys from the pool)
+        const FlashVersion *fv = id >= 0 ? flash_find_version(id) : NULL;
+        const int keys_ok = !(fv && fv->kv_only) || !p->ctx;
         const int must = id != 0 && dt != ST_F32 && (p->hd == 64 || p->hd == 128) && arch_ok && keys_ok && !misalign;
         cr_expect(!must, "version %d refused a call it must take (%s, hd %d, sm_%d%d)", id, dt == ST_F16 ? "fp16" : "bf16",
                   p->hd, gi->cc_major, gi->cc_minor);
         if (id == 0) cr_expect(0, "the fallback refused a call");
     }
     if (misalign && id > 0) cr_expect(rc == -2, "version %d took a misaligned q", id);
+    const FlashVersion *ver = id >= 0 ? flash_find_version(id) : NULL;
+    if (ver && ver->kv_only && p->ctx) cr_expect(rc == -2, "%s took a call with context keys in the pool", ver->name);
     void *d[] = {dq_alloc, dk, dv, dout, dcu, dtiles, dkc, dvc, dctx, dbt};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         if (d[i]) pa_dev_free(d[i]);
@@ -410,6 +413,7 @@ static void gpu_engine_layout(int H, int KV, int hd, const int *lens, const int 
             for (size_t e = 0; e < (size_t)lens[s] * qd; e++) out[(size_t)qrows[s] * qd + e] = NAN;  // all written
         pa_upload_as(dt, dout, out, (size_t)T2 * qd);
         const int rc = id < 0 ? flash_attn(&fa) : flash_attn_run(&fa, id);
+        if (vi >= 0 && flash_version(vi)->kv_only) cr_expect_eq(rc, -2, "%s took keys from the pool (q_rows, k = NULL)", name);
         if (rc == -2) continue;  // this version does not take the call here (gpu_run checks which must)
         cr_assert_eq(rc, 1, "%s returned %d", name, rc);
         cr_assert_eq(pa_sync(), 0, "%s", name);
