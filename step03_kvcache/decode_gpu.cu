@@ -349,8 +349,9 @@ static void attn_fused(int pdl, dim3 grid, size_t smem, cudaStream_t s, const fl
 }
 
 // The fused step (step07_kernels/decode_fused.cuh): 5 kernels a layer where the projections are
-// dense. A quantized projection (step06) runs as in the unfused step, its RMSNorm or SwiGLU as a
-// kernel of its own.
+// dense. A quantized projection (step06) is one kernel too where its GEMV rung folds the RMSNorm
+// and SwiGLU in (qlinear_gpu_gemv_fused: v12+ on sm_90a); otherwise it runs as in the unfused
+// step, its RMSNorm or SwiGLU as a kernel of its own.
 static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
     GpuModel *g = d->g;
     const ModelConfig *c = &g->cfg;
@@ -374,6 +375,11 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
             }
             return;
         }
+        if (q->n == 1) {  // step06's one-kernel GEMV, with the norm folded in, where its rung has one
+            const int r = qlinear_gpu_gemv_fused(q->part[0], nw ? d->x : in, nw, eps, b, y, acc, 0, pdl, s);
+            if (r < 0) die("qlinear_gpu_gemv_fused failed (%s)", qlinear_gpu_describe(q->part[0]));
+            if (r == 1) return;
+        }
         if (nw) {
             k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, nw, dm, 1, dm, eps, d->xn);
             CUDA_CHECK_LAST();
@@ -394,6 +400,8 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
             DISPATCH(dt, A, gemvf_launch<A, true, true>(pdl, s, (const A *)L->wgu, (const float *)d->x,
                                                         (const float *)L->mlp_norm, eps, (const float *)NULL, d->h, ff,
                                                         dm, 0, ff));
+        } else if (L->qgu.n == 1 &&  // the quantized gate|up with its norm and SwiGLU: one kernel where it can
+                   qlinear_gpu_gemv_fused(L->qgu.part[0], d->x, L->mlp_norm, eps, NULL, d->h, 0, ff, pdl, s) == 1) {
         } else {
             k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);
             CUDA_CHECK_LAST();

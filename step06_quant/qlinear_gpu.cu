@@ -54,6 +54,7 @@
 #include "step02_attention/forward_gpu.cuh"  // tof, fromf
 #include "step06_quant/qlinear_gpu.h"
 #include "step06_quant/qlinear_pack.h"
+#include "wgmma.cuh"  // WGMMA_ARCH, mbar_init / wait / arrive / expect_tx (k_qtma)
 
 #define QV_WARPS 8   // warps per GEMV block
 #define QV_U 4       // 16-byte weight loads in flight per lane (the GEMV ladder's v1)
@@ -885,6 +886,250 @@ __global__ void __launch_bounds__(W * 32)
 #endif  // before sm_80 the body is empty: never launched there (q->mma_ok)
 }
 
+// ---------------------------------------------------------------- v12_tma: the Hopper GEMV
+// k_qtma (sm_90a; qlinear_gpu_gemv's rungs v12_tma / v13_tma_ts32 and qlinear_gpu_gemv_fused).
+// What v10 left: each of its blocks (one 16-row strip, 32 KB of INT4 weights for a 4096-column
+// layer) staged the whole x (16 KB of fp32 from L2) before its first product, and kept only two
+// tiles a warp in flight in registers. Here:
+//   - persistent blocks: about as many as fit on the SMs, each taking strips u, u + grid, ...;
+//     x is staged once per block (fp16 pairs, as v10), optionally RMS-normalized on the way
+//     (NORM: x' = x * inv * nw with inv = 1 / sqrt(mean(x^2) + eps), the step's norm fused);
+//   - one producer thread (an extra warp) streams each strip's weights, scales (and zeros) with
+//     bulk copies (cp.async.bulk, counted on an mbarrier by bytes) into a ring of shared-memory
+//     stages of TS 64-column tiles, so the bytes in flight do not cost registers;
+//   - the W consumer warps split a stage's tiles and multiply with the weights as the A operand
+//     of mma.m16n8k16 (16 rows x 16 columns: one INT4 word is exactly lane (g, t)'s A fragment,
+//     rows g and g + 8) and x as B (all 8 columns the same x), so one mma covers 256 weights
+//     (the B-operand rungs v7-v11 cover 128); C's rows g and g + 8 are the two outputs;
+//   - at the end of a strip the warps' partial sums meet in shared memory (double buffered, one
+//     named barrier of the consumers), and SWIGLU pairs gate strip u with up strip u + pair and
+//     writes silu(gate) * up, so the gate|up intermediate never exists.
+// INT8 uses the same kernel: a 16-row strip's rows are row-major (16 copies a stage), lane (g, t)
+// reads 16 bytes of rows g and g + 8, x in its natural order (the k permutation of v7-v11).
+#define QT_W 8  // consumer warps per block (plus one producer warp)
+
+struct QTmaArgs {
+    const uint4 *qw;
+    const float *scales;
+    const uint8_t *zeros;
+    int np, kp, gs, glog, ng, rows;
+    const float *x, *nw;  // x (kp) fp32; nw (NORM): the RMSNorm weight
+    float eps;
+    const float *bias;
+    float *y;
+    float beta;
+    int units, pair, out_rows, ns;  // strips to do; SWIGLU: up strip = gate strip + pair, outputs < out_rows; ring stages
+};
+
+template <int KIND, int TS, int GM, bool ZP, bool SWIGLU> struct QTmaGeom {
+    static constexpr int R = SWIGLU ? 2 : 1;                                      // strips per unit
+    static constexpr int MAXG = GM == 0 ? 1 : GM == 1 ? TS + 1 : 2 * TS + 1;     // scale groups a stage can touch
+    static constexpr int WROW = TS * 64 + 64;                                     // INT8: a row's stage bytes (+64: rows g, g+1 on other banks)
+    static constexpr int WB = KIND == 4 ? TS * 512 : 16 * WROW;                  // weight bytes of one strip's stage
+    static constexpr int SOFF = WB, ZOFF = WB + MAXG * 64;                       // its scales (16 floats a group), zeros
+    static constexpr int PART = ZOFF + (ZP ? MAXG * 16 : 0);
+    static constexpr int STAGE = R * PART;
+};
+
+#ifdef WGMMA_ARCH
+// One contiguous global -> shared copy by the async proxy, counted on bar by its bytes as it lands
+// (dst, src 16-byte aligned, bytes a multiple of 16).
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory"); }
+#endif
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__global__ void k_qtma_probe(int *out) {
+#ifdef WGMMA_ARCH
+    *out = 1;
+#else
+    (void)out;
+#endif
+}
+
+template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU>
+__global__ void __launch_bounds__((QT_W + 1) * 32) k_qtma(const QTmaArgs a) {
+#ifdef WGMMA_ARCH
+    using G = QTmaGeom<KIND, TS, GM, ZP, SWIGLU>;
+    constexpr int R = G::R, W = QT_W;
+    extern __shared__ __align__(128) unsigned char sm[];
+    const int ns = a.ns, nk = a.kp / 64, nst = (nk + TS - 1) / TS;
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(sm);  // full[ns], then empty[ns]
+    unsigned char *ring = sm + (2 * ns * 8 + 127) / 128 * 128;
+    uint32_t *xs = (uint32_t *)(ring + (size_t)ns * G::STAGE);  // kp / 2 fp16 pairs
+    float *red = (float *)(xs + a.kp / 2);                      // [2][W][R][16]
+    float *ssr = red + 2 * W * R * 16;                          // [W]
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
+    if (threadIdx.x == 0)
+        for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W);
+    __syncthreads();
+    pdl_trigger();
+    if (warp == W) {  // the producer: weights and scales are constants, so it starts before pdl_wait
+        if (lane != 0) return;
+        const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
+        int it = 0;
+        for (int u = blockIdx.x; u < a.units; u += gridDim.x)
+            for (int st = 0; st < nst; st++, it++) {
+                const int slot = it % ns;
+                const uint32_t full = bar0 + 8 * slot;
+                mbar_wait(bar0 + 8 * (ns + slot), ((it / ns) & 1) ^ 1);  // the consumers are done with it
+                const int k0 = st * TS, k1 = min(nk, k0 + TS);
+                const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
+                const int ngs = GM == 0 ? 1 : group_of(k1 * 64 - 1, a.gs, a.glog, a.ng) - g0 + 1;
+                const uint32_t wrow = (uint32_t)(k1 - k0) * 64, wbytes = KIND == 4 ? (k1 - k0) * 512 : 16 * wrow;
+                mbar_expect_tx(full, R * (wbytes + ngs * 64 + (ZP ? ngs * 16 : 0)));
+                for (int r = 0; r < R; r++) {
+                    const int s = u + r * a.pair;
+                    const uint32_t d = ring0 + slot * G::STAGE + r * G::PART;
+                    if (KIND == 4) bulk_g2s(d, a.qw + ((size_t)s * nk + k0) * 32, wbytes, full);
+                    else
+                        for (int i = 0; i < 16; i++)
+                            bulk_g2s(d + i * G::WROW, (const unsigned char *)a.qw + (size_t)(s * 16 + i) * a.kp + k0 * 64,
+                                     wrow, full);
+                    for (int gi = 0; gi < ngs; gi++) {
+                        bulk_g2s(d + G::SOFF + gi * 64, a.scales + (size_t)(g0 + gi) * a.np + s * 16, 64, full);
+                        if (ZP) bulk_g2s(d + G::ZOFF + gi * 16, a.zeros + (size_t)(g0 + gi) * a.np + s * 16, 16, full);
+                    }
+                }
+            }
+        return;
+    }
+    // the consumers: x, then the strips
+    const int tid = threadIdx.x, nthr = W * 32;
+    pdl_wait();  // x (and y) are the previous kernel's
+    float inv = 1.0f;
+    if (NORM) {
+        float ss = 0.0f;
+        for (int c = tid; c < a.kp; c += nthr) ss = fmaf(a.x[c], a.x[c], ss);
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) ssr[warp] = ss;
+        consumers_sync(nthr);
+        ss = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; w++) ss += ssr[w];
+        inv = rsqrtf(ss / a.kp + a.eps);
+    }
+    for (int d = tid; d < a.kp / 2; d += nthr) {
+        int col = 2 * d;
+        if (KIND == 4) {  // v10's order: tile d / 32, lane t's 8 pairs together
+            const int rem = d & 31;
+            col = 64 * (d >> 5) + 16 * ((rem & 7) >> 1) + 2 * (rem >> 3) + 8 * (rem & 1);
+        }
+        float2 v = *(const float2 *)(a.x + col);
+        if (NORM) {
+            const float2 w = __ldg((const float2 *)(a.nw + col));
+            v.x = v.x * inv * w.x, v.y = v.y * inv * w.y;
+        }
+        xs[d] = h2_sat(v.x, v.y);
+    }
+    consumers_sync(nthr);
+    const __half2 zsym_a = __float2half2_rn(KIND == 4 ? 1032.0f : 1152.0f), zsym_b = __float2half2_rn(-72.0f);
+    const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+    int it = 0, nu = 0;
+    for (int u = blockIdx.x; u < a.units; u += gridDim.x, nu++) {
+        float acc[R][2];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = 0.0f;
+        for (int st = 0; st < nst; st++, it++) {
+            const int slot = it % ns;
+            mbar_wait(bar0 + 8 * slot, (it / ns) & 1);
+            const unsigned char *stg = ring + (size_t)slot * G::STAGE;
+            const int k0 = st * TS, k1 = min(nk, k0 + TS);
+            const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
+#pragma unroll
+            for (int j = 0; j < TS / W; j++) {
+                const int kcl = warp + W * j, kc = k0 + kcl;
+                if (kc >= k1) break;  // the same for the whole warp
+                const uint4 p0 = *(const uint4 *)&xs[kc * 32 + t * 8], p1 = *(const uint4 *)&xs[kc * 32 + t * 8 + 4];
+                const uint32_t pr[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const unsigned char *part = stg + r * G::PART;
+                    uint32_t wa[4], wb[4];  // INT4: the tile's word quad; INT8: rows g and g + 8
+                    if (KIND == 4) {
+                        const uint4 v = *(const uint4 *)(part + kcl * 512 + lane * 16);
+                        wa[0] = v.x, wa[1] = v.y, wa[2] = v.z, wa[3] = v.w;
+                    } else {
+                        const uint4 v = *(const uint4 *)(part + g * G::WROW + kcl * 64 + t * 16);
+                        const uint4 w8 = *(const uint4 *)(part + (g + 8) * G::WROW + kcl * 64 + t * 16);
+                        wa[0] = v.x, wa[1] = v.y, wa[2] = v.z, wa[3] = v.w;
+                        wb[0] = w8.x, wb[1] = w8.y, wb[2] = w8.z, wb[3] = w8.w;
+                    }
+                    const float *sc = (const float *)(part + G::SOFF);
+                    const uint8_t *zs = part + G::ZOFF;
+#pragma unroll
+                    for (int p = 0; p < (GM == 2 ? 2 : 1); p++) {  // the scale groups of this tile
+                        const int gi = GM == 0 ? 0 : group_of(kc * 64 + 32 * p, a.gs, a.glog, a.ng) - g0;
+                        __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
+                        if (ZP) {
+                            const float zl = zs[gi * 16 + g], zh = zs[gi * 16 + g + 8];
+                            za_lo = __float2half2_rn(1024.0f + zl), zb_lo = __float2half2_rn(-64.0f - zl);
+                            za_hi = __float2half2_rn(1024.0f + zh), zb_hi = __float2half2_rn(-64.0f - zh);
+                        }
+                        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                        for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
+                            uint32_t A[4];  // rows g, g + 8 x columns (2t, 2t+1), then (2t+8, 2t+9) of slice i
+                            if (KIND == 4) {
+                                const uint32_t w = wa[i], w2 = w >> 8, M = 0x64006400u;
+                                A[0] = bits<uint32_t>(__hsub2(bits<__half2>((w & 0x000F000Fu) | M), za_lo));
+                                A[2] = bits<uint32_t>(__hfma2(bits<__half2>((w & 0x00F000F0u) | M), sixteenth, zb_lo));
+                                A[1] = bits<uint32_t>(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | M), za_hi));
+                                A[3] = bits<uint32_t>(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | M), sixteenth, zb_hi));
+                            } else {
+                                A[0] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wa[i], 0x64646464u, 0x5140u)), za_lo));
+                                A[2] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wa[i], 0x64646464u, 0x5342u)), za_lo));
+                                A[1] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wb[i], 0x64646464u, 0x5140u)), za_hi));
+                                A[3] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wb[i], 0x64646464u, 0x5342u)), za_hi));
+                            }
+                            mma16816(__half(), c, A, pr[2 * i], pr[2 * i + 1]);
+                        }
+                        if (GM == 0) acc[r][0] += c[0], acc[r][1] += c[2];
+                        else
+                            acc[r][0] = fmaf(sc[gi * 16 + g], c[0], acc[r][0]),
+                            acc[r][1] = fmaf(sc[gi * 16 + g + 8], c[2], acc[r][1]);
+                    }
+                }
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar0 + 8 * (ns + slot));  // this warp is done with the stage
+        }
+        // the strip's outputs: lane (g, 0) holds rows g and g + 8 (C's columns are all the same)
+        float *rb = red + (nu & 1) * W * R * 16;
+        if (t == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++) rb[(warp * R + r) * 16 + g] = acc[r][0], rb[(warp * R + r) * 16 + g + 8] = acc[r][1];
+        consumers_sync(nthr);
+        if (tid < 16) {
+            float v[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                v[r] = 0.0f;
+#pragma unroll
+                for (int w = 0; w < W; w++) v[r] += rb[(w * R + r) * 16 + tid];
+                if (GM == 0) v[r] *= __ldg(a.scales + (size_t)(u + r * a.pair) * 16 + tid);
+            }
+            const int row = u * 16 + tid;
+            if (SWIGLU) {
+                if (row < a.out_rows) a.y[row] = v[0] / (1.0f + expf(-v[0])) * v[R - 1];
+            } else if (row < a.rows) {
+                out_store(v[0], a.y + row, a.bias, row, a.beta);
+            }
+        }
+    }
+#else
+    (void)a;
+#endif
+}
+
 // Y (T rows of `rows`, ldy) *= beta (= 0 when beta == 0: Y may hold anything).
 __global__ void k_scale_y(float *Y, int ldy, int T, int rows, float beta) {
     const size_t n = (size_t)T * rows;
@@ -1063,17 +1308,21 @@ extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q-
 // 16-byte weight loads in flight per lane (4, 8, 2); v4-v6: k_qgemv4r / k_qgemv8r with W warps
 // per block and R tiles (INT4) or rows (INT8) per lane sharing each x load (W 8 R 2, W 16 R 4,
 // W 16 R 2).
-static const char *const QGEMV_VERSIONS[] = {"v1_u4",    "v2_u8",       "v3_u2",      "v4_r2",    "v5_r4w16",
-                                             "v6_r2w16", "v7_tc_w8u2", "v8_tc_w8u4", "v9_tc_w16u2",
-                                             "v10_tc_xs", "v11_tc_xs_r2"};
-#define N_QGEMV_VERSIONS 11
-#define QGEMV_FIRST_TC 6  // v7+: k_qmma (x rounded to fp16)
+static const char *const QGEMV_VERSIONS[] = {"v1_u4",     "v2_u8",        "v3_u2",      "v4_r2",
+                                             "v5_r4w16",  "v6_r2w16",     "v7_tc_w8u2", "v8_tc_w8u4",
+                                             "v9_tc_w16u2", "v10_tc_xs",  "v11_tc_xs_r2", "v12_tma",
+                                             "v13_tma_ts32"};
+#define N_QGEMV_VERSIONS 13
+#define QGEMV_FIRST_TC 6   // v7+: k_qmma (x rounded to fp16)
+#define QGEMV_FIRST_TMA 11 // v12+: k_qtma (sm_90a), else v10
 // -1 (the default): the rung that made the engine's batch-1 decode fastest on the H200, for both
 // kinds v10_tc_xs (step06_quant/results/tc_d6b6f03_h200: INT4 292.8 tok/s, INT8 278.3); where
 // k_qmma cannot take a layer's groups, v4_r2 for INT8 and v1_u4 for INT4.
 static int g_qgemv_version = -1;
 #define QGEMV_AUTO_INT8 9
 #define QGEMV_AUTO_INT4 9
+static bool qtma_ok(const QLinearGpu *q);  // below: k_qtma can run this layer
+
 extern "C" int qlinear_gemv_n_versions(void) { return N_QGEMV_VERSIONS; }
 extern "C" const char *qlinear_gemv_version_name(int v) {
     return v == -1 ? "auto (v10_tc_xs)" : v >= 0 && v < N_QGEMV_VERSIONS ? QGEMV_VERSIONS[v] : "?";
@@ -1084,6 +1333,7 @@ extern "C" void qlinear_gemv_set_version(int v) {
 extern "C" int qlinear_gpu_gemv_version(const QLinearGpu *q) {
     int v = g_qgemv_version;
     if (v < 0) v = q->kind == QK_INT8 ? QGEMV_AUTO_INT8 : QGEMV_AUTO_INT4;
+    if (v >= QGEMV_FIRST_TMA && !qtma_ok(q)) v = 9;  // no sm_90a code, or no room for x: v10
     if (v >= QGEMV_FIRST_TC && q->tc_gm < 0) v = q->kind == QK_INT8 ? 3 : 0;  // k_qmma cannot take these groups
     return v;
 }
@@ -1111,6 +1361,83 @@ static void launch_ex(void (*k)(P...), dim3 grid, int threads, size_t smem, cuda
     cfg.attrs = pdl ? at : NULL, cfg.numAttrs = pdl ? 1 : 0;
     cudaLaunchKernelEx(&cfg, k, (P)args...);
 }
+// ---------------------------------------------------------------- k_qtma's launch
+// Whether this process's code has k_qtma's body (sm_90a) and the device is an sm_90: asked once.
+static int qtma_built(void) {
+    static int built = -1;
+    if (built < 0) {
+        built = 0;
+        int dev = 0, major = 0, *d = NULL, h = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9 &&
+            cudaMalloc((void **)&d, sizeof(int)) == cudaSuccess) {
+            cudaMemset(d, 0, sizeof(int));
+            k_qtma_probe<<<1, 1>>>(d);
+            if (cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess) built = h == 1;
+            cudaFree(d);
+        }
+        cudaGetLastError();
+    }
+    return built;
+}
+#define QTMA_SMEM_MAX (227 * 1024)  // an sm_90 block's opt-in shared memory
+#define QTMA_RING (64 * 1024)       // bytes of stages a block aims to keep in flight
+static size_t qtma_smem(int stage, int ns, int kp, int R) {
+    return (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + (size_t)kp * 2 + 2 * QT_W * R * 16 * 4 +
+           QT_W * 4;
+}
+// The ring's stage count for this layer: QTMA_RING's worth (at least 2), within the block's shared memory.
+static int qtma_stages(int stage, int kp, int R) {
+    int ns = QTMA_RING / stage < 2 ? 2 : QTMA_RING / stage;
+    while (ns > 2 && qtma_smem(stage, ns, kp, R) > QTMA_SMEM_MAX) ns--;
+    return qtma_smem(stage, ns, kp, R) <= QTMA_SMEM_MAX ? ns : 0;
+}
+static bool qtma_ok(const QLinearGpu *q) {
+    return q->fast && q->tc_gm >= 0 && q->major == 9 && qtma_built() &&
+           qtma_stages(QTmaGeom<8, 32, 1, true, true>::STAGE, q->kp, 2) > 0;  // the largest geometry fits
+}
+template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU>
+static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s) {
+    using G = QTmaGeom<KIND, TS, GM, ZP, SWIGLU>;
+    auto k = k_qtma<KIND, TS, GM, ZP, NORM, SWIGLU>;
+    a.ns = qtma_stages(G::STAGE, q->kp, G::R);
+    const size_t smem = qtma_smem(G::STAGE, a.ns, q->kp, G::R);
+    static bool attr = false;  // per instantiation
+    if (!attr) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX), attr = true;
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, (QT_W + 1) * 32, smem) != cudaSuccess || per_sm < 1)
+        per_sm = 1;
+    const int most = q->sms * per_sm, rounds = (a.units + most - 1) / most;
+    const int grid = (a.units + rounds - 1) / rounds;  // as many strips per block everywhere, within a strip
+    launch_ex(k, dim3(grid), (QT_W + 1) * 32, smem, s, pdl, a);
+}
+template <int KIND, int TS, bool NORM, bool SWIGLU>
+static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream_t s) {
+    const bool zp = q->zeros != NULL;
+    if (q->tc_gm == 0) zp ? qtma_go<KIND, TS, 0, true, NORM, SWIGLU>(q, a, pdl, s) : qtma_go<KIND, TS, 0, false, NORM, SWIGLU>(q, a, pdl, s);
+    else if (q->tc_gm == 1) zp ? qtma_go<KIND, TS, 1, true, NORM, SWIGLU>(q, a, pdl, s) : qtma_go<KIND, TS, 1, false, NORM, SWIGLU>(q, a, pdl, s);
+    else if constexpr (KIND == 4) zp ? qtma_go<KIND, TS, 2, true, NORM, SWIGLU>(q, a, pdl, s) : qtma_go<KIND, TS, 2, false, NORM, SWIGLU>(q, a, pdl, s);
+}
+// k_qtma over x (kp fp32, 8-byte aligned): y = W x' (+ bias) + beta y, x' = x or (nw) its RMSNorm;
+// swiglu > 0: the layer is gate|up stacked (2 swiglu rows, swiglu % 16 == 0), y = silu(gate) * up.
+template <int TS>
+static void qtma_launch(const QLinearGpu *q, const float *x, const float *nw, float eps, const float *bias, float *y,
+                        float beta, int swiglu, bool pdl, cudaStream_t s) {
+    QTmaArgs a = {(const uint4 *)q->qw, q->scales, q->zeros, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, x, nw, eps,
+                  bias, y, beta, swiglu ? swiglu / 16 : q->np / 16, swiglu / 16, swiglu, 0};
+#define QT_KIND(K)                                                           \
+    if (nw && swiglu) qtma_gm<K, TS, true, true>(q, a, pdl, s);              \
+    else if (nw) qtma_gm<K, TS, true, false>(q, a, pdl, s);                  \
+    else if (swiglu) qtma_gm<K, TS, false, true>(q, a, pdl, s);              \
+    else qtma_gm<K, TS, false, false>(q, a, pdl, s);
+    if (q->kind == QK_INT4) {
+        QT_KIND(4)
+    } else {
+        QT_KIND(8)
+    }
+#undef QT_KIND
+}
+
 // k_qmma over T <= 16 tokens of X (T, ldx; kp valid columns, zero-padded).
 template <int KIND, class XIn, int W, int UK, int R, bool T1, bool XS>
 static void launch_qmma_k(const QLinearGpu *q, const XIn *X, int ldx, int T, const float *bias, float *Y, int ldy,
@@ -1192,6 +1519,11 @@ static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, c
             }  // else v7
             launch_qmma<8, 2, 1>(q, xf, bias, Y, beta, s);
             break;
+        case 11:
+        case 12:
+            if (v == 11) qtma_launch<16>(q, xf, NULL, 0.0f, bias, Y, beta, 0, pdl_on(q), s);
+            else qtma_launch<32>(q, xf, NULL, 0.0f, bias, Y, beta, 0, pdl_on(q), s);
+            break;
         case 6:
         case 7:
         case 8:
@@ -1221,6 +1553,24 @@ extern "C" int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float
     }
     launch_simt(q, xs, q->kp, 1, bias, y, q->rows, acc ? 1.0f : 0.0f, s);
     return launch_ok("qlinear_gpu_gemv");
+}
+
+extern "C" int qlinear_gpu_gemv_fused(const QLinearGpu *q, const float *x, const float *nw, float eps, const float *bias,
+                                      float *y, int acc, int swiglu, int pdl, void *stream) {
+    if (!q || !x || !y) return -1;
+    const int v = qlinear_gpu_gemv_version(q);
+    if (v < QGEMV_FIRST_TMA) return 0;  // not a k_qtma layer (or rung): the caller runs the steps apart
+    if (nw && (q->gather_x || q->cols != q->kp || ((uintptr_t)x & 7))) return 0;  // the norm reads x as it is
+    if (swiglu && (q->rows != 2 * swiglu || swiglu % 16 || bias || acc)) return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    const float *xs = x;
+    if (!nw && (q->gather_x || ((uintptr_t)x & 7))) {
+        gather<float, float>(x, q->cols, 1, q->perm, q->cols, q->kp, q->xg, s);
+        xs = q->xg;
+    }
+    if (v == QGEMV_FIRST_TMA) qtma_launch<16>(q, xs, nw, eps, bias, y, acc ? 1.0f : 0.0f, swiglu, pdl != 0, s);
+    else qtma_launch<32>(q, xs, nw, eps, bias, y, acc ? 1.0f : 0.0f, swiglu, pdl != 0, s);
+    return launch_ok("qlinear_gpu_gemv_fused") == 0 ? 1 : -1;
 }
 
 // The layer's GEMM scratch, at least `bytes` (grown: synchronizes `s` first, so do the largest

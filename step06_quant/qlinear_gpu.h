@@ -8,7 +8,7 @@
 // Implemented in qlinear_gpu.cu (qlinear_gpu_none.c when built without nvcc: every call fails).
 // All pointers are device pointers; launches go on `stream` (NULL: the default stream).
 // defines: QLinearGpu, qlinear_gpu_new, qlinear_gpu_free, qlinear_gpu_bytes, qlinear_gpu_rows,
-//          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemm, qlinear_gpu_describe,
+//          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemv_fused, qlinear_gpu_gemm, qlinear_gpu_describe,
 //          qlinear_gpu_set_gemm_path, QLINEAR_GEMM_AUTO, QLINEAR_GEMM_SIMT
 #pragma once
 #include <stddef.h>
@@ -34,6 +34,14 @@ const char *qlinear_gpu_describe(const QLinearGpu *q);  // "int4 g128 sym, tenso
 
 // y (rows) fp32 = W x (+ bias) (+ y when acc); x (cols) fp32. 0, or -1 on a launch error.
 int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float *bias, float *y, int acc, void *stream);
+// The same product with its neighbours of a decode step folded in, as one kernel: x' = x, or
+// with nw (hidden) the RMSNorm x * inv * nw, inv = 1 / sqrt(mean(x^2) + eps), computed from x
+// itself; swiglu > 0 (a stacked gate|up layer of 2 * swiglu rows): y (swiglu) = silu(gate x') *
+// (up x'), no bias, no acc. pdl: launched to overlap the previous kernel on the stream (sm_90).
+// 1 done; 0 this layer, device or the GEMV rung chosen (qlinear_gemv_set_version) has no such
+// kernel (only v12+ on sm_90a does), nothing was launched: run the steps apart; -1 launch error.
+int qlinear_gpu_gemv_fused(const QLinearGpu *q, const float *x, const float *nw, float eps, const float *bias, float *y,
+                           int acc, int swiglu, int pdl, void *stream);
 // Y (T, rows) fp32, row stride ldy, = X (T, cols) [row stride ldx] W^T + beta * Y; X in xdt
 // (ST_BF16 or ST_F16). 0, or -1 (bad dtype, launch error). When X must be gathered (act-order,
 // in_features not a multiple of 64, X not 16-byte aligned, INT8, pre-sm_80) it goes through a

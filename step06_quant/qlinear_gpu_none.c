@@ -32,6 +32,11 @@ int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float *bias, flo
     fprintf(stderr, "qlinear_gpu_gemv: built without CUDA\n");
     return -1;
 }
+int qlinear_gpu_gemv_fused(const QLinearGpu *q, const float *x, const float *nw, float eps, const float *bias, float *y,
+                           int acc, int swiglu, int pdl, void *stream) {
+    (void)q, (void)x, (void)nw, (void)eps, (void)bias, (void)y, (void)acc, (void)swiglu, (void)pdl, (void)stream;
+    return 0;
+}
 int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy, float beta,
                      void *stream) {
     (void)q, (void)xdt, (void)T, (void)X, (void)ldx, (void)Y, (void)ldy, (void)beta, (void)stream;

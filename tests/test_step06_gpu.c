@@ -218,6 +218,81 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
     }
 }
 
+// qlinear_gpu_gemv_fused (the GEMV rungs v12+ on sm_90a): the RMSNorm folded in (x' = x * inv *
+// nw computed on the CPU in fp32), with and without bias / accumulate, and gate|up with SwiGLU
+// (silu(gate) * up), against linear_q_cpu on x'; both INT4 and INT8, sym and asym, groups 32 / 128
+// / per channel, act-order (the norm must refuse: its x would need the permutation), odd row
+// counts (SwiGLU: ff a multiple of 16, as the fused kernel needs; others fall back with 0).
+Test(step06_gpu, gemv_fused_norm_and_swiglu) {
+    NEED_GPU();
+    static const QCase cases[] = {{QK_INT4, 2 * 48, 256, 128, 1, 0}, {QK_INT4, 2 * 80, 384, 32, 0, 0},
+                                  {QK_INT8, 2 * 32, 512, -1, 1, 0},  {QK_INT8, 2 * 64, 320, 64, 0, 0},
+                                  {QK_INT4, 77, 512, 64, 1, 0},      {QK_INT4, 2 * 48, 256, 128, 1, 1},
+                                  {QK_INT4, 2 * 40, 128, -1, 0, 0},  {QK_INT4, 2 * 896, 4096, 128, 1, 0}};
+    Rng r;
+    rng_seed(&r, 614);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const QCase *c = &cases[ci];
+        char what[160];
+        case_str(c, what, sizeof what);
+        QWeight w;
+        make_qweight(&r, c, &w);
+        QLinearGpu *q = make_layer(&w, what);
+        const int rows = c->rows, cols = c->cols, ff = rows / 2;
+        float *x = rng_new_uniform(&r, (size_t)cols, -3, 3), *nw = rng_new_uniform(&r, (size_t)cols, 0.5f, 1.5f);
+        float *b = rng_new_uniform(&r, (size_t)rows, -1, 1), *y0 = rng_new_uniform(&r, (size_t)rows, -1, 1);
+        float *xn = malloc((size_t)cols * sizeof(float)), *ref = malloc((size_t)rows * sizeof(float));
+        float *y = malloc((size_t)rows * sizeof(float)), *h = malloc((size_t)ff * sizeof(float));
+        const float eps = 1e-5f;
+        double ss = 0;
+        for (int i = 0; i < cols; i++) ss += (double)x[i] * x[i];
+        const float inv = 1.0f / sqrtf((float)(ss / cols) + eps);
+        for (int i = 0; i < cols; i++) xn[i] = x[i] * inv * nw[i];
+        float *dx = pa_dev_alloc((size_t)cols * 4), *dnw = pa_dev_alloc((size_t)cols * 4);
+        float *db = pa_dev_alloc((size_t)rows * 4), *dy = pa_dev_alloc((size_t)rows * 4);
+        pa_upload(dx, x, (size_t)cols * 4), pa_upload(dnw, nw, (size_t)cols * 4), pa_upload(db, b, (size_t)rows * 4);
+        for (int v = 11; v < qlinear_gemv_n_versions(); v++)
+            for (int mode = 0; mode < 6; mode++) {  // 0-3: norm, bit 0 bias, bit 1 acc; 4: SwiGLU; 5: neither (plain x)
+                qlinear_gemv_set_version(v);
+                const int use_b = mode < 4 && (mode & 1), acc = mode < 4 && (mode & 2), swiglu = mode == 4 ? ff : 0;
+                const int norm = mode < 5;
+                linear_q_cpu(norm ? xn : x, &w, use_b ? b : NULL, 1, ref);
+                int n = rows;
+                if (swiglu) {
+                    for (int i = 0; i < ff; i++) h[i] = ref[i] / (1.0f + expf(-ref[i])) * ref[ff + i];
+                    memcpy(ref, h, (size_t)ff * sizeof(float));
+                    n = ff;
+                } else if (acc) {
+                    for (int i = 0; i < rows; i++) ref[i] += y0[i];
+                }
+                pa_upload(dy, y0, (size_t)rows * 4);
+                const int rc = qlinear_gpu_gemv_fused(q, dx, norm ? dnw : NULL, eps, use_b ? db : NULL, dy, acc, swiglu,
+                                                      mode & 1, NULL);
+                cr_assert_eq(pa_sync(), 0, "%s", what);
+                const int can = gi_.cc_major == 9 && !(norm && c->act_order) && !(swiglu && ff % 16);
+                cr_expect_eq(rc, can ? 1 : 0, "gemv_fused %s v%d mode %d: returned %d", what, v + 1, mode, rc);
+                if (rc != 1) continue;
+                pa_download(y, dy, (size_t)rows * 4);
+                const ErrStats e = compare_f32(y, ref, (size_t)n);
+                cr_expect(e.max_rel < TOL_GEMM, "gemv_fused %s v%d mode %d: max_rel %.3g (row %zu: %g vs %g)", what, v + 1,
+                          mode, e.max_rel, e.worst, y[e.worst], ref[e.worst]);
+                if (swiglu) {  // the rows past ff are untouched
+                    float *tail = malloc((size_t)rows * sizeof(float));
+                    pa_download(tail, dy, (size_t)rows * 4);
+                    int same = 1;
+                    for (int i = ff; i < rows; i++) same &= tail[i] == y0[i];
+                    cr_expect(same, "gemv_fused %s swiglu wrote past ff", what);
+                    free(tail);
+                }
+            }
+        qlinear_gemv_set_version(-1);
+        pa_dev_free(dx), pa_dev_free(dnw), pa_dev_free(db), pa_dev_free(dy);
+        free(x), free(nw), free(b), free(y0), free(xn), free(ref), free(y), free(h);
+        qlinear_gpu_free(q);
+        qweight_free(&w);
+    }
+}
+
 // The Llama-3.1-8B down_proj shape (4096 x 14336, INT4 g128), the GEMM's main tile path at
 // T = 16 and the GEMV, both dtypes.
 Test(step06_gpu, llama_down_proj_shape) {
