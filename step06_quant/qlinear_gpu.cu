@@ -50,6 +50,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>  // std::integral_constant
+
 #include "cuda_check.h"
 #include "step02_attention/forward_gpu.cuh"  // tof, fromf
 #include "step06_quant/qlinear_gpu.h"
@@ -83,6 +85,8 @@ struct QLinearGpu {
     size_t bytes;
     float *xg;       // (kp) the GEMV's gathered x
     int gather_x;    // the columns are permuted or padded: x always goes through xg
+    int qt;          // k_qtma can run this layer (sm_90a code on an sm_90, x and a ring fit in shared memory)
+    int qt_per_sm[2][2][2];  // its blocks per SM, [TS 32][NORM][SWIGLU] (asked at creation: not while capturing)
     void *scr;       // the GEMM's gathered X
     size_t scr_bytes;
     char base[64], desc[192];
@@ -1033,9 +1037,81 @@ __global__ void __launch_bounds__((QT_W + 1) * 32) k_qtma(const QTmaArgs a) {
     consumers_sync(nthr);
     const __half2 zsym_a = __float2half2_rn(KIND == 4 ? 1032.0f : 1152.0f), zsym_b = __float2half2_rn(-72.0f);
     const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+    // The products of NT tiles of a stage (kcl0, kcl0 + W, ...) into acc: every shared load first,
+    // then the mmas, two independent chains per tile (slices 0, 2 and 1, 3), so that the tiles'
+    // and strips' mmas overlap instead of each waiting for the one before.
+    constexpr int NPG = GM == 2 ? 2 : 1;  // scale groups per tile
+    float acc[R][2];
+    auto tiles = [&](const unsigned char *stg, int k0, int g0, int kcl0, auto NT) {
+        constexpr int N = decltype(NT)::value;
+        uint32_t pr[N][8], wa[N][R][4], wb[N][R][4];
+        float sl[N][R][NPG], sh[N][R][NPG];
+        int gis[N][NPG];
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            const int kcl = kcl0 + W * j, kc = k0 + kcl;
+            const uint4 p0 = *(const uint4 *)&xs[kc * 32 + t * 8], p1 = *(const uint4 *)&xs[kc * 32 + t * 8 + 4];
+            pr[j][0] = p0.x, pr[j][1] = p0.y, pr[j][2] = p0.z, pr[j][3] = p0.w;
+            pr[j][4] = p1.x, pr[j][5] = p1.y, pr[j][6] = p1.z, pr[j][7] = p1.w;
+#pragma unroll
+            for (int p = 0; p < NPG; p++) gis[j][p] = GM == 0 ? 0 : group_of(kc * 64 + 32 * p, a.gs, a.glog, a.ng) - g0;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const unsigned char *part = stg + r * G::PART;
+                if (KIND == 4) {
+                    const uint4 v = *(const uint4 *)(part + kcl * 512 + lane * 16);
+                    wa[j][r][0] = v.x, wa[j][r][1] = v.y, wa[j][r][2] = v.z, wa[j][r][3] = v.w;
+                } else {  // rows g and g + 8
+                    const uint4 v = *(const uint4 *)(part + g * G::WROW + kcl * 64 + t * 16);
+                    const uint4 w8 = *(const uint4 *)(part + (g + 8) * G::WROW + kcl * 64 + t * 16);
+                    wa[j][r][0] = v.x, wa[j][r][1] = v.y, wa[j][r][2] = v.z, wa[j][r][3] = v.w;
+                    wb[j][r][0] = w8.x, wb[j][r][1] = w8.y, wb[j][r][2] = w8.z, wb[j][r][3] = w8.w;
+                }
+                const float *sc = (const float *)(part + G::SOFF);
+#pragma unroll
+                for (int p = 0; p < NPG; p++)
+                    if (GM != 0) sl[j][r][p] = sc[gis[j][p] * 16 + g], sh[j][r][p] = sc[gis[j][p] * 16 + g + 8];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < N; j++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int p = 0; p < NPG; p++) {
+                    __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
+                    if (ZP) {
+                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
+                        const float zl = zs[g], zh = zs[g + 8];
+                        za_lo = __float2half2_rn(1024.0f + zl), zb_lo = __float2half2_rn(-64.0f - zl);
+                        za_hi = __float2half2_rn(1024.0f + zh), zb_hi = __float2half2_rn(-64.0f - zh);
+                    }
+                    float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+                    for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
+                        uint32_t A[4];  // rows g, g + 8 x columns (2t, 2t+1), then (2t+8, 2t+9) of slice i
+                        if (KIND == 4) {
+                            const uint32_t w = wa[j][r][i], w2 = w >> 8, M = 0x64006400u;
+                            A[0] = bits<uint32_t>(__hsub2(bits<__half2>((w & 0x000F000Fu) | M), za_lo));
+                            A[2] = bits<uint32_t>(__hfma2(bits<__half2>((w & 0x00F000F0u) | M), sixteenth, zb_lo));
+                            A[1] = bits<uint32_t>(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | M), za_hi));
+                            A[3] = bits<uint32_t>(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | M), sixteenth, zb_hi));
+                        } else {
+                            const uint32_t w = wa[j][r][i], w8 = wb[j][r][i], P = 0x64646464u;
+                            A[0] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(w, P, 0x5140u)), za_lo));
+                            A[2] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(w, P, 0x5342u)), za_lo));
+                            A[1] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(w8, P, 0x5140u)), za_hi));
+                            A[3] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(w8, P, 0x5342u)), za_hi));
+                        }
+                        mma16816(__half(), c[i & 1], A, pr[j][2 * i], pr[j][2 * i + 1]);
+                    }
+                    const float lo = c[0][0] + c[1][0], hi = c[0][2] + c[1][2];
+                    if (GM == 0) acc[r][0] += lo, acc[r][1] += hi;
+                    else acc[r][0] = fmaf(sl[j][r][p], lo, acc[r][0]), acc[r][1] = fmaf(sh[j][r][p], hi, acc[r][1]);
+                }
+    };
     int it = 0, nu = 0;
     for (int u = blockIdx.x; u < a.units; u += gridDim.x, nu++) {
-        float acc[R][2];
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = 0.0f;
         for (int st = 0; st < nst; st++, it++) {
@@ -1044,61 +1120,9 @@ __global__ void __launch_bounds__((QT_W + 1) * 32) k_qtma(const QTmaArgs a) {
             const unsigned char *stg = ring + (size_t)slot * G::STAGE;
             const int k0 = st * TS, k1 = min(nk, k0 + TS);
             const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
-#pragma unroll
-            for (int j = 0; j < TS / W; j++) {
-                const int kcl = warp + W * j, kc = k0 + kcl;
-                if (kc >= k1) break;  // the same for the whole warp
-                const uint4 p0 = *(const uint4 *)&xs[kc * 32 + t * 8], p1 = *(const uint4 *)&xs[kc * 32 + t * 8 + 4];
-                const uint32_t pr[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const unsigned char *part = stg + r * G::PART;
-                    uint32_t wa[4], wb[4];  // INT4: the tile's word quad; INT8: rows g and g + 8
-                    if (KIND == 4) {
-                        const uint4 v = *(const uint4 *)(part + kcl * 512 + lane * 16);
-                        wa[0] = v.x, wa[1] = v.y, wa[2] = v.z, wa[3] = v.w;
-                    } else {
-                        const uint4 v = *(const uint4 *)(part + g * G::WROW + kcl * 64 + t * 16);
-                        const uint4 w8 = *(const uint4 *)(part + (g + 8) * G::WROW + kcl * 64 + t * 16);
-                        wa[0] = v.x, wa[1] = v.y, wa[2] = v.z, wa[3] = v.w;
-                        wb[0] = w8.x, wb[1] = w8.y, wb[2] = w8.z, wb[3] = w8.w;
-                    }
-                    const float *sc = (const float *)(part + G::SOFF);
-                    const uint8_t *zs = part + G::ZOFF;
-#pragma unroll
-                    for (int p = 0; p < (GM == 2 ? 2 : 1); p++) {  // the scale groups of this tile
-                        const int gi = GM == 0 ? 0 : group_of(kc * 64 + 32 * p, a.gs, a.glog, a.ng) - g0;
-                        __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
-                        if (ZP) {
-                            const float zl = zs[gi * 16 + g], zh = zs[gi * 16 + g + 8];
-                            za_lo = __float2half2_rn(1024.0f + zl), zb_lo = __float2half2_rn(-64.0f - zl);
-                            za_hi = __float2half2_rn(1024.0f + zh), zb_hi = __float2half2_rn(-64.0f - zh);
-                        }
-                        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                        for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
-                            uint32_t A[4];  // rows g, g + 8 x columns (2t, 2t+1), then (2t+8, 2t+9) of slice i
-                            if (KIND == 4) {
-                                const uint32_t w = wa[i], w2 = w >> 8, M = 0x64006400u;
-                                A[0] = bits<uint32_t>(__hsub2(bits<__half2>((w & 0x000F000Fu) | M), za_lo));
-                                A[2] = bits<uint32_t>(__hfma2(bits<__half2>((w & 0x00F000F0u) | M), sixteenth, zb_lo));
-                                A[1] = bits<uint32_t>(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | M), za_hi));
-                                A[3] = bits<uint32_t>(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | M), sixteenth, zb_hi));
-                            } else {
-                                A[0] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wa[i], 0x64646464u, 0x5140u)), za_lo));
-                                A[2] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wa[i], 0x64646464u, 0x5342u)), za_lo));
-                                A[1] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wb[i], 0x64646464u, 0x5140u)), za_hi));
-                                A[3] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wb[i], 0x64646464u, 0x5342u)), za_hi));
-                            }
-                            mma16816(__half(), c, A, pr[2 * i], pr[2 * i + 1]);
-                        }
-                        if (GM == 0) acc[r][0] += c[0], acc[r][1] += c[2];
-                        else
-                            acc[r][0] = fmaf(sc[gi * 16 + g], c[0], acc[r][0]),
-                            acc[r][1] = fmaf(sc[gi * 16 + g + 8], c[2], acc[r][1]);
-                    }
-                }
-            }
+            if (k1 - k0 == TS) tiles(stg, k0, g0, warp, std::integral_constant<int, TS / W>{});
+            else  // a layer's last, partial stage
+                for (int kcl = warp; kcl < k1 - k0; kcl += W) tiles(stg, k0, g0, kcl, std::integral_constant<int, 1>{});
             __syncwarp();
             if (lane == 0) mbar_arrive(bar0 + 8 * (ns + slot));  // this warp is done with the stage
         }
@@ -1200,6 +1224,7 @@ static QView view(const QLinearGpu *q) {
 }
 
 // ---------------------------------------------------------------- the API
+static void qtma_prepare(QLinearGpu *q);  // below: k_qtma's set-up at creation
 extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) {
     if (!w || (w->kind != QK_INT8 && w->kind != QK_INT4) || w->rows < 1 || w->cols < 1 || w->n_groups < 1 || !w->q ||
         !w->scales || (!w->sym && !w->zeros)) {
@@ -1281,6 +1306,7 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
         qlinear_gpu_free(q);
         return NULL;
     }
+    qtma_prepare(q);
     return q;
 }
 
@@ -1392,50 +1418,68 @@ static int qtma_stages(int stage, int kp, int R) {
     while (ns > 2 && qtma_smem(stage, ns, kp, R) > QTMA_SMEM_MAX) ns--;
     return qtma_smem(stage, ns, kp, R) <= QTMA_SMEM_MAX ? ns : 0;
 }
-static bool qtma_ok(const QLinearGpu *q) {
-    return q->fast && q->tc_gm >= 0 && q->major == 9 && qtma_built() &&
-           qtma_stages(QTmaGeom<8, 32, 1, true, true>::STAGE, q->kp, 2) > 0;  // the largest geometry fits
-}
+static bool qtma_ok(const QLinearGpu *q) { return q->qt != 0; }
+// Launch k_qtma, or (setup, at the layer's creation) allow it its shared memory and record its
+// blocks per SM in *per_sm: neither may happen while a stream is being captured.
 template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU>
-static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s) {
+static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, int *per_sm, bool setup) {
     using G = QTmaGeom<KIND, TS, GM, ZP, SWIGLU>;
     auto k = k_qtma<KIND, TS, GM, ZP, NORM, SWIGLU>;
     a.ns = qtma_stages(G::STAGE, q->kp, G::R);
     const size_t smem = qtma_smem(G::STAGE, a.ns, q->kp, G::R);
-    static bool attr = false;  // per instantiation
-    if (!attr) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX), attr = true;
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, (QT_W + 1) * 32, smem) != cudaSuccess || per_sm < 1)
-        per_sm = 1;
-    const int most = q->sms * per_sm, rounds = (a.units + most - 1) / most;
+    if (setup) {
+        *per_sm = 1;
+        int n = 0;
+        if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX) == cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (QT_W + 1) * 32, smem) == cudaSuccess && n > 1)
+            *per_sm = n;
+        cudaGetLastError();
+        return;
+    }
+    const int most = q->sms * *per_sm, rounds = (a.units + most - 1) / most;
     const int grid = (a.units + rounds - 1) / rounds;  // as many strips per block everywhere, within a strip
     launch_ex(k, dim3(grid), (QT_W + 1) * 32, smem, s, pdl, a);
 }
 template <int KIND, int TS, bool NORM, bool SWIGLU>
-static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream_t s) {
+static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream_t s, bool setup) {
     const bool zp = q->zeros != NULL;
-    if (q->tc_gm == 0) zp ? qtma_go<KIND, TS, 0, true, NORM, SWIGLU>(q, a, pdl, s) : qtma_go<KIND, TS, 0, false, NORM, SWIGLU>(q, a, pdl, s);
-    else if (q->tc_gm == 1) zp ? qtma_go<KIND, TS, 1, true, NORM, SWIGLU>(q, a, pdl, s) : qtma_go<KIND, TS, 1, false, NORM, SWIGLU>(q, a, pdl, s);
-    else if constexpr (KIND == 4) zp ? qtma_go<KIND, TS, 2, true, NORM, SWIGLU>(q, a, pdl, s) : qtma_go<KIND, TS, 2, false, NORM, SWIGLU>(q, a, pdl, s);
+    int *per_sm = (int *)&q->qt_per_sm[TS == 32][NORM][SWIGLU];  // written only by the setup call
+#define QT_GO(gm, z) qtma_go<KIND, TS, gm, z, NORM, SWIGLU>(q, a, pdl, s, per_sm, setup)
+    if (q->tc_gm == 0) zp ? QT_GO(0, true) : QT_GO(0, false);
+    else if (q->tc_gm == 1) zp ? QT_GO(1, true) : QT_GO(1, false);
+    else if constexpr (KIND == 4) zp ? QT_GO(2, true) : QT_GO(2, false);
+#undef QT_GO
 }
 // k_qtma over x (kp fp32, 8-byte aligned): y = W x' (+ bias) + beta y, x' = x or (nw) its RMSNorm;
 // swiglu > 0: the layer is gate|up stacked (2 swiglu rows, swiglu % 16 == 0), y = silu(gate) * up.
 template <int TS>
 static void qtma_launch(const QLinearGpu *q, const float *x, const float *nw, float eps, const float *bias, float *y,
-                        float beta, int swiglu, bool pdl, cudaStream_t s) {
+                        float beta, int swiglu, bool pdl, cudaStream_t s, bool setup = false) {
     QTmaArgs a = {(const uint4 *)q->qw, q->scales, q->zeros, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, x, nw, eps,
                   bias, y, beta, swiglu ? swiglu / 16 : q->np / 16, swiglu / 16, swiglu, 0};
 #define QT_KIND(K)                                                           \
-    if (nw && swiglu) qtma_gm<K, TS, true, true>(q, a, pdl, s);              \
-    else if (nw) qtma_gm<K, TS, true, false>(q, a, pdl, s);                  \
-    else if (swiglu) qtma_gm<K, TS, false, true>(q, a, pdl, s);              \
-    else qtma_gm<K, TS, false, false>(q, a, pdl, s);
+    if (nw && swiglu) qtma_gm<K, TS, true, true>(q, a, pdl, s, setup);       \
+    else if (nw) qtma_gm<K, TS, true, false>(q, a, pdl, s, setup);           \
+    else if (swiglu) qtma_gm<K, TS, false, true>(q, a, pdl, s, setup);       \
+    else qtma_gm<K, TS, false, false>(q, a, pdl, s, setup);
     if (q->kind == QK_INT4) {
         QT_KIND(4)
     } else {
         QT_KIND(8)
     }
 #undef QT_KIND
+}
+// At creation: whether k_qtma can run layer q, and each of its instances' blocks per SM.
+static void qtma_prepare(QLinearGpu *q) {
+    q->qt = q->fast && q->tc_gm >= 0 && q->major == 9 && qtma_built() &&
+            qtma_stages(QTmaGeom<8, 32, 1, true, true>::STAGE, q->kp, 2) > 0;  // the largest geometry fits
+    if (!q->qt) return;
+    static const float one = 1.0f;  // stands for the norm weight: only its presence matters here
+    for (int n = 0; n < 2; n++)
+        for (int w = 0; w < 2; w++) {
+            qtma_launch<16>(q, NULL, n ? &one : NULL, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, true);
+            qtma_launch<32>(q, NULL, n ? &one : NULL, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, true);
+        }
 }
 
 // k_qmma over T <= 16 tokens of X (T, ldx; kp valid columns, zero-padded).
