@@ -86,7 +86,7 @@ struct QLinearGpu {
     float *xg;       // (kp) the GEMV's gathered x
     int gather_x;    // the columns are permuted or padded: x always goes through xg
     int qt;          // k_qtma can run this layer (sm_90a code on an sm_90, x and a ring fit in shared memory)
-    int qt_per_sm[2][2][2];  // its blocks per SM, [TS 32][NORM][SWIGLU] (asked at creation: not while capturing)
+    int qt_per_sm[3][2][2];  // its blocks per SM, [TS 16, 32, 64][NORM][SWIGLU] (asked at creation: not while capturing)
     void *scr;       // the GEMM's gathered X
     size_t scr_bytes;
     char base[64], desc[192];
@@ -910,7 +910,8 @@ __global__ void __launch_bounds__(W * 32)
 //     writes silu(gate) * up, so the gate|up intermediate never exists.
 // INT8 uses the same kernel: a 16-row strip's rows are row-major (16 copies a stage), lane (g, t)
 // reads 16 bytes of rows g and g + 8, x in its natural order (the k permutation of v7-v11).
-#define QT_W 8  // consumer warps per block (plus one producer warp)
+// consumer warps per block (plus one producer warp) for TS tiles a stage: 4 tiles a warp from 32 up
+#define QT_W(TS) ((TS) == 64 ? 16 : 8)
 
 struct QTmaArgs {
     const uint4 *qw;
@@ -925,14 +926,17 @@ struct QTmaArgs {
     int units, pair, out_rows, ns;  // strips to do; SWIGLU: up strip = gate strip + pair, outputs < out_rows; ring stages
 };
 
+// A stage's bytes for one strip: weights, then 16 scales (and zeros) for each group it can touch.
+__host__ __device__ constexpr int qtma_maxg(int ts, int gm) { return gm == 0 ? 1 : gm == 1 ? ts + 1 : 2 * ts + 1; }
+__host__ __device__ constexpr int qtma_wrow(int ts) { return ts * 64 + 64; }  // INT8: +64, rows g, g+1 on other banks
+__host__ __device__ constexpr int qtma_wb(int kind, int ts) { return kind == 4 ? ts * 512 : 16 * qtma_wrow(ts); }
+__host__ __device__ constexpr int qtma_part(int kind, int ts, int gm, bool zp) {
+    return qtma_wb(kind, ts) + qtma_maxg(ts, gm) * (64 + (zp ? 16 : 0));
+}
 template <int KIND, int TS, int GM, bool ZP, bool SWIGLU> struct QTmaGeom {
-    static constexpr int R = SWIGLU ? 2 : 1;                                      // strips per unit
-    static constexpr int MAXG = GM == 0 ? 1 : GM == 1 ? TS + 1 : 2 * TS + 1;     // scale groups a stage can touch
-    static constexpr int WROW = TS * 64 + 64;                                     // INT8: a row's stage bytes (+64: rows g, g+1 on other banks)
-    static constexpr int WB = KIND == 4 ? TS * 512 : 16 * WROW;                  // weight bytes of one strip's stage
-    static constexpr int SOFF = WB, ZOFF = WB + MAXG * 64;                       // its scales (16 floats a group), zeros
-    static constexpr int PART = ZOFF + (ZP ? MAXG * 16 : 0);
-    static constexpr int STAGE = R * PART;
+    static constexpr int R = SWIGLU ? 2 : 1;  // strips per unit
+    static constexpr int MAXG = qtma_maxg(TS, GM), WROW = qtma_wrow(TS), WB = qtma_wb(KIND, TS);
+    static constexpr int SOFF = WB, ZOFF = WB + MAXG * 64, PART = qtma_part(KIND, TS, GM, ZP), STAGE = R * PART;
 };
 
 #ifdef WGMMA_ARCH
@@ -960,10 +964,10 @@ __global__ void k_qtma_probe(int *out) {
 }
 
 template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU>
-__global__ void __launch_bounds__((QT_W + 1) * 32) k_qtma(const QTmaArgs a) {
+__global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) {
 #ifdef WGMMA_ARCH
     using G = QTmaGeom<KIND, TS, GM, ZP, SWIGLU>;
-    constexpr int R = G::R, W = QT_W;
+    constexpr int R = G::R, W = QT_W(TS);
     extern __shared__ __align__(128) unsigned char sm[];
     const int ns = a.ns, nk = a.kp / 64, nst = (nk + TS - 1) / TS;
     const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(sm);  // full[ns], then empty[ns]
@@ -1337,8 +1341,8 @@ extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q-
 static const char *const QGEMV_VERSIONS[] = {"v1_u4",     "v2_u8",        "v3_u2",      "v4_r2",
                                              "v5_r4w16",  "v6_r2w16",     "v7_tc_w8u2", "v8_tc_w8u4",
                                              "v9_tc_w16u2", "v10_tc_xs",  "v11_tc_xs_r2", "v12_tma",
-                                             "v13_tma_ts32"};
-#define N_QGEMV_VERSIONS 13
+                                             "v13_tma_ts32", "v14_tma_ts64w16"};
+#define N_QGEMV_VERSIONS 14
 #define QGEMV_FIRST_TC 6   // v7+: k_qmma (x rounded to fp16)
 #define QGEMV_FIRST_TMA 11 // v12+: k_qtma (sm_90a), else v10
 // -1 (the default): the rung that made the engine's batch-1 decode fastest on the H200, for both
@@ -1408,15 +1412,19 @@ static int qtma_built(void) {
 }
 #define QTMA_SMEM_MAX (227 * 1024)  // an sm_90 block's opt-in shared memory
 #define QTMA_RING (64 * 1024)       // bytes of stages a block aims to keep in flight
-static size_t qtma_smem(int stage, int ns, int kp, int R) {
-    return (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + (size_t)kp * 2 + 2 * QT_W * R * 16 * 4 +
-           QT_W * 4;
+static size_t qtma_smem(int stage, int ns, int kp, int R, int W) {
+    return (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + (size_t)kp * 2 + 2 * W * R * 16 * 4 + W * 4;
 }
 // The ring's stage count for this layer: QTMA_RING's worth (at least 2), within the block's shared memory.
-static int qtma_stages(int stage, int kp, int R) {
+static int qtma_stages(int stage, int kp, int R, int W) {
     int ns = QTMA_RING / stage < 2 ? 2 : QTMA_RING / stage;
-    while (ns > 2 && qtma_smem(stage, ns, kp, R) > QTMA_SMEM_MAX) ns--;
-    return qtma_smem(stage, ns, kp, R) <= QTMA_SMEM_MAX ? ns : 0;
+    while (ns > 2 && qtma_smem(stage, ns, kp, R, W) > QTMA_SMEM_MAX) ns--;
+    return qtma_smem(stage, ns, kp, R, W) <= QTMA_SMEM_MAX ? ns : 0;
+}
+// Whether a ring of TS-tile stages fits layer q (SWIGLU: two strips a stage).
+static bool qtma_fits(const QLinearGpu *q, int ts, bool swiglu) {
+    const int R = swiglu ? 2 : 1;
+    return qtma_stages(R * qtma_part(q->kind == QK_INT4 ? 4 : 8, ts, q->tc_gm, q->zeros != NULL), q->kp, R, QT_W(ts)) > 0;
 }
 static bool qtma_ok(const QLinearGpu *q) { return q->qt != 0; }
 // Launch k_qtma, or (setup, at the layer's creation) allow it its shared memory and record its
@@ -1425,25 +1433,25 @@ template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU>
 static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, int *per_sm, bool setup) {
     using G = QTmaGeom<KIND, TS, GM, ZP, SWIGLU>;
     auto k = k_qtma<KIND, TS, GM, ZP, NORM, SWIGLU>;
-    a.ns = qtma_stages(G::STAGE, q->kp, G::R);
-    const size_t smem = qtma_smem(G::STAGE, a.ns, q->kp, G::R);
+    a.ns = qtma_stages(G::STAGE, q->kp, G::R, QT_W(TS));
+    const size_t smem = qtma_smem(G::STAGE, a.ns, q->kp, G::R, QT_W(TS));
     if (setup) {
         *per_sm = 1;
         int n = 0;
         if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX) == cudaSuccess &&
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (QT_W + 1) * 32, smem) == cudaSuccess && n > 1)
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (QT_W(TS) + 1) * 32, smem) == cudaSuccess && n > 1)
             *per_sm = n;
         cudaGetLastError();
         return;
     }
     const int most = q->sms * *per_sm, rounds = (a.units + most - 1) / most;
     const int grid = (a.units + rounds - 1) / rounds;  // as many strips per block everywhere, within a strip
-    launch_ex(k, dim3(grid), (QT_W + 1) * 32, smem, s, pdl, a);
+    launch_ex(k, dim3(grid), (QT_W(TS) + 1) * 32, smem, s, pdl, a);
 }
 template <int KIND, int TS, bool NORM, bool SWIGLU>
 static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream_t s, bool setup) {
     const bool zp = q->zeros != NULL;
-    int *per_sm = (int *)&q->qt_per_sm[TS == 32][NORM][SWIGLU];  // written only by the setup call
+    int *per_sm = (int *)&q->qt_per_sm[TS == 16 ? 0 : TS == 32 ? 1 : 2][NORM][SWIGLU];  // written only by the setup call
 #define QT_GO(gm, z) qtma_go<KIND, TS, gm, z, NORM, SWIGLU>(q, a, pdl, s, per_sm, setup)
     if (q->tc_gm == 0) zp ? QT_GO(0, true) : QT_GO(0, false);
     else if (q->tc_gm == 1) zp ? QT_GO(1, true) : QT_GO(1, false);
@@ -1469,16 +1477,25 @@ static void qtma_launch(const QLinearGpu *q, const float *x, const float *nw, fl
     }
 #undef QT_KIND
 }
+// Rung v (v12 / v13 / v14: 16, 32, 64 tiles a stage; fewer where the ring would not fit).
+static void qtma_run(const QLinearGpu *q, int v, const float *x, const float *nw, float eps, const float *bias, float *y,
+                     float beta, int swiglu, bool pdl, cudaStream_t s) {
+    int ts = v == QGEMV_FIRST_TMA ? 16 : v == QGEMV_FIRST_TMA + 1 ? 32 : 64;
+    while (ts > 16 && !qtma_fits(q, ts, swiglu > 0)) ts /= 2;
+    if (ts == 64) qtma_launch<64>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s);
+    else if (ts == 32) qtma_launch<32>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s);
+    else qtma_launch<16>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s);
+}
 // At creation: whether k_qtma can run layer q, and each of its instances' blocks per SM.
 static void qtma_prepare(QLinearGpu *q) {
-    q->qt = q->fast && q->tc_gm >= 0 && q->major == 9 && qtma_built() &&
-            qtma_stages(QTmaGeom<8, 32, 1, true, true>::STAGE, q->kp, 2) > 0;  // the largest geometry fits
+    q->qt = q->fast && q->tc_gm >= 0 && q->major == 9 && qtma_built() && qtma_fits(q, 16, true);
     if (!q->qt) return;
     static const float one = 1.0f;  // stands for the norm weight: only its presence matters here
     for (int n = 0; n < 2; n++)
         for (int w = 0; w < 2; w++) {
             qtma_launch<16>(q, NULL, n ? &one : NULL, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, true);
-            qtma_launch<32>(q, NULL, n ? &one : NULL, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, true);
+            if (qtma_fits(q, 32, w)) qtma_launch<32>(q, NULL, n ? &one : NULL, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, true);
+            if (qtma_fits(q, 64, w)) qtma_launch<64>(q, NULL, n ? &one : NULL, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, true);
         }
 }
 
@@ -1565,8 +1582,8 @@ static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, c
             break;
         case 11:
         case 12:
-            if (v == 11) qtma_launch<16>(q, xf, NULL, 0.0f, bias, Y, beta, 0, pdl_on(q), s);
-            else qtma_launch<32>(q, xf, NULL, 0.0f, bias, Y, beta, 0, pdl_on(q), s);
+        case 13:
+            qtma_run(q, v, xf, NULL, 0.0f, bias, Y, beta, 0, pdl_on(q), s);
             break;
         case 6:
         case 7:
@@ -1612,8 +1629,7 @@ extern "C" int qlinear_gpu_gemv_fused(const QLinearGpu *q, const float *x, const
         gather<float, float>(x, q->cols, 1, q->perm, q->cols, q->kp, q->xg, s);
         xs = q->xg;
     }
-    if (v == QGEMV_FIRST_TMA) qtma_launch<16>(q, xs, nw, eps, bias, y, acc ? 1.0f : 0.0f, swiglu, pdl != 0, s);
-    else qtma_launch<32>(q, xs, nw, eps, bias, y, acc ? 1.0f : 0.0f, swiglu, pdl != 0, s);
+    qtma_run(q, v, xs, nw, eps, bias, y, acc ? 1.0f : 0.0f, swiglu, pdl != 0, s);
     return launch_ok("qlinear_gpu_gemv_fused") == 0 ? 1 : -1;
 }
 
