@@ -86,7 +86,7 @@ struct QLinearGpu {
     float *xg;       // (kp) the GEMV's gathered x
     int gather_x;    // the columns are permuted or padded: x always goes through xg
     int qt;          // k_qtma can run this layer (sm_90a code on an sm_90, x and a ring fit in shared memory)
-    int qt_per_sm[3][2][2];  // its blocks per SM, [TS 16, 32, 64][NORM][SWIGLU] (asked at creation: not while capturing)
+    int qt_per_sm[3][2][2][2];  // its blocks per SM, [TS 16, 32, 64][NORM][SWIGLU][ZF] (asked at creation, not while capturing)
     void *scr;       // the GEMM's gathered X
     size_t scr_bytes;
     char base[64], desc[192];
@@ -963,7 +963,14 @@ __global__ void k_qtma_probe(int *out) {
 #endif
 }
 
-template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU>
+// ZF (zero folded, groups of 64 columns or more): the weights enter the mma as they come out of
+// the mask, 1024 + q (INT4's high nibbles 1024 + 16 q, with x / 16 in their columns), and the
+// offsets come off afterwards: a tile's products are D = sum q x' + 1024 P + z Q ... minus
+// (1024 P + z Q), with P and Q the tile's sums of the staged x (Q counts the high columns' x / 16
+// times 16), computed once per block while x is staged. That drops the four fp16 subtractions per
+// INT4 word (two per INT8 word); the cancellation costs ~10 of fp32's 24 bits, far inside the
+// tolerance of x in fp16.
+template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU, bool ZF>
 __global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) {
 #ifdef WGMMA_ARCH
     using G = QTmaGeom<KIND, TS, GM, ZP, SWIGLU>;
@@ -973,7 +980,8 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) 
     const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(sm);  // full[ns], then empty[ns]
     unsigned char *ring = sm + (2 * ns * 8 + 127) / 128 * 128;
     uint32_t *xs = (uint32_t *)(ring + (size_t)ns * G::STAGE);  // kp / 2 fp16 pairs
-    float *red = (float *)(xs + a.kp / 2);                      // [2][W][R][16]
+    float *ct = (float *)(xs + a.kp / 2);                       // ZF: [nk][2] the tiles' P and Q
+    float *red = ct + 2 * nk;                                   // [2][W][R][16]
     float *ssr = red + 2 * W * R * 16;                          // [W]
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
     if (threadIdx.x == 0)
@@ -1036,7 +1044,16 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) 
             const float2 w = __ldg((const float2 *)(a.nw + col));
             v.x = v.x * inv * w.x, v.y = v.y * inv * w.y;
         }
+        const bool hi = KIND == 4 && ZF && (d & 1);  // INT4's high-nibble columns take x / 16
+        if (hi) v.x *= 0.0625f, v.y *= 0.0625f;
         xs[d] = h2_sat(v.x, v.y);
+        if (ZF) {  // the warp's 32 pairs are one tile (d / 32): its P and Q
+            const float2 f = __half22float2(bits<__half2>(xs[d]));
+            float P = f.x + f.y, Q = hi ? 16.0f * P : P;
+            for (int o = 16; o > 0; o >>= 1)
+                P += __shfl_xor_sync(0xffffffffu, P, o), Q += __shfl_xor_sync(0xffffffffu, Q, o);
+            if (lane == 0) ct[2 * (d >> 5)] = P, ct[2 * (d >> 5) + 1] = Q;
+        }
     }
     consumers_sync(nthr);
     const __half2 zsym_a = __float2half2_rn(KIND == 4 ? 1032.0f : 1152.0f), zsym_b = __float2half2_rn(-72.0f);
@@ -1084,7 +1101,7 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) 
 #pragma unroll
                 for (int p = 0; p < NPG; p++) {
                     __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
-                    if (ZP) {
+                    if (ZP && !ZF) {
                         const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
                         const float zl = zs[g], zh = zs[g + 8];
                         za_lo = __float2half2_rn(1024.0f + zl), zb_lo = __float2half2_rn(-64.0f - zl);
@@ -1094,7 +1111,15 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) 
 #pragma unroll
                     for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
                         uint32_t A[4];  // rows g, g + 8 x columns (2t, 2t+1), then (2t+8, 2t+9) of slice i
-                        if (KIND == 4) {
+                        if (ZF && KIND == 4) {  // 1024 + q, 1024 + 16 q as they are
+                            const uint32_t w = wa[j][r][i], w2 = w >> 8, M = 0x64006400u;
+                            A[0] = (w & 0x000F000Fu) | M, A[2] = (w & 0x00F000F0u) | M;
+                            A[1] = (w2 & 0x000F000Fu) | M, A[3] = (w2 & 0x00F000F0u) | M;
+                        } else if (ZF) {
+                            const uint32_t w = wa[j][r][i], w8 = wb[j][r][i], P = 0x64646464u;
+                            A[0] = __byte_perm(w, P, 0x5140u), A[2] = __byte_perm(w, P, 0x5342u);
+                            A[1] = __byte_perm(w8, P, 0x5140u), A[3] = __byte_perm(w8, P, 0x5342u);
+                        } else if (KIND == 4) {
                             const uint32_t w = wa[j][r][i], w2 = w >> 8, M = 0x64006400u;
                             A[0] = bits<uint32_t>(__hsub2(bits<__half2>((w & 0x000F000Fu) | M), za_lo));
                             A[2] = bits<uint32_t>(__hfma2(bits<__half2>((w & 0x00F000F0u) | M), sixteenth, zb_lo));
@@ -1109,7 +1134,17 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) 
                         }
                         mma16816(__half(), c[i & 1], A, pr[j][2 * i], pr[j][2 * i + 1]);
                     }
-                    const float lo = c[0][0] + c[1][0], hi = c[0][2] + c[1][2];
+                    float lo = c[0][0] + c[1][0], hi = c[0][2] + c[1][2];
+                    if (ZF) {  // the offsets off: 1024 P + z Q, z of row g / g + 8
+                        const int kc = k0 + kcl0 + W * j;
+                        const float P = ct[2 * kc], Q = ct[2 * kc + 1];
+                        float zl = KIND == 4 ? 8.0f : 128.0f, zh = zl;
+                        if (ZP) {
+                            const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
+                            zl = zs[g], zh = zs[g + 8];
+                        }
+                        lo -= fmaf(zl, Q, 1024.0f * P), hi -= fmaf(zh, Q, 1024.0f * P);
+                    }
                     if (GM == 0) acc[r][0] += lo, acc[r][1] += hi;
                     else acc[r][0] = fmaf(sl[j][r][p], lo, acc[r][0]), acc[r][1] = fmaf(sh[j][r][p], hi, acc[r][1]);
                 }
@@ -1341,8 +1376,9 @@ extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q-
 static const char *const QGEMV_VERSIONS[] = {"v1_u4",     "v2_u8",        "v3_u2",      "v4_r2",
                                              "v5_r4w16",  "v6_r2w16",     "v7_tc_w8u2", "v8_tc_w8u4",
                                              "v9_tc_w16u2", "v10_tc_xs",  "v11_tc_xs_r2", "v12_tma",
-                                             "v13_tma_ts32", "v14_tma_ts64w16"};
-#define N_QGEMV_VERSIONS 14
+                                             "v13_tma_ts32", "v14_tma_ts64w16", "v15_tma_ts32_zf",
+                                             "v16_tma_ts64w16_zf"};
+#define N_QGEMV_VERSIONS 16
 #define QGEMV_FIRST_TC 6   // v7+: k_qmma (x rounded to fp16)
 #define QGEMV_FIRST_TMA 11 // v12+: k_qtma (sm_90a), else v10
 // -1 (the default): the rung that made the engine's batch-1 decode fastest on the H200, for both
@@ -1413,7 +1449,8 @@ static int qtma_built(void) {
 #define QTMA_SMEM_MAX (227 * 1024)  // an sm_90 block's opt-in shared memory
 #define QTMA_RING (64 * 1024)       // bytes of stages a block aims to keep in flight
 static size_t qtma_smem(int stage, int ns, int kp, int R, int W) {
-    return (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + (size_t)kp * 2 + 2 * W * R * 16 * 4 + W * 4;
+    return (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + (size_t)kp * 2 + (size_t)kp / 64 * 8 +
+           2 * W * R * 16 * 4 + W * 4;
 }
 // The ring's stage count for this layer: QTMA_RING's worth (at least 2), within the block's shared memory.
 static int qtma_stages(int stage, int kp, int R, int W) {
@@ -1429,10 +1466,10 @@ static bool qtma_fits(const QLinearGpu *q, int ts, bool swiglu) {
 static bool qtma_ok(const QLinearGpu *q) { return q->qt != 0; }
 // Launch k_qtma, or (setup, at the layer's creation) allow it its shared memory and record its
 // blocks per SM in *per_sm: neither may happen while a stream is being captured.
-template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU>
+template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU, bool ZF>
 static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, int *per_sm, bool setup) {
     using G = QTmaGeom<KIND, TS, GM, ZP, SWIGLU>;
-    auto k = k_qtma<KIND, TS, GM, ZP, NORM, SWIGLU>;
+    auto k = k_qtma<KIND, TS, GM, ZP, NORM, SWIGLU, ZF>;
     a.ns = qtma_stages(G::STAGE, q->kp, G::R, QT_W(TS));
     const size_t smem = qtma_smem(G::STAGE, a.ns, q->kp, G::R, QT_W(TS));
     if (setup) {
@@ -1449,27 +1486,28 @@ static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, i
     launch_ex(k, dim3(grid), (QT_W(TS) + 1) * 32, smem, s, pdl, a);
 }
 template <int KIND, int TS, bool NORM, bool SWIGLU>
-static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream_t s, bool setup) {
+static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream_t s, bool setup, bool zf) {
     const bool zp = q->zeros != NULL;
-    int *per_sm = (int *)&q->qt_per_sm[TS == 16 ? 0 : TS == 32 ? 1 : 2][NORM][SWIGLU];  // written only by the setup call
-#define QT_GO(gm, z) qtma_go<KIND, TS, gm, z, NORM, SWIGLU>(q, a, pdl, s, per_sm, setup)
-    if (q->tc_gm == 0) zp ? QT_GO(0, true) : QT_GO(0, false);
-    else if (q->tc_gm == 1) zp ? QT_GO(1, true) : QT_GO(1, false);
-    else if constexpr (KIND == 4) zp ? QT_GO(2, true) : QT_GO(2, false);
+    zf = zf && q->tc_gm != 2;  // ZF needs whole tiles in a group
+    int *per_sm = (int *)&q->qt_per_sm[TS == 16 ? 0 : TS == 32 ? 1 : 2][NORM][SWIGLU][zf];  // written only by the setup call
+#define QT_GO(gm, z, f) qtma_go<KIND, TS, gm, z, NORM, SWIGLU, f>(q, a, pdl, s, per_sm, setup)
+    if (q->tc_gm == 0) zf ? (zp ? QT_GO(0, true, true) : QT_GO(0, false, true)) : (zp ? QT_GO(0, true, false) : QT_GO(0, false, false));
+    else if (q->tc_gm == 1) zf ? (zp ? QT_GO(1, true, true) : QT_GO(1, false, true)) : (zp ? QT_GO(1, true, false) : QT_GO(1, false, false));
+    else if constexpr (KIND == 4) zp ? QT_GO(2, true, false) : QT_GO(2, false, false);
 #undef QT_GO
 }
 // k_qtma over x (kp fp32, 8-byte aligned): y = W x' (+ bias) + beta y, x' = x or (nw) its RMSNorm;
 // swiglu > 0: the layer is gate|up stacked (2 swiglu rows, swiglu % 16 == 0), y = silu(gate) * up.
 template <int TS>
 static void qtma_launch(const QLinearGpu *q, const float *x, const float *nw, float eps, const float *bias, float *y,
-                        float beta, int swiglu, bool pdl, cudaStream_t s, bool setup = false) {
+                        float beta, int swiglu, bool pdl, cudaStream_t s, bool zf, bool setup = false) {
     QTmaArgs a = {(const uint4 *)q->qw, q->scales, q->zeros, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, x, nw, eps,
                   bias, y, beta, swiglu ? swiglu / 16 : q->np / 16, swiglu / 16, swiglu, 0};
 #define QT_KIND(K)                                                           \
-    if (nw && swiglu) qtma_gm<K, TS, true, true>(q, a, pdl, s, setup);       \
-    else if (nw) qtma_gm<K, TS, true, false>(q, a, pdl, s, setup);           \
-    else if (swiglu) qtma_gm<K, TS, false, true>(q, a, pdl, s, setup);       \
-    else qtma_gm<K, TS, false, false>(q, a, pdl, s, setup);
+    if (nw && swiglu) qtma_gm<K, TS, true, true>(q, a, pdl, s, setup, zf);       \
+    else if (nw) qtma_gm<K, TS, true, false>(q, a, pdl, s, setup, zf);           \
+    else if (swiglu) qtma_gm<K, TS, false, true>(q, a, pdl, s, setup, zf);       \
+    else qtma_gm<K, TS, false, false>(q, a, pdl, s, setup, zf);
     if (q->kind == QK_INT4) {
         QT_KIND(4)
     } else {
@@ -1480,11 +1518,13 @@ static void qtma_launch(const QLinearGpu *q, const float *x, const float *nw, fl
 // Rung v (v12 / v13 / v14: 16, 32, 64 tiles a stage; fewer where the ring would not fit).
 static void qtma_run(const QLinearGpu *q, int v, const float *x, const float *nw, float eps, const float *bias, float *y,
                      float beta, int swiglu, bool pdl, cudaStream_t s) {
-    int ts = v == QGEMV_FIRST_TMA ? 16 : v == QGEMV_FIRST_TMA + 1 ? 32 : 64;
+    const int d = v - QGEMV_FIRST_TMA;  // v12 16, v13 32, v14 64 (16 warps); v15, v16: v13, v14 zero-folded
+    int ts = d == 0 ? 16 : d == 1 || d == 3 ? 32 : 64;
+    const bool zf = d >= 3;
     while (ts > 16 && !qtma_fits(q, ts, swiglu > 0)) ts /= 2;
-    if (ts == 64) qtma_launch<64>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s);
-    else if (ts == 32) qtma_launch<32>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s);
-    else qtma_launch<16>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s);
+    if (ts == 64) qtma_launch<64>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf);
+    else if (ts == 32) qtma_launch<32>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf);
+    else qtma_launch<16>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf);
 }
 // At creation: whether k_qtma can run layer q, and each of its instances' blocks per SM.
 static void qtma_prepare(QLinearGpu *q) {
@@ -1492,11 +1532,13 @@ static void qtma_prepare(QLinearGpu *q) {
     if (!q->qt) return;
     static const float one = 1.0f;  // stands for the norm weight: only its presence matters here
     for (int n = 0; n < 2; n++)
-        for (int w = 0; w < 2; w++) {
-            qtma_launch<16>(q, NULL, n ? &one : NULL, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, true);
-            if (qtma_fits(q, 32, w)) qtma_launch<32>(q, NULL, n ? &one : NULL, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, true);
-            if (qtma_fits(q, 64, w)) qtma_launch<64>(q, NULL, n ? &one : NULL, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, true);
-        }
+        for (int w = 0; w < 2; w++)
+            for (int f = 0; f < 2; f++) {
+                const float *nw = n ? &one : NULL;
+                qtma_launch<16>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, true);
+                if (qtma_fits(q, 32, w)) qtma_launch<32>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, true);
+                if (qtma_fits(q, 64, w)) qtma_launch<64>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, true);
+            }
 }
 
 // k_qmma over T <= 16 tokens of X (T, ldx; kp valid columns, zero-padded).
@@ -1583,6 +1625,8 @@ static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, c
         case 11:
         case 12:
         case 13:
+        case 14:
+        case 15:
             qtma_run(q, v, xf, NULL, 0.0f, bias, Y, beta, 0, pdl_on(q), s);
             break;
         case 6:
