@@ -77,6 +77,8 @@ struct QLinearGpu {
     uint32_t *qw;    // qlinear_pack.h's words
     float *scales;   // (ng, np)
     uint8_t *zeros;  // (ng, np) or NULL
+    float *scales_t;   // k_qtma's copies (sm_90): (np / 16, ng, 16), each strip's groups side by side
+    uint8_t *zeros_t;  // the same, or NULL
     int *perm;       // (cols) or NULL
     // the naive path: quant.h's layout
     uint8_t *q0, *z0;
@@ -915,8 +917,8 @@ __global__ void __launch_bounds__(W * 32)
 
 struct QTmaArgs {
     const uint4 *qw;
-    const float *scales;
-    const uint8_t *zeros;
+    const float *scales;   // strip-major: (np / 16, ng, 16), a strip's groups side by side
+    const uint8_t *zeros;  // the same order, or NULL
     int np, kp, gs, glog, ng, rows;
     const float *x, *nw;  // x (kp) fp32; nw (NORM): the RMSNorm weight
     float eps;
@@ -1010,10 +1012,9 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) 
                         for (int i = 0; i < 16; i++)
                             bulk_g2s(d + i * G::WROW, (const unsigned char *)a.qw + (size_t)(s * 16 + i) * a.kp + k0 * 64,
                                      wrow, full);
-                    for (int gi = 0; gi < ngs; gi++) {
-                        bulk_g2s(d + G::SOFF + gi * 64, a.scales + (size_t)(g0 + gi) * a.np + s * 16, 64, full);
-                        if (ZP) bulk_g2s(d + G::ZOFF + gi * 16, a.zeros + (size_t)(g0 + gi) * a.np + s * 16, 16, full);
-                    }
+                    // the stage's groups of this strip: contiguous in the strip-major copies
+                    bulk_g2s(d + G::SOFF, a.scales + ((size_t)s * a.ng + g0) * 16, ngs * 64, full);
+                    if (ZP) bulk_g2s(d + G::ZOFF, a.zeros + ((size_t)s * a.ng + g0) * 16, ngs * 16, full);
                 }
             }
         return;
@@ -1178,7 +1179,7 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) 
                 v[r] = 0.0f;
 #pragma unroll
                 for (int w = 0; w < W; w++) v[r] += rb[(w * R + r) * 16 + tid];
-                if (GM == 0) v[r] *= __ldg(a.scales + (size_t)(u + r * a.pair) * 16 + tid);
+                if (GM == 0) v[r] *= __ldg(a.scales + (size_t)(u + r * a.pair) * 16 + tid);  // ng = 1
             }
             const int row = u * 16 + tid;
             if (SWIGLU) {
@@ -1320,6 +1321,19 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
         if (e == cudaSuccess) e = upload(&q->scales, p.scales, ngp);
         if (e == cudaSuccess && p.zeros) e = upload(&q->zeros, p.zeros, ngp);
         if (e == cudaSuccess && p.perm) e = upload(&q->perm, p.perm, (size_t)w->cols);
+        if (e == cudaSuccess && major == 9 && q->tc_gm >= 0) {  // k_qtma's strip-major scales (and zeros)
+            float *st = (float *)malloc(ngp * sizeof(float));
+            uint8_t *zt = p.zeros ? (uint8_t *)malloc(ngp) : NULL;
+            if (!st || (p.zeros && !zt)) e = cudaErrorMemoryAllocation;
+            for (size_t i = 0; st && i < ngp; i++) {  // i = (strip * ng + group) * 16 + row in strip
+                const size_t strip = i / 16 / p.ng, grp = i / 16 % p.ng, n = strip * 16 + i % 16;
+                st[i] = p.scales[grp * p.np + n];
+                if (zt) zt[i] = p.zeros[grp * p.np + n];
+            }
+            if (e == cudaSuccess) e = upload(&q->scales_t, st, ngp);
+            if (e == cudaSuccess && zt) e = upload(&q->zeros_t, zt, ngp);
+            free(st), free(zt);
+        }
         if (e == cudaSuccess) e = cudaMalloc((void **)&q->xg, (size_t)p.kp * sizeof(float));
         q->gather_x = p.perm || p.kp != p.cols;
         q->bytes = p.n_words * 4 + ngp * sizeof(float) + (p.zeros ? ngp : 0) + (p.perm ? (size_t)w->cols * sizeof(int) : 0);
@@ -1352,6 +1366,7 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
 extern "C" void qlinear_gpu_free(QLinearGpu *q) {
     if (!q) return;
     cudaFree(q->qw), cudaFree(q->scales), cudaFree(q->zeros), cudaFree(q->perm);
+    cudaFree(q->scales_t), cudaFree(q->zeros_t);
     cudaFree(q->q0), cudaFree(q->s0), cudaFree(q->z0), cudaFree(q->g0);
     cudaFree(q->xg), cudaFree(q->scr);
     free(q);
@@ -1501,7 +1516,7 @@ static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream
 template <int TS>
 static void qtma_launch(const QLinearGpu *q, const float *x, const float *nw, float eps, const float *bias, float *y,
                         float beta, int swiglu, bool pdl, cudaStream_t s, bool zf, bool setup = false) {
-    QTmaArgs a = {(const uint4 *)q->qw, q->scales, q->zeros, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, x, nw, eps,
+    QTmaArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, x, nw, eps,
                   bias, y, beta, swiglu ? swiglu / 16 : q->np / 16, swiglu / 16, swiglu, 0};
 #define QT_KIND(K)                                                           \
     if (nw && swiglu) qtma_gm<K, TS, true, true>(q, a, pdl, s, setup, zf);       \
