@@ -973,7 +973,7 @@ __global__ void k_qtma_probe(int *out) {
 // INT4 word (two per INT8 word); the cancellation costs ~10 of fp32's 24 bits, far inside the
 // tolerance of x in fp16.
 template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU, bool ZF>
-__global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) {
+__global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_qtma(const QTmaArgs a) {  // W 8: 2 blocks an SM
 #ifdef WGMMA_ARCH
     using G = QTmaGeom<KIND, TS, GM, ZP, SWIGLU>;
     constexpr int R = G::R, W = QT_W(TS);
@@ -1022,10 +1022,28 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) 
     // the consumers: x, then the strips
     const int tid = threadIdx.x, nthr = W * 32;
     pdl_wait();  // x (and y) are the previous kernel's
+    // x is read in chunks of XB pairs a thread, every load of a chunk issued before the first is
+    // used: one L2 round trip per chunk instead of one per pair (a 14336-column layer is 28 pairs a
+    // thread, and nothing can start before x is staged).
+    constexpr int XB = 8;
+    const int npair = a.kp / 2;
+    auto col_of = [&](int d) {  // the column of staged pair d (INT4: v10's order, lane t's 8 pairs together)
+        if (KIND != 4) return 2 * d;
+        const int rem = d & 31;
+        return 64 * (d >> 5) + 16 * ((rem & 7) >> 1) + 2 * (rem >> 3) + 8 * (rem & 1);
+    };
     float inv = 1.0f;
     if (NORM) {
         float ss = 0.0f;
-        for (int c = tid; c < a.kp; c += nthr) ss = fmaf(a.x[c], a.x[c], ss);
+        for (int d0 = tid; d0 < npair; d0 += XB * nthr) {
+            float2 v[XB];
+#pragma unroll
+            for (int b = 0; b < XB; b++)
+                if (d0 + b * nthr < npair) v[b] = *(const float2 *)(a.x + 2 * (d0 + b * nthr));
+#pragma unroll
+            for (int b = 0; b < XB; b++)
+                if (d0 + b * nthr < npair) ss = fmaf(v[b].x, v[b].x, fmaf(v[b].y, v[b].y, ss));
+        }
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         if (lane == 0) ssr[warp] = ss;
         consumers_sync(nthr);
@@ -1034,26 +1052,32 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32) k_qtma(const QTmaArgs a) 
         for (int w = 0; w < W; w++) ss += ssr[w];
         inv = rsqrtf(ss / a.kp + a.eps);
     }
-    for (int d = tid; d < a.kp / 2; d += nthr) {
-        int col = 2 * d;
-        if (KIND == 4) {  // v10's order: tile d / 32, lane t's 8 pairs together
-            const int rem = d & 31;
-            col = 64 * (d >> 5) + 16 * ((rem & 7) >> 1) + 2 * (rem >> 3) + 8 * (rem & 1);
+    for (int d0 = tid; d0 < npair; d0 += XB * nthr) {
+        float2 v[XB], nv[XB];
+#pragma unroll
+        for (int b = 0; b < XB; b++) {
+            const int d = d0 + b * nthr;
+            if (d < npair) {
+                v[b] = *(const float2 *)(a.x + col_of(d));
+                if (NORM) nv[b] = __ldg((const float2 *)(a.nw + col_of(d)));
+            }
         }
-        float2 v = *(const float2 *)(a.x + col);
-        if (NORM) {
-            const float2 w = __ldg((const float2 *)(a.nw + col));
-            v.x = v.x * inv * w.x, v.y = v.y * inv * w.y;
-        }
-        const bool hi = KIND == 4 && ZF && (d & 1);  // INT4's high-nibble columns take x / 16
-        if (hi) v.x *= 0.0625f, v.y *= 0.0625f;
-        xs[d] = h2_sat(v.x, v.y);
-        if (ZF) {  // the warp's 32 pairs are one tile (d / 32): its P and Q
-            const float2 f = __half22float2(bits<__half2>(xs[d]));
-            float P = f.x + f.y, Q = hi ? 16.0f * P : P;
-            for (int o = 16; o > 0; o >>= 1)
-                P += __shfl_xor_sync(0xffffffffu, P, o), Q += __shfl_xor_sync(0xffffffffu, Q, o);
-            if (lane == 0) ct[2 * (d >> 5)] = P, ct[2 * (d >> 5) + 1] = Q;
+#pragma unroll
+        for (int b = 0; b < XB; b++) {
+            const int d = d0 + b * nthr;  // a warp's 32 pairs of one b: one tile (d / 32), all in range or none
+            if (d >= npair) break;
+            float2 x2 = v[b];
+            if (NORM) x2.x = x2.x * inv * nv[b].x, x2.y = x2.y * inv * nv[b].y;
+            const bool hi = KIND == 4 && ZF && (d & 1);  // INT4's high-nibble columns take x / 16
+            if (hi) x2.x *= 0.0625f, x2.y *= 0.0625f;
+            xs[d] = h2_sat(x2.x, x2.y);
+            if (ZF) {  // the tile's P and Q
+                const float2 f = __half22float2(bits<__half2>(xs[d]));
+                float P = f.x + f.y, Q = hi ? 16.0f * P : P;
+                for (int o = 16; o > 0; o >>= 1)
+                    P += __shfl_xor_sync(0xffffffffu, P, o), Q += __shfl_xor_sync(0xffffffffu, Q, o);
+                if (lane == 0) ct[2 * (d >> 5)] = P, ct[2 * (d >> 5) + 1] = Q;
+            }
         }
     }
     consumers_sync(nthr);
