@@ -19,7 +19,9 @@
 //       by one byte permute (__byte_perm with 0x4B000000).
 //       The ladder (QGEMV_VERSIONS, timed by qgemm_bench): v1_u4, v2_u8, v3_u2 loads in flight;
 //       v4_r2, v5_r4w16, v6_r2w16: k_qgemv4r / k_qgemv8r, R tiles or rows per lane (x loaded once
-//       for all of them), W warps per block; v7_tc_w8u2, v8_tc_w8u4, v9_tc_w16u2: k_qmma (below); v10_tc_xs, v11_tc_xs_r2: k_qmma with x staged in shared memory.
+//       for all of them), W warps per block; v7_tc_w8u2, v8_tc_w8u4, v9_tc_w16u2: k_qmma (below); v10_tc_xs, v11_tc_xs_r2: k_qmma with x staged in shared memory;
+//       v12_tma .. v16_tma_ts64w16_zf: k_qtma (sm_90a, below), which qlinear_gpu_gemv_fused also runs
+//       with the decode step's RMSNorm and SwiGLU folded in.
 //       x is read through the read-only L1 path (__ldg): every block on an SM reads the same x,
 //       so L1 serves it once per SM; staging it in each block's shared memory would re-read the
 //       whole vector from L2 per block (256 blocks x 56 KB for a 14336-column layer).
@@ -1420,9 +1422,11 @@ static const char *const QGEMV_VERSIONS[] = {"v1_u4",     "v2_u8",        "v3_u2
 #define N_QGEMV_VERSIONS 16
 #define QGEMV_FIRST_TC 6   // v7+: k_qmma (x rounded to fp16)
 #define QGEMV_FIRST_TMA 11 // v12+: k_qtma (sm_90a), else v10
-// -1 (the default): the rung that made the engine's batch-1 decode fastest on the H200, for both
-// kinds v10_tc_xs (step06_quant/results/tc_d6b6f03_h200: INT4 292.8 tok/s, INT8 278.3); where
-// k_qmma cannot take a layer's groups, v4_r2 for INT8 and v1_u4 for INT4.
+// -1 (the default): v10_tc_xs for both kinds (step06_quant/results/tc_d6b6f03_h200: INT4 292.8
+// tok/s, INT8 278.3), the fastest rung whose engine tests have run on a GPU with it as the default;
+// where k_qmma cannot take a layer's groups, v4_r2 for INT8 and v1_u4 for INT4. The k_qtma rungs
+// are faster in the engine (results/qtma_83cc739_h200: INT4 v12 392.0, INT8 v13 349.2 tok/s) but
+// are chosen with --qgemv until step06_egpu has run with them (README, "The Hopper GEMV").
 static int g_qgemv_version = -1;
 #define QGEMV_AUTO_INT8 9
 #define QGEMV_AUTO_INT4 9

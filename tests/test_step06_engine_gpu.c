@@ -20,6 +20,7 @@
 #include "rng.h"
 #include "step03_kvcache/kvcache.h"
 #include "step04_batching/runner_gpu.h"
+#include "step06_quant/qlinear_bench_gpu.h"  // qlinear_gemv_set_version: the GEMV rungs
 #include "step06_quant/qmodel.h"
 
 #define TOL_BF16 4e-2  // max|diff| / max|logit|, GPU bf16 vs CPU fp32 (as step02)
@@ -68,10 +69,16 @@ static void qmodels_free(QModels *m) {
 #define NP 6
 #define NG 16
 
-// step03: the prompt token by token through the decode graph, then greedy steps, against the CPU.
-Test(step06_egpu, decode_graph_matches_the_cpu_quantized_forward, .timeout = 300) {
+// step03: the prompt token by token through the decode graph, then greedy steps, against the CPU;
+// with the default GEMV rung, then with each k_qtma rung (v12+: on sm_90a the fused step's
+// projections become one kernel with the RMSNorm / SwiGLU folded in; elsewhere they fall back).
+Test(step06_egpu, decode_graph_matches_the_cpu_quantized_forward, .timeout = 600) {
     NEED_GPU();
+    static const int RUNGS[] = {-1, 11, 12, 13, 14, 15};
+    for (int ri = 0; ri < (int)(sizeof RUNGS / sizeof RUNGS[0]); ri++)
     for (int ci = 0; ci < N_CASES; ci++) {
+        if (RUNGS[ri] >= qlinear_gemv_n_versions()) continue;
+        qlinear_gemv_set_version(RUNGS[ri]);
         QModels m;
         qmodels_load(&CASES[ci], &m);
         const int V = m.w.cfg.vocab;
@@ -104,13 +111,14 @@ Test(step06_egpu, decode_graph_matches_the_cpu_quantized_forward, .timeout = 300
             }
         }
         const int agreed = vllm_expect(m.what, tc, t5c, tg, t5g, NG);
-        fprintf(stderr, "[step06-egpu decode] %s: %d/%d greedy tokens identical, worst logits max_rel %.2e\n", m.what,
-                agreed, NG, worst);
+        fprintf(stderr, "[step06-egpu decode, GEMV %s] %s: %d/%d greedy tokens identical, worst logits max_rel %.2e\n",
+                qlinear_gemv_version_name(RUNGS[ri]), m.what, agreed, NG, worst);
         gpu_decoder_free(d);
         cpu_kv_free(&kv);
         free(lc), free(lg);
         qmodels_free(&m);
     }
+    qlinear_gemv_set_version(-1);
 }
 
 // A slot batch: sequence i has n[i] new rows at positions p0[i] .. in slot i.

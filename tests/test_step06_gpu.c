@@ -228,7 +228,10 @@ Test(step06_gpu, gemv_fused_norm_and_swiglu) {
     static const QCase cases[] = {{QK_INT4, 2 * 48, 256, 128, 1, 0}, {QK_INT4, 2 * 80, 384, 32, 0, 0},
                                   {QK_INT8, 2 * 32, 512, -1, 1, 0},  {QK_INT8, 2 * 64, 320, 64, 0, 0},
                                   {QK_INT4, 77, 512, 64, 1, 0},      {QK_INT4, 2 * 48, 256, 128, 1, 1},
-                                  {QK_INT4, 2 * 40, 128, -1, 0, 0},  {QK_INT4, 2 * 896, 4096, 128, 1, 0}};
+                                  {QK_INT4, 2 * 40, 128, -1, 0, 0},  {QK_INT4, 2 * 896, 4096, 128, 1, 0},
+                                  // INT8 with whole stages (16, 32 and 64 tiles: 1024 - 4096 columns)
+                                  {QK_INT8, 2 * 48, 4096, -1, 1, 0}, {QK_INT8, 2 * 64, 2048, 128, 0, 0},
+                                  {QK_INT8, 2 * 16, 8192, 64, 1, 0}};
     Rng r;
     rng_seed(&r, 614);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
