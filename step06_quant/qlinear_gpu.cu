@@ -55,6 +55,7 @@
 #include <type_traits>  // std::integral_constant
 
 #include "cuda_check.h"
+#include "pdl.cuh"  // pdl_trigger, pdl_wait
 #include "step02_attention/forward_gpu.cuh"  // tof, fromf
 #include "step06_quant/qlinear_gpu.h"
 #include "step06_quant/qlinear_pack.h"
@@ -674,10 +675,26 @@ __device__ __forceinline__ void x16(const __half *p, uint32_t (&o)[8]) {
     }
 }
 #endif
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
+
+// One packed word as four fp16 pairs of q - z, in the mma fragments' order: b[0] (row g, columns
+// 2t, 2t+1 of its k16 slice), b[1] (row g, 2t+8, 2t+9), b[2], b[3] (the same of row g + 8).
+// INT4: (w & 0x000F000F) | 0x64006400 is the pair 1024 + q, minus za = 1024 + z; the high nibbles
+// give 1024 + 16 q, times 1/16 plus zb = -64 - z. INT8 (wd: row g's word, w8: row g + 8's): one
+// byte permute puts 0x64 above a byte (1024 + q), minus za.
+__device__ __forceinline__ void dq4_pairs(uint32_t wd, __half2 za_lo, __half2 zb_lo, __half2 za_hi, __half2 zb_hi,
+                                          __half2 sixteenth, uint32_t (&b)[4]) {  // sixteenth: the pair (1/16, 1/16)
+    const uint32_t w2 = wd >> 8, M = 0x64006400u;
+    b[0] = bits<uint32_t>(__hsub2(bits<__half2>((wd & 0x000F000Fu) | M), za_lo));
+    b[1] = bits<uint32_t>(__hfma2(bits<__half2>((wd & 0x00F000F0u) | M), sixteenth, zb_lo));
+    b[2] = bits<uint32_t>(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | M), za_hi));
+    b[3] = bits<uint32_t>(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | M), sixteenth, zb_hi));
+}
+__device__ __forceinline__ void dq8_pairs(uint32_t wd, uint32_t w8, __half2 za_lo, __half2 za_hi, uint32_t (&b)[4]) {
+    const uint32_t P = 0x64646464u;
+    b[0] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wd, P, 0x5140u)), za_lo));
+    b[1] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wd, P, 0x5342u)), za_lo));
+    b[2] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(w8, P, 0x5140u)), za_hi));
+    b[3] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(w8, P, 0x5342u)), za_hi));
 }
 
 template <int KIND, class XIn, int W, int UK, int R, int GM, bool ZP, bool T1, bool XS>
@@ -726,20 +743,15 @@ __global__ void __launch_bounds__(W * 32)
     // the mma of one k16 slice: B fragments from word wd of tile r, into c[h][4]
     auto mma_word = [&](uint32_t wd, const uint32_t *a, float (&c)[NH][4], __half2 za0, __half2 zb0, __half2 za1,
                         __half2 zb1) {
+        uint32_t b[4];
         if (KIND == 4) {
-            const uint32_t w2 = wd >> 8, M = 0x64006400u;
-            const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
-            const uint32_t b0 = bits<uint32_t>(__hsub2(bits<__half2>((wd & 0x000F000Fu) | M), za0));
-            const uint32_t b1 = bits<uint32_t>(__hfma2(bits<__half2>((wd & 0x00F000F0u) | M), sixteenth, zb0));
-            const uint32_t b2 = bits<uint32_t>(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | M), za1));
-            const uint32_t b3 = bits<uint32_t>(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | M), sixteenth, zb1));
-            mma16816(__half(), c[0], a, b0, b1);
-            mma16816(__half(), c[NH - 1], a, b2, b3);
+            dq4_pairs(wd, za0, zb0, za1, zb1, __float2half2_rn(1.0f / 16.0f), b);
+            mma16816(__half(), c[0], a, b[0], b[1]);
+            mma16816(__half(), c[NH - 1], a, b[2], b[3]);
         } else {
-            const uint32_t b0 = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wd, 0x64646464u, 0x5140u)), za0));
-            const uint32_t b1 = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(wd, 0x64646464u, 0x5342u)), za0));
+            dq8_pairs(wd, wd, za0, za0, b);  // one row: only b[0], b[1]
             (void)zb0, (void)za1, (void)zb1;
-            mma16816(__half(), c[0], a, b0, b1);
+            mma16816(__half(), c[0], a, b[0], b[1]);
         }
     };
     // The scales travel with the weights (loaded one step ahead): a scale requested only when the
@@ -895,7 +907,7 @@ __global__ void __launch_bounds__(W * 32)
 }
 
 // ---------------------------------------------------------------- v12_tma: the Hopper GEMV
-// k_qtma (sm_90a; qlinear_gpu_gemv's rungs v12_tma / v13_tma_ts32 and qlinear_gpu_gemv_fused).
+// k_qtma (sm_90a; qlinear_gpu_gemv's rungs v12 - v16 and qlinear_gpu_gemv_fused).
 // What v10 left: each of its blocks (one 16-row strip, 32 KB of INT4 weights for a 4096-column
 // layer) staged the whole x (16 KB of fp32 from L2) before its first product, and kept only two
 // tiles a warp in flight in registers. Here:
@@ -953,11 +965,6 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
 }
 __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory"); }
 #endif
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
 
 __global__ void k_qtma_probe(int *out) {
 #ifdef WGMMA_ARCH
@@ -1137,28 +1144,21 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                     float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
                     for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
-                        uint32_t A[4];  // rows g, g + 8 x columns (2t, 2t+1), then (2t+8, 2t+9) of slice i
+                        uint32_t b[4];  // dq4_pairs' order; the A fragment is {b[0], b[2], b[1], b[3]}
                         if (ZF && KIND == 4) {  // 1024 + q, 1024 + 16 q as they are
                             const uint32_t w = wa[j][r][i], w2 = w >> 8, M = 0x64006400u;
-                            A[0] = (w & 0x000F000Fu) | M, A[2] = (w & 0x00F000F0u) | M;
-                            A[1] = (w2 & 0x000F000Fu) | M, A[3] = (w2 & 0x00F000F0u) | M;
+                            b[0] = (w & 0x000F000Fu) | M, b[1] = (w & 0x00F000F0u) | M;
+                            b[2] = (w2 & 0x000F000Fu) | M, b[3] = (w2 & 0x00F000F0u) | M;
                         } else if (ZF) {
                             const uint32_t w = wa[j][r][i], w8 = wb[j][r][i], P = 0x64646464u;
-                            A[0] = __byte_perm(w, P, 0x5140u), A[2] = __byte_perm(w, P, 0x5342u);
-                            A[1] = __byte_perm(w8, P, 0x5140u), A[3] = __byte_perm(w8, P, 0x5342u);
+                            b[0] = __byte_perm(w, P, 0x5140u), b[1] = __byte_perm(w, P, 0x5342u);
+                            b[2] = __byte_perm(w8, P, 0x5140u), b[3] = __byte_perm(w8, P, 0x5342u);
                         } else if (KIND == 4) {
-                            const uint32_t w = wa[j][r][i], w2 = w >> 8, M = 0x64006400u;
-                            A[0] = bits<uint32_t>(__hsub2(bits<__half2>((w & 0x000F000Fu) | M), za_lo));
-                            A[2] = bits<uint32_t>(__hfma2(bits<__half2>((w & 0x00F000F0u) | M), sixteenth, zb_lo));
-                            A[1] = bits<uint32_t>(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | M), za_hi));
-                            A[3] = bits<uint32_t>(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | M), sixteenth, zb_hi));
+                            dq4_pairs(wa[j][r][i], za_lo, zb_lo, za_hi, zb_hi, sixteenth, b);
                         } else {
-                            const uint32_t w = wa[j][r][i], w8 = wb[j][r][i], P = 0x64646464u;
-                            A[0] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(w, P, 0x5140u)), za_lo));
-                            A[2] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(w, P, 0x5342u)), za_lo));
-                            A[1] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(w8, P, 0x5140u)), za_hi));
-                            A[3] = bits<uint32_t>(__hsub2(bits<__half2>(__byte_perm(w8, P, 0x5342u)), za_hi));
+                            dq8_pairs(wa[j][r][i], wb[j][r][i], za_lo, za_hi, b);
                         }
+                        const uint32_t A[4] = {b[0], b[2], b[1], b[3]};  // rows g, g + 8 x columns (2t, 2t+1), (2t+8, 2t+9)
                         mma16816(__half(), c[i & 1], A, pr[j][2 * i], pr[j][2 * i + 1]);
                     }
                     float lo = c[0][0] + c[1][0], hi = c[0][2] + c[1][2];
@@ -1290,7 +1290,8 @@ static QView view(const QLinearGpu *q) {
 }
 
 // ---------------------------------------------------------------- the API
-static void qtma_prepare(QLinearGpu *q);  // below: k_qtma's set-up at creation
+static bool qtma_can(const QLinearGpu *q);  // below: whether k_qtma can run a layer
+static void qtma_prepare(QLinearGpu *q);    // and its set-up at creation
 extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) {
     if (!w || (w->kind != QK_INT8 && w->kind != QK_INT4) || w->rows < 1 || w->cols < 1 || w->n_groups < 1 || !w->q ||
         !w->scales || (!w->sym && !w->zeros)) {
@@ -1347,7 +1348,8 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
         if (e == cudaSuccess) e = upload(&q->scales, p.scales, ngp);
         if (e == cudaSuccess && p.zeros) e = upload(&q->zeros, p.zeros, ngp);
         if (e == cudaSuccess && p.perm) e = upload(&q->perm, p.perm, (size_t)w->cols);
-        if (e == cudaSuccess && major == 9 && q->tc_gm >= 0) {  // k_qtma's strip-major scales (and zeros)
+        q->qt = e == cudaSuccess && qtma_can(q);
+        if (q->qt) {  // k_qtma's strip-major scales (and zeros)
             float *st = (float *)malloc(ngp * sizeof(float));
             uint8_t *zt = p.zeros ? (uint8_t *)malloc(ngp) : NULL;
             if (!st || (p.zeros && !zt)) e = cudaErrorMemoryAllocation;
@@ -1430,8 +1432,6 @@ static const char *const QGEMV_VERSIONS[] = {"v1_u4",     "v2_u8",        "v3_u2
 static int g_qgemv_version = -1;
 #define QGEMV_AUTO_INT8 9
 #define QGEMV_AUTO_INT4 9
-static bool qtma_ok(const QLinearGpu *q);  // below: k_qtma can run this layer
-
 extern "C" int qlinear_gemv_n_versions(void) { return N_QGEMV_VERSIONS; }
 extern "C" const char *qlinear_gemv_version_name(int v) {
     return v == -1 ? "auto (v10_tc_xs)" : v >= 0 && v < N_QGEMV_VERSIONS ? QGEMV_VERSIONS[v] : "?";
@@ -1442,7 +1442,7 @@ extern "C" void qlinear_gemv_set_version(int v) {
 extern "C" int qlinear_gpu_gemv_version(const QLinearGpu *q) {
     int v = g_qgemv_version;
     if (v < 0) v = q->kind == QK_INT8 ? QGEMV_AUTO_INT8 : QGEMV_AUTO_INT4;
-    if (v >= QGEMV_FIRST_TMA && !qtma_ok(q)) v = 9;  // no sm_90a code, or no room for x: v10
+    if (v >= QGEMV_FIRST_TMA && !q->qt) v = 9;  // no sm_90a code, or no room for x: v10
     if (v >= QGEMV_FIRST_TC && q->tc_gm < 0) v = q->kind == QK_INT8 ? 3 : 0;  // k_qmma cannot take these groups
     return v;
 }
@@ -1506,7 +1506,6 @@ static bool qtma_fits(const QLinearGpu *q, int ts, bool swiglu) {
     const int R = swiglu ? 2 : 1;
     return qtma_stages(R * qtma_part(q->kind == QK_INT4 ? 4 : 8, ts, q->tc_gm, q->zeros != NULL), q->kp, R, QT_W(ts)) > 0;
 }
-static bool qtma_ok(const QLinearGpu *q) { return q->qt != 0; }
 // Launch k_qtma, or (setup, at the layer's creation) allow it its shared memory and record its
 // blocks per SM in *per_sm: neither may happen while a stream is being captured.
 template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU, bool ZF>
@@ -1569,9 +1568,12 @@ static void qtma_run(const QLinearGpu *q, int v, const float *x, const float *nw
     else if (ts == 32) qtma_launch<32>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf);
     else qtma_launch<16>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf);
 }
-// At creation: whether k_qtma can run layer q, and each of its instances' blocks per SM.
+// Whether k_qtma can run layer q (packed, groups k_qmma takes, sm_90a code on an sm_90, and the
+// smallest ring with two strips a stage fits), and at creation each of its instances' blocks per SM.
+static bool qtma_can(const QLinearGpu *q) {
+    return q->fast && q->tc_gm >= 0 && q->major == 9 && qtma_built() && qtma_fits(q, 16, true);
+}
 static void qtma_prepare(QLinearGpu *q) {
-    q->qt = q->fast && q->tc_gm >= 0 && q->major == 9 && qtma_built() && qtma_fits(q, 16, true);
     if (!q->qt) return;
     static const float one = 1.0f;  // stands for the norm weight: only its presence matters here
     for (int n = 0; n < 2; n++)
@@ -1686,6 +1688,13 @@ static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, c
     launch_zp<QF_TB, 2>(q, xf, ldxf, T, bias, Y, ldy, beta, s);
 }
 
+// The GEMV's x: as given, or gathered into the layer's xg when the columns are permuted or padded
+// or x is not aligned to `align` bytes (the vector loads of the kernel that reads it).
+static const float *gemv_x(const QLinearGpu *q, const float *x, uintptr_t align, cudaStream_t s) {
+    if (!q->gather_x && !((uintptr_t)x & (align - 1))) return x;
+    gather<float, float>(x, q->cols, 1, q->perm, q->cols, q->kp, q->xg, s);
+    return q->xg;
+}
 extern "C" int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float *bias, float *y, int acc,
                                 void *stream) {
     if (!q || !x || !y) return -1;
@@ -1694,12 +1703,7 @@ extern "C" int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float
         k_qnaive_gemv<<<(q->rows + 7) / 8, 256, 0, s>>>(view(q), x, bias, y, acc);
         return launch_ok("qlinear_gpu_gemv");
     }
-    const float *xs = x;
-    if (q->gather_x || ((uintptr_t)x & 15)) {  // permuted, padded, or not aligned for 16-byte loads
-        gather<float, float>(x, q->cols, 1, q->perm, q->cols, q->kp, q->xg, s);
-        xs = q->xg;
-    }
-    launch_simt(q, xs, q->kp, 1, bias, y, q->rows, acc ? 1.0f : 0.0f, s);
+    launch_simt(q, gemv_x(q, x, 16, s), q->kp, 1, bias, y, q->rows, acc ? 1.0f : 0.0f, s);
     return launch_ok("qlinear_gpu_gemv");
 }
 
@@ -1711,12 +1715,7 @@ extern "C" int qlinear_gpu_gemv_fused(const QLinearGpu *q, const float *x, const
     if (nw && (q->gather_x || q->cols != q->kp || ((uintptr_t)x & 7))) return 0;  // the norm reads x as it is
     if (swiglu && (q->rows != 2 * swiglu || swiglu % 16 || bias || acc)) return 0;
     cudaStream_t s = (cudaStream_t)stream;
-    const float *xs = x;
-    if (!nw && (q->gather_x || ((uintptr_t)x & 7))) {
-        gather<float, float>(x, q->cols, 1, q->perm, q->cols, q->kp, q->xg, s);
-        xs = q->xg;
-    }
-    qtma_run(q, v, xs, nw, eps, bias, y, acc ? 1.0f : 0.0f, swiglu, pdl != 0, s);
+    qtma_run(q, v, nw ? x : gemv_x(q, x, 8, s), nw, eps, bias, y, acc ? 1.0f : 0.0f, swiglu, pdl != 0, s);
     return launch_ok("qlinear_gpu_gemv_fused") == 0 ? 1 : -1;
 }
 

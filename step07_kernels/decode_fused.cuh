@@ -1,6 +1,6 @@
 // decode_fused.cuh — step07's fusions inside step03's batch-1 decode graph (CUDA C++ only; included
 // by step03_kvcache/decode_gpu.cu, which chooses between this step and its own, gpu_decoder_set_fused).
-// defines: pdl_trigger, pdl_wait, pdl_launch, k_gemv_fused, k_argmax_fused, k_rope_table, k_attn_fused
+// defines: pdl_launch, k_gemv_fused, k_argmax_fused, k_rope_table, k_attn_fused
 //
 // At batch 1 a small model's decode step is ~10 small kernels per layer, each a few microseconds,
 // and the GPU spends much of the step between kernels: one kernel drains (its last blocks finish
@@ -44,19 +44,11 @@
 
 #include "check.h"
 #include "cuda_check.h"
+#include "pdl.cuh"
 #include "step03_kvcache/decode_gpu.cuh"
 
 // ---------------------------------------------------------------- programmatic dependent launch
-static __device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+// (pdl_trigger, pdl_wait: common/pdl.cuh)
 
 // Launch k on s, allowed to overlap the previous kernel of the stream when pdl != 0 (sm_90: the
 // caller asks the device once; a kernel launched so must call pdl_wait before touching shared data).

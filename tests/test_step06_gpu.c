@@ -14,6 +14,9 @@
 //     tolerance ERR_TOL_HALF of max|ref|, since the tensor-core path rounds the dequantized
 //     weights to 16 bits;
 //   - the GEMV on an x that is not 16-byte aligned; groups of 16 and 48 (the naive kernels);
+//   - qlinear_gpu_gemv_fused (the k_qtma rungs): the RMSNorm and SwiGLU folded in, against
+//     linear_q_cpu on the CPU-normalized x (tolerance of x in fp16), and refusing (0) what it cannot
+//     fold (act-order with the norm, ff not a multiple of 16);
 //   - bad arguments refused (dtype, T < 0) and T = 0 a no-op.
 // Every test skips (and says why) without a CUDA device.
 #include <criterion/criterion.h>
@@ -94,6 +97,13 @@ static QLinearGpu *make_layer(const QWeight *w, const char *what) {
     return q;
 }
 
+// Case c's random QWeight (into w), its name (into what) and its layer on the GPU.
+static QLinearGpu *case_layer(Rng *r, const QCase *c, QWeight *w, char *what, size_t n) {
+    case_str(c, what, n);
+    make_qweight(r, c, w);
+    return make_layer(w, what);
+}
+
 // One GEMV check of layer q (holding w): x, bias and y random; every mode: with and without bias,
 // with and without accumulation, x at an odd float offset (not 16-byte aligned), and the other
 // GEMV versions of the ladder.
@@ -139,10 +149,8 @@ Test(step06_gpu, gemv_matches_cpu_reference) {
     for (int ci = 0; ci < nc; ci++) {
         const QCase *c = &cases[ci];
         char what[160];
-        case_str(c, what, sizeof what);
         QWeight w;
-        make_qweight(&r, c, &w);
-        QLinearGpu *q = make_layer(&w, what);
+        QLinearGpu *q = case_layer(&r, c, &w, what, sizeof what);
         check_gemv(&r, &w, q, what);
         qlinear_gpu_free(q);
         qweight_free(&w);
@@ -195,10 +203,8 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
     for (int ci = 0; ci < nc; ci++) {
         const QCase *c = &cases[ci];
         char what[160];
-        case_str(c, what, sizeof what);
         QWeight w;
-        make_qweight(&r, c, &w);
-        QLinearGpu *q = make_layer(&w, what);
+        QLinearGpu *q = case_layer(&r, c, &w, what, sizeof what);
         for (int path = 0; path < 2; path++) {  // the default kernel, then the SIMT fallback forced
             cr_assert_eq(qlinear_gpu_set_gemm_path(q, path ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO), 0);
             const char *desc = qlinear_gpu_describe(q);
@@ -237,10 +243,8 @@ Test(step06_gpu, gemv_fused_norm_and_swiglu) {
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const QCase *c = &cases[ci];
         char what[160];
-        case_str(c, what, sizeof what);
         QWeight w;
-        make_qweight(&r, c, &w);
-        QLinearGpu *q = make_layer(&w, what);
+        QLinearGpu *q = case_layer(&r, c, &w, what, sizeof what);
         const int rows = c->rows, cols = c->cols, ff = rows / 2;
         float *x = rng_new_uniform(&r, (size_t)cols, -3, 3), *nw = rng_new_uniform(&r, (size_t)cols, 0.5f, 1.5f);
         float *b = rng_new_uniform(&r, (size_t)rows, -1, 1), *y0 = rng_new_uniform(&r, (size_t)rows, -1, 1);
