@@ -14,7 +14,10 @@
 // is step02's forward over p+1 tokens (median of --reps after one warm-up). p10/p90 (cached) and
 // min/max (uncached) columns show the spread behind each median. The `agree` column checks,
 // before believing any time, that the uncached forward's argmax at p is the token the cached
-// run produced there. CPU threads: common/cpu_env.h (one policy, no spinning pools).
+// run produced there; where it is not, `gap` says by how much the uncached forward prefers its own
+// token ((top logit - the cached token's logit) / the largest |logit|: a near tie is ~1e-4 or
+// less). CPU threads: common/cpu_env.h (one policy, no spinning pools).
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +287,7 @@ int main(int argc, char **argv) {
     // round of every statistic instead of in all the samples of one.
     double *nocache_ms = xcalloc((size_t)npos * reps, sizeof(double));
     int *agree = xcalloc((size_t)npos, sizeof(int));
+    double *gap = xcalloc((size_t)npos, sizeof(double));  // (top logit - the cached token's) / max |logit|
     for (int r = -1; r < reps; r++) {
         if (!use_cuda && r < runs) {  // the cached run of this round (r = -1: the warm-up run)
             kv.len = 0;
@@ -307,7 +311,13 @@ int main(int argc, char **argv) {
                 if (forward_last_cpu(&cm, toks, p + 1, logits) != 0) die("forward failed");
                 ms = (now_sec() - t0) * 1e3;
             }
-            if (r < 0) agree[i] = argmax_f32(logits, c->vocab) == toks[p + 1];
+            if (r < 0) {
+                const int top = argmax_f32(logits, c->vocab);
+                float amax = 0.0f;
+                for (int v = 0; v < c->vocab; v++) amax = fmaxf(amax, fabsf(logits[v]));
+                agree[i] = top == toks[p + 1];
+                gap[i] = amax > 0.0f ? (logits[top] - logits[toks[p + 1]]) / amax : 0.0;
+            }
             else nocache_ms[(size_t)i * reps + r] = ms;
         }
     }
@@ -375,6 +385,7 @@ int main(int argc, char **argv) {
     table_col(t, "cached_gbps", "%.1f");
     table_col(t, "pct_of_copy", "%.1f");
     table_col(t, "agree", "%.0f");
+    table_col(t, "gap", "%.2e");
     for (int i = 0; i < npos; i++) {
         const int p = pos[i];
         const TimeStats cst = window_stats(step_ms, runs, nsteps, p, window);
@@ -397,6 +408,7 @@ int main(int argc, char **argv) {
         table_num(t, "cached_gbps", bytes / cms * 1e-6);
         table_num(t, "pct_of_copy", copy_gbps > 0 ? 100.0 * bytes / cms * 1e-6 / copy_gbps : 0.0 / 0.0);
         table_num(t, "agree", agree[i]);
+        table_num(t, "gap", gap[i]);
     }
     // headline: the median decode step over positions 1 .. min(128, nsteps-1)
     const int hn = nsteps - 1 < 128 ? nsteps - 1 : 128;
@@ -415,7 +427,7 @@ int main(int argc, char **argv) {
     }
     table_print(t, outfmt_from_args(argc, argv), stdout);
     table_free(t);
-    free(step_ms), free(toks), free(logits), free(nocache_ms), free(agree);
+    free(step_ms), free(toks), free(logits), free(nocache_ms), free(agree), free(gap);
     if (dec) gpu_decoder_free(dec);
     if (gm) gpu_model_free(gm);
     if (cm.layers) cpu_model_free(&cm);
