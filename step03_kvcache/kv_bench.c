@@ -62,7 +62,7 @@ static void usage(FILE *f) {
             "  --quant      quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups of\n"
             "               128), random integers with --preset; a GPTQ / AWQ checkpoint runs quantized without it\n"
             "  --qgemv V    GPU, quantized projections: the quantized GEMV's version 1..N of its ladder (qgemm_bench\n"
-            "               names them; default: the fastest measured in this decode, v10)\n");
+            "               names them; default: the fastest measured in this decode, INT4 v12, INT8 v13)\n");
 }
 
 // --positions: at most `max` positions, each in 0..2^20 (the model's context is checked later).

@@ -2,8 +2,7 @@
 // (in qlinear_gpu.cu; qlinear_gpu_none.c returns -1). The T = 1 baseline is step03's GEMV
 // (kvcache.h gemv_gpu_bench_gbps).
 // defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
-//          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_split,
-//          qlinear_gpu_gemv_version
+//          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gpu_gemv_version
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -28,10 +27,6 @@ int qlinear_gemv_version_fp16(int version);
 // Programmatic dependent launch of the tensor-core rungs on sm_90 (their first weight loads start
 // while the previous kernel finishes): 1 on, 0 off; unset, the environment's QLINEAR_PDL=1 turns it on.
 void qlinear_gemv_set_pdl(int on);
-// The split-K rungs (v17, v18): 0 (the default) cuts each strip into the pieces that balance the
-// layer's strips over the GPU's block slots; 1..4 forces that many (fewer where a strip has fewer
-// stages): the tests use it to run the pieces' combination on small layers.
-void qlinear_gemv_set_split(int parts);
 
 #ifdef __cplusplus
 }

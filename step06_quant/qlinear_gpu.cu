@@ -92,8 +92,6 @@ struct QLinearGpu {
     int gather_x;    // the columns are permuted or padded: x always goes through xg
     int qt;          // k_qtma can run this layer (sm_90a code on an sm_90, x and a ring fit in shared memory)
     int qt_per_sm[3][2][2][2];  // its blocks per SM, [TS 16, 32, 64][NORM][SWIGLU][ZF] (asked at creation, not while capturing)
-    float *sk_ws;    // split-K's pieces (np * QTMA_MAXP floats) and counters (np / 16, zero between launches): one
-    int *sk_cnt;     // launch of this layer at a time (a layer is not run on two streams at once)
     void *scr;       // the GEMM's gathered X
     size_t scr_bytes;
     char base[64], desc[192];
@@ -931,8 +929,6 @@ __global__ void __launch_bounds__(W * 32)
 // consumer warps per block (plus one producer warp) for TS tiles a stage: 4 tiles a warp from 32 up
 #define QT_W(TS) ((TS) == 64 ? 16 : 8)
 
-#define QTMA_MAXP 4  // split-K: at most this many pieces a strip
-
 struct QTmaArgs {
     const uint4 *qw;
     const float *scales;   // strip-major: (np / 16, ng, 16), a strip's groups side by side
@@ -944,9 +940,6 @@ struct QTmaArgs {
     float *y;
     float beta;
     int units, pair, out_rows, ns;  // strips to do; SWIGLU: up strip = gate strip + pair, outputs < out_rows; ring stages
-    int parts;                      // split-K (v17, v18): each strip's stages in `parts` pieces, done by different blocks
-    float *ws;                      // parts > 1: the pieces' sums, (units, parts, R * 16)
-    int *cnt;                       // parts > 1: (units) pieces finished, zero between launches
 };
 
 // A stage's bytes for one strip: weights, then 16 scales (and zeros) for each group it can touch.
@@ -1010,9 +1003,8 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
         if (lane != 0) return;
         const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
         int it = 0;
-        for (int item = blockIdx.x; item < a.units * a.parts; item += gridDim.x)
-            for (int st = item % a.parts * nst / a.parts; st < (item % a.parts + 1) * nst / a.parts; st++, it++) {
-                const int u = item / a.parts;
+        for (int u = blockIdx.x; u < a.units; u += gridDim.x)
+            for (int st = 0; st < nst; st++, it++) {
                 const int slot = it % ns;
                 const uint32_t full = bar0 + 8 * slot;
                 mbar_wait(bar0 + 8 * (ns + slot), ((it / ns) & 1) ^ 1);  // the consumers are done with it
@@ -1185,11 +1177,10 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                 }
     };
     int it = 0, nu = 0;
-    for (int item = blockIdx.x; item < a.units * a.parts; item += gridDim.x, nu++) {
-        const int u = item / a.parts, piece = item % a.parts;
+    for (int u = blockIdx.x; u < a.units; u += gridDim.x, nu++) {
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = 0.0f;
-        for (int st = piece * nst / a.parts; st < (piece + 1) * nst / a.parts; st++, it++) {
+        for (int st = 0; st < nst; st++, it++) {
             const int slot = it % ns;
             mbar_wait(bar0 + 8 * slot, (it / ns) & 1);
             const unsigned char *stg = ring + (size_t)slot * G::STAGE;
@@ -1207,39 +1198,15 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
 #pragma unroll
             for (int r = 0; r < R; r++) rb[(warp * R + r) * 16 + g] = acc[r][0], rb[(warp * R + r) * 16 + g + 8] = acc[r][1];
         consumers_sync(nthr);
-        float v[R];
-        if (tid < 16)
+        if (tid < 16) {
+            float v[R];
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 v[r] = 0.0f;
 #pragma unroll
                 for (int w = 0; w < W; w++) v[r] += rb[(w * R + r) * 16 + tid];
+                if (GM == 0) v[r] *= __ldg(a.scales + (size_t)(u + r * a.pair) * 16 + tid);  // ng = 1
             }
-        if (a.parts > 1) {  // split-K: the last piece of strip u to finish adds the pieces, in their order
-            float *wp = a.ws + (size_t)u * a.parts * R * 16;
-            if (tid < 16) {
-#pragma unroll
-                for (int r = 0; r < R; r++) wp[(piece * R + r) * 16 + tid] = v[r];
-                __threadfence();  // the piece is visible before it is counted
-            }
-            consumers_sync(nthr);
-            if (tid == 0) ssr[0] = atomicAdd(&a.cnt[u], 1) == a.parts - 1 ? 1.0f : 0.0f;
-            consumers_sync(nthr);
-            if (ssr[0] == 0.0f) continue;  // another block finishes strip u
-            if (tid == 0) a.cnt[u] = 0;  // ready for the next launch
-            if (tid < 16) {
-                __threadfence();
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    v[r] = 0.0f;
-                    for (int q = 0; q < a.parts; q++) v[r] += __ldcg(wp + (q * R + r) * 16 + tid);
-                }
-            }
-        }
-        if (tid < 16) {
-            if (GM == 0)  // ng = 1: the row's scale
-#pragma unroll
-                for (int r = 0; r < R; r++) v[r] *= __ldg(a.scales + (size_t)(u + r * a.pair) * 16 + tid);
             const int row = u * 16 + tid;
             if (SWIGLU) {
                 if (row < a.out_rows) a.y[row] = v[0] / (1.0f + expf(-v[0])) * v[R - 1];
@@ -1395,9 +1362,6 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
             if (e == cudaSuccess && zt) e = upload(&q->zeros_t, zt, ngp);
             free(st), free(zt);
         }
-        if (e == cudaSuccess && q->qt) e = cudaMalloc((void **)&q->sk_ws, (size_t)p.np * QTMA_MAXP * sizeof(float));
-        if (e == cudaSuccess && q->qt) e = cudaMalloc((void **)&q->sk_cnt, (size_t)p.np / 16 * sizeof(int));
-        if (e == cudaSuccess && q->qt) e = cudaMemset(q->sk_cnt, 0, (size_t)p.np / 16 * sizeof(int));
         if (e == cudaSuccess) e = cudaMalloc((void **)&q->xg, (size_t)p.kp * sizeof(float));
         q->gather_x = p.perm || p.kp != p.cols;
         q->bytes = p.n_words * 4 + ngp * sizeof(float) + (p.zeros ? ngp : 0) + (p.perm ? (size_t)w->cols * sizeof(int) : 0);
@@ -1430,7 +1394,7 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
 extern "C" void qlinear_gpu_free(QLinearGpu *q) {
     if (!q) return;
     cudaFree(q->qw), cudaFree(q->scales), cudaFree(q->zeros), cudaFree(q->perm);
-    cudaFree(q->scales_t), cudaFree(q->zeros_t), cudaFree(q->sk_ws), cudaFree(q->sk_cnt);
+    cudaFree(q->scales_t), cudaFree(q->zeros_t);
     cudaFree(q->q0), cudaFree(q->s0), cudaFree(q->z0), cudaFree(q->g0);
     cudaFree(q->xg), cudaFree(q->scr);
     free(q);
@@ -1456,8 +1420,8 @@ static const char *const QGEMV_VERSIONS[] = {"v1_u4",     "v2_u8",        "v3_u2
                                              "v5_r4w16",  "v6_r2w16",     "v7_tc_w8u2", "v8_tc_w8u4",
                                              "v9_tc_w16u2", "v10_tc_xs",  "v11_tc_xs_r2", "v12_tma",
                                              "v13_tma_ts32", "v14_tma_ts64w16", "v15_tma_ts32_zf",
-                                             "v16_tma_ts64w16_zf", "v17_tma_sk16", "v18_tma_sk32"};
-#define N_QGEMV_VERSIONS 18
+                                             "v16_tma_ts64w16_zf"};
+#define N_QGEMV_VERSIONS 16
 #define QGEMV_FIRST_TC 6   // v7+: k_qmma (x rounded to fp16)
 #define QGEMV_FIRST_TMA 11 // v12+: k_qtma (sm_90a), else v10
 // -1 (the default): the fastest rung in the engine, measured (step06_quant/results/qtma_d9e0253_h200:
@@ -1541,28 +1505,10 @@ static bool qtma_fits(const QLinearGpu *q, int ts, bool swiglu) {
     const int R = swiglu ? 2 : 1;
     return qtma_stages(R * qtma_part(q->kind == QK_INT4 ? 4 : 8, ts, q->tc_gm, q->zeros != NULL), q->kp, R, QT_W(ts)) > 0;
 }
-// Split-K (v17, v18): a block's time is about its stages (the blocks do not share the bandwidth's
-// limit; results/qtma_83cc739_h200: qkv's 384 strips on 264 block slots ran at 62% of copy,
-// gate_up's 1792 at 89%), so u strips on `most` slots take ceil(u / most) rounds of nst stages.
-// Cut each strip into P pieces (P <= nst) when ceil(u P / most) rounds of ceil(nst / P) stages
-// are fewer stages: qkv (384 strips, 2 stages) on 264 slots: 4 -> 3. g_qtma_parts > 0 forces P.
-static int g_qtma_parts = 0;
-extern "C" void qlinear_gemv_set_split(int parts) { g_qtma_parts = parts < 0 ? 0 : parts > QTMA_MAXP ? QTMA_MAXP : parts; }
-static int qtma_parts(int units, int most, int nst, bool sk) {
-    if (!sk) return 1;
-    if (g_qtma_parts > 0) return g_qtma_parts < nst ? g_qtma_parts : nst;
-    int best = 1;
-    long cost = (long)((units + most - 1) / most) * nst;
-    for (int p = 2; p <= QTMA_MAXP && p <= nst; p++) {
-        const long c = (long)((units * p + most - 1) / most) * ((nst + p - 1) / p);
-        if (c < cost) cost = c, best = p;
-    }
-    return best;
-}
 // Launch k_qtma, or (setup, at the layer's creation) allow it its shared memory and record its
 // blocks per SM in *per_sm: neither may happen while a stream is being captured.
 template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU, bool ZF>
-static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, int *per_sm, bool setup, bool sk) {
+static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, int *per_sm, bool setup) {
     using G = QTmaGeom<KIND, TS, GM, ZP, SWIGLU>;
     auto k = k_qtma<KIND, TS, GM, ZP, NORM, SWIGLU, ZF>;
     a.ns = qtma_stages(G::STAGE, q->kp, G::R, QT_W(TS));
@@ -1576,18 +1522,16 @@ static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, i
         cudaGetLastError();
         return;
     }
-    const int most = q->sms * *per_sm, nst = (q->kp / 64 + TS - 1) / TS;
-    a.parts = qtma_parts(a.units, most, nst, sk), a.ws = q->sk_ws, a.cnt = q->sk_cnt;
-    const int items = a.units * a.parts, rounds = (items + most - 1) / most;
-    const int grid = (items + rounds - 1) / rounds;  // as many items per block everywhere, within one
+    const int most = q->sms * *per_sm, rounds = (a.units + most - 1) / most;
+    const int grid = (a.units + rounds - 1) / rounds;  // as many strips per block everywhere, within a strip
     launch_ex(k, dim3(grid), (QT_W(TS) + 1) * 32, smem, s, pdl, a);
 }
 template <int KIND, int TS, bool NORM, bool SWIGLU>
-static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream_t s, bool setup, bool zf, bool sk) {
+static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream_t s, bool setup, bool zf) {
     const bool zp = q->zeros != NULL;
     zf = zf && q->tc_gm != 2;  // ZF needs whole tiles in a group
     int *per_sm = (int *)&q->qt_per_sm[TS == 16 ? 0 : TS == 32 ? 1 : 2][NORM][SWIGLU][zf];  // written only by the setup call
-#define QT_GO(gm, z, f) qtma_go<KIND, TS, gm, z, NORM, SWIGLU, f>(q, a, pdl, s, per_sm, setup, sk)
+#define QT_GO(gm, z, f) qtma_go<KIND, TS, gm, z, NORM, SWIGLU, f>(q, a, pdl, s, per_sm, setup)
     if (q->tc_gm == 0) zf ? (zp ? QT_GO(0, true, true) : QT_GO(0, false, true)) : (zp ? QT_GO(0, true, false) : QT_GO(0, false, false));
     else if (q->tc_gm == 1) zf ? (zp ? QT_GO(1, true, true) : QT_GO(1, false, true)) : (zp ? QT_GO(1, true, false) : QT_GO(1, false, false));
     else if constexpr (KIND == 4) zp ? QT_GO(2, true, false) : QT_GO(2, false, false);
@@ -1597,14 +1541,14 @@ static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream
 // swiglu > 0: the layer is gate|up stacked (2 swiglu rows, swiglu % 16 == 0), y = silu(gate) * up.
 template <int TS>
 static void qtma_launch(const QLinearGpu *q, const float *x, const float *nw, float eps, const float *bias, float *y,
-                        float beta, int swiglu, bool pdl, cudaStream_t s, bool zf, bool sk, bool setup = false) {
+                        float beta, int swiglu, bool pdl, cudaStream_t s, bool zf, bool setup = false) {
     QTmaArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, x, nw, eps,
-                  bias, y, beta, swiglu ? swiglu / 16 : q->np / 16, swiglu / 16, swiglu, 0, 1, NULL, NULL};
+                  bias, y, beta, swiglu ? swiglu / 16 : q->np / 16, swiglu / 16, swiglu, 0};
 #define QT_KIND(K)                                                           \
-    if (nw && swiglu) qtma_gm<K, TS, true, true>(q, a, pdl, s, setup, zf, sk);       \
-    else if (nw) qtma_gm<K, TS, true, false>(q, a, pdl, s, setup, zf, sk);           \
-    else if (swiglu) qtma_gm<K, TS, false, true>(q, a, pdl, s, setup, zf, sk);       \
-    else qtma_gm<K, TS, false, false>(q, a, pdl, s, setup, zf, sk);
+    if (nw && swiglu) qtma_gm<K, TS, true, true>(q, a, pdl, s, setup, zf);       \
+    else if (nw) qtma_gm<K, TS, true, false>(q, a, pdl, s, setup, zf);           \
+    else if (swiglu) qtma_gm<K, TS, false, true>(q, a, pdl, s, setup, zf);       \
+    else qtma_gm<K, TS, false, false>(q, a, pdl, s, setup, zf);
     if (q->kind == QK_INT4) {
         QT_KIND(4)
     } else {
@@ -1615,14 +1559,13 @@ static void qtma_launch(const QLinearGpu *q, const float *x, const float *nw, fl
 // Rung v (v12 / v13 / v14: 16, 32, 64 tiles a stage; fewer where the ring would not fit).
 static void qtma_run(const QLinearGpu *q, int v, const float *x, const float *nw, float eps, const float *bias, float *y,
                      float beta, int swiglu, bool pdl, cudaStream_t s) {
-    // v12 16, v13 32, v14 64 (16 warps); v15, v16: v13, v14 zero-folded; v17, v18: v12, v13 split-K
-    const int d = v - QGEMV_FIRST_TMA;
-    int ts = d == 0 || d == 5 ? 16 : d == 1 || d == 3 || d == 6 ? 32 : 64;
-    const bool zf = d == 3 || d == 4, sk = d >= 5;
+    const int d = v - QGEMV_FIRST_TMA;  // v12 16, v13 32, v14 64 (16 warps); v15, v16: v13, v14 zero-folded
+    int ts = d == 0 ? 16 : d == 1 || d == 3 ? 32 : 64;
+    const bool zf = d >= 3;
     while (ts > 16 && !qtma_fits(q, ts, swiglu > 0)) ts /= 2;
-    if (ts == 64) qtma_launch<64>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf, sk);
-    else if (ts == 32) qtma_launch<32>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf, sk);
-    else qtma_launch<16>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf, sk);
+    if (ts == 64) qtma_launch<64>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf);
+    else if (ts == 32) qtma_launch<32>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf);
+    else qtma_launch<16>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf);
 }
 // Whether k_qtma can run layer q (packed, groups k_qmma takes, sm_90a code on an sm_90, and the
 // smallest ring with two strips a stage fits), and at creation each of its instances' blocks per SM.
@@ -1636,11 +1579,9 @@ static void qtma_prepare(QLinearGpu *q) {
         for (int w = 0; w < 2; w++)
             for (int f = 0; f < 2; f++) {
                 const float *nw = n ? &one : NULL;
-                qtma_launch<16>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, false, true);
-                if (qtma_fits(q, 32, w))
-                    qtma_launch<32>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, false, true);
-                if (qtma_fits(q, 64, w))
-                    qtma_launch<64>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, false, true);
+                qtma_launch<16>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, true);
+                if (qtma_fits(q, 32, w)) qtma_launch<32>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, true);
+                if (qtma_fits(q, 64, w)) qtma_launch<64>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, true);
             }
 }
 

@@ -66,7 +66,6 @@ int qlinear_gemv_version_fp16(int version) {
     return 0;
 }
 void qlinear_gemv_set_pdl(int on) { (void)on; }
-void qlinear_gemv_set_split(int parts) { (void)parts; }
 int qlinear_gpu_gemv_version(const struct QLinearGpu *q) {
     (void)q;
     return -1;

@@ -122,7 +122,6 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
         const int use_b = mode & 1, acc = (mode >> 1) & 1;
         qlinear_gemv_set_version(mode >= 5 ? mode - 5 : -1);
         qlinear_gemv_set_pdl(mode & 1);  // the tensor-core rungs with and without dependent launch (sm_90)
-        qlinear_gemv_set_split(mode >= 5 + 16 ? 2 + (mode & 1) : 0);  // v17 in 3 pieces, v18 in 2 (split-K)
         linear_q_cpu(x, w, use_b ? b : NULL, 1, ref);
         if (acc)
             for (int i = 0; i < rows; i++) ref[i] += y0[i];
@@ -137,7 +136,6 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
     }
     qlinear_gemv_set_version(-1);
     qlinear_gemv_set_pdl(0);
-    qlinear_gemv_set_split(0);
     pa_dev_free(dx), pa_dev_free(dx1), pa_dev_free(db), pa_dev_free(dy);
     free(x), free(b), free(y0), free(ref), free(y);
 }
@@ -260,12 +258,9 @@ Test(step06_gpu, gemv_fused_norm_and_swiglu) {
         float *dx = pa_dev_alloc((size_t)cols * 4), *dnw = pa_dev_alloc((size_t)cols * 4);
         float *db = pa_dev_alloc((size_t)rows * 4), *dy = pa_dev_alloc((size_t)rows * 4);
         pa_upload(dx, x, (size_t)cols * 4), pa_upload(dnw, nw, (size_t)cols * 4), pa_upload(db, b, (size_t)rows * 4);
-        for (int vs = 11 * 4; vs < qlinear_gemv_n_versions() * 4; vs++)  // v, and split-K's pieces (v17, v18)
+        for (int v = 11; v < qlinear_gemv_n_versions(); v++)
             for (int mode = 0; mode < 6; mode++) {  // 0-3: norm, bit 0 bias, bit 1 acc; 4: SwiGLU; 5: neither (plain x)
-                const int v = vs / 4, sp = vs % 4;  // sp: 0 the balance's choice, else sp + 1 pieces
-                if (sp && v < 16) break;
                 qlinear_gemv_set_version(v);
-                qlinear_gemv_set_split(sp ? sp + 1 : 0);
                 const int use_b = mode < 4 && (mode & 1), acc = mode < 4 && (mode & 2), swiglu = mode == 4 ? ff : 0;
                 const int norm = mode < 5;
                 linear_q_cpu(norm ? xn : x, &w, use_b ? b : NULL, 1, ref);
@@ -282,12 +277,12 @@ Test(step06_gpu, gemv_fused_norm_and_swiglu) {
                                                       mode & 1, NULL);
                 cr_assert_eq(pa_sync(), 0, "%s", what);
                 const int can = gi_.cc_major == 9 && !(norm && c->act_order) && !(swiglu && ff % 16);
-                cr_expect_eq(rc, can ? 1 : 0, "gemv_fused %s v%d/%d mode %d: returned %d", what, v + 1, sp, mode, rc);
+                cr_expect_eq(rc, can ? 1 : 0, "gemv_fused %s v%d mode %d: returned %d", what, v + 1, mode, rc);
                 if (rc != 1) continue;
                 pa_download(y, dy, (size_t)rows * 4);
                 const ErrStats e = compare_f32(y, ref, (size_t)n);
-                cr_expect(e.max_rel < TOL_GEMM, "gemv_fused %s v%d/%d mode %d: max_rel %.3g (row %zu: %g vs %g)", what,
-                          v + 1, sp, mode, e.max_rel, e.worst, y[e.worst], ref[e.worst]);
+                cr_expect(e.max_rel < TOL_GEMM, "gemv_fused %s v%d mode %d: max_rel %.3g (row %zu: %g vs %g)", what, v + 1,
+                          mode, e.max_rel, e.worst, y[e.worst], ref[e.worst]);
                 if (swiglu) {  // the rows past ff are untouched
                     float *tail = malloc((size_t)rows * sizeof(float));
                     pa_download(tail, dy, (size_t)rows * 4);
@@ -298,7 +293,6 @@ Test(step06_gpu, gemv_fused_norm_and_swiglu) {
                 }
             }
         qlinear_gemv_set_version(-1);
-        qlinear_gemv_set_split(0);
         pa_dev_free(dx), pa_dev_free(dnw), pa_dev_free(db), pa_dev_free(dy);
         free(x), free(nw), free(b), free(y0), free(xn), free(ref), free(y), free(h);
         qlinear_gpu_free(q);
