@@ -801,28 +801,33 @@ __global__ void __launch_bounds__(FA6_NT, 1) k_flash_wgmma(FaArgs a, const __gri
                     float s[64], al[2];
                     mbar_wait(bars + 8 * st, ph);
                     if (!TMA) fence_proxy_async();  // the producer's cp.async writes (generic proxy), seen by this thread's wgmma
+                    // each batch is issued and waited for inside one branch (the turn handed over
+                    // between, on both sides): a wgmma in flight where a branch ends is serialized
                     if (PP) fa_turn_wait(cw);  // (every tile, active or not: the turns stay paired)
-                    if (active) fa6_issue_s<C, HD>(s, qa, sk + st * TB);
-                    if (PP) fa_turn_give(cw);
                     if (active) {
+                        fa6_issue_s<C, HD>(s, qa, sk + st * TB);
+                        if (PP) fa_turn_give(cw);
                         wgmma_wait0();
                         wgmma_fence_operands(s);
                         fa6_softmax(s, mrow, lrow, al, k0 + BN - 1 > wlim0, k0, lim, tig, a.scale_log2);
                         fa6_rescale(o, al);
+                    } else if (PP) {
+                        fa_turn_give(cw);
                     }
                     mbar_wait(bars + 8 * (NS + st), ph);
                     if (!TMA) fence_proxy_async();
                     if (PP) fa_turn_wait(cw);
-                    unsigned pa[BN / 16][4];
+                    const bool give = PP && !(cw == 1 && kt == nkt - 1);
                     if (active) {
+                        unsigned pa[BN / 16][4];
                         fa6_pack_p<C>(s, pa);
                         fa6_issue_pv<C>(o, pa, sv + st * TB);
-                    }
-                    if (PP && !(cw == 1 && kt == nkt - 1)) fa_turn_give(cw);
-                    if (active) {
+                        if (give) fa_turn_give(cw);
                         wgmma_wait0();
                         wgmma_fence_operands(o);
                         wgmma_fence_operands(pa);
+                    } else if (give) {
+                        fa_turn_give(cw);
                     }
                     __syncwarp();
                     if (lane == 0) mbar_arrive(bars + 8 * (2 * NS + st));  // this warp is done with stage st
