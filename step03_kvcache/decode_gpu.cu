@@ -275,6 +275,9 @@ struct GpuDecoder {
 // fusions (5 a layer), 2 the same with programmatic dependent launch on sm_90 (the default).
 static int g_decode_fused = 2;
 static const char *const FUSED_NAMES[] = {"unfused", "fused", "fused_pdl"};
+// The fused step's attention: 1 k_attn_fused (4 warps a block), 2 k_attn_fused2 (the short chain:
+// 8-16 warps a block, only the rounds that hold keys; the default). Both: step07_kernels/decode_fused.cuh.
+static int g_decode_attn = 2;
 
 // Enqueue one decode step on d->stream (what the graph holds).
 static void decode_enqueue(GpuDecoder *d) {
@@ -328,14 +331,28 @@ static void attn_fused_g(int pdl, dim3 grid, size_t smem, cudaStream_t s, const 
     constexpr int N = Vec16<C>::N;
     const int lpr = hd % N ? 0 : hd / N;
 #define ATTN_FUSED(P)                                                                                                     pdl_launch(pdl, k_attn_fused<C, P, G>, grid, dim3(ATTN_CHUNK), smem, s, qkv, (const float *)L->q_norm,                            (const float *)L->k_norm, (const float *)d->cos_t, (const float *)d->sin_t, (const int *)d->d_pos, H, KV,                hd, eps, scale, kc, vc, d->part_o, d->part_ml, d->count, d->att)
+    // version 2 (k_attn_fused2) where the vectorized core runs and its shared memory fits in 48 KB
+#define ATTN_FUSED2(P)                                                                                                    \
+    do {                                                                                                                  \
+        using S2 = Attn2Shape<C, P, G>;                                                                                   \
+        const size_t smem2 = attn2_smem_bytes(H / KV, hd, S2::NW);                                                        \
+        if (g_decode_attn == 2 && smem2 <= 48 * 1024) {                                                                   \
+            pdl_launch(pdl, k_attn_fused2<C, P, G>, grid, dim3(S2::NW * 32), smem2, s, qkv, (const float *)L->q_norm,     \
+                       (const float *)L->k_norm, (const float *)d->cos_t, (const float *)d->sin_t, (const int *)d->d_pos, \
+                       H, KV, hd, eps, scale, kc, vc, d->part_o, d->part_ml, d->count, d->att);                          \
+        } else {                                                                                                          \
+            ATTN_FUSED(P);                                                                                                \
+        }                                                                                                                 \
+    } while (0)
     switch (lpr) {
-    case 2: ATTN_FUSED(2); break;
-    case 4: ATTN_FUSED(4); break;
-    case 8: ATTN_FUSED(8); break;
-    case 16: ATTN_FUSED(16); break;
-    case 32: ATTN_FUSED(32); break;
+    case 2: ATTN_FUSED2(2); break;
+    case 4: ATTN_FUSED2(4); break;
+    case 8: ATTN_FUSED2(8); break;
+    case 16: ATTN_FUSED2(16); break;
+    case 32: ATTN_FUSED2(32); break;
     default: ATTN_FUSED(0); break;
     }
+#undef ATTN_FUSED2
 #undef ATTN_FUSED
 }
 template <class C>
@@ -528,6 +545,13 @@ extern "C" void gpu_decoder_set_fused(int mode) {
     if (mode >= 0 && mode <= 2) g_decode_fused = mode;
 }
 extern "C" const char *gpu_decoder_fused_name(int mode) { return mode >= 0 && mode <= 2 ? FUSED_NAMES[mode] : "?"; }
+extern "C" void gpu_decoder_set_attn(int version) {
+    if (version == 1 || version == 2) g_decode_attn = version;
+}
+extern "C" int gpu_decoder_get_attn(void) { return g_decode_attn; }
+extern "C" void gpu_decoder_set_gemv_split(int ks) {
+    if (ks == 0 || ks == 1 || ks == 2 || ks == 4) g_gemvf_split = ks;
+}
 extern "C" double gpu_decoder_kv_bytes(const GpuDecoder *d) { return d->kv_bytes; }
 extern "C" double gpu_decoder_kv_elem_bytes(const GpuDecoder *d) { return (double)esize(d->cdt); }
 

@@ -59,9 +59,10 @@ __device__ inline float head_rms_inv(const float *x, int hd, float eps) {
 
 // The split attention's softmax over a block's jn keys, one warp per head hh < g: ps (g, CHUNK)
 // scores -> p = exp(s - m) in place; m_s[hh] = the local max m, l_s[hh] = sum p (shared).
-__device__ inline void attn_block_softmax(float *ps, int jn, int g, float *m_s, float *l_s) {
+// nwarps: the block's warps (a block of another size than ATTN_CHUNK threads: step07's k_attn_fused2).
+__device__ inline void attn_block_softmax(float *ps, int jn, int g, float *m_s, float *l_s, int nwarps = ATTN_WARPS) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int hh = warp; hh < g; hh += ATTN_WARPS) {
+    for (int hh = warp; hh < g; hh += nwarps) {
         float m = -INFINITY;
         for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));

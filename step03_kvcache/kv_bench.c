@@ -47,7 +47,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
             "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--qgemv V]\n"
-            "                [--fused 0|1|2] [--no-ladders] [--csv | --json]\n"
+            "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K]\n"
+            "                [--no-ladders] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
             "  --window     latency at p = median of the cached steps p-W .. p+W (default 8)\n"
@@ -56,6 +57,12 @@ static void usage(FILE *f) {
             "  --fused M    GPU: the decode step of the table: 0 step03's own (10 kernels a layer), 1 step07's fusions\n"
             "               (5 a layer), 2 fusions + programmatic dependent launch on sm_90 (default); all three are\n"
             "               timed first (decode_step_by_fusion)\n"
+            "  --attn V     GPU, the fused step's attention kernel: 1 step07's k_attn_fused (4 warps a block of 128\n"
+            "               keys), 2 k_attn_fused2 (8-16 warps, only the rounds that hold keys; default); both are\n"
+            "               timed first in the fused_pdl step (decode_step_by_attention)\n"
+            "  --gemv-split K GPU, the fused step's dense GEMVs: warps per output row, 1, 2 or 4, or 0 (default:\n"
+            "               2 where 8-row blocks would be fewer than two per SM, else 1); all are timed first in the\n"
+            "               fused_pdl step (decode_step_by_gemv_split)\n"
             "  --no-ladders GPU: skip the fusion and GEMV ladders (the table only: --fused, --gemv or v2)\n"
             "  --gemv V     GPU: GEMV version 1..4 of step03's unfused step (default: the fastest decode of its ladder,\n"
             "               measured first)\n"
@@ -129,7 +136,7 @@ static double decode_median_ms(GpuModel *gm, int *kernels) {
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, ladders = 1;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, ladders = 1;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -146,6 +153,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gemv") && more) gemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--qgemv") && more) qgemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--fused") && more) fused = (int)arg_int(a, argv[++i], 0, 2);
+        else if (!strcmp(a, "--attn") && more) attn = (int)arg_int(a, argv[++i], 1, 2);
+        else if (!strcmp(a, "--gemv-split") && more) {
+            gsplit = (int)arg_int(a, argv[++i], 0, 4);
+            if (gsplit == 3) arg_die("--gemv-split 3: expected 0, 1, 2 or 4");
+        }
         else if (!strcmp(a, "--no-ladders")) ladders = 0;
         else if (!strcmp(a, "--quant") && more) {
             if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
@@ -198,7 +210,8 @@ int main(int argc, char **argv) {
 
     // ---- GPU: the decode step of each fusion mode, then the GEMV ladder inside step03's own
     // (unfused) step; 160 greedy steps per decoder, the median of steps 1..128
-    char ladder[600] = "", fusion[600] = "";
+    char ladder[600] = "", fusion[600] = "", attns[200] = "", splits[300] = "";
+    if (use_cuda) gpu_decoder_set_attn(attn), gpu_decoder_set_gemv_split(gsplit);
     if (use_cuda && ladders) {
         int off = 0, kernels;
         for (int f = 0; f <= 2; f++) {
@@ -207,6 +220,22 @@ int main(int argc, char **argv) {
             off += snprintf(fusion + off, sizeof fusion - (size_t)off, "%s%s %.4f ms (%d kernels)", f ? "; " : "",
                             gpu_decoder_fused_name(f), m, kernels);
         }
+        off = 0;
+        for (int v = 1; v <= 2; v++) {  // the fused_pdl step with each attention kernel
+            gpu_decoder_set_attn(v);
+            const double m = decode_median_ms(gm, &kernels);
+            off += snprintf(attns + off, sizeof attns - (size_t)off, "%sv%d %.4f ms", v > 1 ? "; " : "", v, m);
+        }
+        gpu_decoder_set_attn(attn);
+        off = 0;
+        static const int ks[] = {0, 1, 2, 4};
+        for (int i = 0; i < 4; i++) {  // the fused_pdl step with each GEMV split
+            gpu_decoder_set_gemv_split(ks[i]);
+            const double m = decode_median_ms(gm, &kernels);
+            off += snprintf(splits + off, sizeof splits - (size_t)off, "%s%s %.4f ms", i ? "; " : "",
+                            ks[i] ? (ks[i] == 1 ? "1" : ks[i] == 2 ? "2" : "4") : "auto", m);
+        }
+        gpu_decoder_set_gemv_split(gsplit);
         gpu_decoder_set_fused(0);
         double best = 1e30;
         int bestv = 1;
@@ -367,10 +396,13 @@ int main(int argc, char **argv) {
         }
         if (ladders) {
             table_meta(t, "decode_step_by_fusion", "median of steps 1..128: %s", fusion);
+            table_meta(t, "decode_step_by_attention", "median of steps 1..128, fused_pdl step: %s", attns);
+            table_meta(t, "decode_step_by_gemv_split", "median of steps 1..128, fused_pdl step, warps per row: %s", splits);
             table_meta(t, "decode_step_by_gemv_version", "median of steps 1..128, step03's unfused step: %s", ladder);
         }
         table_meta(t, "gemv_version_used", "%s%s", gemv_version_name(gemv_ver), fused ? " (in the unfused step only)" : "");
         table_meta(t, "decode_step_used", "%s (%d kernels per step)", gpu_decoder_fused_name(fused), gpu_decoder_kernels(dec));
+        if (fused) table_meta(t, "decode_attention_used", "v%d; GEMV split %d (0: auto)", attn, gsplit);
     }
     table_col(t, "position", "%.0f");
     table_col(t, "cached_ms", "%.4f");

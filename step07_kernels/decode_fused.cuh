@@ -77,14 +77,20 @@ static void pdl_launch(int pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size
 // add up x^2 on the way and scale the finished dot product: y = inv * (W (x * nw)).
 // SWIGLU: output i is silu(W[i] x') * (W[pair + i] x') (gate rows, then up rows pair = ff later);
 // no bias, no accumulate. The first weight loads are issued before pdl_wait.
-template <class W, bool NORM, bool SWIGLU, bool TAIL>
+// KS > 1 (split): KS warps share each output, warp part p taking the 16-byte chunks p*32 + lane +
+// 32*KS*k of the row; their sums meet in shared memory. A block then holds GEMVF_WARPS / KS rows,
+// so a matrix of few rows still puts enough blocks on the GPU (Qwen3-0.6B's o and down
+// projections: 1024 rows = 128 blocks of 8 rows for 132 SMs, and the down row's 384 chunks are
+// two rounds of loads one after the other; with KS = 2, 256 blocks and one round).
+template <class W, bool NORM, bool SWIGLU, bool TAIL, int KS = 1>
 __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     k_gemv_fused(const W *__restrict__ Wm, const float *x, const float *__restrict__ nw, float eps,
                  const float *__restrict__ b, float *y, int rows, int n_in, int accumulate, int pair) {
-    constexpr int N = Vec16<W>::N, R = SWIGLU ? 2 : 1, U = GEMVF_U;
+    constexpr int N = Vec16<W>::N, R = SWIGLU ? 2 : 1, U = GEMVF_U, S = 32 * KS;  // S: a lane's chunk stride
+    static_assert(GEMVF_WARPS % KS == 0, "KS divides the block's warps");
     pdl_trigger();
-    const int lane = threadIdx.x & 31;
-    const int row = blockIdx.x * GEMVF_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31, part = KS > 1 ? (threadIdx.x / 32) % KS : 0;
+    const int row = blockIdx.x * (GEMVF_WARPS / KS) + threadIdx.x / 32 / KS;
     const int rr = min(row, rows - 1);  // a warp past the end computes a clamped row, writes nothing
     const W *wr[R];
     wr[0] = Wm + (size_t)rr * n_in;
@@ -102,23 +108,23 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
-            for (int r = 0; r < R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c0 + 32 * u);
+            for (int r = 0; r < R; r++) w[u][r] = __ldcs((const uint4 *)wr[r] + c0 + S * u);
     };
     auto load_part = [&](int c0) {
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int r = 0; r < R; r++)
-                if (c0 + 32 * u < nv) w[u][r] = __ldcs((const uint4 *)wr[r] + c0 + 32 * u);
+                if (c0 + S * u < nv) w[u][r] = __ldcs((const uint4 *)wr[r] + c0 + S * u);
     };
     float acc[R] = {}, ss = 0;  // ss (NORM): this lane's part of sum(x^2)
     // one round's dot products; FULL: all U chunks are in the row
     auto fma_round = [&](int c0, auto FULL) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (!decltype(FULL)::value && c0 + 32 * u >= nv) break;
+            if (!decltype(FULL)::value && c0 + S * u >= nv) break;
             float xf[N];
-            const size_t e0 = (size_t)(c0 + 32 * u) * N;
+            const size_t e0 = (size_t)(c0 + S * u) * N;
 #pragma unroll
             for (int i = 0; i < N; i += 4) {
                 const float4 t = __ldg((const float4 *)(x + e0 + i));
@@ -138,8 +144,8 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
             }
         }
     };
-    int c0 = lane;
-    bool full = c0 + 32 * (U - 1) < nv;
+    int c0 = lane + 32 * part;
+    bool full = c0 + S * (U - 1) < nv;
     const bool short_row = !full && c0 < nv;  // less than one round: one predicated round
     if (full) load_full(c0);
     else if (short_row) load_part(c0);
@@ -148,8 +154,8 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
         if (!TAIL && short_row) fma_round(c0, std::false_type{});
         while (full) {
             fma_round(c0, std::true_type{});
-            c0 += 32 * U;
-            full = c0 + 32 * (U - 1) < nv;
+            c0 += S * U;
+            full = c0 + S * (U - 1) < nv;
             if (full) load_full(c0);
         }
         if constexpr (TAIL) {
@@ -158,7 +164,7 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
                 fma_round(c0, std::false_type{});
             }
         } else if (!short_row) {
-            for (; c0 < nv; c0 += 32) {  // a long row's last chunks (gemvf_launch: none), fewer than U per lane
+            for (; c0 < nv; c0 += S) {  // a long row's last chunks (gemvf_launch: none), fewer than U per lane
                 float xf[N];
                 const size_t e0 = (size_t)c0 * N;
 #pragma unroll
@@ -176,7 +182,7 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
             }
         }
     } else {
-        for (int i = lane; i < n_in; i += 32) {
+        for (int i = lane + 32 * part; i < n_in; i += S) {
             float xi = x[i];
             if (NORM) ss = fmaf(xi, xi, ss), xi *= nw[i];
 #pragma unroll
@@ -186,8 +192,26 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 #pragma unroll
     for (int r = 0; r < R; r++)
         for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-    if (NORM) {  // the lanes together read all of x once: W (x * nw) scaled by 1 / rms(x)
+    if (NORM)
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if constexpr (KS > 1) {  // the parts' sums, in part order, to part 0
+        __shared__ float red[GEMVF_WARPS][R + 1];
+        const int wi = threadIdx.x / 32;
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < R; r++) red[wi][r] = acc[r];
+            red[wi][R] = ss;
+        }
+        __syncthreads();
+        if (part != 0) return;
+#pragma unroll
+        for (int p = 1; p < KS; p++) {
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] += red[wi + p][r];
+            ss += red[wi + p][R];
+        }
+    }
+    if (NORM) {  // the lanes together read all of x once: W (x * nw) scaled by 1 / rms(x)
         const float inv = rsqrtf(ss / n_in + eps);
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] *= inv;
@@ -205,11 +229,38 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 // Launch k_gemv_fused for rows x n_in: TAIL only where a long row ends in a partial round (the
 // code for it, even unused, costs the full rounds' loop: the Llama-3.1-8B step took 4.83 ms with it
 // and 4.43 without, while Qwen3-0.6B's down projection, 3072 = 1.5 rounds, wants it).
+// The split KS (g_gemvf_split: 0 chooses, 1, 2 or 4 forced): 2 where 8-row blocks would be fewer
+// than two per SM and each part still gets a chunk per lane, else 1.
+static int g_gemvf_split = 0;
+static inline int gemvf_split_for(int rows, int nv) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    int ks = g_gemvf_split;
+    if (ks == 0) ks = (rows + GEMVF_WARPS - 1) / GEMVF_WARPS < 2 * sms && nv >= 2 * 32 ? 2 : 1;
+    while (ks > 1 && nv < ks * 32) ks /= 2;  // every part at least a chunk per lane (and vectorized rows)
+    return ks;
+}
 template <class W, bool NORM, bool SWIGLU>
 static void gemvf_launch(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
                          const float *b, float *y, int rows, int n_in, int accumulate, int pair) {
     const int nv = n_in % Vec16<W>::N ? 0 : n_in / Vec16<W>::N, round = 32 * GEMVF_U;
-    const dim3 grid((rows + GEMVF_WARPS - 1) / GEMVF_WARPS), block(GEMVF_WARPS * 32);
+    const int ks = gemvf_split_for(rows, nv);
+    const dim3 block(GEMVF_WARPS * 32);
+    if (ks > 1) {  // the split instances are TAIL = false: a long row's tail goes chunk by chunk
+        const dim3 grid((rows * ks + GEMVF_WARPS - 1) / GEMVF_WARPS);
+        if (ks == 2)
+            pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, false, 2>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows,
+                       n_in, accumulate, pair);
+        else
+            pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, false, 4>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows,
+                       n_in, accumulate, pair);
+        return;
+    }
+    const dim3 grid((rows + GEMVF_WARPS - 1) / GEMVF_WARPS);
     if (nv > round && nv % round)
         pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, true>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows, n_in,
                    accumulate, pair);
@@ -347,4 +398,228 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
     if (t == 0 && nact > 1) count[kvh] = 0;  // ready for the next layer / step
     attn_combine_heads<float>(part_o + (size_t)kvh * g * nsplit * hd, part_ml + (size_t)kvh * g * nsplit * 2, nsplit, g,
                               len, hd, att + (size_t)kvh * g * hd);
+}
+
+// ---------------------------------------------------------------- attention v2: a short chain
+// k_attn_fused above runs ATTN_CHUNK = 128 threads (4 warps, one per scheduler of the SM) on one
+// (kv head, split) block. At a short context that is 8 blocks on 8 SMs for Qwen3-0.6B, and Nsight
+// Compute reads 0.10 instructions issued per scheduler per cycle: each warp's ~2000 instructions
+// wait ~10 cycles each on the one before (fixed-latency arithmetic, shuffles, shared memory, the
+// instruction cache), with no other warp to switch to. Three changes shorten that chain:
+//   - more warps on the same keys: NW = 16 warps (8 where the partial sums would not fit in 48 KB
+//     of shared memory), so a warp holds 128 / NW / (32 / LPR) rows instead of 16 and each
+//     scheduler has 4 warps to interleave;
+//   - only the rounds that hold keys are computed (at position 10 one round of NW * 32 / LPR rows,
+//     not all 128), and the new key's row comes from shared memory, not from the cache it was just
+//     written to;
+//   - the q/k/v heads are normed and rotated by one warp each in parallel (k_attn_fused: warp 0
+//     does q head 0 and then k), with the cos / sin of the position loaded before the PDL wait.
+// The result is the same function (softmax(q K^T * scale) V of step04's core, with the same
+// per-row dot products and softmax); the P V sums run over other lanes in another order, so the
+// two versions agree to fp32 rounding, not bit for bit.
+template <class C, int LPR, int G> struct Attn2Shape {
+    static constexpr int N = Vec16<C>::N, HD = LPR * N, NW = G * HD <= 512 ? 16 : 8, RPW = 32 / LPR,
+                         RPI = NW * RPW, NIT = (ATTN_CHUNK + RPI - 1) / RPI, U = NIT < (G <= 4 ? 8 : 4) ? NIT : (G <= 4 ? 8 : 4);
+};
+// dynamic shared memory of k_attn_fused2: qs (g, hd) | knew, vnew (hd each) | ps (g, ATTN_CHUNK) | red (NW, g, hd)
+static inline size_t attn2_smem_bytes(int g, int hd, int nw) {
+    return (size_t)(g * hd + 2 * hd + g * ATTN_CHUNK + nw * g * hd) * sizeof(float);
+}
+
+template <class C, int LPR, int G>
+__global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
+    k_attn_fused2(const float *qkv, const float *q_norm, const float *k_norm, const float *cos_t, const float *sin_t,
+                  const int *d_pos, int H, int KV, int hd, float eps, float scale, C *kc, C *vc, float *part_o,
+                  float *part_ml, int *count, float *att) {
+    using S = Attn2Shape<C, LPR, G>;
+    constexpr int N = S::N, HD = S::HD, NW = S::NW, RPW = S::RPW, RPI = S::RPI, NIT = S::NIT, U = S::U;
+    constexpr int HALF = HD / 2, NP = (HALF + 31) / 32, NE = (HD + 31) / 32;  // pairs and elements per lane
+    pdl_trigger();
+    extern __shared__ float sm[];
+    const int kvh = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y, g = H / KV, t = threadIdx.x;
+    const int warp = t / 32, lane = t % 32, c = lane % LPR, sub = lane / LPR;
+    (void)hd;  // = HD (the launch checks)
+    const int pos = *d_pos, len = pos + 1;
+    if (split * ATTN_CHUNK >= len) return;
+    const int nact = (len + ATTN_CHUNK - 1) / ATTN_CHUNK, last_split = split == nact - 1;
+    const int jn = min(ATTN_CHUNK, len - split * ATTN_CHUNK), jold = last_split ? jn - 1 : jn;  // jold: rows cached
+    const size_t kd = (size_t)KV * HD, r0 = (size_t)split * ATTN_CHUNK * kd + (size_t)kvh * HD + c * N;
+    float *qs = sm, *knew = qs + g * HD, *vnew = knew + HD, *ps = vnew + HD, *red = ps + g * ATTN_CHUNK;
+    // before the wait: the first U rounds of cached K and V rows, and this position's cos / sin
+    uint4 kr[U], vr[U];
+#pragma unroll
+    for (int it = 0; it < U; it++) {
+        const int j = it * RPI + warp * RPW + sub;
+        if (j < jold) kr[it] = *(const uint4 *)(kc + r0 + (size_t)j * kd), vr[it] = *(const uint4 *)(vc + r0 + (size_t)j * kd);
+    }
+    float cs[NP], sn[NP];
+#pragma unroll
+    for (int r = 0; r < NP; r++) {
+        const int i = lane + 32 * r;
+        cs[r] = i < HALF ? __ldg(cos_t + (size_t)pos * HALF + i) : 0.0f;
+        sn[r] = i < HALF ? __ldg(sin_t + (size_t)pos * HALF + i) : 0.0f;
+    }
+    pdl_wait();
+    // ---- one warp per item: the g query heads, then (the block holding key pos) its k and v
+    const int nitems = g + (last_split ? 2 : 0);
+    for (int item = warp; item < nitems; item += NW) {
+        const int kind = item < g ? 0 : item - g + 1;  // 0 q, 1 k, 2 v
+        const float *x = qkv + (size_t)(kind == 0 ? kvh * g + item : kind == 1 ? H + kvh : H + KV + kvh) * HD;
+        const float *nw = kind == 0 ? q_norm : kind == 1 ? k_norm : NULL;
+        float xv[NE], wv[NE];
+#pragma unroll
+        for (int k = 0; k < NE; k++) {
+            const int e = lane + 32 * k;
+            xv[k] = e < HD ? x[e] : 0.0f;
+            wv[k] = nw && e < HD ? __ldg(nw + e) : 1.0f;
+        }
+        if (kind == 2) {  // v: into the cache as it is
+            const size_t row = (size_t)pos * kd + (size_t)kvh * HD;
+#pragma unroll
+            for (int k = 0; k < NE; k++) {
+                const int e = lane + 32 * k;
+                if (e < HD) {
+                    const C v = fromf<C>(xv[k]);
+                    vc[row + e] = v, vnew[e] = tof(v);
+                }
+            }
+            continue;
+        }
+        float inv = 1.0f;
+        if (nw) {  // head_rms_inv's sum, in its order
+            float ss = 0;
+#pragma unroll
+            for (int k = 0; k < NE; k++) ss += xv[k] * xv[k];
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            inv = rsqrtf(ss / HD + eps);
+        }
+        float *scr = red + (size_t)warp * HD;  // the normed head, for the pairs (i, i + HALF)
+#pragma unroll
+        for (int k = 0; k < NE; k++) {
+            const int e = lane + 32 * k;
+            if (e < HD) scr[e] = nw ? xv[k] * inv * wv[k] : xv[k];
+        }
+        __syncwarp();
+        float *out = kind == 0 ? qs + item * HD : knew;
+#pragma unroll
+        for (int r = 0; r < NP; r++) {
+            const int i = lane + 32 * r;
+            if (i >= HALF) continue;
+            const float x1 = scr[i], x2 = scr[i + HALF];
+            const float o1 = x1 * cs[r] - x2 * sn[r], o2 = x2 * cs[r] + x1 * sn[r];
+            if (kind == 0) {
+                out[i] = o1, out[i + HALF] = o2;
+            } else {  // k: the cache row, and its rounded values for this block's own scores
+                const size_t row = (size_t)pos * kd + (size_t)kvh * HD;
+                const C k1 = fromf<C>(o1), k2 = fromf<C>(o2);
+                kc[row + i] = k1, kc[row + i + HALF] = k2;
+                out[i] = tof(k1), out[i + HALF] = tof(k2);
+            }
+        }
+        __syncwarp();  // scr is reused by the warp's next item
+    }
+    __syncthreads();
+    // ---- scores of the rounds that hold keys: row j = it * RPI + warp * RPW + sub
+    float qf[G][N];
+#pragma unroll
+    for (int hh = 0; hh < G; hh++)
+#pragma unroll
+        for (int i = 0; i < N; i++) qf[hh][i] = hh < g ? qs[hh * HD + c * N + i] * scale : 0.0f;
+#pragma unroll
+    for (int it = 0; it < NIT; it++) {
+        if (it * RPI >= jn) break;  // the same for the whole block
+        const int j = it * RPI + warp * RPW + sub;
+        float kf[N];
+        if (j < jold) {
+            uint4 u;
+            if (it < U) u = kr[it];
+            else u = *(const uint4 *)(kc + r0 + (size_t)j * kd);
+            Vec16<C>::unpack(u, kf);
+        } else {
+#pragma unroll
+            for (int i = 0; i < N; i++) kf[i] = j < jn ? knew[c * N + i] : 0.0f;
+        }
+        float dot[G];
+#pragma unroll
+        for (int hh = 0; hh < G; hh++) {
+            dot[hh] = 0;
+            if (hh < g)
+#pragma unroll
+                for (int i = 0; i < N; i++) dot[hh] = fmaf(qf[hh][i], kf[i], dot[hh]);
+#pragma unroll
+            for (int o = LPR / 2; o > 0; o >>= 1) dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], o);
+        }
+        if (c == 0 && j < jn)
+#pragma unroll
+            for (int hh = 0; hh < G; hh++)
+                if (hh < g) ps[hh * ATTN_CHUNK + j] = dot[hh];
+    }
+    __syncthreads();
+    __shared__ float m_s[G], l_s[G];
+    attn_block_softmax(ps, jn, g, m_s, l_s, NW);
+    __syncthreads();
+    // ---- P V over the same rows, then the NW warps' sums through shared memory
+    float acc[G][N];
+#pragma unroll
+    for (int hh = 0; hh < G; hh++)
+#pragma unroll
+        for (int i = 0; i < N; i++) acc[hh][i] = 0;
+#pragma unroll
+    for (int it = 0; it < NIT; it++) {
+        if (it * RPI >= jn) break;
+        const int j = it * RPI + warp * RPW + sub;
+        if (j >= jn) continue;
+        float vf[N];
+        if (j < jold) {
+            uint4 u;
+            if (it < U) u = vr[it];
+            else u = *(const uint4 *)(vc + r0 + (size_t)j * kd);
+            Vec16<C>::unpack(u, vf);
+        } else {
+#pragma unroll
+            for (int i = 0; i < N; i++) vf[i] = vnew[c * N + i];
+        }
+#pragma unroll
+        for (int hh = 0; hh < G; hh++)
+            if (hh < g) {
+                const float p = ps[hh * ATTN_CHUNK + j];
+#pragma unroll
+                for (int i = 0; i < N; i++) acc[hh][i] = fmaf(p, vf[i], acc[hh][i]);
+            }
+    }
+#pragma unroll
+    for (int hh = 0; hh < G; hh++)
+        if (hh < g)
+#pragma unroll
+            for (int i = 0; i < N; i++) {
+                float a = acc[hh][i];
+#pragma unroll
+                for (int o = LPR; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+                if (sub == 0) red[((size_t)warp * g + hh) * HD + c * N + i] = a;
+            }
+    __syncthreads();
+    for (int o = t; o < g * HD; o += NW * 32) {
+        float s = 0;
+        for (int wi = 0; wi < NW; wi++) s += red[(size_t)wi * g * HD + o];
+        const int h = kvh * g + o / HD;
+        if (nact == 1) att[(size_t)kvh * g * HD + o] = s / l_s[o / HD];  // all the keys: the normalized head
+        else part_o[((size_t)h * nsplit + split) * HD + o % HD] = s;
+    }
+    if (nact == 1) return;
+    if (t < g) {
+        const int h = kvh * g + t;
+        part_ml[((size_t)h * nsplit + split) * 2] = m_s[t];
+        part_ml[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
+    }
+    // the last block of kv head kvh merges the splits (as k_attn_fused)
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (t == 0) last = atomicAdd(&count[kvh], 1) == nact - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (t == 0) count[kvh] = 0;
+    attn_combine_heads<float>(part_o + (size_t)kvh * g * nsplit * HD, part_ml + (size_t)kvh * g * nsplit * 2, nsplit, g,
+                              len, HD, att + (size_t)kvh * g * HD);
 }

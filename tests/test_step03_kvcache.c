@@ -254,16 +254,21 @@ Test(step03, gpu_cached_greedy_matches_goldens_and_uncached, .timeout = 300) {
 // ---------------------------------------------------------------- the fused decode step (step07)
 
 // The three decode modes (unfused, fused, fused + PDL) on one GPU model over np positions of the
-// same random ids: fused vs unfused within tol, PDL bit-identical, the kernel counts.
+// same random ids, a fourth: fused + PDL with the fused step's first attention kernel (v1; the
+// others run the default, v2), and a fifth: fused + PDL with every dense GEMV row split over 4
+// warps (the default splits only where rows are few): fused vs unfused within tol for each, PDL
+// bit-identical, the kernel counts.
 static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *name, int f32, int dense, int np) {
     const int V = c->vocab, L = c->n_layers;
-    float *lg[3];
-    int kern[3];
+    float *lg[5];
+    int kern[5];
     Rng r;
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < 5; f++) {
         rng_seed(&r, 99);  // the same ids for every mode
         lg[f] = malloc((size_t)np * V * sizeof(float));
-        gpu_decoder_set_fused(f);
+        gpu_decoder_set_fused(f < 3 ? f : 2);
+        gpu_decoder_set_attn(f == 3 ? 1 : 2);
+        gpu_decoder_set_gemv_split(f == 4 ? 4 : 0);
         char err[256];
         GpuDecoder *d = gpu_decoder_new(gm, np, err, sizeof err);
         cr_assert(d, "%s", err);
@@ -273,25 +278,39 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
         gpu_decoder_free(d);
     }
     gpu_decoder_set_fused(2);
+    gpu_decoder_set_attn(2);
+    gpu_decoder_set_gemv_split(0);
     if (dense) {  // a quantized projection may be several GEMVs, its norm a kernel of its own
         cr_expect_eq(kern[0], 10 * L + 4, "%s: unfused step %d kernels, want 10 L + 4", name, kern[0]);
         cr_expect_eq(kern[1], 5 * L + 3, "%s: fused step %d kernels, want 5 L + 3", name, kern[1]);
     }
     cr_expect_eq(kern[2], kern[1], "%s: PDL changes no kernel count", name);
+    cr_expect_eq(kern[3], kern[1], "%s: the attention version changes no kernel count", name);
+    cr_expect_eq(kern[4], kern[1], "%s: the GEMV split changes no kernel count", name);
     const double tol = f32 ? 1e-4 : ERR_TOL_HALF * 2;
-    double worst = 0;
+    double worst = 0, worst1 = 0, worst4 = 0;
     for (int p = 0; p < np; p++) {
         const ErrStats e = compare_f32(lg[1] + (size_t)p * V, lg[0] + (size_t)p * V, (size_t)V);
         cr_expect(e.n_bad == 0 && e.max_rel < tol, "%s position %d: fused vs unfused logits max_rel %.3e (tol %.0e)", name,
                   p, e.max_rel, tol);
         worst = e.max_rel > worst ? e.max_rel : worst;
+        const ErrStats e1 = compare_f32(lg[3] + (size_t)p * V, lg[0] + (size_t)p * V, (size_t)V);
+        cr_expect(e1.n_bad == 0 && e1.max_rel < tol,
+                  "%s position %d: fused (attention v1) vs unfused logits max_rel %.3e (tol %.0e)", name, p, e1.max_rel, tol);
+        worst1 = e1.max_rel > worst1 ? e1.max_rel : worst1;
+        const ErrStats e4 = compare_f32(lg[4] + (size_t)p * V, lg[0] + (size_t)p * V, (size_t)V);
+        cr_expect(e4.n_bad == 0 && e4.max_rel < tol,
+                  "%s position %d: fused (GEMV split 4) vs unfused logits max_rel %.3e (tol %.0e)", name, p, e4.max_rel, tol);
+        worst4 = e4.max_rel > worst4 ? e4.max_rel : worst4;
     }
     size_t diff = 0;
     for (size_t k = 0; k < (size_t)np * V; k++) diff += memcmp(&lg[1][k], &lg[2][k], sizeof(float)) != 0;
     cr_expect_eq(diff, 0, "%s: %zu of %d logits differ between the fused step with and without PDL", name, diff, np * V);
-    fprintf(stderr, "[fused-decode] %s: kernels %d -> %d; fused vs unfused max_rel %.2e over %d positions\n", name,
-            kern[0], kern[1], worst, np);
-    for (int f = 0; f < 3; f++) free(lg[f]);
+    fprintf(stderr,
+            "[fused-decode] %s: kernels %d -> %d; fused vs unfused max_rel %.2e (attention v1: %.2e, GEMV split 4: "
+            "%.2e) over %d positions\n",
+            name, kern[0], kern[1], worst, worst1, worst4, np);
+    for (int f = 0; f < 5; f++) free(lg[f]);
 }
 
 // Every checkpoint, 300 positions fed through a decoder of each mode (0 step03's unfused step, 1
@@ -320,7 +339,7 @@ Test(step03, gpu_fused_decode_matches_unfused_and_pdl_is_exact, .timeout = 300) 
 // fused GEMV's loads. Random models of wider shapes reach its other paths: rows of whole rounds
 // (bf16 hidden 2048 = 256 16-byte chunks = 1 round), rows that end in a partial
 // round (bf16 ff 3080: 1.5 rounds, the TAIL kernel; fp32 hidden 1032: 1 round + 2 chunks), rows not
-// a multiple of 16 bytes (ff 1001: the scalar loop), head_dim 64 and 128, GQA 4 and 1.
+// a multiple of 16 bytes (ff 1001: the scalar loop), head_dim 64, 128 and 256, GQA 1, 2, 3, 4 and 8.
 Test(step03, gpu_fused_decode_wide_rows_match_unfused, .timeout = 300) {
     GpuInfo gi;
     if (gpu_info(&gi) != 0) cr_skip_test("no CUDA device: %s", gi.reason);
@@ -337,6 +356,29 @@ Test(step03, gpu_fused_decode_wide_rows_match_unfused, .timeout = 300) {
          "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":1032,\"intermediate_size\":1001,"
          "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":4,\"head_dim\":128,"
          "\"vocab_size\":777,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0}",
+         ST_F32},
+        // the attention's shapes: Qwen3-0.6B's heads (q/k norm, GQA 2, head_dim 128), GQA 3 (a group
+        // padded to 4), GQA 8 with head_dim 256 (v2's shared memory would pass 48 KB: v1 runs) and
+        // an fp32 cache with GQA 8, head_dim 64
+        {"qwen_bf16_h1024_gqa2_hd128",
+         "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":1024,\"intermediate_size\":3072,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":16,\"num_key_value_heads\":8,\"head_dim\":128,"
+         "\"vocab_size\":1000,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0}",
+         ST_BF16},
+        {"bf16_h768_gqa3_hd128",
+         "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":768,\"intermediate_size\":2048,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":6,\"num_key_value_heads\":2,\"head_dim\":128,"
+         "\"vocab_size\":1000,\"rms_norm_eps\":1e-5,\"rope_theta\":500000.0}",
+         ST_BF16},
+        {"qwen_bf16_h512_gqa8_hd256",
+         "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1024,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":8,\"num_key_value_heads\":1,\"head_dim\":256,"
+         "\"vocab_size\":1000,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0}",
+         ST_BF16},
+        {"f32_h512_gqa8_hd64",
+         "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1024,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":8,\"num_key_value_heads\":1,\"head_dim\":64,"
+         "\"vocab_size\":1000,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0}",
          ST_F32},
     };
     for (size_t i = 0; i < sizeof M / sizeof M[0]; i++) {
