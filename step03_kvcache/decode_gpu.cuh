@@ -223,6 +223,42 @@ template <class C, int LPR, int G> struct AttnVecRound {
         }
     }
 };
+// The end of a vectorized attention block of NW warps (attn_vec_core, step07's k_attn_fused2): each
+// lane's P V sums acc (G heads x N elements of its rows) are added over the lanes of the same 16-byte
+// column, one row group per warp goes to red (NW, g, hd), and after a barrier the block adds the
+// warps' partials. out != NULL: the block held all the keys and writes the normalized heads
+// (o / l) to out (g, hd); else its partials to po / pm (part_o / part_ml) at (head, split).
+template <int LPR, int G, int N, int NW>
+__device__ inline void attn_vec_write(const float (&acc)[G][N], int g, int hd, float *red, const float *m_s,
+                                      const float *l_s, float *po, float *pm, int kvh, int split, int nsplit,
+                                      float *out) {
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, c = lane % LPR, sub = lane / LPR;
+#pragma unroll
+    for (int hh = 0; hh < G; hh++)
+        if (hh < g)
+#pragma unroll
+            for (int i = 0; i < N; i++) {
+                float a = acc[hh][i];
+#pragma unroll
+                for (int o = LPR; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+                if (sub == 0) red[((size_t)warp * g + hh) * hd + c * N + i] = a;
+            }
+    __syncthreads();
+    for (int o = t; o < g * hd; o += NW * 32) {
+        float s = 0;
+        for (int wi = 0; wi < NW; wi++) s += red[(size_t)wi * g * hd + o];
+        const int h = kvh * g + o / hd;
+        if (out) out[o] = s / l_s[o / hd];
+        else po[((size_t)h * nsplit + split) * hd + o % hd] = s;
+    }
+    if (out) return;
+    if (t < g) {
+        const int h = kvh * g + t;
+        pm[((size_t)h * nsplit + split) * 2] = m_s[t];
+        pm[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
+    }
+}
+
 template <class C, int LPR, int G>
 __device__ inline void attn_vec_core(const float *qg, const C *kh, const C *vh, size_t kd, int jn, int g, int hd,
                                      float scale, float *ps, float *red, float *po, float *pm, int kvh, int split,
@@ -300,30 +336,7 @@ __device__ inline void attn_vec_core(const float *qg, const C *kh, const C *vh, 
                 }
         }
     }
-#pragma unroll
-    for (int hh = 0; hh < G; hh++)
-        if (hh < g)
-#pragma unroll
-            for (int i = 0; i < N; i++) {
-                float a = acc[hh][i];
-#pragma unroll
-                for (int o = LPR; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-                if (sub == 0) red[((size_t)warp * g + hh) * hd + c * N + i] = a;
-            }
-    __syncthreads();
-    for (int o = t; o < g * hd; o += ATTN_CHUNK) {
-        float s = 0;
-        for (int wi = 0; wi < NW; wi++) s += red[(size_t)wi * g * hd + o];
-        const int h = kvh * g + o / hd;
-        if (out) out[o] = s / l_s[o / hd];
-        else po[((size_t)h * nsplit + split) * hd + o % hd] = s;
-    }
-    if (out) return;
-    if (t < g) {
-        const int h = kvh * g + t;
-        pm[((size_t)h * nsplit + split) * 2] = m_s[t];
-        pm[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
-    }
+    attn_vec_write<LPR, G, N, NW>(acc, g, hd, red, m_s, l_s, po, pm, kvh, split, nsplit, out);
 }
 
 static inline size_t attn_smem_bytes(int g, int hd) { return (size_t)(g * hd + g * ATTN_CHUNK + ATTN_WARPS * g * hd) * sizeof(float); }

@@ -232,8 +232,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++) {  // the fused_pdl step with each GEMV split
             gpu_decoder_set_gemv_split(ks[i]);
             const double m = decode_median_ms(gm, &kernels);
-            off += snprintf(splits + off, sizeof splits - (size_t)off, "%s%s %.4f ms", i ? "; " : "",
-                            ks[i] ? (ks[i] == 1 ? "1" : ks[i] == 2 ? "2" : "4") : "auto", m);
+            if (ks[i]) off += snprintf(splits + off, sizeof splits - (size_t)off, "; %d %.4f ms", ks[i], m);
+            else off += snprintf(splits + off, sizeof splits - (size_t)off, "auto %.4f ms", m);
         }
         gpu_decoder_set_gemv_split(gsplit);
         gpu_decoder_set_fused(0);

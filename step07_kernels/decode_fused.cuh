@@ -588,30 +588,9 @@ __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
                 for (int i = 0; i < N; i++) acc[hh][i] = fmaf(p, vf[i], acc[hh][i]);
             }
     }
-#pragma unroll
-    for (int hh = 0; hh < G; hh++)
-        if (hh < g)
-#pragma unroll
-            for (int i = 0; i < N; i++) {
-                float a = acc[hh][i];
-#pragma unroll
-                for (int o = LPR; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-                if (sub == 0) red[((size_t)warp * g + hh) * HD + c * N + i] = a;
-            }
-    __syncthreads();
-    for (int o = t; o < g * HD; o += NW * 32) {
-        float s = 0;
-        for (int wi = 0; wi < NW; wi++) s += red[(size_t)wi * g * HD + o];
-        const int h = kvh * g + o / HD;
-        if (nact == 1) att[(size_t)kvh * g * HD + o] = s / l_s[o / HD];  // all the keys: the normalized head
-        else part_o[((size_t)h * nsplit + split) * HD + o % HD] = s;
-    }
+    attn_vec_write<LPR, G, N, NW>(acc, g, HD, red, m_s, l_s, part_o, part_ml, kvh, split, nsplit,
+                                  nact == 1 ? att + (size_t)kvh * g * HD : NULL);  // one split: the normalized heads
     if (nact == 1) return;
-    if (t < g) {
-        const int h = kvh * g + t;
-        part_ml[((size_t)h * nsplit + split) * 2] = m_s[t];
-        part_ml[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
-    }
     // the last block of kv head kvh merges the splits (as k_attn_fused)
     __shared__ int last;
     __threadfence();
