@@ -276,9 +276,9 @@ struct GpuDecoder {
 static int g_decode_fused = 2;
 static const char *const FUSED_NAMES[] = {"unfused", "fused", "fused_pdl"};
 // The fused step's attention: 1 k_attn_fused (4 warps a block), 2 k_attn_fused2 (the short chain:
-// 8-16 warps a block, only the rounds that hold keys; the default: Qwen3-0.6B 0.889 -> 0.760 ms a
-// step on the H200). Both: step07_kernels/decode_fused.cuh.
-static int g_decode_attn = 2;
+// 8-16 warps a block, only the rounds that hold keys; not yet run on a GPU, so not the default).
+// Both: step07_kernels/decode_fused.cuh.
+static int g_decode_attn = 1;
 
 // Enqueue one decode step on d->stream (what the graph holds).
 static void decode_enqueue(GpuDecoder *d) {
