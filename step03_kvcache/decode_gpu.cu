@@ -275,10 +275,10 @@ struct GpuDecoder {
 // fusions (5 a layer), 2 the same with programmatic dependent launch on sm_90 (the default).
 static int g_decode_fused = 2;
 static const char *const FUSED_NAMES[] = {"unfused", "fused", "fused_pdl"};
-// The fused step's attention: 1 k_attn_fused (4 warps a block), 2 k_attn_fused2 (the short chain:
-// 8-16 warps a block, only the rounds that hold keys; not yet run on a GPU, so not the default).
-// Both: step07_kernels/decode_fused.cuh.
-static int g_decode_attn = 1;
+// The fused step's attention: 1 k_attn_fused (4 warps a block), 2 k_attn_fused2 (the default: the
+// short chain, 8-16 warps a block, only the rounds that hold keys). Both:
+// step07_kernels/decode_fused.cuh.
+static int g_decode_attn = 2;
 
 // Enqueue one decode step on d->stream (what the graph holds).
 static void decode_enqueue(GpuDecoder *d) {

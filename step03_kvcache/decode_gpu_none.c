@@ -18,7 +18,7 @@ int gpu_decoder_len(const GpuDecoder *d) {
 }
 void gpu_decoder_set_fused(int mode) { (void)mode; }
 void gpu_decoder_set_attn(int version) { (void)version; }
-int gpu_decoder_get_attn(void) { return 1; }
+int gpu_decoder_get_attn(void) { return 2; }
 void gpu_decoder_set_gemv_split(int ks) { (void)ks; }
 const char *gpu_decoder_fused_name(int mode) {
     static const char *const names[] = {"unfused", "fused", "fused_pdl"};

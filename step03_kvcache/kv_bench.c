@@ -58,10 +58,10 @@ static void usage(FILE *f) {
             "               (5 a layer), 2 fusions + programmatic dependent launch on sm_90 (default); all three are\n"
             "               timed first (decode_step_by_fusion)\n"
             "  --attn V     GPU, the fused step's attention kernel: 1 step07's k_attn_fused (4 warps a block of 128\n"
-            "               keys; default), 2 k_attn_fused2 (8-16 warps, only the rounds that hold keys); both are\n"
+            "               keys), 2 k_attn_fused2 (8-16 warps, only the rounds that hold keys; default); both are\n"
             "               timed first in the fused_pdl step (decode_step_by_attention)\n"
-            "  --gemv-split K GPU, the fused step's dense GEMVs: warps per output row, 1 (default), 2 or 4, or 0\n"
-            "               (2 where 8-row blocks would be fewer than two per SM, else 1); all are timed first in the\n"
+            "  --gemv-split K GPU, the fused step's dense GEMVs: warps per output row, 1, 2 or 4, or 0 (default: 2\n"
+            "               where 8-row blocks would be fewer than two per SM, else 1); all are timed first in the\n"
             "               fused_pdl step (decode_step_by_gemv_split)\n"
             "  --no-ladders GPU: skip the fusion and GEMV ladders (the table only: --fused, --gemv or v2)\n"
             "  --gemv V     GPU: GEMV version 1..4 of step03's unfused step (default: the fastest decode of its ladder,\n"
@@ -136,7 +136,7 @@ static double decode_median_ms(GpuModel *gm, int *kernels) {
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 1, gsplit = 1, ladders = 1;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, ladders = 1;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);

@@ -106,14 +106,14 @@ int gpu_decoder_len(const GpuDecoder *d);
 // dependent launch on sm_90 (1 elsewhere). Names: "unfused", "fused", "fused_pdl".
 void gpu_decoder_set_fused(int mode);
 const char *gpu_decoder_fused_name(int mode);
-// The fused step's attention kernel the next gpu_decoder_new captures: 1 (k_attn_fused, the default:
-// 4 warps on each block of 128 keys) or 2 (k_attn_fused2: 8-16 warps, only the rounds holding
+// The fused step's attention kernel the next gpu_decoder_new captures: 1 (k_attn_fused: 4 warps on
+// each block of 128 keys) or 2 (k_attn_fused2, the default: 8-16 warps, only the rounds holding
 // keys; version 1 where head_dim is not a whole number of 16-byte vectors or its shared memory
 // would pass 48 KB). Other values are ignored.
 void gpu_decoder_set_attn(int version);
 int gpu_decoder_get_attn(void);
-// The fused step's dense GEMVs (k_gemv_fused): 0 splits each row over 2 warps where 8-row blocks
-// would be fewer than two per SM, 1 (the default), 2 or 4 forces that many warps per row (1 where a
+// The fused step's dense GEMVs (k_gemv_fused): 0 (the default) splits each row over 2 warps where
+// 8-row blocks would be fewer than two per SM, 1, 2 or 4 forces that many warps per row (1 where a
 // row is too short for it). Other values are ignored.
 void gpu_decoder_set_gemv_split(int ks);
 int gpu_decoder_kernels(const GpuDecoder *d);  // kernel nodes in its graph: launches per token

@@ -230,9 +230,8 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 // code for it, even unused, costs the full rounds' loop: the Llama-3.1-8B step took 4.83 ms with it
 // and 4.43 without, while Qwen3-0.6B's down projection, 3072 = 1.5 rounds, wants it).
 // The split KS (g_gemvf_split: 0 chooses, 1, 2 or 4 forced): 2 where 8-row blocks would be fewer
-// than two per SM and each part still gets a chunk per lane, else 1. The default stays 1 (no
-// split) until the split has been measured on a GPU.
-static int g_gemvf_split = 1;
+// than two per SM and each part still gets a chunk per lane, else 1. The default is 0 (choose).
+static int g_gemvf_split = 0;
 static inline int gemvf_split_for(int rows, int nv) {
     static int sms = 0;
     if (!sms) {
