@@ -553,6 +553,9 @@ extern "C" int gpu_decoder_get_attn(void) { return g_decode_attn; }
 extern "C" void gpu_decoder_set_gemv_split(int ks) {
     if (ks == 0 || ks == 1 || ks == 2 || ks == 4) g_gemvf_split = ks;
 }
+extern "C" void gpu_decoder_set_gemv_rows(int mode) {
+    if (mode >= 0 && mode <= 2) g_gemvf_rows = mode;
+}
 extern "C" double gpu_decoder_kv_bytes(const GpuDecoder *d) { return d->kv_bytes; }
 extern "C" double gpu_decoder_kv_elem_bytes(const GpuDecoder *d) { return (double)esize(d->cdt); }
 

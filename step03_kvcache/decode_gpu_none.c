@@ -20,6 +20,7 @@ void gpu_decoder_set_fused(int mode) { (void)mode; }
 void gpu_decoder_set_attn(int version) { (void)version; }
 int gpu_decoder_get_attn(void) { return 2; }
 void gpu_decoder_set_gemv_split(int ks) { (void)ks; }
+void gpu_decoder_set_gemv_rows(int mode) { (void)mode; }
 const char *gpu_decoder_fused_name(int mode) {
     static const char *const names[] = {"unfused", "fused", "fused_pdl"};
     return mode >= 0 && mode <= 2 ? names[mode] : "?";

@@ -47,7 +47,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
             "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--qgemv V]\n"
-            "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K]\n"
+            "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K] [--gemv-rows 0|1|2]\n"
             "                [--no-ladders] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
@@ -63,6 +63,10 @@ static void usage(FILE *f) {
             "  --gemv-split K GPU, the fused step's dense GEMVs: warps per output row, 1, 2 or 4, or 0 (default: 2\n"
             "               where 8-row blocks would be fewer than two per SM, else 1); all are timed first in the\n"
             "               fused_pdl step (decode_step_by_gemv_split)\n"
+            "  --gemv-rows R GPU, the fused step's dense GEMVs of short rows: 0 (default) a grid that fills the GPU\n"
+            "               once and loops over the rows where one warp a row would be more than 8 such grids (the\n"
+            "               lm_head of a small model), 1 never, 2 wherever the rows fit; all three are timed first\n"
+            "               in the fused_pdl step (decode_step_by_gemv_rows)\n"
             "  --no-ladders GPU: skip the fusion and GEMV ladders (the table only: --fused, --gemv or v2)\n"
             "  --gemv V     GPU: GEMV version 1..4 of step03's unfused step (default: the fastest decode of its ladder,\n"
             "               measured first)\n"
@@ -136,7 +140,7 @@ static double decode_median_ms(GpuModel *gm, int *kernels) {
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, ladders = 1;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, grows = 0, ladders = 1;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -157,7 +161,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gemv-split") && more) {
             gsplit = (int)arg_int(a, argv[++i], 0, 4);
             if (gsplit == 3) arg_die("--gemv-split 3: expected 0, 1, 2 or 4");
-        }
+        } else if (!strcmp(a, "--gemv-rows") && more) grows = (int)arg_int(a, argv[++i], 0, 2);
         else if (!strcmp(a, "--no-ladders")) ladders = 0;
         else if (!strcmp(a, "--quant") && more) {
             if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
@@ -210,8 +214,8 @@ int main(int argc, char **argv) {
 
     // ---- GPU: the decode step of each fusion mode, then the GEMV ladder inside step03's own
     // (unfused) step; 160 greedy steps per decoder, the median of steps 1..128
-    char ladder[600] = "", fusion[600] = "", attns[200] = "", splits[300] = "";
-    if (use_cuda) gpu_decoder_set_attn(attn), gpu_decoder_set_gemv_split(gsplit);
+    char ladder[600] = "", fusion[600] = "", attns[200] = "", splits[300] = "", rowl[300] = "";
+    if (use_cuda) gpu_decoder_set_attn(attn), gpu_decoder_set_gemv_split(gsplit), gpu_decoder_set_gemv_rows(grows);
     if (use_cuda && ladders) {
         int off = 0, kernels;
         for (int f = 0; f <= 2; f++) {
@@ -236,6 +240,14 @@ int main(int argc, char **argv) {
             else off += snprintf(splits + off, sizeof splits - (size_t)off, "auto %.4f ms", m);
         }
         gpu_decoder_set_gemv_split(gsplit);
+        off = 0;
+        static const char *const rown[] = {"auto", "none", "all"};
+        for (int i = 0; i < 3; i++) {  // the fused_pdl step with each choice of row-loop GEMVs
+            gpu_decoder_set_gemv_rows(i);
+            const double m = decode_median_ms(gm, &kernels);
+            off += snprintf(rowl + off, sizeof rowl - (size_t)off, "%s%s %.4f ms", i ? "; " : "", rown[i], m);
+        }
+        gpu_decoder_set_gemv_rows(grows);
         gpu_decoder_set_fused(0);
         double best = 1e30;
         int bestv = 1;
@@ -398,11 +410,12 @@ int main(int argc, char **argv) {
             table_meta(t, "decode_step_by_fusion", "median of steps 1..128: %s", fusion);
             table_meta(t, "decode_step_by_attention", "median of steps 1..128, fused_pdl step: %s", attns);
             table_meta(t, "decode_step_by_gemv_split", "median of steps 1..128, fused_pdl step, warps per row: %s", splits);
+            table_meta(t, "decode_step_by_gemv_rows", "median of steps 1..128, fused_pdl step, row-loop GEMVs: %s", rowl);
             table_meta(t, "decode_step_by_gemv_version", "median of steps 1..128, step03's unfused step: %s", ladder);
         }
         table_meta(t, "gemv_version_used", "%s%s", gemv_version_name(gemv_ver), fused ? " (in the unfused step only)" : "");
         table_meta(t, "decode_step_used", "%s (%d kernels per step)", gpu_decoder_fused_name(fused), gpu_decoder_kernels(dec));
-        if (fused) table_meta(t, "decode_attention_used", "v%d; GEMV split %d (0: auto)", attn, gsplit);
+        if (fused) table_meta(t, "decode_attention_used", "v%d; GEMV split %d (0: auto); row loop %d (0: auto)", attn, gsplit, grows);
     }
     table_col(t, "position", "%.0f");
     table_col(t, "cached_ms", "%.4f");

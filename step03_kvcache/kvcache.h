@@ -116,6 +116,11 @@ int gpu_decoder_get_attn(void);
 // 8-row blocks would be fewer than two per SM, 1, 2 or 4 forces that many warps per row (1 where a
 // row is too short for it). Other values are ignored.
 void gpu_decoder_set_gemv_split(int ks);
+// The fused step's row loop for dense GEMVs of many short rows (k_gemv_rows: a grid that fills the
+// GPU once, x in registers, each warp walking rows): 0 (the default) where a warp a row would make
+// more than 8 grids' worth of blocks (the lm_heads of the small models), 1 never, 2 wherever the
+// rows fit (one round of 16-byte loads a lane, no SwiGLU). Other values are ignored.
+void gpu_decoder_set_gemv_rows(int mode);
 int gpu_decoder_kernels(const GpuDecoder *d);  // kernel nodes in its graph: launches per token
 // Feed one token at position len (appending its K, V); logits (vocab) copied to the host when
 // logits != NULL. A prompt is fed token by token through the same graph (this step has no

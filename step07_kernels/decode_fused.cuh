@@ -226,6 +226,97 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     }
 }
 
+// The row loop (k_gemv_rows): for a matrix of many short rows (the lm_head: 151936 rows of 1024
+// for Qwen3-0.6B) one warp per row means ~19000 blocks of 8 warps, each loading its 2 KB and
+// exiting, and every warp reading all of x and nw again (8 KB of fp32 through L1 per 2 KB of
+// weights) to redo the norm's sum of squares. Here a grid that fills the GPU once loops: each warp
+// loads its lanes' part of x (and nw) into registers once, with NORM reduces sum(x^2) once, then
+// walks rows gw, gw + warps, ... with the next row's weights in flight while it multiplies the
+// current one. CPL: 16-byte chunks per lane (the whole row in one round: nv <= 32 CPL). Each row's
+// dot product is summed in k_gemv_fused's order (lane chunks c = lane + 32 u, u ascending, then the
+// same shuffle tree), so the logits are bit-identical to its KS = 1 instance.
+template <class W, bool NORM, int CPL>
+__global__ void __launch_bounds__(GEMVF_WARPS * 32)
+    k_gemv_rows(const W *__restrict__ Wm, const float *x, const float *__restrict__ nw, float eps,
+                const float *__restrict__ b, float *y, int rows, int n_in, int accumulate) {
+    constexpr int N = Vec16<W>::N;
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, nwarps = gridDim.x * GEMVF_WARPS;
+    int row = blockIdx.x * GEMVF_WARPS + threadIdx.x / 32;
+    const int nv = n_in / N;
+    uint4 w[CPL], wn[CPL];
+    auto load = [&](uint4 *dst, int r) {
+        const uint4 *wr = (const uint4 *)(Wm + (size_t)r * n_in);
+#pragma unroll
+        for (int u = 0; u < CPL; u++)
+            if (lane + 32 * u < nv) dst[u] = __ldcs(wr + lane + 32 * u);
+    };
+    if (row < rows) load(w, row);
+    pdl_wait();
+    float xf[CPL][N], ss = 0;
+#pragma unroll
+    for (int u = 0; u < CPL; u++) {
+        const int c = lane + 32 * u;
+        if (c >= nv) break;
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const float4 t = __ldg((const float4 *)(x + (size_t)c * N + i));
+            xf[u][i] = t.x, xf[u][i + 1] = t.y, xf[u][i + 2] = t.z, xf[u][i + 3] = t.w;
+            if (NORM) {
+                const float4 gw = __ldg((const float4 *)(nw + (size_t)c * N + i));
+                ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
+                xf[u][i] *= gw.x, xf[u][i + 1] *= gw.y, xf[u][i + 2] *= gw.z, xf[u][i + 3] *= gw.w;
+            }
+        }
+    }
+    float inv = 1.0f;
+    if (NORM) {
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        inv = rsqrtf(ss / n_in + eps);
+    }
+    for (; row < rows; row += nwarps) {
+        const bool more = row + nwarps < rows;
+        if (more) load(wn, row + nwarps);
+        float acc = 0;
+#pragma unroll
+        for (int u = 0; u < CPL; u++) {
+            if (lane + 32 * u >= nv) break;
+            float wf[N];
+            Vec16<W>::unpack(w[u], wf);
+#pragma unroll
+            for (int i = 0; i < N; i++) acc = fmaf(wf[i], xf[u][i], acc);
+        }
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (NORM) acc *= inv;
+        if (lane == 0) y[row] = acc + (b ? b[row] : 0.0f) + (accumulate ? y[row] : 0.0f);
+#pragma unroll
+        for (int u = 0; u < CPL; u++) w[u] = wn[u];
+    }
+}
+
+// Which dense GEMVs run the row loop (g_gemvf_rows), of those whose rows fit one round of 8 chunks
+// a lane (bf16 rows up to 2048, fp32 up to 1024) and need no SwiGLU: 0 (auto) those whose
+// one-row-a-warp grid would be more than 8 times what the GPU holds at once (the lm_heads of
+// Qwen3-0.6B and Llama-3.2-1B), 1 none, 2 all of them.
+static int g_gemvf_rows = 0;
+template <class W, bool NORM, int CPL>
+static bool gemv_rows_try(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
+                          const float *b, float *y, int rows, int n_in, int accumulate) {
+    static int cap = 0;  // blocks resident on the whole GPU at once
+    if (!cap) {
+        int dev = 0, sms = 0, per = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_gemv_rows<W, NORM, CPL>, GEMVF_WARPS * 32, 0));
+        cap = sms * (per > 0 ? per : 1);
+    }
+    const int blocks = (rows + GEMVF_WARPS - 1) / GEMVF_WARPS;
+    if (g_gemvf_rows == 1 || (g_gemvf_rows == 0 && blocks <= 8 * cap)) return false;
+    pdl_launch(pdl, k_gemv_rows<W, NORM, CPL>, dim3(cap), dim3(GEMVF_WARPS * 32), 0, s, Wm, x, nw, eps, b, y, rows,
+               n_in, accumulate);
+    return true;
+}
+
 // Launch k_gemv_fused for rows x n_in: TAIL only where a long row ends in a partial round (the
 // code for it, even unused, costs the full rounds' loop: the Llama-3.1-8B step took 4.83 ms with it
 // and 4.43 without, while Qwen3-0.6B's down projection, 3072 = 1.5 rounds, wants it).
@@ -248,6 +339,13 @@ template <class W, bool NORM, bool SWIGLU>
 static void gemvf_launch(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
                          const float *b, float *y, int rows, int n_in, int accumulate, int pair) {
     const int nv = n_in % Vec16<W>::N ? 0 : n_in / Vec16<W>::N, round = 32 * GEMVF_U;
+    if constexpr (!SWIGLU) {  // many short rows: the row loop
+        constexpr int C8 = 8, C4 = 4;
+        if (nv && nv <= 32 * C4 && gemv_rows_try<W, NORM, C4>(pdl, s, Wm, x, nw, eps, b, y, rows, n_in, accumulate)) return;
+        if (nv > 32 * C4 && nv <= 32 * C8 &&
+            gemv_rows_try<W, NORM, C8>(pdl, s, Wm, x, nw, eps, b, y, rows, n_in, accumulate))
+            return;
+    }
     const int ks = gemvf_split_for(rows, nv);
     const dim3 block(GEMVF_WARPS * 32);
     if (ks > 1) {  // the split instances are TAIL = false: a long row's tail goes chunk by chunk

@@ -256,19 +256,21 @@ Test(step03, gpu_cached_greedy_matches_goldens_and_uncached, .timeout = 300) {
 // The three decode modes (unfused, fused, fused + PDL) on one GPU model over np positions of the
 // same random ids, all three with the defaults (attention v2, the automatic GEMV split: 2 warps a
 // row where rows are few), a fourth: fused + PDL with the first attention kernel (v1) and no GEMV
-// split, and a fifth: fused + PDL with every dense GEMV row split over 4 warps: fused vs
+// split, a fifth: fused + PDL with every dense GEMV row split over 4 warps, and a sixth: fused + PDL
+// with the row loop (k_gemv_rows) on every GEMV whose rows fit it: fused vs
 // unfused within tol for each, PDL bit-identical, the kernel counts.
 static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *name, int f32, int dense, int np) {
     const int V = c->vocab, L = c->n_layers;
-    float *lg[5];
-    int kern[5];
+    float *lg[6];
+    int kern[6];
     Rng r;
-    for (int f = 0; f < 5; f++) {
+    for (int f = 0; f < 6; f++) {
         rng_seed(&r, 99);  // the same ids for every mode
         lg[f] = malloc((size_t)np * V * sizeof(float));
         gpu_decoder_set_fused(f < 3 ? f : 2);
         gpu_decoder_set_attn(f == 3 ? 1 : 2);
         gpu_decoder_set_gemv_split(f == 3 ? 1 : f == 4 ? 4 : 0);
+        gpu_decoder_set_gemv_rows(f == 5 ? 2 : 0);
         char err[256];
         GpuDecoder *d = gpu_decoder_new(gm, np, err, sizeof err);
         cr_assert(d, "%s", err);
@@ -280,6 +282,7 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
     gpu_decoder_set_fused(2);
     gpu_decoder_set_attn(2);
     gpu_decoder_set_gemv_split(0);
+    gpu_decoder_set_gemv_rows(0);
     if (dense) {  // a quantized projection may be several GEMVs, its norm a kernel of its own
         cr_expect_eq(kern[0], 10 * L + 4, "%s: unfused step %d kernels, want 10 L + 4", name, kern[0]);
         cr_expect_eq(kern[1], 5 * L + 3, "%s: fused step %d kernels, want 5 L + 3", name, kern[1]);
@@ -287,8 +290,9 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
     cr_expect_eq(kern[2], kern[1], "%s: PDL changes no kernel count", name);
     cr_expect_eq(kern[3], kern[1], "%s: the attention version changes no kernel count", name);
     cr_expect_eq(kern[4], kern[1], "%s: the GEMV split changes no kernel count", name);
+    cr_expect_eq(kern[5], kern[1], "%s: the row loop changes no kernel count", name);
     const double tol = f32 ? 1e-4 : ERR_TOL_HALF * 2;
-    double worst = 0, worst1 = 0, worst4 = 0;
+    double worst = 0, worst1 = 0, worst4 = 0, worst5 = 0;
     for (int p = 0; p < np; p++) {
         const ErrStats e = compare_f32(lg[1] + (size_t)p * V, lg[0] + (size_t)p * V, (size_t)V);
         cr_expect(e.n_bad == 0 && e.max_rel < tol, "%s position %d: fused vs unfused logits max_rel %.3e (tol %.0e)", name,
@@ -302,15 +306,19 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
         cr_expect(e4.n_bad == 0 && e4.max_rel < tol,
                   "%s position %d: fused (GEMV split 4) vs unfused logits max_rel %.3e (tol %.0e)", name, p, e4.max_rel, tol);
         worst4 = e4.max_rel > worst4 ? e4.max_rel : worst4;
+        const ErrStats e5 = compare_f32(lg[5] + (size_t)p * V, lg[0] + (size_t)p * V, (size_t)V);
+        cr_expect(e5.n_bad == 0 && e5.max_rel < tol,
+                  "%s position %d: fused (row loop on every GEMV it fits) vs unfused logits max_rel %.3e (tol %.0e)", name, p, e5.max_rel, tol);
+        worst5 = e5.max_rel > worst5 ? e5.max_rel : worst5;
     }
     size_t diff = 0;
     for (size_t k = 0; k < (size_t)np * V; k++) diff += memcmp(&lg[1][k], &lg[2][k], sizeof(float)) != 0;
     cr_expect_eq(diff, 0, "%s: %zu of %d logits differ between the fused step with and without PDL", name, diff, np * V);
     fprintf(stderr,
             "[fused-decode] %s: kernels %d -> %d; fused vs unfused max_rel %.2e (attention v1 + no split: %.2e, GEMV split 4: "
-            "%.2e) over %d positions\n",
-            name, kern[0], kern[1], worst, worst1, worst4, np);
-    for (int f = 0; f < 5; f++) free(lg[f]);
+            "%.2e, row loop: %.2e) over %d positions\n",
+            name, kern[0], kern[1], worst, worst1, worst4, worst5, np);
+    for (int f = 0; f < 6; f++) free(lg[f]);
 }
 
 // Every checkpoint, 300 positions fed through a decoder of each mode (0 step03's unfused step, 1
