@@ -267,6 +267,7 @@ struct GpuDecoder {
     int *arg_i, *arg_count;   // (1024) their indices, (1) its finished blocks
     int *d_tok, *d_pos, *d_out;  // token id, position, argmax per position (max_seq)
     int kernels;              // kernel nodes in the graph
+    int lm_argmax;            // 1: the argmax runs inside the lm_head GEMV (k_gemv_rows)
     cudaStream_t stream;
     cudaGraphExec_t graph;
 };
@@ -429,6 +430,14 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
         }
         proj(&L->qdown, L->wdown, NULL, d->h, NULL, d->x, dm, ff, 1);  // x += h Wdown^T
     }
+    // the lm_head with the argmax in it where the row loop takes it (a small model's), else the two
+    const ArgmaxOut am = {d->arg_v, d->arg_i, d->arg_count, d->d_tok, d->d_pos, d->d_out};
+    int fused_argmax = 0;
+    DISPATCH(dt, A, fused_argmax = gemv_rows_launch<A, true>(pdl, s, (const A *)g->lm_head, (const float *)d->x,
+                                                               (const float *)g->final_norm, eps, (const float *)NULL,
+                                                               d->logits, c->vocab, dm, 0, &am));
+    d->lm_argmax = fused_argmax;
+    if (fused_argmax) return;
     static const GpuQProj dense = {{NULL, NULL, NULL}, {0, 0, 0}, 0};
     proj(&dense, g->lm_head, g->final_norm, NULL, NULL, d->logits, c->vocab, dm, 0);
     const int ablocks = (c->vocab + 1023) / 1024 < 1024 ? (c->vocab + 1023) / 1024 : 1024;
@@ -542,6 +551,12 @@ extern "C" void gpu_decoder_reset(GpuDecoder *d) {
 
 extern "C" int gpu_decoder_len(const GpuDecoder *d) { return d->len; }
 extern "C" int gpu_decoder_kernels(const GpuDecoder *d) { return d->kernels; }
+extern "C" int gpu_decoder_lm_argmax(const GpuDecoder *d) { return d->lm_argmax; }
+extern "C" int gpu_decoder_argmax_ids(GpuDecoder *d, int p0, int n, int *out_ids) {
+    if (p0 < 0 || n < 0 || p0 + n > d->len) return -1;
+    CUDA_CHECK(cudaMemcpy(out_ids, d->d_out + p0, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    return 0;
+}
 extern "C" void gpu_decoder_set_fused(int mode) {
     if (mode >= 0 && mode <= 2) g_decode_fused = mode;
 }
@@ -556,6 +571,7 @@ extern "C" void gpu_decoder_set_gemv_split(int ks) {
 extern "C" void gpu_decoder_set_gemv_rows(int mode) {
     if (mode >= 0 && mode <= 2) g_gemvf_rows = mode;
 }
+extern "C" void gpu_decoder_set_gemv_short(int on) { g_gemvf_short = on != 0; }
 extern "C" double gpu_decoder_kv_bytes(const GpuDecoder *d) { return d->kv_bytes; }
 extern "C" double gpu_decoder_kv_elem_bytes(const GpuDecoder *d) { return (double)esize(d->cdt); }
 

@@ -21,6 +21,15 @@ void gpu_decoder_set_attn(int version) { (void)version; }
 int gpu_decoder_get_attn(void) { return 2; }
 void gpu_decoder_set_gemv_split(int ks) { (void)ks; }
 void gpu_decoder_set_gemv_rows(int mode) { (void)mode; }
+void gpu_decoder_set_gemv_short(int on) { (void)on; }
+int gpu_decoder_lm_argmax(const GpuDecoder *d) {
+    (void)d;
+    return 0;
+}
+int gpu_decoder_argmax_ids(GpuDecoder *d, int p0, int n, int *out_ids) {
+    (void)d, (void)p0, (void)n, (void)out_ids;
+    return -1;
+}
 const char *gpu_decoder_fused_name(int mode) {
     static const char *const names[] = {"unfused", "fused", "fused_pdl"};
     return mode >= 0 && mode <= 2 ? names[mode] : "?";

@@ -214,7 +214,7 @@ int main(int argc, char **argv) {
 
     // ---- GPU: the decode step of each fusion mode, then the GEMV ladder inside step03's own
     // (unfused) step; 160 greedy steps per decoder, the median of steps 1..128
-    char ladder[600] = "", fusion[600] = "", attns[200] = "", splits[300] = "", rowl[300] = "";
+    char ladder[600] = "", fusion[600] = "", attns[200] = "", splits[300] = "", rowl[300] = "", shortl[200] = "";
     if (use_cuda) gpu_decoder_set_attn(attn), gpu_decoder_set_gemv_split(gsplit), gpu_decoder_set_gemv_rows(grows);
     if (use_cuda && ladders) {
         int off = 0, kernels;
@@ -248,6 +248,14 @@ int main(int argc, char **argv) {
             off += snprintf(rowl + off, sizeof rowl - (size_t)off, "%s%s %.4f ms", i ? "; " : "", rown[i], m);
         }
         gpu_decoder_set_gemv_rows(grows);
+        off = 0;
+        for (int on = 1; on >= 0; on--) {  // the fused_pdl step with short rows on 4 or 8 chunks a lane
+            gpu_decoder_set_gemv_short(on);
+            const double m = decode_median_ms(gm, &kernels);
+            off += snprintf(shortl + off, sizeof shortl - (size_t)off, "%s%s %.4f ms", on ? "" : "; ",
+                            on ? "4 chunks a lane (default)" : "8 chunks a lane", m);
+        }
+        gpu_decoder_set_gemv_short(1);
         gpu_decoder_set_fused(0);
         double best = 1e30;
         int bestv = 1;
@@ -411,6 +419,7 @@ int main(int argc, char **argv) {
             table_meta(t, "decode_step_by_attention", "median of steps 1..128, fused_pdl step: %s", attns);
             table_meta(t, "decode_step_by_gemv_split", "median of steps 1..128, fused_pdl step, warps per row: %s", splits);
             table_meta(t, "decode_step_by_gemv_rows", "median of steps 1..128, fused_pdl step, row-loop GEMVs: %s", rowl);
+            table_meta(t, "decode_step_by_gemv_short", "median of steps 1..128, fused_pdl step, GEMV rows of <= 4 chunks a lane run with: %s", shortl);
             table_meta(t, "decode_step_by_gemv_version", "median of steps 1..128, step03's unfused step: %s", ladder);
         }
         table_meta(t, "gemv_version_used", "%s%s", gemv_version_name(gemv_ver), fused ? " (in the unfused step only)" : "");

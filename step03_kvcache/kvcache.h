@@ -121,7 +121,16 @@ void gpu_decoder_set_gemv_split(int ks);
 // more than 8 grids' worth of blocks (the lm_heads of the small models), 1 never, 2 wherever the
 // rows fit (one round of 16-byte loads a lane, no SwiGLU). Other values are ignored.
 void gpu_decoder_set_gemv_rows(int mode);
+// The fused step's dense GEMVs whose rows are at most 4 16-byte chunks a lane (after the split):
+// 1 (the default) runs them with 4 chunks a lane in flight instead of 8 (half the registers for
+// the weights, more blocks an SM), 0 with 8 (the loads past the row's end predicated off).
+void gpu_decoder_set_gemv_short(int on);
 int gpu_decoder_kernels(const GpuDecoder *d);  // kernel nodes in its graph: launches per token
+// 1 where the fused step's lm_head GEMV also does the argmax (the row loop: one kernel less), else 0
+int gpu_decoder_lm_argmax(const GpuDecoder *d);
+// The argmax of the logits of positions p0 .. p0+n-1 (what each step's graph wrote), to out_ids (n).
+// 0, or -1 when the range is not yet decoded.
+int gpu_decoder_argmax_ids(GpuDecoder *d, int p0, int n, int *out_ids);
 // Feed one token at position len (appending its K, V); logits (vocab) copied to the host when
 // logits != NULL. A prompt is fed token by token through the same graph (this step has no
 // batched GPU prefill that writes the cache). 0, or -1 (bad id, cache full).

@@ -82,11 +82,13 @@ static void pdl_launch(int pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size
 // so a matrix of few rows still puts enough blocks on the GPU (Qwen3-0.6B's o and down
 // projections: 1024 rows = 128 blocks of 8 rows for 132 SMs, and the down row's 384 chunks are
 // two rounds of loads one after the other; with KS = 2, 256 blocks and one round).
-template <class W, bool NORM, bool SWIGLU, bool TAIL, int KS = 1>
+// U: chunks a lane has in flight, GEMVF_U, or 4 where a row is at most 4 chunks a lane (gemvf_launch:
+// a short row then holds half the registers, and more blocks fit on an SM at once).
+template <class W, bool NORM, bool SWIGLU, bool TAIL, int KS = 1, int U = GEMVF_U>
 __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     k_gemv_fused(const W *__restrict__ Wm, const float *x, const float *__restrict__ nw, float eps,
                  const float *__restrict__ b, float *y, int rows, int n_in, int accumulate, int pair) {
-    constexpr int N = Vec16<W>::N, R = SWIGLU ? 2 : 1, U = GEMVF_U, S = 32 * KS;  // S: a lane's chunk stride
+    constexpr int N = Vec16<W>::N, R = SWIGLU ? 2 : 1, S = 32 * KS;  // S: a lane's chunk stride
     static_assert(GEMVF_WARPS % KS == 0, "KS divides the block's warps");
     pdl_trigger();
     const int lane = threadIdx.x & 31, part = KS > 1 ? (threadIdx.x / 32) % KS : 0;
@@ -235,10 +237,18 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 // current one. CPL: 16-byte chunks per lane (the whole row in one round: nv <= 32 CPL). Each row's
 // dot product is summed in k_gemv_fused's order (lane chunks c = lane + 32 u, u ascending, then the
 // same shuffle tree), so the logits are bit-identical to its KS = 1 instance.
-template <class W, bool NORM, int CPL>
+// ARGMAX (the lm_head): the step's argmax too, as k_argmax_fused does it (every lane holds each
+// row's sum after the shuffles, so the warps track their best row; the block's best goes to
+// am.pv/am.pi, the last block to finish reduces them and advances d_tok, d_pos, out_ids): one
+// kernel less a step. The logits are written as without it.
+struct ArgmaxOut {
+    float *pv;
+    int *pi, *count, *d_tok, *d_pos, *out_ids;
+};
+template <class W, bool NORM, int CPL, bool ARGMAX>
 __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     k_gemv_rows(const W *__restrict__ Wm, const float *x, const float *__restrict__ nw, float eps,
-                const float *__restrict__ b, float *y, int rows, int n_in, int accumulate) {
+                const float *__restrict__ b, float *y, int rows, int n_in, int accumulate, ArgmaxOut am) {
     constexpr int N = Vec16<W>::N;
     pdl_trigger();
     const int lane = threadIdx.x & 31, nwarps = gridDim.x * GEMVF_WARPS;
@@ -274,6 +284,8 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         inv = rsqrtf(ss / n_in + eps);
     }
+    float best = -INFINITY;
+    int bi = 0x7fffffff;
     for (; row < rows; row += nwarps) {
         const bool more = row + nwarps < rows;
         if (more) load(wn, row + nwarps);
@@ -288,9 +300,34 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
         }
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (NORM) acc *= inv;
-        if (lane == 0) y[row] = acc + (b ? b[row] : 0.0f) + (accumulate ? y[row] : 0.0f);
+        const float out = acc + (b ? b[row] : 0.0f) + (accumulate ? y[row] : 0.0f);
+        if (lane == 0) y[row] = out;
+        if (ARGMAX) argmax_pair(best, bi, out, row);
 #pragma unroll
         for (int u = 0; u < CPL; u++) w[u] = wn[u];
+    }
+    if constexpr (ARGMAX) {
+        block_argmax(best, bi);
+        __shared__ int last;
+        if (threadIdx.x == 0) {
+            am.pv[blockIdx.x] = best, am.pi[blockIdx.x] = bi;
+            __threadfence();
+            last = atomicAdd(am.count, 1) == (int)gridDim.x - 1;
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        best = -INFINITY, bi = 0x7fffffff;
+        for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) argmax_pair(best, bi, __ldcg(am.pv + i), __ldcg(am.pi + i));
+        __syncthreads();  // block_argmax's shared arrays are reused
+        block_argmax(best, bi);
+        if (threadIdx.x == 0) {
+            const int p = *am.d_pos;
+            am.out_ids[p] = bi;
+            *am.d_tok = bi;
+            *am.d_pos = p + 1;
+            *am.count = 0;
+        }
     }
 }
 
@@ -299,21 +336,26 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 // one-row-a-warp grid would be more than 8 times what the GPU holds at once (the lm_heads of
 // Qwen3-0.6B and Llama-3.2-1B), 1 none, 2 all of them.
 static int g_gemvf_rows = 0;
+// am != NULL: with the argmax (ARGMAX), on at most 1024 blocks (the size of its pv / pi arrays).
 template <class W, bool NORM, int CPL>
 static bool gemv_rows_try(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
-                          const float *b, float *y, int rows, int n_in, int accumulate) {
+                          const float *b, float *y, int rows, int n_in, int accumulate, const ArgmaxOut *am) {
     static int cap = 0;  // blocks resident on the whole GPU at once
     if (!cap) {
         int dev = 0, sms = 0, per = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_gemv_rows<W, NORM, CPL>, GEMVF_WARPS * 32, 0));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_gemv_rows<W, NORM, CPL, true>, GEMVF_WARPS * 32, 0));
         cap = sms * (per > 0 ? per : 1);
     }
     const int blocks = (rows + GEMVF_WARPS - 1) / GEMVF_WARPS;
     if (g_gemvf_rows == 1 || (g_gemvf_rows == 0 && blocks <= 8 * cap)) return false;
-    pdl_launch(pdl, k_gemv_rows<W, NORM, CPL>, dim3(cap), dim3(GEMVF_WARPS * 32), 0, s, Wm, x, nw, eps, b, y, rows,
-               n_in, accumulate);
+    if (am)
+        pdl_launch(pdl, k_gemv_rows<W, NORM, CPL, true>, dim3(cap < 1024 ? cap : 1024), dim3(GEMVF_WARPS * 32), 0, s, Wm,
+                   x, nw, eps, b, y, rows, n_in, accumulate, *am);
+    else
+        pdl_launch(pdl, k_gemv_rows<W, NORM, CPL, false>, dim3(cap), dim3(GEMVF_WARPS * 32), 0, s, Wm, x, nw, eps, b,
+                   y, rows, n_in, accumulate, ArgmaxOut{});
     return true;
 }
 
@@ -323,6 +365,8 @@ static bool gemv_rows_try(int pdl, cudaStream_t s, const W *Wm, const float *x, 
 // The split KS (g_gemvf_split: 0 chooses, 1, 2 or 4 forced): 2 where 8-row blocks would be fewer
 // than two per SM and each part still gets a chunk per lane, else 1. The default is 0 (choose).
 static int g_gemvf_split = 0;
+// 1 (the default): rows of at most 4 chunks a lane run the U = 4 instance; 0: every row U = GEMVF_U
+static int g_gemvf_short = 1;
 static inline int gemvf_split_for(int rows, int nv) {
     static int sms = 0;
     if (!sms) {
@@ -335,30 +379,44 @@ static inline int gemvf_split_for(int rows, int nv) {
     while (ks > 1 && nv < ks * 32) ks /= 2;  // every part at least a chunk per lane (and vectorized rows)
     return ks;
 }
+// The row loop where gemv_rows_try takes it (then 1), else 0 (nothing launched).
+template <class W, bool NORM>
+static int gemv_rows_launch(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
+                            const float *b, float *y, int rows, int n_in, int accumulate, const ArgmaxOut *am) {
+    const int nv = n_in % Vec16<W>::N ? 0 : n_in / Vec16<W>::N;
+    constexpr int C8 = 8, C4 = 4;
+    if (nv && nv <= 32 * C4) return gemv_rows_try<W, NORM, C4>(pdl, s, Wm, x, nw, eps, b, y, rows, n_in, accumulate, am);
+    if (nv > 32 * C4 && nv <= 32 * C8)
+        return gemv_rows_try<W, NORM, C8>(pdl, s, Wm, x, nw, eps, b, y, rows, n_in, accumulate, am);
+    return 0;
+}
 template <class W, bool NORM, bool SWIGLU>
 static void gemvf_launch(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
                          const float *b, float *y, int rows, int n_in, int accumulate, int pair) {
     const int nv = n_in % Vec16<W>::N ? 0 : n_in / Vec16<W>::N, round = 32 * GEMVF_U;
     if constexpr (!SWIGLU) {  // many short rows: the row loop
-        constexpr int C8 = 8, C4 = 4;
-        if (nv && nv <= 32 * C4 && gemv_rows_try<W, NORM, C4>(pdl, s, Wm, x, nw, eps, b, y, rows, n_in, accumulate)) return;
-        if (nv > 32 * C4 && nv <= 32 * C8 &&
-            gemv_rows_try<W, NORM, C8>(pdl, s, Wm, x, nw, eps, b, y, rows, n_in, accumulate))
-            return;
+        if (gemv_rows_launch<W, NORM>(pdl, s, Wm, x, nw, eps, b, y, rows, n_in, accumulate, NULL)) return;
     }
     const int ks = gemvf_split_for(rows, nv);
+    const bool u4 = g_gemvf_short && nv && nv <= 32 * ks * 4;  // at most 4 chunks a lane: the U = 4 instance
     const dim3 block(GEMVF_WARPS * 32);
+#define GEMVF_LAUNCH(TAIL, KS, U)                                                                                          \
+    pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, TAIL, KS, U>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows, n_in,     \
+               accumulate, pair)
     if (ks > 1) {  // the split instances are TAIL = false: a long row's tail goes chunk by chunk
         const dim3 grid((rows * ks + GEMVF_WARPS - 1) / GEMVF_WARPS);
-        if (ks == 2)
-            pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, false, 2>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows,
-                       n_in, accumulate, pair);
-        else
-            pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, false, 4>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows,
-                       n_in, accumulate, pair);
+        if (ks == 2 && u4) GEMVF_LAUNCH(false, 2, 4);
+        else if (ks == 2) GEMVF_LAUNCH(false, 2, GEMVF_U);
+        else if (u4) GEMVF_LAUNCH(false, 4, 4);
+        else GEMVF_LAUNCH(false, 4, GEMVF_U);
         return;
     }
     const dim3 grid((rows + GEMVF_WARPS - 1) / GEMVF_WARPS);
+    if (u4) {
+        GEMVF_LAUNCH(false, 1, 4);
+        return;
+    }
+#undef GEMVF_LAUNCH
     if (nv > round && nv % round)
         pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, true>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows, n_in,
                    accumulate, pair);

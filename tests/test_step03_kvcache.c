@@ -255,14 +255,14 @@ Test(step03, gpu_cached_greedy_matches_goldens_and_uncached, .timeout = 300) {
 
 // The three decode modes (unfused, fused, fused + PDL) on one GPU model over np positions of the
 // same random ids, all three with the defaults (attention v2, the automatic GEMV split: 2 warps a
-// row where rows are few), a fourth: fused + PDL with the first attention kernel (v1) and no GEMV
-// split, a fifth: fused + PDL with every dense GEMV row split over 4 warps, and a sixth: fused + PDL
-// with the row loop (k_gemv_rows) on every GEMV whose rows fit it: fused vs
-// unfused within tol for each, PDL bit-identical, the kernel counts.
+// row where rows are few, 4 chunks a lane on short rows, the row loop on many short rows), and three
+// more of fused + PDL: (4) the fused step as it was before those (attention v1, no split, 8 chunks a
+// lane everywhere), (5) every dense GEMV row split over 4 warps, (6) the row loop (k_gemv_rows) on
+// every GEMV whose rows fit it. Each vs unfused within tol, PDL bit-identical, the kernel counts.
 static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *name, int f32, int dense, int np) {
     const int V = c->vocab, L = c->n_layers;
     float *lg[6];
-    int kern[6];
+    int kern[6], lmarg[6], *ids = malloc((size_t)np * sizeof(int));
     Rng r;
     for (int f = 0; f < 6; f++) {
         rng_seed(&r, 99);  // the same ids for every mode
@@ -271,26 +271,40 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
         gpu_decoder_set_attn(f == 3 ? 1 : 2);
         gpu_decoder_set_gemv_split(f == 3 ? 1 : f == 4 ? 4 : 0);
         gpu_decoder_set_gemv_rows(f == 5 ? 2 : 0);
+        gpu_decoder_set_gemv_short(f != 3);
         char err[256];
         GpuDecoder *d = gpu_decoder_new(gm, np, err, sizeof err);
         cr_assert(d, "%s", err);
         kern[f] = gpu_decoder_kernels(d);
+        lmarg[f] = gpu_decoder_lm_argmax(d);
         for (int p = 0; p < np; p++)
             cr_assert_eq(gpu_decoder_step(d, (int)(rng_u32(&r) % (unsigned)V), lg[f] + (size_t)p * V), 0);
+        // each step's argmax on the device (k_argmax_*, or inside the lm_head) = the host's of its logits
+        cr_assert_eq(gpu_decoder_argmax_ids(d, 0, np, ids), 0);
+        int nbad = 0, first = -1;
+        for (int p = 0; p < np; p++) {
+            const float *l = lg[f] + (size_t)p * V;
+            int best = 0;
+            for (int v = 1; v < V; v++) best = l[v] > l[best] ? v : best;  // ties: the lowest index
+            if (ids[p] != best && nbad++ == 0) first = p;
+        }
+        cr_expect_eq(nbad, 0, "%s mode %d: %d of %d device argmaxes differ from the host's (first at position %d)", name, f,
+                     nbad, np, first);
         gpu_decoder_free(d);
     }
     gpu_decoder_set_fused(2);
     gpu_decoder_set_attn(2);
     gpu_decoder_set_gemv_split(0);
     gpu_decoder_set_gemv_rows(0);
+    gpu_decoder_set_gemv_short(1);
     if (dense) {  // a quantized projection may be several GEMVs, its norm a kernel of its own
         cr_expect_eq(kern[0], 10 * L + 4, "%s: unfused step %d kernels, want 10 L + 4", name, kern[0]);
-        cr_expect_eq(kern[1], 5 * L + 3, "%s: fused step %d kernels, want 5 L + 3", name, kern[1]);
+        cr_expect_eq(kern[1], 5 * L + 3 - lmarg[1], "%s: fused step %d kernels, want 5 L + %d", name, kern[1], 3 - lmarg[1]);
     }
-    cr_expect_eq(kern[2], kern[1], "%s: PDL changes no kernel count", name);
-    cr_expect_eq(kern[3], kern[1], "%s: the attention version changes no kernel count", name);
-    cr_expect_eq(kern[4], kern[1], "%s: the GEMV split changes no kernel count", name);
-    cr_expect_eq(kern[5], kern[1], "%s: the row loop changes no kernel count", name);
+    cr_expect_eq(lmarg[0], 0, "%s: the unfused step has its own argmax kernel", name);
+    for (int f = 2; f < 6; f++)  // the argmax inside the lm_head: one kernel less, nothing else changes the count
+        cr_expect_eq(kern[f] + lmarg[f], kern[1] + lmarg[1], "%s mode %d: %d kernels (argmax in the lm_head: %d), fused %d (%d)",
+                     name, f, kern[f], lmarg[f], kern[1], lmarg[1]);
     const double tol = f32 ? 1e-4 : ERR_TOL_HALF * 2;
     double worst = 0, worst1 = 0, worst4 = 0, worst5 = 0;
     for (int p = 0; p < np; p++) {
@@ -300,7 +314,7 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
         worst = e.max_rel > worst ? e.max_rel : worst;
         const ErrStats e1 = compare_f32(lg[3] + (size_t)p * V, lg[0] + (size_t)p * V, (size_t)V);
         cr_expect(e1.n_bad == 0 && e1.max_rel < tol,
-                  "%s position %d: fused (attention v1, no GEMV split) vs unfused logits max_rel %.3e (tol %.0e)", name, p, e1.max_rel, tol);
+                  "%s position %d: fused (attention v1, no GEMV split, 8 chunks a lane) vs unfused logits max_rel %.3e (tol %.0e)", name, p, e1.max_rel, tol);
         worst1 = e1.max_rel > worst1 ? e1.max_rel : worst1;
         const ErrStats e4 = compare_f32(lg[4] + (size_t)p * V, lg[0] + (size_t)p * V, (size_t)V);
         cr_expect(e4.n_bad == 0 && e4.max_rel < tol,
@@ -315,10 +329,11 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
     for (size_t k = 0; k < (size_t)np * V; k++) diff += memcmp(&lg[1][k], &lg[2][k], sizeof(float)) != 0;
     cr_expect_eq(diff, 0, "%s: %zu of %d logits differ between the fused step with and without PDL", name, diff, np * V);
     fprintf(stderr,
-            "[fused-decode] %s: kernels %d -> %d; fused vs unfused max_rel %.2e (attention v1 + no split: %.2e, GEMV split 4: "
-            "%.2e, row loop: %.2e) over %d positions\n",
-            name, kern[0], kern[1], worst, worst1, worst4, worst5, np);
+            "[fused-decode] %s: kernels %d -> %d; fused vs unfused max_rel %.2e (attention v1 + no split + 8 chunks a lane: %.2e, GEMV split 4: "
+            "%.2e, row loop: %.2e, its argmax in the lm_head: %d) over %d positions\n",
+            name, kern[0], kern[1], worst, worst1, worst4, worst5, lmarg[5], np);
     for (int f = 0; f < 6; f++) free(lg[f]);
+    free(ids);
 }
 
 // Every checkpoint, 300 positions fed through a decoder of each mode (0 step03's unfused step, 1
