@@ -47,7 +47,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
             "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--qgemv V]\n"
-            "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K] [--gemv-rows 0|1|2]\n"
+            "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K] [--gemv-rows 0|1|2] [--qtma-grid 0|1]\n"
             "                [--no-ladders] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
@@ -67,6 +67,9 @@ static void usage(FILE *f) {
             "               once and loops over the rows where one warp a row would be more than 8 such grids (the\n"
             "               lm_head of a small model), 1 never, 2 wherever the rows fit; all three are timed first\n"
             "               in the fused_pdl step (decode_step_by_gemv_rows)\n"
+            "  --qtma-grid G GPU, quantized: the TMA GEMV rungs' grid, 0 (default) the fewest blocks in the fewest\n"
+            "               rounds, 1 the grid whose busiest SM has the fewest 16-row strips; both are timed first in\n"
+            "               the fused_pdl step (decode_step_by_qtma_grid)\n"
             "  --no-ladders GPU: skip the fusion and GEMV ladders (the table only: --fused, --gemv or v2)\n"
             "  --gemv V     GPU: GEMV version 1..4 of step03's unfused step (default: the fastest decode of its ladder,\n"
             "               measured first)\n"
@@ -140,7 +143,7 @@ static double decode_median_ms(GpuModel *gm, int *kernels) {
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, grows = 0, ladders = 1;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, grows = 0, qgrid = 0, ladders = 1;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -162,6 +165,7 @@ int main(int argc, char **argv) {
             gsplit = (int)arg_int(a, argv[++i], 0, 4);
             if (gsplit == 3) arg_die("--gemv-split 3: expected 0, 1, 2 or 4");
         } else if (!strcmp(a, "--gemv-rows") && more) grows = (int)arg_int(a, argv[++i], 0, 2);
+        else if (!strcmp(a, "--qtma-grid") && more) qgrid = (int)arg_int(a, argv[++i], 0, 1);
         else if (!strcmp(a, "--no-ladders")) ladders = 0;
         else if (!strcmp(a, "--quant") && more) {
             if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
@@ -200,7 +204,7 @@ int main(int argc, char **argv) {
         arg_die("--gemv: %d is out of range (allowed: 1..%d)", gemv_ver + 1, gemv_n_versions());
     if (use_cuda && qgemv_ver >= qlinear_gemv_n_versions())
         arg_die("--qgemv: %d is out of range (allowed: 1..%d)", qgemv_ver + 1, qlinear_gemv_n_versions());
-    if (use_cuda) qlinear_gemv_set_version(qgemv_ver);
+    if (use_cuda) qlinear_gemv_set_version(qgemv_ver), qlinear_gemv_set_grid(qgrid);
     CpuModel cm = {0};
     GpuModel *gm = NULL;
     char qfmt[256];
@@ -214,7 +218,7 @@ int main(int argc, char **argv) {
 
     // ---- GPU: the decode step of each fusion mode, then the GEMV ladder inside step03's own
     // (unfused) step; 160 greedy steps per decoder, the median of steps 1..128
-    char ladder[600] = "", fusion[600] = "", attns[200] = "", splits[300] = "", rowl[300] = "", shortl[200] = "";
+    char ladder[600] = "", fusion[600] = "", attns[200] = "", splits[300] = "", rowl[300] = "", shortl[200] = "", qgridl[200] = "";
     if (use_cuda) gpu_decoder_set_attn(attn), gpu_decoder_set_gemv_split(gsplit), gpu_decoder_set_gemv_rows(grows);
     if (use_cuda && ladders) {
         int off = 0, kernels;
@@ -256,6 +260,14 @@ int main(int argc, char **argv) {
                             on ? "4 chunks a lane (default)" : "8 chunks a lane", m);
         }
         gpu_decoder_set_gemv_short(1);
+        off = 0;
+        for (int pol = 0; quantized && pol <= 1; pol++) {  // the fused_pdl step with each k_qtma grid
+            qlinear_gemv_set_grid(pol);
+            const double m = decode_median_ms(gm, &kernels);
+            off += snprintf(qgridl + off, sizeof qgridl - (size_t)off, "%s%s %.4f ms", pol ? "; " : "",
+                            pol ? "balanced over the SMs" : "fewest rounds", m);
+        }
+        qlinear_gemv_set_grid(qgrid);
         gpu_decoder_set_fused(0);
         double best = 1e30;
         int bestv = 1;
@@ -420,6 +432,8 @@ int main(int argc, char **argv) {
             table_meta(t, "decode_step_by_gemv_split", "median of steps 1..128, fused_pdl step, warps per row: %s", splits);
             table_meta(t, "decode_step_by_gemv_rows", "median of steps 1..128, fused_pdl step, row-loop GEMVs: %s", rowl);
             table_meta(t, "decode_step_by_gemv_short", "median of steps 1..128, fused_pdl step, GEMV rows of <= 4 chunks a lane run with: %s", shortl);
+            if (quantized)
+                table_meta(t, "decode_step_by_qtma_grid", "median of steps 1..128, fused_pdl step, the TMA rungs' grid: %s", qgridl);
             table_meta(t, "decode_step_by_gemv_version", "median of steps 1..128, step03's unfused step: %s", ladder);
         }
         table_meta(t, "gemv_version_used", "%s%s", gemv_version_name(gemv_ver), fused ? " (in the unfused step only)" : "");

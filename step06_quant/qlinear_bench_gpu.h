@@ -2,7 +2,8 @@
 // (in qlinear_gpu.cu; qlinear_gpu_none.c returns -1). The T = 1 baseline is step03's GEMV
 // (kvcache.h gemv_gpu_bench_gbps).
 // defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
-//          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gpu_gemv_version
+//          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_grid,
+//          qlinear_gpu_gemv_version
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -27,6 +28,10 @@ int qlinear_gemv_version_fp16(int version);
 // Programmatic dependent launch of the tensor-core rungs on sm_90 (their first weight loads start
 // while the previous kernel finishes): 1 on, 0 off; unset, the environment's QLINEAR_PDL=1 turns it on.
 void qlinear_gemv_set_pdl(int on);
+// The TMA rungs' grid (k_qtma): 0 (the default) the fewest blocks that take every 16-row strip in
+// the fewest rounds, 1 the grid whose busiest SM holds the fewest strips. Any grid computes the same
+// outputs (a block takes strips blockIdx.x, + gridDim.x, ...); only the balance over the SMs changes.
+void qlinear_gemv_set_grid(int policy);
 
 #ifdef __cplusplus
 }

@@ -1450,6 +1450,10 @@ extern "C" int qlinear_gemv_version_fp16(int v) { return v >= QGEMV_FIRST_TC && 
 // environment turns it on when nothing set it.
 static int g_pdl = -1;
 extern "C" void qlinear_gemv_set_pdl(int on) { g_pdl = on ? 1 : 0; }
+// k_qtma's grid (qtma_go): 0 the fewest blocks that do every strip in the fewest rounds (the
+// default), 1 the grid whose busiest SM has the fewest strips (qtma_balanced_grid).
+static int g_qtma_grid = 0;
+extern "C" void qlinear_gemv_set_grid(int policy) { g_qtma_grid = policy == 1; }
 static bool pdl_on(const QLinearGpu *q) {
     if (g_pdl < 0) {
         const char *e = getenv("QLINEAR_PDL");
@@ -1505,6 +1509,22 @@ static bool qtma_fits(const QLinearGpu *q, int ts, bool swiglu) {
     const int R = swiglu ? 2 : 1;
     return qtma_stages(R * qtma_part(q->kind == QK_INT4 ? 4 : 8, ts, q->tc_gm, q->zeros != NULL), q->kp, R, QT_W(ts)) > 0;
 }
+// The grid that gives the busiest SM the fewest strips. The fewest-rounds grid can leave SMs
+// uneven: the Llama-3.1-8B qkv layer is 384 strips, 2 blocks an SM fit, so it runs 192 blocks of 2
+// strips on 132 SMs: 60 SMs hold two blocks (4 strips), 72 one (2 strips), and the step waits for
+// the busy ones. With G blocks (at most sms * per_sm resident) of about units / G strips each, and
+// the block scheduler spreading blocks over the SMs, the busiest SM holds ceil(G / sms) blocks of
+// ceil(units / G) strips; the G that minimizes that product, the largest on a tie (more warps an SM
+// to hide latency), here 132 blocks of 2 or 3 strips: 3 strips on the busiest SM instead of 4.
+static int qtma_balanced_grid(int units, int sms, int per_sm) {
+    int best = 1, cost = units;
+    const int most = sms * per_sm < units ? sms * per_sm : units;
+    for (int g = 1; g <= most; g++) {
+        const int c = (g + sms - 1) / sms * ((units + g - 1) / g);
+        if (c <= cost) cost = c, best = g;
+    }
+    return best;
+}
 // Launch k_qtma, or (setup, at the layer's creation) allow it its shared memory and record its
 // blocks per SM in *per_sm: neither may happen while a stream is being captured.
 template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU, bool ZF>
@@ -1523,7 +1543,8 @@ static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, i
         return;
     }
     const int most = q->sms * *per_sm, rounds = (a.units + most - 1) / most;
-    const int grid = (a.units + rounds - 1) / rounds;  // as many strips per block everywhere, within a strip
+    int grid = (a.units + rounds - 1) / rounds;  // as many strips per block everywhere, within a strip
+    if (g_qtma_grid == 1) grid = qtma_balanced_grid(a.units, q->sms, *per_sm);
     launch_ex(k, dim3(grid), (QT_W(TS) + 1) * 32, smem, s, pdl, a);
 }
 template <int KIND, int TS, bool NORM, bool SWIGLU>

@@ -66,6 +66,7 @@ int qlinear_gemv_version_fp16(int version) {
     return 0;
 }
 void qlinear_gemv_set_pdl(int on) { (void)on; }
+void qlinear_gemv_set_grid(int policy) { (void)policy; }
 int qlinear_gpu_gemv_version(const struct QLinearGpu *q) {
     (void)q;
     return -1;

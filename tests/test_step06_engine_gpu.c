@@ -74,11 +74,14 @@ static void qmodels_free(QModels *m) {
 // projections become one kernel with the RMSNorm / SwiGLU folded in; elsewhere they fall back).
 Test(step06_egpu, decode_graph_matches_the_cpu_quantized_forward, .timeout = 600) {
     NEED_GPU();
-    static const int RUNGS[] = {-1, 11, 12, 13, 14, 15};
+    // the rungs, and the TMA rungs' grid (qlinear_gemv_set_grid): the default's second run and the
+    // odd rungs' with the grid balanced over the SMs
+    static const int RUNGS[] = {-1, -1, 11, 12, 13, 14, 15}, GRID[] = {0, 1, 0, 1, 0, 1, 0};
     for (int ri = 0; ri < (int)(sizeof RUNGS / sizeof RUNGS[0]); ri++)
     for (int ci = 0; ci < N_CASES; ci++) {
         if (RUNGS[ri] >= qlinear_gemv_n_versions()) continue;
         qlinear_gemv_set_version(RUNGS[ri]);
+        qlinear_gemv_set_grid(GRID[ri]);
         QModels m;
         qmodels_load(&CASES[ci], &m);
         const int V = m.w.cfg.vocab;
@@ -111,14 +114,15 @@ Test(step06_egpu, decode_graph_matches_the_cpu_quantized_forward, .timeout = 600
             }
         }
         const int agreed = vllm_expect(m.what, tc, t5c, tg, t5g, NG);
-        fprintf(stderr, "[step06-egpu decode, GEMV %s] %s: %d/%d greedy tokens identical, worst logits max_rel %.2e\n",
-                qlinear_gemv_version_name(RUNGS[ri]), m.what, agreed, NG, worst);
+        fprintf(stderr, "[step06-egpu decode, GEMV %s%s] %s: %d/%d greedy tokens identical, worst logits max_rel %.2e\n",
+                qlinear_gemv_version_name(RUNGS[ri]), GRID[ri] ? ", grid balanced" : "", m.what, agreed, NG, worst);
         gpu_decoder_free(d);
         cpu_kv_free(&kv);
         free(lc), free(lg);
         qmodels_free(&m);
     }
     qlinear_gemv_set_version(-1);
+    qlinear_gemv_set_grid(0);
 }
 
 // A slot batch: sequence i has n[i] new rows at positions p0[i] .. in slot i.

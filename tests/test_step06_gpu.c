@@ -122,6 +122,7 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
         const int use_b = mode & 1, acc = (mode >> 1) & 1;
         qlinear_gemv_set_version(mode >= 5 ? mode - 5 : -1);
         qlinear_gemv_set_pdl(mode & 1);  // the tensor-core rungs with and without dependent launch (sm_90)
+        qlinear_gemv_set_grid((mode >> 1) & 1);  // the TMA rungs' grid: fewest rounds, balanced over the SMs
         linear_q_cpu(x, w, use_b ? b : NULL, 1, ref);
         if (acc)
             for (int i = 0; i < rows; i++) ref[i] += y0[i];
@@ -136,6 +137,7 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
     }
     qlinear_gemv_set_version(-1);
     qlinear_gemv_set_pdl(0);
+    qlinear_gemv_set_grid(0);
     pa_dev_free(dx), pa_dev_free(dx1), pa_dev_free(db), pa_dev_free(dy);
     free(x), free(b), free(y0), free(ref), free(y);
 }
@@ -261,6 +263,7 @@ Test(step06_gpu, gemv_fused_norm_and_swiglu) {
         for (int v = 11; v < qlinear_gemv_n_versions(); v++)
             for (int mode = 0; mode < 6; mode++) {  // 0-3: norm, bit 0 bias, bit 1 acc; 4: SwiGLU; 5: neither (plain x)
                 qlinear_gemv_set_version(v);
+                qlinear_gemv_set_grid((v + mode) & 1);  // the TMA rungs' two grids, alternating
                 const int use_b = mode < 4 && (mode & 1), acc = mode < 4 && (mode & 2), swiglu = mode == 4 ? ff : 0;
                 const int norm = mode < 5;
                 linear_q_cpu(norm ? xn : x, &w, use_b ? b : NULL, 1, ref);
@@ -293,6 +296,7 @@ Test(step06_gpu, gemv_fused_norm_and_swiglu) {
                 }
             }
         qlinear_gemv_set_version(-1);
+        qlinear_gemv_set_grid(0);
         pa_dev_free(dx), pa_dev_free(dnw), pa_dev_free(db), pa_dev_free(dy);
         free(x), free(nw), free(b), free(y0), free(xn), free(ref), free(y), free(h);
         qlinear_gpu_free(q);
