@@ -13,7 +13,7 @@
 #include "check.h"
 
 #define MAX_COLS 32
-#define MAX_META 32
+#define MAX_META 128
 
 typedef struct {
     double num;

@@ -115,6 +115,26 @@ Test(common, table_csv_and_json) {
     table_free(t);
 }
 
+// kv_bench on a quantized model on the GPU prints over 32 meta lines (the standard ones, every
+// ladder, the quantization's); the table must keep them all, in order.
+Test(common, table_keeps_a_hundred_meta_lines) {
+    Table *t = table_new("many");
+    for (int i = 0; i < 100; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%d", i);
+        table_meta(t, key, "v%d", i);
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    table_print(t, FMT_CSV, f);
+    fclose(f);
+    cr_assert(strstr(buf, "# k0: v0\n") && strstr(buf, "# k99: v99\n") && strstr(buf, "k98") < strstr(buf, "k99"),
+              "csv was:\n%.400s", buf);
+    free(buf);
+    table_free(t);
+}
+
 Test(common, median) {
     double v[5] = {5, 1, 4, 2, 3};
     cr_assert_eq(median_d(v, 5), 3.0);
