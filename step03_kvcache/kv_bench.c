@@ -47,7 +47,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
             "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--qgemv V]\n"
-            "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K] [--gemv-rows 0|1|2] [--qtma-grid 0|1]\n"
+            "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K] [--gemv-rows 0|1|2]\n"
+            "                [--gemv-short 0|1] [--qtma-grid 0|1]\n"
             "                [--no-ladders] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
@@ -67,6 +68,9 @@ static void usage(FILE *f) {
             "               once and loops over the rows where one warp a row would be more than 8 such grids (the\n"
             "               lm_head of a small model), 1 never, 2 wherever the rows fit; all three are timed first\n"
             "               in the fused_pdl step (decode_step_by_gemv_rows)\n"
+            "  --gemv-short S GPU, the fused step's dense GEMV rows of at most 4 16-byte chunks a lane: 1 (default)\n"
+            "               with 4 chunks a lane in flight, 0 with 8 (more registers); both are timed first in the\n"
+            "               fused_pdl step (decode_step_by_gemv_short)\n"
             "  --qtma-grid G GPU, quantized: the TMA GEMV rungs' grid, 0 (default) the fewest blocks in the fewest\n"
             "               rounds, 1 the grid whose busiest SM has the fewest 16-row strips; both are timed first in\n"
             "               the fused_pdl step (decode_step_by_qtma_grid)\n"
@@ -143,7 +147,7 @@ static double decode_median_ms(GpuModel *gm, int *kernels) {
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, grows = 0, qgrid = 0, ladders = 1;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, grows = 0, gshort = 1, qgrid = 0, ladders = 1;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -165,6 +169,7 @@ int main(int argc, char **argv) {
             gsplit = (int)arg_int(a, argv[++i], 0, 4);
             if (gsplit == 3) arg_die("--gemv-split 3: expected 0, 1, 2 or 4");
         } else if (!strcmp(a, "--gemv-rows") && more) grows = (int)arg_int(a, argv[++i], 0, 2);
+        else if (!strcmp(a, "--gemv-short") && more) gshort = (int)arg_int(a, argv[++i], 0, 1);
         else if (!strcmp(a, "--qtma-grid") && more) qgrid = (int)arg_int(a, argv[++i], 0, 1);
         else if (!strcmp(a, "--no-ladders")) ladders = 0;
         else if (!strcmp(a, "--quant") && more) {
@@ -219,7 +224,10 @@ int main(int argc, char **argv) {
     // ---- GPU: the decode step of each fusion mode, then the GEMV ladder inside step03's own
     // (unfused) step; 160 greedy steps per decoder, the median of steps 1..128
     char ladder[600] = "", fusion[600] = "", attns[200] = "", splits[300] = "", rowl[300] = "", shortl[200] = "", qgridl[200] = "";
-    if (use_cuda) gpu_decoder_set_attn(attn), gpu_decoder_set_gemv_split(gsplit), gpu_decoder_set_gemv_rows(grows);
+    if (use_cuda) {
+        gpu_decoder_set_attn(attn), gpu_decoder_set_gemv_split(gsplit);
+        gpu_decoder_set_gemv_rows(grows), gpu_decoder_set_gemv_short(gshort);
+    }
     if (use_cuda && ladders) {
         int off = 0, kernels;
         for (int f = 0; f <= 2; f++) {
@@ -259,7 +267,7 @@ int main(int argc, char **argv) {
             off += snprintf(shortl + off, sizeof shortl - (size_t)off, "%s%s %.4f ms", on ? "" : "; ",
                             on ? "4 chunks a lane (default)" : "8 chunks a lane", m);
         }
-        gpu_decoder_set_gemv_short(1);
+        gpu_decoder_set_gemv_short(gshort);
         off = 0;
         for (int pol = 0; quantized && pol <= 1; pol++) {  // the fused_pdl step with each k_qtma grid
             qlinear_gemv_set_grid(pol);
@@ -438,7 +446,8 @@ int main(int argc, char **argv) {
         }
         table_meta(t, "gemv_version_used", "%s%s", gemv_version_name(gemv_ver), fused ? " (in the unfused step only)" : "");
         table_meta(t, "decode_step_used", "%s (%d kernels per step)", gpu_decoder_fused_name(fused), gpu_decoder_kernels(dec));
-        if (fused) table_meta(t, "decode_attention_used", "v%d; GEMV split %d (0: auto); row loop %d (0: auto)", attn, gsplit, grows);
+        if (fused) table_meta(t, "decode_attention_used", "v%d; GEMV split %d (0: auto); row loop %d (0: auto); short rows on %d chunks a lane",
+                              attn, gsplit, grows, gshort ? 4 : 8);
     }
     table_col(t, "position", "%.0f");
     table_col(t, "cached_ms", "%.4f");
