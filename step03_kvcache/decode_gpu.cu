@@ -569,7 +569,7 @@ extern "C" void gpu_decoder_set_gemv_split(int ks) {
     if (ks == 0 || ks == 1 || ks == 2 || ks == 4) g_gemvf_split = ks;
 }
 extern "C" void gpu_decoder_set_gemv_rows(int mode) {
-    if (mode >= 0 && mode <= 2) g_gemvf_rows = mode;
+    if (mode >= 0 && mode <= 3) g_gemvf_rows = mode;
 }
 extern "C" void gpu_decoder_set_gemv_short(int on) { g_gemvf_short = on != 0; }
 extern "C" double gpu_decoder_kv_bytes(const GpuDecoder *d) { return d->kv_bytes; }

@@ -47,7 +47,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
             "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--qgemv V]\n"
-            "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K] [--gemv-rows 0|1|2]\n"
+            "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K] [--gemv-rows 0..3]\n"
             "                [--gemv-short 0|1] [--qtma-grid 0|1]\n"
             "                [--no-ladders] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
@@ -66,8 +66,9 @@ static void usage(FILE *f) {
             "               fused_pdl step (decode_step_by_gemv_split)\n"
             "  --gemv-rows R GPU, the fused step's dense GEMVs of short rows: 0 (default) a grid that fills the GPU\n"
             "               once and loops over the rows where one warp a row would be more than 8 such grids (the\n"
-            "               lm_head of a small model), 1 never, 2 wherever the rows fit; all three are timed first\n"
-            "               in the fused_pdl step (decode_step_by_gemv_rows)\n"
+            "               lm_head of a small model), 1 never, 2 wherever the rows fit, 3 as 0 with rows of up to\n"
+            "               16 chunks a lane (x in shared memory: the 8B's lm_head); all four are timed first in the\n"
+            "               fused_pdl step (decode_step_by_gemv_rows)\n"
             "  --gemv-short S GPU, the fused step's dense GEMV rows of at most 4 16-byte chunks a lane: 1 (default)\n"
             "               with 4 chunks a lane in flight, 0 with 8 (more registers); both are timed first in the\n"
             "               fused_pdl step (decode_step_by_gemv_short)\n"
@@ -168,7 +169,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gemv-split") && more) {
             gsplit = (int)arg_int(a, argv[++i], 0, 4);
             if (gsplit == 3) arg_die("--gemv-split 3: expected 0, 1, 2 or 4");
-        } else if (!strcmp(a, "--gemv-rows") && more) grows = (int)arg_int(a, argv[++i], 0, 2);
+        } else if (!strcmp(a, "--gemv-rows") && more) grows = (int)arg_int(a, argv[++i], 0, 3);
         else if (!strcmp(a, "--gemv-short") && more) gshort = (int)arg_int(a, argv[++i], 0, 1);
         else if (!strcmp(a, "--qtma-grid") && more) qgrid = (int)arg_int(a, argv[++i], 0, 1);
         else if (!strcmp(a, "--no-ladders")) ladders = 0;
@@ -253,8 +254,8 @@ int main(int argc, char **argv) {
         }
         gpu_decoder_set_gemv_split(gsplit);
         off = 0;
-        static const char *const rown[] = {"auto", "none", "all"};
-        for (int i = 0; i < 3; i++) {  // the fused_pdl step with each choice of row-loop GEMVs
+        static const char *const rown[] = {"auto", "none", "all", "auto with 16-chunk rows"};
+        for (int i = 0; i < 4; i++) {  // the fused_pdl step with each choice of row-loop GEMVs
             gpu_decoder_set_gemv_rows(i);
             const double m = decode_median_ms(gm, &kernels);
             off += snprintf(rowl + off, sizeof rowl - (size_t)off, "%s%s %.4f ms", i ? "; " : "", rown[i], m);

@@ -241,11 +241,14 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 // row's sum after the shuffles, so the warps track their best row; the block's best goes to
 // am.pv/am.pi, the last block to finish reduces them and advances d_tok, d_pos, out_ids): one
 // kernel less a step. The logits are written as without it.
+// XS (rows of 9 to 16 chunks a lane, e.g. the Llama-3.1-8B lm_head's 4096 inputs): x * nw would
+// take 128 registers a lane, so the block stages it in shared memory instead (fp32, n_in of them)
+// and reduces sum(x^2) over the block; each lane reads its chunks' x there.
 struct ArgmaxOut {
     float *pv;
     int *pi, *count, *d_tok, *d_pos, *out_ids;
 };
-template <class W, bool NORM, int CPL, bool ARGMAX>
+template <class W, bool NORM, int CPL, bool ARGMAX, bool XS = false>
 __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     k_gemv_rows(const W *__restrict__ Wm, const float *x, const float *__restrict__ nw, float eps,
                 const float *__restrict__ b, float *y, int rows, int n_in, int accumulate, ArgmaxOut am) {
@@ -263,27 +266,41 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     };
     if (row < rows) load(w, row);
     pdl_wait();
-    float xf[CPL][N], ss = 0;
+    float xf[XS ? 1 : CPL][N], ss = 0;
+    extern __shared__ float4 xsm4[];  // XS: x * nw, n_in floats
+    float *xsm = (float *)xsm4;
+    if constexpr (XS) {
+        for (int i = threadIdx.x; i < n_in; i += blockDim.x) {
+            float v = x[i];
+            if (NORM) ss = fmaf(v, v, ss), v *= nw[i];
+            xsm[i] = v;
+        }
+        __shared__ float wss[GEMVF_WARPS];
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) wss[threadIdx.x / 32] = ss;
+        __syncthreads();  // also: xsm is written
+        ss = 0;
+        for (int i = 0; i < GEMVF_WARPS; i++) ss += wss[i];
+    } else {
 #pragma unroll
-    for (int u = 0; u < CPL; u++) {
-        const int c = lane + 32 * u;
-        if (c >= nv) break;
+        for (int u = 0; u < CPL; u++) {
+            const int c = lane + 32 * u;
+            if (c >= nv) break;
 #pragma unroll
-        for (int i = 0; i < N; i += 4) {
-            const float4 t = __ldg((const float4 *)(x + (size_t)c * N + i));
-            xf[u][i] = t.x, xf[u][i + 1] = t.y, xf[u][i + 2] = t.z, xf[u][i + 3] = t.w;
-            if (NORM) {
-                const float4 gw = __ldg((const float4 *)(nw + (size_t)c * N + i));
-                ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
-                xf[u][i] *= gw.x, xf[u][i + 1] *= gw.y, xf[u][i + 2] *= gw.z, xf[u][i + 3] *= gw.w;
+            for (int i = 0; i < N; i += 4) {
+                const float4 t = __ldg((const float4 *)(x + (size_t)c * N + i));
+                xf[u][i] = t.x, xf[u][i + 1] = t.y, xf[u][i + 2] = t.z, xf[u][i + 3] = t.w;
+                if (NORM) {
+                    const float4 gw = __ldg((const float4 *)(nw + (size_t)c * N + i));
+                    ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
+                    xf[u][i] *= gw.x, xf[u][i + 1] *= gw.y, xf[u][i + 2] *= gw.z, xf[u][i + 3] *= gw.w;
+                }
             }
         }
+        if (NORM)
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     }
-    float inv = 1.0f;
-    if (NORM) {
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        inv = rsqrtf(ss / n_in + eps);
-    }
+    const float inv = NORM ? rsqrtf(ss / n_in + eps) : 1.0f;
     float best = -INFINITY;
     int bi = 0x7fffffff;
     for (; row < rows; row += nwarps) {
@@ -295,8 +312,18 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
             if (lane + 32 * u >= nv) break;
             float wf[N];
             Vec16<W>::unpack(w[u], wf);
+            if constexpr (XS) {
+                const float4 *xp = (const float4 *)(xsm + (size_t)(lane + 32 * u) * N);
 #pragma unroll
-            for (int i = 0; i < N; i++) acc = fmaf(wf[i], xf[u][i], acc);
+                for (int i = 0; i < N; i += 4) {
+                    const float4 t = xp[i / 4];
+                    acc = fmaf(wf[i], t.x, acc), acc = fmaf(wf[i + 1], t.y, acc);
+                    acc = fmaf(wf[i + 2], t.z, acc), acc = fmaf(wf[i + 3], t.w, acc);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < N; i++) acc = fmaf(wf[i], xf[u][i], acc);
+            }
         }
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (NORM) acc *= inv;
@@ -331,31 +358,37 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     }
 }
 
-// Which dense GEMVs run the row loop (g_gemvf_rows), of those whose rows fit one round of 8 chunks
-// a lane (bf16 rows up to 2048, fp32 up to 1024) and need no SwiGLU: 0 (auto) those whose
+// Which dense GEMVs run the row loop (g_gemvf_rows), of those that need no SwiGLU and whose rows
+// fit one round of 8 chunks a lane (bf16 rows up to 2048, fp32 up to 1024) or, staged in shared
+// memory (XS), of 16 (bf16 up to 4096, fp32 up to 2048): 0 (auto) the 8-chunk ones whose
 // one-row-a-warp grid would be more than 8 times what the GPU holds at once (the lm_heads of
-// Qwen3-0.6B and Llama-3.2-1B), 1 none, 2 all of them.
+// Qwen3-0.6B and Llama-3.2-1B), 1 none, 2 all of them, 3 as auto with the 16-chunk rows too (the
+// Llama-3.1-8B lm_head; not yet timed, so not in auto).
 static int g_gemvf_rows = 0;
 // am != NULL: with the argmax (ARGMAX), on at most 1024 blocks (the size of its pv / pi arrays).
-template <class W, bool NORM, int CPL>
+template <class W, bool NORM, int CPL, bool XS = false>
 static bool gemv_rows_try(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
                           const float *b, float *y, int rows, int n_in, int accumulate, const ArgmaxOut *am) {
-    static int cap = 0;  // blocks resident on the whole GPU at once
-    if (!cap) {
-        int dev = 0, sms = 0, per = 0;
+    const size_t smem = XS ? (size_t)n_in * sizeof(float) : 0;
+    if (g_gemvf_rows == 1 || (XS && g_gemvf_rows < 2) || smem > 48 * 1024) return false;
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_gemv_rows<W, NORM, CPL, true>, GEMVF_WARPS * 32, 0));
-        cap = sms * (per > 0 ? per : 1);
     }
+    int per = 0;  // blocks an SM holds (with this row's shared memory)
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_gemv_rows<W, NORM, CPL, true, XS>, GEMVF_WARPS * 32,
+                                                             smem));
+    const int cap = sms * (per > 0 ? per : 1);  // blocks resident on the whole GPU at once
     const int blocks = (rows + GEMVF_WARPS - 1) / GEMVF_WARPS;
-    if (g_gemvf_rows == 1 || (g_gemvf_rows == 0 && blocks <= 8 * cap)) return false;
+    if (g_gemvf_rows != 2 && blocks <= 8 * cap) return false;
     if (am)
-        pdl_launch(pdl, k_gemv_rows<W, NORM, CPL, true>, dim3(cap < 1024 ? cap : 1024), dim3(GEMVF_WARPS * 32), 0, s, Wm,
-                   x, nw, eps, b, y, rows, n_in, accumulate, *am);
+        pdl_launch(pdl, k_gemv_rows<W, NORM, CPL, true, XS>, dim3(cap < 1024 ? cap : 1024), dim3(GEMVF_WARPS * 32), smem,
+                   s, Wm, x, nw, eps, b, y, rows, n_in, accumulate, *am);
     else
-        pdl_launch(pdl, k_gemv_rows<W, NORM, CPL, false>, dim3(cap), dim3(GEMVF_WARPS * 32), 0, s, Wm, x, nw, eps, b,
-                   y, rows, n_in, accumulate, ArgmaxOut{});
+        pdl_launch(pdl, k_gemv_rows<W, NORM, CPL, false, XS>, dim3(cap), dim3(GEMVF_WARPS * 32), smem, s, Wm, x, nw, eps,
+                   b, y, rows, n_in, accumulate, ArgmaxOut{});
     return true;
 }
 
@@ -384,10 +417,12 @@ template <class W, bool NORM>
 static int gemv_rows_launch(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
                             const float *b, float *y, int rows, int n_in, int accumulate, const ArgmaxOut *am) {
     const int nv = n_in % Vec16<W>::N ? 0 : n_in / Vec16<W>::N;
-    constexpr int C8 = 8, C4 = 4;
+    constexpr int C16 = 16, C8 = 8, C4 = 4;
     if (nv && nv <= 32 * C4) return gemv_rows_try<W, NORM, C4>(pdl, s, Wm, x, nw, eps, b, y, rows, n_in, accumulate, am);
     if (nv > 32 * C4 && nv <= 32 * C8)
         return gemv_rows_try<W, NORM, C8>(pdl, s, Wm, x, nw, eps, b, y, rows, n_in, accumulate, am);
+    if (nv > 32 * C8 && nv <= 32 * C16)
+        return gemv_rows_try<W, NORM, C16, true>(pdl, s, Wm, x, nw, eps, b, y, rows, n_in, accumulate, am);
     return 0;
 }
 template <class W, bool NORM, bool SWIGLU>

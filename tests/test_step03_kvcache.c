@@ -375,6 +375,12 @@ Test(step03, gpu_fused_decode_wide_rows_match_unfused, .timeout = 300) {
          "\"num_hidden_layers\":2,\"num_attention_heads\":8,\"num_key_value_heads\":2,\"head_dim\":64,"
          "\"vocab_size\":1000,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0}",
          ST_BF16},
+        // rows of 16 chunks a lane: the row loop with x in shared memory (mode 6) on qkv, o and lm_head
+        {"wide_bf16_h4096_ff1024_gqa8",
+         "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":4096,\"intermediate_size\":1024,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":32,\"num_key_value_heads\":4,\"head_dim\":128,"
+         "\"vocab_size\":1000,\"rms_norm_eps\":1e-5,\"rope_theta\":500000.0}",
+         ST_BF16},
         {"wide_f32_h1032_ff1001_mha",
          "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":1032,\"intermediate_size\":1001,"
          "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":4,\"head_dim\":128,"
