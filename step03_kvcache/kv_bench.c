@@ -145,6 +145,20 @@ static double decode_median_ms(GpuModel *gm, int *kernels) {
     return median_d(md, 128);
 }
 
+// The fused_pdl step timed with each value of one of its knobs (set(vals[i]) before each decoder:
+// the graph captures it), as "name ms; name ms; ..." into buf; the knob is then set to keep.
+static void knob_ladder(GpuModel *gm, void (*set)(int), const int *vals, const char *const *names, int n, int keep,
+                        char *buf, size_t size) {
+    int off = 0, kernels;
+    buf[0] = 0;
+    for (int i = 0; i < n; i++) {
+        set(vals[i]);
+        const double m = decode_median_ms(gm, &kernels);
+        off += snprintf(buf + off, size - (size_t)off, "%s%s %.4f ms", i ? "; " : "", names[i], m);
+    }
+    set(keep);
+}
+
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
@@ -237,46 +251,16 @@ int main(int argc, char **argv) {
             off += snprintf(fusion + off, sizeof fusion - (size_t)off, "%s%s %.4f ms (%d kernels)", f ? "; " : "",
                             gpu_decoder_fused_name(f), m, kernels);
         }
-        off = 0;
-        for (int v = 1; v <= 2; v++) {  // the fused_pdl step with each attention kernel
-            gpu_decoder_set_attn(v);
-            const double m = decode_median_ms(gm, &kernels);
-            off += snprintf(attns + off, sizeof attns - (size_t)off, "%sv%d %.4f ms", v > 1 ? "; " : "", v, m);
-        }
-        gpu_decoder_set_attn(attn);
-        off = 0;
-        static const int ks[] = {0, 1, 2, 4};
-        for (int i = 0; i < 4; i++) {  // the fused_pdl step with each GEMV split
-            gpu_decoder_set_gemv_split(ks[i]);
-            const double m = decode_median_ms(gm, &kernels);
-            if (ks[i]) off += snprintf(splits + off, sizeof splits - (size_t)off, "; %d %.4f ms", ks[i], m);
-            else off += snprintf(splits + off, sizeof splits - (size_t)off, "auto %.4f ms", m);
-        }
-        gpu_decoder_set_gemv_split(gsplit);
-        off = 0;
-        static const char *const rown[] = {"auto", "none", "all", "auto with 16-chunk rows"};
-        for (int i = 0; i < 4; i++) {  // the fused_pdl step with each choice of row-loop GEMVs
-            gpu_decoder_set_gemv_rows(i);
-            const double m = decode_median_ms(gm, &kernels);
-            off += snprintf(rowl + off, sizeof rowl - (size_t)off, "%s%s %.4f ms", i ? "; " : "", rown[i], m);
-        }
-        gpu_decoder_set_gemv_rows(grows);
-        off = 0;
-        for (int on = 1; on >= 0; on--) {  // the fused_pdl step with short rows on 4 or 8 chunks a lane
-            gpu_decoder_set_gemv_short(on);
-            const double m = decode_median_ms(gm, &kernels);
-            off += snprintf(shortl + off, sizeof shortl - (size_t)off, "%s%s %.4f ms", on ? "" : "; ",
-                            on ? "4 chunks a lane (default)" : "8 chunks a lane", m);
-        }
-        gpu_decoder_set_gemv_short(gshort);
-        off = 0;
-        for (int pol = 0; quantized && pol <= 1; pol++) {  // the fused_pdl step with each k_qtma grid
-            qlinear_gemv_set_grid(pol);
-            const double m = decode_median_ms(gm, &kernels);
-            off += snprintf(qgridl + off, sizeof qgridl - (size_t)off, "%s%s %.4f ms", pol ? "; " : "",
-                            pol ? "balanced over the SMs" : "fewest rounds", m);
-        }
-        qlinear_gemv_set_grid(qgrid);
+        static const int av[] = {1, 2}, sv[] = {0, 1, 2, 4}, rv[] = {0, 1, 2, 3}, uv[] = {1, 0}, qv[] = {0, 1};
+        static const char *const an[] = {"v1", "v2"}, *const sn[] = {"auto", "1", "2", "4"},
+                                 *const rn[] = {"auto", "none", "all", "auto with 16-chunk rows"},
+                                 *const un[] = {"4 chunks a lane (default)", "8 chunks a lane"},
+                                 *const qn[] = {"fewest rounds", "balanced over the SMs"};
+        knob_ladder(gm, gpu_decoder_set_attn, av, an, 2, attn, attns, sizeof attns);
+        knob_ladder(gm, gpu_decoder_set_gemv_split, sv, sn, 4, gsplit, splits, sizeof splits);
+        knob_ladder(gm, gpu_decoder_set_gemv_rows, rv, rn, 4, grows, rowl, sizeof rowl);
+        knob_ladder(gm, gpu_decoder_set_gemv_short, uv, un, 2, gshort, shortl, sizeof shortl);
+        if (quantized) knob_ladder(gm, qlinear_gemv_set_grid, qv, qn, 2, qgrid, qgridl, sizeof qgridl);
         gpu_decoder_set_fused(0);
         double best = 1e30;
         int bestv = 1;

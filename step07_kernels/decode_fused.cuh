@@ -1,6 +1,7 @@
 // decode_fused.cuh — step07's fusions inside step03's batch-1 decode graph (CUDA C++ only; included
 // by step03_kvcache/decode_gpu.cu, which chooses between this step and its own, gpu_decoder_set_fused).
-// defines: pdl_launch, k_gemv_fused, k_argmax_fused, k_rope_table, k_attn_fused
+// defines: pdl_launch, k_gemv_fused, k_gemv_rows, argmax_blocks_finish, k_argmax_fused, k_rope_table,
+//          k_attn_fused, k_attn_fused2
 //
 // At batch 1 a small model's decode step is ~10 small kernels per layer, each a few microseconds,
 // and the GPU spends much of the step between kernels: one kernel drains (its last blocks finish
@@ -248,6 +249,32 @@ struct ArgmaxOut {
     float *pv;
     int *pi, *count, *d_tok, *d_pos, *out_ids;
 };
+// The end of a many-block argmax, every thread of the block calling it with its (best, bi): the
+// block's argmax to am.pv / am.pi [blockIdx.x]; the last block to finish (am.count, reset by it)
+// reduces them and advances: *d_tok = the argmax, out_ids[*d_pos] = it, *d_pos += 1.
+__device__ inline void argmax_blocks_finish(float best, int bi, const ArgmaxOut &am) {
+    block_argmax(best, bi);
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        am.pv[blockIdx.x] = best, am.pi[blockIdx.x] = bi;
+        __threadfence();
+        last = atomicAdd(am.count, 1) == (int)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    best = -INFINITY, bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) argmax_pair(best, bi, __ldcg(am.pv + i), __ldcg(am.pi + i));
+    __syncthreads();  // block_argmax's shared arrays are reused
+    block_argmax(best, bi);
+    if (threadIdx.x == 0) {
+        const int p = *am.d_pos;
+        am.out_ids[p] = bi;
+        *am.d_tok = bi;
+        *am.d_pos = p + 1;
+        *am.count = 0;
+    }
+}
 template <class W, bool NORM, int CPL, bool ARGMAX, bool XS = false>
 __global__ void __launch_bounds__(GEMVF_WARPS * 32)
     k_gemv_rows(const W *__restrict__ Wm, const float *x, const float *__restrict__ nw, float eps,
@@ -333,29 +360,7 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 #pragma unroll
         for (int u = 0; u < CPL; u++) w[u] = wn[u];
     }
-    if constexpr (ARGMAX) {
-        block_argmax(best, bi);
-        __shared__ int last;
-        if (threadIdx.x == 0) {
-            am.pv[blockIdx.x] = best, am.pi[blockIdx.x] = bi;
-            __threadfence();
-            last = atomicAdd(am.count, 1) == (int)gridDim.x - 1;
-        }
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        best = -INFINITY, bi = 0x7fffffff;
-        for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) argmax_pair(best, bi, __ldcg(am.pv + i), __ldcg(am.pi + i));
-        __syncthreads();  // block_argmax's shared arrays are reused
-        block_argmax(best, bi);
-        if (threadIdx.x == 0) {
-            const int p = *am.d_pos;
-            am.out_ids[p] = bi;
-            *am.d_tok = bi;
-            *am.d_pos = p + 1;
-            *am.count = 0;
-        }
-    }
+    if constexpr (ARGMAX) argmax_blocks_finish(best, bi, am);
 }
 
 // Which dense GEMVs run the row loop (g_gemvf_rows), of those that need no SwiGLU and whose rows
@@ -365,22 +370,26 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 // Qwen3-0.6B and Llama-3.2-1B), 1 none, 2 all of them, 3 as auto with the 16-chunk rows too (the
 // Llama-3.1-8B lm_head; not yet timed, so not in auto).
 static int g_gemvf_rows = 0;
-// am != NULL: with the argmax (ARGMAX), on at most 1024 blocks (the size of its pv / pi arrays).
-template <class W, bool NORM, int CPL, bool XS = false>
-static bool gemv_rows_try(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
-                          const float *b, float *y, int rows, int n_in, int accumulate, const ArgmaxOut *am) {
-    const size_t smem = XS ? (size_t)n_in * sizeof(float) : 0;
-    if (g_gemvf_rows == 1 || (XS && g_gemvf_rows < 2) || smem > 48 * 1024) return false;
+// The current device's SM count, asked once (the launchers' grid rules).
+static int fused_sms() {
     static int sms = 0;
     if (!sms) {
         int dev = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
+    return sms;
+}
+// am != NULL: with the argmax (ARGMAX), on at most 1024 blocks (the size of its pv / pi arrays).
+template <class W, bool NORM, int CPL, bool XS = false>
+static bool gemv_rows_try(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
+                          const float *b, float *y, int rows, int n_in, int accumulate, const ArgmaxOut *am) {
+    const size_t smem = XS ? (size_t)n_in * sizeof(float) : 0;
+    if (g_gemvf_rows == 1 || (XS && g_gemvf_rows < 2) || smem > 48 * 1024) return false;
     int per = 0;  // blocks an SM holds (with this row's shared memory)
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_gemv_rows<W, NORM, CPL, true, XS>, GEMVF_WARPS * 32,
                                                              smem));
-    const int cap = sms * (per > 0 ? per : 1);  // blocks resident on the whole GPU at once
+    const int cap = fused_sms() * (per > 0 ? per : 1);  // blocks resident on the whole GPU at once
     const int blocks = (rows + GEMVF_WARPS - 1) / GEMVF_WARPS;
     if (g_gemvf_rows != 2 && blocks <= 8 * cap) return false;
     if (am)
@@ -401,12 +410,7 @@ static int g_gemvf_split = 0;
 // 1 (the default): rows of at most 4 chunks a lane run the U = 4 instance; 0: every row U = GEMVF_U
 static int g_gemvf_short = 1;
 static inline int gemvf_split_for(int rows, int nv) {
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
+    const int sms = fused_sms();
     int ks = g_gemvf_split;
     if (ks == 0) ks = (rows + GEMVF_WARPS - 1) / GEMVF_WARPS < 2 * sms && nv >= 2 * 32 ? 2 : 1;
     while (ks > 1 && nv < ks * 32) ks /= 2;  // every part at least a chunk per lane (and vectorized rows)
@@ -447,24 +451,17 @@ static void gemvf_launch(int pdl, cudaStream_t s, const W *Wm, const float *x, c
         return;
     }
     const dim3 grid((rows + GEMVF_WARPS - 1) / GEMVF_WARPS);
-    if (u4) {
-        GEMVF_LAUNCH(false, 1, 4);
-        return;
-    }
+    if (u4) GEMVF_LAUNCH(false, 1, 4);
+    else if (nv > round && nv % round) GEMVF_LAUNCH(true, 1, GEMVF_U);
+    else GEMVF_LAUNCH(false, 1, GEMVF_U);
 #undef GEMVF_LAUNCH
-    if (nv > round && nv % round)
-        pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, true>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows, n_in,
-                   accumulate, pair);
-    else
-        pdl_launch(pdl, k_gemv_fused<W, NORM, SWIGLU, false>, grid, block, 0, s, Wm, x, nw, eps, b, y, rows, n_in,
-                   accumulate, pair);
 }
 
 // ---------------------------------------------------------------- argmax over many blocks
 // The step's last kernel (step03's k_argmax_advance is one block of 1024 threads scanning the whole
 // vocabulary: 148 dependent loads per thread for 151936 logits, tens of microseconds). Here block b
 // finds the argmax of its slice, writes (value, index) to pv[b], pi[b]; the last block to finish (a
-// counter, reset by it) reduces those and advances: *d_tok = the argmax, out_ids[*d_pos] = it,
+// counter, reset by it; argmax_blocks_finish) reduces those and advances: *d_tok = the argmax, out_ids[*d_pos] = it,
 // *d_pos += 1. Ties go to the lower index (argmax_pair, block_argmax: decode_gpu.cuh), so the
 // result is exact and the same as step03's. Grid: any number of blocks <= 1024, 1024 threads.
 __global__ void __launch_bounds__(1024)
@@ -476,27 +473,7 @@ __global__ void __launch_bounds__(1024)
     float best = -INFINITY;
     int bi = 0x7fffffff;
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) argmax_pair(best, bi, logits[i], i);
-    block_argmax(best, bi);
-    __shared__ int last;
-    if (threadIdx.x == 0) {
-        pv[blockIdx.x] = best, pi[blockIdx.x] = bi;
-        __threadfence();
-        last = atomicAdd(count, 1) == (int)gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    best = -INFINITY, bi = 0x7fffffff;
-    for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x) argmax_pair(best, bi, __ldcg(pv + b), __ldcg(pi + b));
-    __syncthreads();  // block_argmax's shared arrays are reused
-    block_argmax(best, bi);
-    if (threadIdx.x == 0) {
-        const int p = *d_pos;
-        out_ids[p] = bi;
-        *d_tok = bi;
-        *d_pos = p + 1;
-        *count = 0;
-    }
+    argmax_blocks_finish(best, bi, ArgmaxOut{pv, pi, count, d_tok, d_pos, out_ids});
 }
 
 // ---------------------------------------------------------------- RoPE table
