@@ -3,9 +3,9 @@
 //          embed_cpu, rmsnorm_cpu, rope_inv_freq, rope_table_cpu, rope_apply_cpu, linear_cpu,
 //          attention_row_cpu, attention_cpu, attention_at_cpu, swiglu_cpu, add_cpu, LinearFn, mlp_block_cpu,
 //          mlp_block_lin_cpu, forward_cpu,
-//          Proj, cpu_model_load_base, proj_cpu,
+//          Proj, cpu_model_load_base, proj_cpu, lm_head_cpu,
 //          ForwardTimes, GpuModel, gpu_model_load, gpu_model_random, gpu_model_load_q, gpu_model_random_q,
-//          gpu_model_free,
+//          gpu_model_quantize_lm_head, gpu_model_free,
 //          gpu_model_describe, gpu_model_weight_bytes, gpu_mem_used_bytes, forward_cuda, attention_gpu_check,
 //          forward_topk
 //
@@ -60,8 +60,10 @@ typedef struct {
     ModelConfig cfg;
     float *embed;       // (vocab, d)
     float *final_norm;  // (d)
-    float *lm_head;     // (vocab, d); == embed when tied
+    float *lm_head;     // (vocab, d); == embed when tied; NULL when q_lm_head replaces it
     CpuLayer *layers;   // [n_layers]
+    // step06: the lm_head quantized too (QuantSpec.lm_head), owned by the model; NULL: lm_head above
+    QWeight *q_lm_head;
 } CpuModel;
 
 // Every tensor converted to fp32 (bf16/f16 upcast exactly). 0, or -1 + err (also for a quantized
@@ -116,6 +118,8 @@ typedef void (*LinearFn)(const float *x, const float *W, const float *b, int T, 
 // Projection p of layer L: y (T, n_out) = x (T, n_in) W^T + b with L's weight and bias for p; a
 // quantized one (L->q[p]) runs linear_q_cpu, a dense one lin (linear_cpu, or step04's linear_rows_cpu).
 void proj_cpu(const CpuLayer *L, Proj p, LinearFn lin, const float *x, int T, int n_in, int n_out, float *y);
+// logits (T, vocab) = xn (T, d) lm_head^T: dense through lin, or the quantized lm_head (q_lm_head).
+void lm_head_cpu(const CpuModel *m, LinearFn lin, const float *xn, int T, float *logits);
 // mlp_block_cpu with the projection lin instead of linear_cpu.
 void mlp_block_lin_cpu(const CpuLayer *L, const ModelConfig *c, LinearFn lin, float *x, int T, float *xn, float *gate,
                        float *up, float *tmp);
@@ -151,6 +155,9 @@ GpuModel *gpu_model_random(const ModelConfig *c, StDtype dtype, uint64_t seed, c
 // as gpu_model_load has them. w may be a quantized checkpoint (model.h) when qlin is given.
 GpuModel *gpu_model_load_q(const ModelWeights *w, const QWeight *qlin, char *err, int errlen);
 GpuModel *gpu_model_random_q(const ModelConfig *c, uint64_t seed, const QWeight *qlin, char *err, int errlen);
+// The lm_head quantized too (step06's QuantSpec.lm_head): q (vocab, hidden, host) uploaded with
+// qlinear_gpu_new (the caller keeps q); an untied dense lm_head is freed. 0, or -1 + err.
+int gpu_model_quantize_lm_head(GpuModel *g, const QWeight *q, char *err, int errlen);
 void gpu_model_free(GpuModel *g);
 const char *gpu_model_describe(const GpuModel *g);  // "bf16 weights, bf16 GEMMs ..."
 double gpu_model_weight_bytes(const GpuModel *g);

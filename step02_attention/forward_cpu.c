@@ -160,6 +160,11 @@ void proj_cpu(const CpuLayer *L, Proj p, LinearFn lin, const float *x, int T, in
     else lin(x, W[p], b[p], T, n_in, n_out, y);
 }
 
+void lm_head_cpu(const CpuModel *m, LinearFn lin, const float *xn, int T, float *logits) {
+    if (m->q_lm_head) linear_q_cpu(xn, m->q_lm_head, NULL, T, logits);
+    else lin(xn, m->lm_head, NULL, T, m->cfg.hidden, m->cfg.vocab, logits);
+}
+
 void mlp_block_lin_cpu(const CpuLayer *L, const ModelConfig *c, LinearFn lin, float *x, int T, float *xn, float *gate,
                        float *up, float *tmp) {
     const int d = c->hidden, ff = c->intermediate;
@@ -271,6 +276,7 @@ void cpu_model_free(CpuModel *m) {
     }
     free(m->layers);
     if (m->lm_head != m->embed) free(m->lm_head);
+    if (m->q_lm_head) qweight_free(m->q_lm_head), free(m->q_lm_head);
     free(m->embed);
     free(m->final_norm);
     memset(m, 0, sizeof *m);
@@ -322,7 +328,7 @@ int forward_cpu(const CpuModel *m, const int *ids, int T, float *logits, Forward
         mlp_block_cpu(L, c, x, T, xn, gate, up, tmp);
     }
     rmsnorm_cpu(x, m->final_norm, T, d, c->rms_eps, xn);
-    linear_cpu(xn, m->lm_head, NULL, T, d, c->vocab, logits);
+    lm_head_cpu(m, linear_cpu, xn, T, logits);
 
     if (times) {
         times->total_ms = (now_sec() - t0) * 1e3;

@@ -370,6 +370,29 @@ static int attach_q(GpuModel *g, const QWeight *qlin, char *err, int errlen) {
     return 0;
 }
 
+extern "C" int gpu_model_quantize_lm_head(GpuModel *g, const QWeight *q, char *err, int errlen) {
+    const ModelConfig *c = &g->cfg;
+    if (g->qlm.n || !q->q || q->rows != c->vocab || q->cols != c->hidden) {
+        snprintf(err, (size_t)errlen, "lm_head: quantized weight (%d, %d)%s, the config needs (%d, %d)", q->rows, q->cols,
+                 g->qlm.n ? " given twice" : "", c->vocab, c->hidden);
+        return -1;
+    }
+    const QWeight *parts[1] = {q};
+    if (make_qproj(&g->qlm, parts, 1, &g->weight_bytes, err, errlen) != 0) {
+        for (int k = 0; k < g->qlm.n; k++) qlinear_gpu_free(g->qlm.part[k]);
+        g->qlm.n = 0;
+        return -1;
+    }
+    if (g->lm_head != g->embed) {  // untied: the dense copy is not read any more
+        CUDA_CHECK(cudaFree(g->lm_head));
+        g->weight_bytes -= (double)c->vocab * c->hidden * esize(g->wdt);
+    }
+    g->lm_head = NULL;
+    const size_t n = strlen(g->desc);
+    snprintf(g->desc + n, sizeof g->desc - n, "; lm_head quantized: %s", qlinear_gpu_describe(g->qlm.part[0]));
+    return 0;
+}
+
 // The dtype of everything that is not a quantized projection: bf16 (fp16 on sm_75, which has no
 // bf16 tensor cores), since the quantized GEMM takes bf16 / fp16 activations.
 static StDtype quant_dtype(const GpuInfo *gi, char *desc, size_t n) {
@@ -468,6 +491,7 @@ extern "C" void gpu_model_free(GpuModel *g) {
         CUDA_CHECK(cudaEventDestroy(g->eb[l]));
     }
     if (g->lm_head != g->embed) CUDA_CHECK(cudaFree(g->lm_head));
+    for (int k = 0; k < g->qlm.n; k++) qlinear_gpu_free(g->qlm.part[k]);
     CUDA_CHECK(cudaFree(g->embed));
     CUDA_CHECK(cudaFree(g->final_norm));
     CUDA_CHECK(cudaEventDestroy(g->ev0));
@@ -609,7 +633,7 @@ extern "C" int forward_cuda(GpuModel *g, const int *ids, int T, float *logits, F
     }
     DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(g->x, g->final_norm, d, 1, d, eps, (A *)g->xn));
     CUDA_CHECK_LAST();
-    gemm_xwt(g->blas, dt, T, c->vocab, d, g->xn, d, g->lm_head, g->logits, c->vocab, 0.0f);  // (T, vocab)
+    proj_gemm(g->blas, dt, &g->qlm, T, c->vocab, d, g->xn, d, g->lm_head, g->logits, c->vocab, 0.0f);  // (T, vocab)
     if (times) CUDA_CHECK(cudaEventRecord(g->ev1));
     if (logits) CUDA_CHECK(cudaMemcpy(logits, g->logits, Tz * c->vocab * 4, cudaMemcpyDeviceToHost));
     if (times) {

@@ -122,7 +122,8 @@ struct GpuModel {
     char desc[480];
     int quantized;  // the layers' projections are GpuQProj (step06)
     double weight_bytes;
-    void *embed, *lm_head;  // (vocab, d); lm_head == embed when tied
+    void *embed, *lm_head;  // (vocab, d); lm_head == embed when tied; NULL when qlm replaces it
+    GpuQProj qlm;           // step06: the lm_head quantized (n > 0; gpu_model_quantize_lm_head), else n = 0
     float *final_norm;
     GpuLayer *layers;
     cublasHandle_t blas;

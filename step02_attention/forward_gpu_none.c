@@ -29,6 +29,12 @@ GpuModel *gpu_model_random_q(const ModelConfig *c, uint64_t seed, const QWeight 
     return NULL;
 }
 
+int gpu_model_quantize_lm_head(GpuModel *g, const QWeight *q, char *err, int errlen) {
+    (void)g, (void)q;
+    snprintf(err, (size_t)errlen, "built without CUDA (nvcc was not found at build time)");
+    return -1;
+}
+
 void gpu_model_free(GpuModel *g) { (void)g; }
 const char *gpu_model_describe(const GpuModel *g) {
     (void)g;

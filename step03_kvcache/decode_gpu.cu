@@ -153,11 +153,6 @@ static void gemv(StDtype dt, const void *W, const float *x, const float *b, floa
     gemv_v(g_gemv_version, dt, W, x, b, y, rows, n_in, acc, s);
 }
 
-void gemv_rows(StDtype dt, const void *W, const float *x, const float *b, float *y, int rows, int n_in, int acc,
-               cudaStream_t s) {
-    gemv(dt, W, x, b, y, rows, n_in, acc, s);
-}
-
 void proj_gemv(StDtype dt, const GpuQProj *q, const void *W, const float *x, const float *b, float *y, int rows,
                int n_in, int acc, cudaStream_t s) {
     if (q->n == 0) {
@@ -320,7 +315,7 @@ static void decode_enqueue(GpuDecoder *d) {
     }
     k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, g->final_norm, dm, 1, dm, eps, d->xn);
     CUDA_CHECK_LAST();
-    gemv(dt, g->lm_head, d->xn, NULL, d->logits, c->vocab, dm, 0, s);
+    proj_gemv(dt, &g->qlm, g->lm_head, d->xn, NULL, d->logits, c->vocab, dm, 0, s);
     k_argmax_advance<<<1, 1024, 0, s>>>(d->logits, c->vocab, d->d_tok, d->d_pos, d->d_out);
     CUDA_CHECK_LAST();
 }
@@ -433,13 +428,13 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
     // the lm_head with the argmax in it where the row loop takes it (a small model's), else the two
     const ArgmaxOut am = {d->arg_v, d->arg_i, d->arg_count, d->d_tok, d->d_pos, d->d_out};
     int fused_argmax = 0;
-    DISPATCH(dt, A, fused_argmax = gemv_rows_launch<A, true>(pdl, s, (const A *)g->lm_head, (const float *)d->x,
-                                                               (const float *)g->final_norm, eps, (const float *)NULL,
-                                                               d->logits, c->vocab, dm, 0, &am));
+    if (g->qlm.n == 0)
+        DISPATCH(dt, A, fused_argmax = gemv_rows_launch<A, true>(pdl, s, (const A *)g->lm_head, (const float *)d->x,
+                                                                   (const float *)g->final_norm, eps, (const float *)NULL,
+                                                                   d->logits, c->vocab, dm, 0, &am));
     d->lm_argmax = fused_argmax;
     if (fused_argmax) return;
-    static const GpuQProj dense = {{NULL, NULL, NULL}, {0, 0, 0}, 0};
-    proj(&dense, g->lm_head, g->final_norm, NULL, NULL, d->logits, c->vocab, dm, 0);
+    proj(&g->qlm, g->lm_head, g->final_norm, NULL, NULL, d->logits, c->vocab, dm, 0);  // dense or quantized
     const int ablocks = (c->vocab + 1023) / 1024 < 1024 ? (c->vocab + 1023) / 1024 : 1024;
     pdl_launch(pdl, k_argmax_fused, dim3(ablocks), dim3(1024), 0, s, (const float *)d->logits, c->vocab, d->arg_v,
                d->arg_i, d->arg_count, d->d_tok, d->d_pos, d->d_out);

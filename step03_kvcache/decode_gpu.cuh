@@ -3,7 +3,7 @@
 // device functions so that step04 runs them for every row of a flat batch) and the GEMV.
 // defines: Vec16, ATTN_CHUNK, ATTN_WARPS, ATTN_MAXG, ATTN_MAXE, attn_split_block, attn_split_core, attn_vec_core,
 //          attn_smem_bytes, attn_combine_heads, head_rms_inv, attn_block_softmax, argmax_pair,
-//          block_argmax; declares (decode_gpu.cu): gemv_rows, proj_gemv
+//          block_argmax; declares (decode_gpu.cu): proj_gemv
 //
 // Decode attention (flash-decoding's idea, done simply): the keys of one query are split in
 // blocks of ATTN_CHUNK; attn_split_block handles one (kv head, split) for the g = H/KV query
@@ -363,12 +363,10 @@ __device__ inline void attn_combine_heads(const float *part_o, const float *ml, 
     }
 }
 
-// y (rows) [+]= W (rows, n_in) x (n_in) + b (rows, or NULL): the GEMV version decode uses
-// (gemv_set_version), on stream s; acc = 1 adds into y (the residual add). x, y fp32.
-void gemv_rows(StDtype dt, const void *W, const float *x, const float *b, float *y, int rows, int n_in, int acc,
-               cudaStream_t s);
-// The same for one of a layer's projections: the dense W (q->n == 0) with gemv_rows, or step06's
-// qlinear_gpu_gemv over q's parts (part i writes outputs from the sum of the earlier parts' rows on,
-// with that slice of b). Graph-capturable as gemv_rows is.
+// y (rows) [+]= W (rows, n_in) x (n_in) + b (rows, or NULL) for one of a layer's projections (or the
+// lm_head): the dense W (q->n == 0) with the GEMV version decode uses (gemv_set_version), or
+// step06's qlinear_gpu_gemv over q's parts (part i writes outputs from the sum of the earlier parts'
+// rows on, with that slice of b); on stream s; acc = 1 adds into y (the residual add). x, y fp32.
+// Graph-capturable.
 void proj_gemv(StDtype dt, const GpuQProj *q, const void *W, const float *x, const float *b, float *y, int rows,
                int n_in, int acc, cudaStream_t s);

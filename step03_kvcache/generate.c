@@ -36,7 +36,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: generate --model DIR (--ids 1,2,3 | --prompt TEXT) --max-new-tokens N [--device cpu|cuda]\n"
             "                [--no-cache] [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S]\n"
-            "                [--ignore-eos] [--logprobs K] [--max-seq N] [--quant none|rtn-int8|rtn-int4] [--json]\n"
+            "                [--ignore-eos] [--logprobs K] [--max-seq N] [--quant Q] [--json]\n"
             "  --model        a Hugging Face directory (config.json, model.safetensors, optional tokenizer.json)\n"
             "  --ids          the prompt as token ids; --prompt encodes TEXT with DIR/tokenizer.json\n"
             "  --device       cpu (fp32 reference) or cuda (default: cuda when a GPU is usable)\n"
@@ -46,7 +46,8 @@ static void usage(FILE *f) {
             "  --ignore-eos   do not stop at the EOS ids of generation_config.json / config.json\n"
             "  --logprobs K   the top-K log-probabilities of every step (in --json)\n"
             "  --quant        quantize the projections at load (round to nearest: INT8 per channel, INT4 groups of\n"
-            "                 128; step06); a quantized checkpoint (GPTQ / AWQ) runs quantized without it\n"
+            "                 128; step06): none (default), rtn-int8, rtn-int4, or either with +lm_head (the\n"
+            "                 lm_head too); a quantized checkpoint (GPTQ / AWQ) runs quantized without it\n"
             "  --json         one object: ids (generated), prompt_ids, logprobs, times, KV bytes\n");
 }
 
@@ -127,7 +128,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--logprobs") && more) n_logprobs = (int)arg_int(a, argv[++i], 0, 20);
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--quant") && more) {
-            if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
+            if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8, rtn-int4, rtn-int8+lm_head or rtn-int4+lm_head", argv[i]);
         }
         else arg_help_or_unknown(a, usage);
     }

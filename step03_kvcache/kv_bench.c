@@ -46,7 +46,7 @@ static const char *TINY_JSON =
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
-            "                [--window W] [--reps N] [--copy-gbps X] [--quant none|rtn-int8|rtn-int4] [--qgemv V]\n"
+            "                [--window W] [--reps N] [--copy-gbps X] [--quant Q] [--qgemv V]\n"
             "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K] [--gemv-rows 0..3]\n"
             "                [--gemv-short 0|1] [--qtma-grid 0|1]\n"
             "                [--no-ladders] [--csv | --json]\n"
@@ -66,9 +66,9 @@ static void usage(FILE *f) {
             "               fused_pdl step (decode_step_by_gemv_split)\n"
             "  --gemv-rows R GPU, the fused step's dense GEMVs of short rows: 0 (default) a grid that fills the GPU\n"
             "               once and loops over the rows where one warp a row would be more than 8 such grids (the\n"
-            "               lm_head of a small model), 1 never, 2 wherever the rows fit, 3 as 0 with rows of up to\n"
-            "               16 chunks a lane (x in shared memory: the 8B's lm_head); all four are timed first in the\n"
-            "               fused_pdl step (decode_step_by_gemv_rows)\n"
+            "               lm_heads; rows of 9-16 chunks a lane with x in shared memory, as the 8B's), 1 never, 2\n"
+            "               wherever the rows fit, 3 as 0 without the rows of 9-16 chunks a lane; all four are timed\n"
+            "               first in the fused_pdl step (decode_step_by_gemv_rows)\n"
             "  --gemv-short S GPU, the fused step's dense GEMV rows of at most 4 16-byte chunks a lane: 1 (default)\n"
             "               with 4 chunks a lane in flight, 0 with 8 (more registers); both are timed first in the\n"
             "               fused_pdl step (decode_step_by_gemv_short)\n"
@@ -79,7 +79,8 @@ static void usage(FILE *f) {
             "  --gemv V     GPU: GEMV version 1..4 of step03's unfused step (default: the fastest decode of its ladder,\n"
             "               measured first)\n"
             "  --quant      quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups of\n"
-            "               128), random integers with --preset; a GPTQ / AWQ checkpoint runs quantized without it\n"
+            "               128): none (default), rtn-int8, rtn-int4, or either with +lm_head (the lm_head too);\n"
+            "               random integers with --preset; a GPTQ / AWQ checkpoint runs quantized without it\n"
             "  --qgemv V    GPU, quantized projections: the quantized GEMV's version 1..N of its ladder (qgemm_bench\n"
             "               names them; default: the fastest measured in this decode, INT4 v12, INT8 v13)\n");
 }
@@ -188,7 +189,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--qtma-grid") && more) qgrid = (int)arg_int(a, argv[++i], 0, 1);
         else if (!strcmp(a, "--no-ladders")) ladders = 0;
         else if (!strcmp(a, "--quant") && more) {
-            if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
+            if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8, rtn-int4, rtn-int8+lm_head or rtn-int4+lm_head", argv[i]);
         } else if (!strcmp(a, "--csv") || !strcmp(a, "--json")) continue;
         else arg_help_or_unknown(a, usage);
     }
@@ -253,7 +254,7 @@ int main(int argc, char **argv) {
         }
         static const int av[] = {1, 2}, sv[] = {0, 1, 2, 4}, rv[] = {0, 1, 2, 3}, uv[] = {1, 0}, qv[] = {0, 1};
         static const char *const an[] = {"v1", "v2"}, *const sn[] = {"auto", "1", "2", "4"},
-                                 *const rn[] = {"auto", "none", "all", "auto with 16-chunk rows"},
+                                 *const rn[] = {"auto", "none", "all", "auto without 16-chunk rows"},
                                  *const un[] = {"4 chunks a lane (default)", "8 chunks a lane"},
                                  *const qn[] = {"fewest rounds", "balanced over the SMs"};
         knob_ladder(gm, gpu_decoder_set_attn, av, an, 2, attn, attns, sizeof attns);
@@ -306,7 +307,9 @@ int main(int argc, char **argv) {
     const double es = use_cuda ? kv_elem : 4.0;
     // Quantized: the bytes the projections take as stored (integers + scales), not es per weight:
     // every weight held, less the embedding table but one row unless it is the tied lm_head.
-    const double emb_unread = c->tie_embeddings ? 0 : ((double)c->vocab - 1) * c->hidden * es;
+    // A tied table that the quantized lm_head replaced is read one row, as an untied one.
+    const int lm_quantized = qs.lm_head && qs.method != QLOAD_NONE && !(model_dir && w.quantized);
+    const double emb_unread = c->tie_embeddings && !lm_quantized ? 0 : ((double)c->vocab - 1) * c->hidden * es;
     const double weights_dense = account_decode_step(c, 1, 0, es, kv_elem).weights;
     const double weights_read = quantized ? weight_bytes - emb_unread : weights_dense;
     const double weights_extra = weights_read - weights_dense;  // added to account_decode_step's bytes below

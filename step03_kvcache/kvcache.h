@@ -118,9 +118,9 @@ int gpu_decoder_get_attn(void);
 void gpu_decoder_set_gemv_split(int ks);
 // The fused step's row loop for dense GEMVs of many short rows (k_gemv_rows: a grid that fills the
 // GPU once, x in registers, each warp walking rows): 0 (the default) where a warp a row would make
-// more than 8 grids' worth of blocks (the lm_heads of the small models), 1 never, 2 wherever the
-// rows fit (one round of 16-byte loads a lane, up to 16 a lane through shared memory; no
-// SwiGLU), 3 as 0 with rows of 9-16 chunks a lane too (the 8B's lm_head). Other values are ignored.
+// more than 8 grids' worth of blocks (the lm_heads: rows of up to 8 16-byte chunks a lane with x in
+// registers, of 9-16 with x in shared memory, as the 8B's), 1 never, 2 wherever the rows fit (no
+// SwiGLU), 3 as 0 without the rows of 9-16 chunks a lane. Other values are ignored.
 void gpu_decoder_set_gemv_rows(int mode);
 // The fused step's dense GEMVs whose rows are at most 4 16-byte chunks a lane (after the split):
 // 1 (the default) runs them with 4 chunks a lane in flight instead of 8 (half the registers for

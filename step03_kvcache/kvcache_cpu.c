@@ -86,7 +86,7 @@ int forward_cached_cpu(const CpuModel *m, CpuKvCache *kv, const int *ids, int T,
     }
     // Only the last token's logits are needed to pick the next token.
     rmsnorm_cpu(x + (Tz - 1) * d, m->final_norm, 1, d, c->rms_eps, xn);
-    linear_cpu(xn, m->lm_head, NULL, 1, d, c->vocab, logits);
+    lm_head_cpu(m, linear_cpu, xn, 1, logits);
     kv->len = pos0 + T;
     float *bufs[] = {x, xn, tmp, q, att, gate, up, cos_t, sin_t};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);

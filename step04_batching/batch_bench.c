@@ -63,7 +63,7 @@ static void usage(FILE *f) {
             "                   [--json] [--timeline FILE.csv] [--outputs FILE.jsonl] [--steps-csv FILE.csv]\n"
             "                   [--kv slots|paged] [--block-size B] [--num-blocks N | --kv-gib G] [--prefix-cache on|off]\n"
             "                   [--shared-prefix N] [--prefill-attn fused|gather] [--batch-invariant]\n"
-            "                   [--quant none|rtn-int8|rtn-int4]\n"
+            "                   [--quant Q]\n"
             "  --preset        tiny (built in: Qwen3-style, 2 layers, d=128) or a step01 preset (qwen3-0.6b,\n"
             "                  llama-3.1-8b, ...): random weights (bf16 on the GPU, fp32 on the CPU)\n"
             "  --requests      one JSON object per line: {\"prompt_ids\": [...], \"max_tokens\": N, \"temperature\": 0,\n"
@@ -102,7 +102,8 @@ static void usage(FILE *f) {
             "                  of 256 rows, no GEMV for a lone row, every row's attention by one kernel): greedy outputs identical\n"
             "                  with the prefix cache on or off and under any token budget; slower\n"
             "  --quant         quantized projections (step06): round to nearest at load (INT8 per channel, INT4 groups\n"
-            "                  of 128), random integers with --preset on the GPU; a GPTQ / AWQ checkpoint runs\n"
+            "                  of 128): none (default), rtn-int8, rtn-int4, or either with +lm_head (the lm_head\n"
+            "                  too); random integers with --preset on the GPU; a GPTQ / AWQ checkpoint runs\n"
             "                  quantized without it\n");
 }
 
@@ -303,7 +304,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-model-len")) max_len = (int)arg_int(a, argv[++i], 2, 1 << 22);
         else if (!strcmp(a, "--outputs")) outputs = argv[++i];
         else if (!strcmp(a, "--quant")) {
-            if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8 or rtn-int4", argv[i]);
+            if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8, rtn-int4, rtn-int8+lm_head or rtn-int4+lm_head", argv[i]);
         }
         else if (!strcmp(a, "--steps-csv")) steps_csv = argv[++i];
         else if (!strcmp(a, "--shared-prefix")) shared = (int)arg_int(a, argv[++i], 0, 1 << 20);

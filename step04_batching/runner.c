@@ -227,7 +227,7 @@ static int forward_cpu_batch(Runner *r, const Batch *b, float *logits_out, int *
     for (int i = 0; i < nl; i++) memcpy(r->lx + (size_t)i * d, r->x + (size_t)b->logit_rows[i] * d, (size_t)d * sizeof(float));
     rmsnorm_cpu(r->lx, m->final_norm, nl, d, c->rms_eps, r->lx);
     float *lg = logits_out ? logits_out : r->logits;
-    linear_rows_cpu(r->lx, m->lm_head, NULL, nl, d, V, lg);
+    lm_head_cpu(m, linear_rows_cpu, r->lx, nl, lg);
     if (argmax)
         for (int i = 0; i < nl; i++) argmax[i] = argmax_f32(lg + (size_t)i * V, V);
     return 0;

@@ -915,12 +915,12 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
         if (r->use_gemv && !r->batch_inv && nl == 1) {
             k_rmsnorm<float><<<1, 1024>>>(r->xg, g->final_norm, d, 1, d, eps, r->xnf);
             CUDA_CHECK_LAST();
-            gemv_rows(dt, g->lm_head, r->xnf, NULL, r->logits, V, d, 0, 0);
+            proj_gemv(dt, &g->qlm, g->lm_head, r->xnf, NULL, r->logits, V, d, 0, 0);
         } else {
             DISPATCH(dt, A, k_rmsnorm<A><<<nl, 256>>>(r->xg, g->final_norm, d, 1, d, eps, (A *)r->xn));
             CUDA_CHECK_LAST();
             // batch-invariant: always lcap rows (the rows past nl are stale and ignored)
-            gemm_xwt(g->blas, dt, r->batch_inv ? r->lcap : nl, V, d, r->xn, d, g->lm_head, r->logits, V, 0.0f);
+            proj_gemm(g->blas, dt, &g->qlm, r->batch_inv ? r->lcap : nl, V, d, r->xn, d, g->lm_head, r->logits, V, 0.0f);
         }
         launches += 3;
         if (argmax) {

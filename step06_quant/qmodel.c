@@ -13,9 +13,15 @@
 int quant_spec_parse(const char *s, QuantSpec *q) {
     memset(q, 0, sizeof *q);
     q->group = 128;
-    if (!strcmp(s, "none")) q->method = QLOAD_NONE;
-    else if (!strcmp(s, "rtn-int8")) q->method = QLOAD_RTN_INT8;
-    else if (!strcmp(s, "rtn-int4")) q->method = QLOAD_RTN_INT4;
+    const char *plus = strchr(s, '+');
+    const size_t n = plus ? (size_t)(plus - s) : strlen(s);
+    if (plus) {
+        if (strcmp(plus, "+lm_head")) return -1;
+        q->lm_head = 1;
+    }
+    if (n == 4 && !strncmp(s, "none", n) && !plus) q->method = QLOAD_NONE;
+    else if (n == 8 && !strncmp(s, "rtn-int8", n)) q->method = QLOAD_RTN_INT8;
+    else if (n == 8 && !strncmp(s, "rtn-int4", n)) q->method = QLOAD_RTN_INT4;
     else return -1;
     return 0;
 }
@@ -37,11 +43,12 @@ static int rtn_group(const QuantSpec *q, int cols, int *per_row) {
 
 static void rtn_fmt(const QuantSpec *q, int per_row, char *fmt, int fmtlen) {
     if (!fmt) return;
-    if (q->method == QLOAD_RTN_INT8) snprintf(fmt, (size_t)fmtlen, "rtn-int8 per-channel sym (quantized at load)");
-    else if (q->group == -1) snprintf(fmt, (size_t)fmtlen, "rtn-int4 per-row sym (quantized at load)");
+    const char *lm = q->lm_head ? ", lm_head too" : "";
+    if (q->method == QLOAD_RTN_INT8) snprintf(fmt, (size_t)fmtlen, "rtn-int8 per-channel sym%s (quantized at load)", lm);
+    else if (q->group == -1) snprintf(fmt, (size_t)fmtlen, "rtn-int4 per-row sym%s (quantized at load)", lm);
     else
-        snprintf(fmt, (size_t)fmtlen, "rtn-int4 g%d sym%s (quantized at load)", q->group,
-                 per_row ? ", one group per row where the group does not divide the inputs" : "");
+        snprintf(fmt, (size_t)fmtlen, "rtn-int4 g%d sym%s%s (quantized at load)", q->group,
+                 per_row ? ", one group per row where the group does not divide the inputs" : "", lm);
 }
 
 static int rtn_one(const float *W, int rows, int cols, const QuantSpec *q, int *per_row, QWeight *out, const char *what,
@@ -123,29 +130,33 @@ static inline uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-QWeight *qmodel_random_linears(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen) {
-    if (q->method == QLOAD_NONE) return NULL;
-    QWeight *ql = xcalloc((size_t)c->n_layers * N_PROJ, sizeof *ql);
+// A random symmetric (rows, cols) weight of q's kind: uniform integers, one scale s; `key` seeds it.
+static void random_qweight(QWeight *w, const QuantSpec *q, int rows, int cols, uint64_t key, int *per_row) {
     // uniform q over 0 .. 2^b - 1 with z = 2^(b-1): E[(q - z)^2] = (4^b - 1) / 12 + 1/4
     const double levels = (double)(1 << (int)q->method);
     const float s = (float)(0.02 / sqrt((levels * levels - 1) / 12 + 0.25));
+    if (qweight_alloc(w, (QuantKind)q->method, rows, cols, rtn_group(q, cols, per_row), 1) != 0)
+        die("qmodel: cannot make a random (%d, %d) %s weight", rows, cols, quant_kind_name((QuantKind)q->method));
+    const size_t nb = q->method == QLOAD_RTN_INT8 ? (size_t)rows * cols : (size_t)rows * (cols / 2);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < nb / 8; i++) {
+        const uint64_t r = mix64(key ^ (i * 0xD1B54A32D192ED03ull));
+        memcpy(w->q + i * 8, &r, 8);
+    }
+    for (size_t i = nb / 8 * 8; i < nb; i++) w->q[i] = (uint8_t)mix64(key + i);
+    for (size_t i = 0; i < (size_t)rows * w->n_groups; i++) w->scales[i] = s;
+}
+
+QWeight *qmodel_random_linears(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen) {
+    if (q->method == QLOAD_NONE) return NULL;
+    QWeight *ql = xcalloc((size_t)c->n_layers * N_PROJ, sizeof *ql);
     int per_row = 0;
     for (int l = 0; l < c->n_layers; l++)
         for (int p = 0; p < N_PROJ; p++) {
             int rows, cols;
             proj_shape(c, p, &rows, &cols);
-            QWeight *w = &ql[l * N_PROJ + p];
-            if (qweight_alloc(w, (QuantKind)q->method, rows, cols, rtn_group(q, cols, &per_row), 1) != 0)
-                die("qmodel_random_linears: cannot make a (%d, %d) %s weight", rows, cols, quant_kind_name((QuantKind)q->method));
-            const size_t nb = q->method == QLOAD_RTN_INT8 ? (size_t)rows * cols : (size_t)rows * (cols / 2);
-            const uint64_t key = mix64(seed * 1000003ull + (uint64_t)(l * N_PROJ + p));
-#pragma omp parallel for schedule(static)
-            for (size_t i = 0; i < nb / 8; i++) {
-                const uint64_t r = mix64(key ^ (i * 0xD1B54A32D192ED03ull));
-                memcpy(w->q + i * 8, &r, 8);
-            }
-            for (size_t i = nb / 8 * 8; i < nb; i++) w->q[i] = (uint8_t)mix64(key + i);
-            for (size_t i = 0; i < (size_t)rows * w->n_groups; i++) w->scales[i] = s;
+            random_qweight(&ql[l * N_PROJ + p], q, rows, cols, mix64(seed * 1000003ull + (uint64_t)(l * N_PROJ + p)),
+                           &per_row);
         }
     if (fmt) {
         rtn_fmt(q, per_row, fmt, fmtlen);
@@ -181,6 +192,16 @@ int qmodel_quantize_cpu(CpuModel *m, const QuantSpec *q, char *fmt, int fmtlen, 
             L->q[p] = qw;
         }
     }
+    if (q->lm_head && !m->q_lm_head) {
+        QWeight *qw = xcalloc(1, sizeof *qw);
+        if (rtn_one(m->lm_head, c->vocab, c->hidden, q, &per_row, qw, "lm_head", err, errlen) != 0) {
+            free(qw);
+            return -1;
+        }
+        if (m->lm_head != m->embed) free(m->lm_head);  // tied: the embedding stays for the lookups
+        m->lm_head = NULL;
+        m->q_lm_head = qw;
+    }
     rtn_fmt(q, per_row, fmt, fmtlen);
     return 0;
 }
@@ -210,12 +231,35 @@ int qmodel_cpu_load(const ModelWeights *w, const QuantSpec *q, CpuModel *m, char
     return 0;
 }
 
+// g's lm_head replaced by lm (then freed); g freed on failure. g, or NULL + err.
+static GpuModel *with_q_lm_head(GpuModel *g, QWeight *lm, char *err, int errlen) {
+    if (g && gpu_model_quantize_lm_head(g, lm, err, errlen) != 0) {
+        gpu_model_free(g);
+        g = NULL;
+    }
+    qweight_free(lm);
+    return g;
+}
+
 GpuModel *qmodel_gpu_load(const ModelWeights *w, const QuantSpec *q, char *fmt, int fmtlen, char *err, int errlen) {
     QWeight *ql = qmodel_linears(w, q, fmt, fmtlen, err, errlen);
     if (!ql && err && err[0]) return NULL;
     GpuModel *g = gpu_model_load_q(w, ql, err, errlen);
     qmodel_linears_free(ql, w->cfg.n_layers);
-    return g;
+    if (!g || !q->lm_head || w->quantized || q->method == QLOAD_NONE) return g;
+    const ModelConfig *c = &w->cfg;
+    const StTensor *t = w->lm_head ? w->lm_head : w->embed;  // tied: the embedding
+    float *W = xmalloc((size_t)c->vocab * c->hidden * sizeof(float));
+    st_to_f32(t, W);
+    QWeight lm = {0};
+    int per_row = 0;
+    const int rc = rtn_one(W, c->vocab, c->hidden, q, &per_row, &lm, "lm_head", err, errlen);
+    free(W);
+    if (rc) {
+        gpu_model_free(g);
+        return NULL;
+    }
+    return with_q_lm_head(g, &lm, err, errlen);
 }
 
 GpuModel *qmodel_gpu_random(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen, char *err,
@@ -224,12 +268,17 @@ GpuModel *qmodel_gpu_random(const ModelConfig *c, const QuantSpec *q, uint64_t s
     QWeight *ql = qmodel_random_linears(c, q, seed, fmt, fmtlen);
     GpuModel *g = gpu_model_random_q(c, seed, ql, err, errlen);
     qmodel_linears_free(ql, c->n_layers);
-    return g;
+    if (!g || !q->lm_head || q->method == QLOAD_NONE) return g;
+    QWeight lm = {0};
+    int per_row = 0;
+    random_qweight(&lm, q, c->vocab, c->hidden, mix64(seed * 1000003ull + 999999937ull), &per_row);
+    return with_q_lm_head(g, &lm, err, errlen);
 }
 
 double qmodel_cpu_weight_bytes(const CpuModel *m) {
     const ModelConfig *c = &m->cfg;
-    double b = (double)c->vocab * c->hidden * 4 * (m->lm_head == m->embed ? 1 : 2) + c->hidden * 4.0;
+    double b = (double)c->vocab * c->hidden * 4 * (m->lm_head && m->lm_head != m->embed ? 2 : 1) + c->hidden * 4.0;
+    if (m->q_lm_head) b += (double)qweight_bytes(m->q_lm_head);
     for (int l = 0; l < c->n_layers; l++) {
         const CpuLayer *L = &m->layers[l];
         const float *W[N_PROJ] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};

@@ -31,10 +31,14 @@ typedef enum { QLOAD_NONE = 0, QLOAD_RTN_INT8 = 8, QLOAD_RTN_INT4 = 4 } QuantAtL
 
 typedef struct {
     QuantAtLoad method;
-    int group;  // INT4 inputs per group (default 128; -1: one group per row); INT8 is per row
+    int group;    // INT4 inputs per group (default 128; -1: one group per row); INT8 is per row
+    int lm_head;  // 1: the lm_head quantized the same way too (a dense checkpoint or a random preset)
 } QuantSpec;
 
-// "none", "rtn-int8", "rtn-int4" (group 128). 0, or -1 (unknown name).
+// "none", "rtn-int8", "rtn-int4" (group 128), and "rtn-int8+lm_head", "rtn-int4+lm_head": the
+// lm_head quantized too (as GPTQModel's "lm_head": true; it is otherwise left in bf16, the largest
+// single matrix of a small-vocabulary-to-hidden ratio model: 1.05 GB of Llama-3.1-8B's 16 GB).
+// 0, or -1 (unknown name).
 int quant_spec_parse(const char *s, QuantSpec *q);
 
 // The projections of w as QWeights, (n_layers * N_PROJ) in Proj order, or NULL with *err = 0 when
@@ -46,14 +50,16 @@ QWeight *qmodel_linears(const ModelWeights *w, const QuantSpec *q, char *fmt, in
 QWeight *qmodel_random_linears(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen);
 void qmodel_linears_free(QWeight *ql, int n_layers);
 
-// Quantize a dense CpuModel's projections in place (RTN, as above; the fp32 matrices are freed).
-// 0, or -1 + err.
+// Quantize a dense CpuModel's projections in place (RTN, as above; the fp32 matrices are freed),
+// and its lm_head (CpuModel.q_lm_head) when q->lm_head. 0, or -1 + err.
 int qmodel_quantize_cpu(CpuModel *m, const QuantSpec *q, char *fmt, int fmtlen, char *err, int errlen);
 // cpu_model_load for any checkpoint: dense as cpu_model_load, or with the projections of
 // qmodel_linears. 0, or -1 + err.
 int qmodel_cpu_load(const ModelWeights *w, const QuantSpec *q, CpuModel *m, char *fmt, int fmtlen, char *err, int errlen);
 // gpu_model_load for any checkpoint (gpu_model_load_q with qmodel_linears), and the random preset
-// (gpu_model_random_q with qmodel_random_linears; bf16 and dense when q->method is none).
+// (gpu_model_random_q with qmodel_random_linears; bf16 and dense when q->method is none); with
+// q->lm_head the lm_head quantized too (gpu_model_quantize_lm_head) unless the checkpoint is a
+// quantized one (its lm_head stays as it has it).
 GpuModel *qmodel_gpu_load(const ModelWeights *w, const QuantSpec *q, char *fmt, int fmtlen, char *err, int errlen);
 GpuModel *qmodel_gpu_random(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen, char *err,
                             int errlen);

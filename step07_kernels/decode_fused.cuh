@@ -367,8 +367,9 @@ __global__ void __launch_bounds__(GEMVF_WARPS * 32)
 // fit one round of 8 chunks a lane (bf16 rows up to 2048, fp32 up to 1024) or, staged in shared
 // memory (XS), of 16 (bf16 up to 4096, fp32 up to 2048): 0 (auto) the 8-chunk ones whose
 // one-row-a-warp grid would be more than 8 times what the GPU holds at once (the lm_heads of
-// Qwen3-0.6B and Llama-3.2-1B), 1 none, 2 all of them, 3 as auto with the 16-chunk rows too (the
-// Llama-3.1-8B lm_head; not yet timed, so not in auto).
+// Qwen3-0.6B, Llama-3.2-1B and, with x in shared memory, Llama-3.1-8B: its step 4.22 -> 4.17 ms on
+// the H200), 1 none, 2 all of them, 3 as auto without the 16-chunk rows (the 8B's lm_head as
+// k_gemv_fused then).
 static int g_gemvf_rows = 0;
 // The current device's SM count, asked once (the launchers' grid rules).
 static int fused_sms() {
@@ -385,7 +386,7 @@ template <class W, bool NORM, int CPL, bool XS = false>
 static bool gemv_rows_try(int pdl, cudaStream_t s, const W *Wm, const float *x, const float *nw, float eps,
                           const float *b, float *y, int rows, int n_in, int accumulate, const ArgmaxOut *am) {
     const size_t smem = XS ? (size_t)n_in * sizeof(float) : 0;
-    if (g_gemvf_rows == 1 || (XS && g_gemvf_rows < 2) || smem > 48 * 1024) return false;
+    if (g_gemvf_rows == 1 || (XS && g_gemvf_rows == 3) || smem > 48 * 1024) return false;
     int per = 0;  // blocks an SM holds (with this row's shared memory)
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_gemv_rows<W, NORM, CPL, true, XS>, GEMVF_WARPS * 32,
                                                              smem));

@@ -48,6 +48,14 @@ static void dequant_twin(const ModelWeights *w, const CpuModel *q, CpuModel *twi
             *W = malloc((size_t)qw->rows * qw->cols * sizeof(float));
             qweight_dequant(qw, *W);
         }
+    if (q->q_lm_head) {  // the lm_head quantized too (tied or not: the embedding stays dense)
+        cr_assert_null(q->lm_head, "the quantized lm_head left a dense one in the model");
+        cr_assert(q->embed, "the embedding went with the lm_head");
+        float *W = malloc((size_t)w->cfg.vocab * w->cfg.hidden * sizeof(float));
+        qweight_dequant(q->q_lm_head, W);
+        if (twin->lm_head != twin->embed) free(twin->lm_head);
+        twin->lm_head = W;
+    }
 }
 
 static void random_ids(int *ids, int n, int vocab, uint64_t seed) {
@@ -146,7 +154,15 @@ static void rtn_case(const char *model, const char *method) {
     CpuModel qm, twin, dense;
     char fmt[256];
     cr_assert_eq(qmodel_cpu_load(&w, &qs, &qm, fmt, sizeof fmt, err, sizeof err), 0, "%s: %s", what, err);
-    cr_expect(strstr(fmt, method) != NULL, "%s: the format line '%s' does not name the method", what, fmt);
+    cr_expect(strncmp(fmt, method, 8) == 0, "%s: the format line '%s' does not name the method", what, fmt);
+    cr_expect_eq(strstr(fmt, "lm_head too") != NULL, qs.lm_head, "%s: format line '%s'", what, fmt);
+    cr_expect_eq(qm.q_lm_head != NULL, qs.lm_head, "%s: lm_head quantized %d, asked %d", what, qm.q_lm_head != NULL,
+                 qs.lm_head);
+    if (qm.q_lm_head) {
+        const QWeight *q = qm.q_lm_head;
+        cr_expect(q->rows == w.cfg.vocab && q->cols == w.cfg.hidden && (int)q->kind == (int)qs.method,
+                  "%s: lm_head (%d, %d) int%d", what, q->rows, q->cols, (int)q->kind);
+    }
     for (int l = 0; l < w.cfg.n_layers; l++)
         for (int p = 0; p < N_PROJ; p++) {
             const QWeight *q = qm.layers[l].q[p];
@@ -172,6 +188,8 @@ Test(step06_engine, rtn_at_load_forward_equals_the_dequantized_forward, .timeout
     rtn_case("qwen2_bias_f32", "rtn-int4");
     rtn_case("qwen3_qknorm_f32", "rtn-int8");  // q/k norms; ff 163 is odd: no INT4 (below)
     rtn_case("llama_gqa_hd_f32", "rtn-int8");
+    rtn_case("llama_mha_f32", "rtn-int4+lm_head");         // the lm_head quantized too: untied
+    rtn_case("llama3_tied_rope_f32", "rtn-int8+lm_head");  // tied: the embedding stays for the lookups
 }
 
 Test(step06_engine, rtn_int4_refuses_an_odd_width_by_name) {
@@ -184,6 +202,14 @@ Test(step06_engine, rtn_int4_refuses_an_odd_width_by_name) {
     cr_assert_eq(qmodel_cpu_load(&w, &qs, &m, NULL, 0, err, sizeof err), -1);
     cr_expect(strstr(err, "down_proj") && strstr(err, "even"), "message: %s", err);
     cr_expect_eq(quant_spec_parse("rtn-int3", &qs), -1);
+    cr_expect_eq(quant_spec_parse("none+lm_head", &qs), -1, "nothing to quantize the lm_head with");
+    cr_expect_eq(quant_spec_parse("rtn-int4+lm", &qs), -1);
+    cr_expect_eq(quant_spec_parse("rtn-int4+lm_head+x", &qs), -1);
+    cr_expect_eq(quant_spec_parse("rtn-int8x", &qs), -1);
+    cr_assert_eq(quant_spec_parse("rtn-int4+lm_head", &qs), 0);
+    cr_expect(qs.method == QLOAD_RTN_INT4 && qs.lm_head && qs.group == 128);
+    cr_assert_eq(quant_spec_parse("rtn-int8", &qs), 0);
+    cr_expect(qs.method == QLOAD_RTN_INT8 && !qs.lm_head);
     model_free(&w);
 }
 

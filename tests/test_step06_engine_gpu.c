@@ -36,6 +36,8 @@ static const Case CASES[] = {
     {"tests/data/models/llama_mha_f32", "rtn-int8"},   {"tests/data/models/llama_mha_f32", "rtn-int4"},
     {"tests/data/models/qwen2_bias_f32", "rtn-int4"},  {"tests/data/models/qwen3_qknorm_f32", "rtn-int8"},
     {"tests/data/models/llama_gqa_hd_bf16", "rtn-int8"}, {"tests/data/quant/gptq4_act_model", "none"},
+    // the lm_head quantized too: untied (INT4), tied (INT8: the embedding stays bf16 for the lookups)
+    {"tests/data/models/llama_mha_f32", "rtn-int4+lm_head"}, {"tests/data/models/llama3_tied_rope_f32", "rtn-int8+lm_head"},
 };
 #define N_CASES (int)(sizeof CASES / sizeof CASES[0])
 
@@ -58,6 +60,8 @@ static void qmodels_load(const Case *k, QModels *m) {
     snprintf(m->what, sizeof m->what, "%s [%s]", k->dir, f1);
     cr_expect(strstr(gpu_model_describe(m->gm), "projections quantized"), "%s: description '%s'", m->what,
               gpu_model_describe(m->gm));
+    cr_expect_eq(strstr(gpu_model_describe(m->gm), "lm_head quantized") != NULL, qs.lm_head, "%s: description '%s'",
+                 m->what, gpu_model_describe(m->gm));
 }
 
 static void qmodels_free(QModels *m) {
