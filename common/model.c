@@ -78,7 +78,10 @@ int model_load(const char *dir, ModelWeights *m, char *err, int errlen) {
     WANT("model.norm.weight", 1, hidden, 0, &m->final_norm);
     // Tied: the output projection is the embedding matrix, whatever lm_head.weight the file
     // may also carry (transformers ties them the same way).
+    // A quantized checkpoint may hold the lm_head quantized (GPTQ's "lm_head": true: lm_head.qweight
+    // and no lm_head.weight): then lm_head is NULL, step06 reads it.
     if (c->tie_embeddings) m->lm_head = m->embed;
+    else if (quant && !st_get(&m->st, "lm_head.weight") && st_get(&m->st, "lm_head.qweight")) m->lm_head = NULL;
     else WANT("lm_head.weight", 2, c->vocab, hidden, &m->lm_head);
 
     char name[256];

@@ -46,7 +46,8 @@ typedef struct {
     StSet st;
     const StTensor *embed;       // (vocab, hidden)
     const StTensor *final_norm;  // (hidden)
-    const StTensor *lm_head;     // (vocab, hidden); the embedding when tied
+    const StTensor *lm_head;     // (vocab, hidden); the embedding when tied; NULL in a quantized
+                                 // checkpoint that holds it quantized (lm_head.qweight, step06)
     LayerTensors *layers;        // [cfg.n_layers]
     int quantized;               // config.json has a quantization_config (see above)
     char dir[1024];              // the directory it was loaded from

@@ -76,8 +76,8 @@ static int parse_qc(json_t *q, const char *src, HfQuantConfig *c, char *err, int
                 return bad_field(err, errlen, src, fk[i], f, "\"gptq\": the v1 layout with zero points stored minus one");
         }
         int b;
-        if (get_bool(q, "lm_head", 0, &b) || b)
-            return bad_field(err, errlen, src, "lm_head", json_object_get(q, "lm_head"), "false: lm_head stays unquantized");
+        if (get_bool(q, "lm_head", 0, &c->lm_head))
+            return bad_field(err, errlen, src, "lm_head", json_object_get(q, "lm_head"), "true or false");
         if (get_bool(q, "is_marlin_format", 0, &b) || b)
             return bad_field(err, errlen, src, "is_marlin_format", json_object_get(q, "is_marlin_format"), "false");
         json_t *pd = json_object_get(q, "pack_dtype");
@@ -164,8 +164,10 @@ int hfq_config_load(const char *dir, HfQuantConfig *c, char *err, int errlen) {
 
 static json_t *qc_object(const HfQuantConfig *c) {
     if (c->method != HFQ_GPTQ || (c->bits != 4 && c->bits != 8)) return NULL;
-    return json_pack("{s:i, s:s, s:b, s:i, s:s, s:b}", "bits", c->bits, "checkpoint_format", "gptq", "desc_act",
-                     c->desc_act, "group_size", c->group_size, "quant_method", "gptq", "sym", c->sym);
+    json_t *o = json_pack("{s:i, s:s, s:b, s:i, s:s, s:b}", "bits", c->bits, "checkpoint_format", "gptq", "desc_act",
+                          c->desc_act, "group_size", c->group_size, "quant_method", "gptq", "sym", c->sym);
+    if (o && c->lm_head) json_object_set_new(o, "lm_head", json_true());
+    return o;
 }
 
 char *hfq_config_json(const HfQuantConfig *c) {
@@ -506,7 +508,7 @@ int hfq_write_model(const char *src_dir, const char *out_dir, const HfQuantConfi
         model_free(&m);
         return errf(err, errlen, "%s is already a quantized checkpoint (config.json has a quantization_config)", src_dir);
     }
-    const int nl = m.cfg.n_layers, nq = nl * HFQ_N_LINEARS;
+    const int nl = m.cfg.n_layers, nq = nl * HFQ_N_LINEARS + (c->lm_head ? 1 : 0);
     Packed *pk = calloc((size_t)nq + 1, sizeof *pk);
     StWriteTensor *wt = calloc((size_t)m.st.n_tensors + 4 * (size_t)nq + 1, sizeof *wt);
     char path[4096];
@@ -516,13 +518,16 @@ int hfq_write_model(const char *src_dir, const char *out_dir, const HfQuantConfi
         errf(err, errlen, "out of memory");
         goto done;
     }
-    for (int l = 0; l < nl; l++)
+    for (int l = 0; l <= nl; l++)
         for (int k = 0; k < HFQ_N_LINEARS; k++) {
+            const int lm = l == nl;  // the lm_head, after the layers, when the config quantizes it
+            if (lm && (!c->lm_head || k > 0)) break;
             Packed *p = &pk[l * HFQ_N_LINEARS + k];
             char prefix[256], wname[300];
-            snprintf(prefix, sizeof prefix, "model.layers.%d.%s", l, hfq_linear_names[k]);
+            if (lm) snprintf(prefix, sizeof prefix, "lm_head");
+            else snprintf(prefix, sizeof prefix, "model.layers.%d.%s", l, hfq_linear_names[k]);
             snprintf(wname, sizeof wname, "%s.weight", prefix);
-            const StTensor *src = st_get(&m.st, wname);
+            const StTensor *src = lm ? m.lm_head : st_get(&m.st, wname);
             if (!src || src->ndim != 2) {
                 errf(err, errlen, "%s: tensor '%s' not found or not 2-D", src_dir, wname);
                 goto done;
@@ -536,7 +541,7 @@ int hfq_write_model(const char *src_dir, const char *out_dir, const HfQuantConfi
             st_to_f32(src, W);
             QWeight q;
             memset(&q, 0, sizeof q);
-            int frc = fn(ctx, l, k, prefix, W, rows, cols, &q, err, errlen);
+            int frc = fn(ctx, l, lm ? HFQ_LM_HEAD : k, prefix, W, rows, cols, &q, err, errlen);
             free(W);
             if (frc) {
                 qweight_free(&q);
@@ -571,7 +576,7 @@ int hfq_write_model(const char *src_dir, const char *out_dir, const HfQuantConfi
                 snprintf(wn, sizeof wn, "%s.weight", hfq_linear_names[k]);
                 used |= !strcmp(rest, wn);
             }
-        if (used) continue;
+        if (used || (c->lm_head && !strcmp(t->name, "lm_head.weight"))) continue;
         StWriteTensor *w = &wt[nw++];
         w->name = t->name, w->dtype = t->dtype, w->ndim = t->ndim, w->data = t->data;
         for (int d = 0; d < t->ndim; d++) w->shape[d] = t->shape[d];

@@ -8,7 +8,9 @@
 // error naming the field and its value):
 //   {"quant_method": "gptq", "bits": 4 | 8, "group_size": 128 | 64 | 32 | -1 (-1: one group per
 //    row), "sym": true | false, "desc_act": true | false, "checkpoint_format": "gptq" (v1; absent
-//    means v1 too)}; "lm_head" must be false or absent, "pack_dtype" "int32" or absent.
+//    means v1 too)}; "lm_head" false or absent (lm_head.weight dense), or true (lm_head.qweight
+//    etc. as the layers' linears, the format GPTQModel writes with that option); "pack_dtype"
+//    "int32" or absent.
 //   {"quant_method": "awq", "version": "gemm", "bits": 4, "group_size": 128, "zero_point": true};
 //    "modules_to_not_convert" null or empty.
 // Other keys (damp_percent, true_sequential, model_name_or_path, ...) do not change the layout
@@ -48,6 +50,7 @@ typedef struct {
     int group_size;        // inputs per group, or -1: one group per output row (per channel)
     int sym;               // GPTQ "sym"; AWQ: 0 (zero_point true)
     int desc_act;          // GPTQ "desc_act" (act-order: g_idx is a permutation's groups)
+    int lm_head;           // GPTQ "lm_head": the lm_head is quantized too (tensors lm_head.qweight ...)
 } HfQuantConfig;
 
 // Parse a whole config.json text (src names it in messages). No "quantization_config": 0 with
@@ -58,6 +61,7 @@ int hfq_config_parse(const char *json_text, const char *src, HfQuantConfig *c, c
 int hfq_config_load(const char *dir, HfQuantConfig *c, char *err, int errlen);
 // The quantization_config object for `c` (GPTQ only) as compact JSON text (malloc'd; NULL on bad c):
 //   {"bits":4,"checkpoint_format":"gptq","desc_act":false,"group_size":128,"quant_method":"gptq","sym":true}
+// (with "lm_head":true after "group_size" when c->lm_head).
 char *hfq_config_json(const HfQuantConfig *c);
 
 // Read the quantized linear `prefix` (no trailing dot) from st into *w (allocated here; free
@@ -86,8 +90,11 @@ void hfq_gptq_tensors_free(HfqGptqTensors *t);
 // ---------------------------------------------------------------- whole model (for `quantize`)
 // The linears of layer i that are quantized, in this order (the suffix after
 // "model.layers.{i}."): self_attn.q_proj, k_proj, v_proj, o_proj, mlp.gate_proj, up_proj, down_proj.
-// Embeddings, norms, biases and lm_head stay as in the source.
+// Embeddings, norms and biases stay as in the source, and the lm_head unless the config's lm_head
+// is set (then it is quantized last: layer = n_layers, which = HFQ_LM_HEAD, name "lm_head"; a tied
+// source's embedding matrix is its weight, and the embedding stays too).
 #define HFQ_N_LINEARS 7
+#define HFQ_LM_HEAD HFQ_N_LINEARS
 extern const char *const hfq_linear_names[HFQ_N_LINEARS];  // "self_attn.q_proj", ..., "mlp.down_proj"
 
 // Called once per quantized linear, in layer order then hfq_linear_names order: fill *out from

@@ -63,7 +63,7 @@ static int rtn_one(const float *W, int rows, int cols, const QuantSpec *q, int *
 
 void qmodel_linears_free(QWeight *ql, int n_layers) {
     if (!ql) return;
-    for (int i = 0; i < n_layers * N_PROJ; i++) qweight_free(&ql[i]);
+    for (int i = 0; i <= n_layers * N_PROJ; i++) qweight_free(&ql[i]);  // the layers', then the lm_head's slot
     free(ql);
 }
 
@@ -79,7 +79,8 @@ QWeight *qmodel_linears(const ModelWeights *w, const QuantSpec *q, char *fmt, in
         if (fmt) snprintf(fmt, (size_t)fmtlen, "none (dense weights)");
         return NULL;
     }
-    QWeight *ql = xcalloc((size_t)c->n_layers * N_PROJ, sizeof *ql);
+    QWeight *ql = xcalloc((size_t)c->n_layers * N_PROJ + 1, sizeof *ql);
+    QWeight *lm = &ql[(size_t)c->n_layers * N_PROJ];
     char name[256];
     if (w->quantized) {
         HfQuantConfig hc;
@@ -95,12 +96,13 @@ QWeight *qmodel_linears(const ModelWeights *w, const QuantSpec *q, char *fmt, in
                 snprintf(name, sizeof name, "model.layers.%d.%s", l, hfq_linear_names[p]);
                 if (hfq_read_linear(&w->st, name, &hc, rows, cols, &ql[l * N_PROJ + p], err, errlen) != 0) goto bad;
             }
+        if (hc.lm_head && hfq_read_linear(&w->st, "lm_head", &hc, c->vocab, c->hidden, lm, err, errlen) != 0) goto bad;
         if (fmt) {
             char g[32];
             if (hc.group_size == -1) snprintf(g, sizeof g, "per-row");
             else snprintf(g, sizeof g, "g%d", hc.group_size);
-            snprintf(fmt, (size_t)fmtlen, "%s int%d %s %s%s (checkpoint%s)", hc.method == HFQ_GPTQ ? "gptq" : "awq",
-                     hc.bits, g, hc.sym ? "sym" : "asym", hc.desc_act ? " act-order" : "",
+            snprintf(fmt, (size_t)fmtlen, "%s int%d %s %s%s%s (checkpoint%s)", hc.method == HFQ_GPTQ ? "gptq" : "awq",
+                     hc.bits, g, hc.sym ? "sym" : "asym", hc.desc_act ? " act-order" : "", hc.lm_head ? ", lm_head too" : "",
                      q->method != QLOAD_NONE ? "; --quant ignored: it is quantized already" : "");
         }
         return ql;
@@ -116,6 +118,14 @@ QWeight *qmodel_linears(const ModelWeights *w, const QuantSpec *q, char *fmt, in
             free(W);
             if (rc) goto bad;
         }
+    if (q->lm_head) {
+        const StTensor *t = w->lm_head ? w->lm_head : w->embed;  // tied: the embedding matrix
+        float *W = xmalloc((size_t)t->numel * sizeof(float));
+        st_to_f32(t, W);
+        const int rc = rtn_one(W, c->vocab, c->hidden, q, &per_row, lm, "lm_head", err, errlen);
+        free(W);
+        if (rc) goto bad;
+    }
     rtn_fmt(q, per_row, fmt, fmtlen);
     return ql;
 bad:
@@ -149,7 +159,7 @@ static void random_qweight(QWeight *w, const QuantSpec *q, int rows, int cols, u
 
 QWeight *qmodel_random_linears(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen) {
     if (q->method == QLOAD_NONE) return NULL;
-    QWeight *ql = xcalloc((size_t)c->n_layers * N_PROJ, sizeof *ql);
+    QWeight *ql = xcalloc((size_t)c->n_layers * N_PROJ + 1, sizeof *ql);
     int per_row = 0;
     for (int l = 0; l < c->n_layers; l++)
         for (int p = 0; p < N_PROJ; p++) {
@@ -158,6 +168,9 @@ QWeight *qmodel_random_linears(const ModelConfig *c, const QuantSpec *q, uint64_
             random_qweight(&ql[l * N_PROJ + p], q, rows, cols, mix64(seed * 1000003ull + (uint64_t)(l * N_PROJ + p)),
                            &per_row);
         }
+    if (q->lm_head)
+        random_qweight(&ql[(size_t)c->n_layers * N_PROJ], q, c->vocab, c->hidden,
+                       mix64(seed * 1000003ull + (uint64_t)c->n_layers * N_PROJ), &per_row);
     if (fmt) {
         rtn_fmt(q, per_row, fmt, fmtlen);
         char *at = strstr(fmt, "(quantized at load)");
@@ -227,52 +240,42 @@ int qmodel_cpu_load(const ModelWeights *w, const QuantSpec *q, CpuModel *m, char
             *qw = ql[l * N_PROJ + p];  // moved: the model owns it now
             m->layers[l].q[p] = qw;
         }
+    const QWeight *lm = &ql[(size_t)w->cfg.n_layers * N_PROJ];
+    if (lm->q) {  // the checkpoint's lm_head is quantized too
+        m->q_lm_head = xmalloc(sizeof *m->q_lm_head);
+        *m->q_lm_head = *lm;
+        if (m->lm_head != m->embed) free(m->lm_head);
+        m->lm_head = NULL;
+    }
     free(ql);
     return 0;
 }
 
-// g's lm_head replaced by lm (then freed); g freed on failure. g, or NULL + err.
-static GpuModel *with_q_lm_head(GpuModel *g, QWeight *lm, char *err, int errlen) {
-    if (g && gpu_model_quantize_lm_head(g, lm, err, errlen) != 0) {
+// g with the lm_head of ql's last slot (n_layers * N_PROJ) when it holds one; g freed on failure.
+static GpuModel *with_q_lm_head(GpuModel *g, const QWeight *ql, int n_layers, char *err, int errlen) {
+    const QWeight *lm = ql ? &ql[(size_t)n_layers * N_PROJ] : NULL;
+    if (g && lm && lm->q && gpu_model_quantize_lm_head(g, lm, err, errlen) != 0) {
         gpu_model_free(g);
         g = NULL;
     }
-    qweight_free(lm);
     return g;
 }
 
 GpuModel *qmodel_gpu_load(const ModelWeights *w, const QuantSpec *q, char *fmt, int fmtlen, char *err, int errlen) {
     QWeight *ql = qmodel_linears(w, q, fmt, fmtlen, err, errlen);
     if (!ql && err && err[0]) return NULL;
-    GpuModel *g = gpu_model_load_q(w, ql, err, errlen);
+    GpuModel *g = with_q_lm_head(gpu_model_load_q(w, ql, err, errlen), ql, w->cfg.n_layers, err, errlen);
     qmodel_linears_free(ql, w->cfg.n_layers);
-    if (!g || !q->lm_head || w->quantized || q->method == QLOAD_NONE) return g;
-    const ModelConfig *c = &w->cfg;
-    const StTensor *t = w->lm_head ? w->lm_head : w->embed;  // tied: the embedding
-    float *W = xmalloc((size_t)c->vocab * c->hidden * sizeof(float));
-    st_to_f32(t, W);
-    QWeight lm = {0};
-    int per_row = 0;
-    const int rc = rtn_one(W, c->vocab, c->hidden, q, &per_row, &lm, "lm_head", err, errlen);
-    free(W);
-    if (rc) {
-        gpu_model_free(g);
-        return NULL;
-    }
-    return with_q_lm_head(g, &lm, err, errlen);
+    return g;
 }
 
 GpuModel *qmodel_gpu_random(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen, char *err,
                             int errlen) {
     if (q->method == QLOAD_NONE && fmt) snprintf(fmt, (size_t)fmtlen, "none (dense weights)");
     QWeight *ql = qmodel_random_linears(c, q, seed, fmt, fmtlen);
-    GpuModel *g = gpu_model_random_q(c, seed, ql, err, errlen);
+    GpuModel *g = with_q_lm_head(gpu_model_random_q(c, seed, ql, err, errlen), ql, c->n_layers, err, errlen);
     qmodel_linears_free(ql, c->n_layers);
-    if (!g || !q->lm_head || q->method == QLOAD_NONE) return g;
-    QWeight lm = {0};
-    int per_row = 0;
-    random_qweight(&lm, q, c->vocab, c->hidden, mix64(seed * 1000003ull + 999999937ull), &per_row);
-    return with_q_lm_head(g, &lm, err, errlen);
+    return g;
 }
 
 double qmodel_cpu_weight_bytes(const CpuModel *m) {

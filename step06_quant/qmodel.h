@@ -1,7 +1,8 @@
 // qmodel.h — step06's quantized projections in the engine: a model whose seven projections per
 // layer (q/k/v/o, gate/up/down) are QWeights (quant.h), on the CPU (CpuLayer.q: linear_q_cpu) and
 // on the GPU (GpuModel's QLinearGpu projections: qlinear_gpu_gemv for one row, qlinear_gpu_gemm for
-// more), everything else (embeddings, norms, biases, lm_head) as the dense loaders have it.
+// more), everything else (embeddings, norms, biases, and the lm_head unless it is quantized too:
+// QuantSpec.lm_head, or a checkpoint that holds it so) as the dense loaders have it.
 // defines: QuantAtLoad, QuantSpec, quant_spec_parse, qmodel_linears, qmodel_random_linears,
 //          qmodel_linears_free, qmodel_quantize_cpu, qmodel_cpu_load, qmodel_gpu_load,
 //          qmodel_gpu_random, qmodel_cpu_weight_bytes, qmodel_load
@@ -41,12 +42,15 @@ typedef struct {
 // 0, or -1 (unknown name).
 int quant_spec_parse(const char *s, QuantSpec *q);
 
-// The projections of w as QWeights, (n_layers * N_PROJ) in Proj order, or NULL with *err = 0 when
-// the model stays dense (a dense checkpoint and q->method none). NULL with err set on failure.
+// The projections of w as QWeights, (n_layers * N_PROJ) in Proj order and one slot more for the
+// lm_head (all zero, q == NULL, unless it is quantized: a checkpoint whose config says "lm_head":
+// true, or q->lm_head on a dense one), or NULL with *err = 0 when the model stays dense (a dense
+// checkpoint and q->method none). NULL with err set on failure.
 // fmt (if not NULL) gets one line saying what they are, e.g. "gptq int4 g128 sym (checkpoint)" or
 // "rtn-int4 g128 sym (quantized at load)".
 QWeight *qmodel_linears(const ModelWeights *w, const QuantSpec *q, char *fmt, int fmtlen, char *err, int errlen);
-// Random quantized projections of c's shapes (method int8 or int4, as q).
+// Random quantized projections of c's shapes (method int8 or int4, as q), laid out as
+// qmodel_linears' (the lm_head's slot filled when q->lm_head).
 QWeight *qmodel_random_linears(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen);
 void qmodel_linears_free(QWeight *ql, int n_layers);
 

@@ -2,14 +2,18 @@
 // round-to-nearest INT8 / INT4, or GPTQ INT4 with calibration on the fp32 CPU model.
 //
 //   build/bin/quantize --model DIR --out DIR --method rtn-int8|rtn-int4|gptq-int4
-//                      [--group 128|-1] [--sym|--asym] [--act-order] [--calib FILE] [--calib-tokens N]
-//                      [--seq-len T] [--damp F] [--block B] [--seed S] [--eval-tokens N] [--json]
+//                      [--group 128|-1] [--sym|--asym] [--act-order] [--lm-head] [--calib FILE]
+//                      [--calib-tokens N] [--seq-len T] [--damp F] [--block B] [--seed S]
+//                      [--eval-tokens N] [--json]
 //
 // GPTQ's calibration runs layer by layer, as in the paper's code: the calibration sequences'
 // hidden states enter layer l after the already-quantized layers 0..l-1; layer l runs once with
 // its own fp32 weights to collect the Hessian 2/N X^T X of each linear's input (q/k/v share one,
 // gate/up share one), its seven linears are quantized, and then it runs again with the quantized
 // (dequantized fp32) weights to produce the hidden states for layer l + 1.
+// --lm-head: the lm_head is quantized too, last, in the same format (quantization_config
+// "lm_head": true, as GPTQModel's option writes it); GPTQ's Hessian for it is that of the final
+// RMSNorm's outputs on the calibration sequences after every quantized layer.
 // --eval-tokens N: afterwards, the logits of the quantized model (its dequantized weights, with
 // the scales rounded to fp16 exactly as written) against the fp32 model on N random tokens:
 // KL(fp32 || quantized) mean and p99 over tokens, and top-1 agreement.
@@ -38,6 +42,7 @@ static void usage(FILE *f) {
             "  --group G         inputs per group for INT4 (default 128; -1: one group per row); INT8 is per row\n"
             "  --sym | --asym    symmetric (default) or with zero points\n"
             "  --act-order       GPTQ: columns by decreasing Hessian diagonal (desc_act, writes g_idx)\n"
+            "  --lm-head         quantize the lm_head too (quantization_config \"lm_head\": true); default: it stays dense\n"
             "  --calib FILE      GPTQ calibration text (tokenized with DIR/tokenizer.json); default random ids\n"
             "  --calib-tokens N  calibration tokens (default 2048)\n"
             "  --seq-len T       calibration sequence length (default 128, at most max_position_embeddings)\n"
@@ -144,10 +149,27 @@ static double rel_out_err(const float *W, const float *D, int rows, int cols, co
 
 static float fp16_round(float f) { return (float)(_Float16)f; }
 
+// The lm_head's GPTQ Hessian: the final RMSNorm of the hidden states after the last layer (cx->x).
+static void lm_head_hessian(Ctx *cx) {
+    const ModelConfig *c = &cx->m.cfg;
+    const int T = cx->T, d = c->hidden;
+    float *xn = xcalloc((size_t)T * d, 4);
+    free(cx->H[0]);
+    cx->H[0] = xcalloc((size_t)d * d, 8);
+    cx->nH[0] = 0;
+    for (int s = 0; s < cx->n_seq; s++) {
+        rmsnorm_cpu(cx->x + (size_t)s * T * d, cx->m.final_norm, T, d, c->rms_eps, xn);
+        gptq_hessian_add(cx->H[0], &cx->nH[0], xn, T, d);
+    }
+    free(xn);
+}
+
 static int on_linear(void *ctx, int layer, int which, const char *name, const float *W, int rows, int cols,
                      QWeight *out, char *err, int errlen) {
     Ctx *cx = ctx;
-    CpuLayer *L = &cx->m.layers[layer];
+    const int lm = which == HFQ_LM_HEAD;
+    CpuLayer *L = lm ? NULL : &cx->m.layers[layer];
+    const char *short_name = lm ? "lm_head" : hfq_linear_names[which];
     int group = cx->group < 0 ? cols : cx->group;
     if (cols % group != 0) {
         snprintf(err, errlen, "%s: --group %d does not divide in_features %d", name, group, cols);
@@ -156,7 +178,10 @@ static int on_linear(void *ctx, int layer, int which, const char *name, const fl
     double rtn_err = -1, q_err = -1;
     float *D = xcalloc((size_t)rows * cols, 4);
     if (cx->gptq) {
-        if (cx->ready != layer) {  // this layer's Hessians, on inputs from the quantized layers before it
+        if (lm && cx->ready != layer) {
+            lm_head_hessian(cx);
+            cx->ready = layer;
+        } else if (cx->ready != layer) {  // this layer's Hessians, on inputs from the quantized layers before it
             float *xc = xcalloc((size_t)cx->n_seq * cx->T * cx->m.cfg.hidden, 4);
             memcpy(xc, cx->x, (size_t)cx->n_seq * cx->T * cx->m.cfg.hidden * 4);
             for (int i = 0; i < 4; i++) {
@@ -169,8 +194,9 @@ static int on_linear(void *ctx, int layer, int which, const char *name, const fl
             free(xc);
             cx->ready = layer;
         }
-        const double *H = cx->H[hslot[which]];
-        if (quant_gptq(W, rows, cols, H, cx->nH[hslot[which]], (QuantKind)cx->kind, group, cx->sym, &cx->go, out, err,
+        const int hs = lm ? 0 : hslot[which];
+        const double *H = cx->H[hs];
+        if (quant_gptq(W, rows, cols, H, cx->nH[hs], (QuantKind)cx->kind, group, cx->sym, &cx->go, out, err,
                        errlen) != 0) {
             free(D);
             return -1;
@@ -189,15 +215,20 @@ static int on_linear(void *ctx, int layer, int which, const char *name, const fl
     // The file stores fp16 scales: round here so that the model kept in memory is the one written.
     for (size_t i = 0; i < (size_t)rows * out->n_groups; i++) out->scales[i] = fp16_round(out->scales[i]);
     qweight_dequant(out, D);
-    if (cx->gptq) q_err = rel_out_err(W, D, rows, cols, cx->H[hslot[which]]);
-    memcpy(*layer_weight(L, which), D, (size_t)rows * cols * 4);
-    free(D);
+    if (cx->gptq) q_err = rel_out_err(W, D, rows, cols, cx->H[lm ? 0 : hslot[which]]);
+    if (lm) {  // the model's output projection becomes D (a tied one leaves the embedding as it is)
+        if (cx->m.lm_head != cx->m.embed) free(cx->m.lm_head);
+        cx->m.lm_head = D;
+    } else {
+        memcpy(*layer_weight(L, which), D, (size_t)rows * cols * 4);
+        free(D);
+    }
     cx->n_weights += (long)rows * cols;
     cx->engine_bytes += qweight_bytes(out);
     if (cx->linears) {
         json_t *o = json_object();
         json_object_set_new(o, "layer", json_integer(layer));
-        json_object_set_new(o, "name", json_string(hfq_linear_names[which]));
+        json_object_set_new(o, "name", json_string(short_name));
         json_object_set_new(o, "rows", json_integer(rows));
         json_object_set_new(o, "cols", json_integer(cols));
         json_object_set_new(o, "gptq_rel_err", cx->gptq ? json_real(q_err) : json_null());
@@ -206,12 +237,12 @@ static int on_linear(void *ctx, int layer, int which, const char *name, const fl
     }
     if (cx->gptq)
         fprintf(cx->log, "layer %d %-17s (%5d x %5d): relative output error on calibration inputs: GPTQ %.4f, RTN %.4f\n",
-                layer, hfq_linear_names[which], rows, cols, q_err, rtn_err);
+                layer, short_name, rows, cols, q_err, rtn_err);
     else
-        fprintf(cx->log, "layer %d %-17s (%5d x %5d): %s round-to-nearest, group %d\n", layer, hfq_linear_names[which],
-                rows, cols, quant_kind_name((QuantKind)cx->kind), group);
+        fprintf(cx->log, "layer %d %-17s (%5d x %5d): %s round-to-nearest, group %d\n", layer, short_name, rows, cols,
+                quant_kind_name((QuantKind)cx->kind), group);
     fflush(cx->log);
-    if (cx->gptq && which == HFQ_N_LINEARS - 1) layer_run(cx, L, cx->x, 0);  // inputs of the next layer
+    if (cx->gptq && which == HFQ_N_LINEARS - 1) layer_run(cx, L, cx->x, 0);  // inputs of the next layer (or the lm_head)
     return 0;
 }
 
@@ -243,7 +274,7 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *model = NULL, *outdir = NULL, *method = NULL, *calib = NULL;
     int group = 128, sym = 1, act = 0, calib_tokens = 2048, seq_len = 128, block = 128, eval_tokens = 0;
-    int group_set = 0, json = 0;
+    int group_set = 0, json = 0, lm_head = 0;
     double damp = 0.01;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -255,6 +286,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--sym")) sym = 1;
         else if (!strcmp(a, "--asym")) sym = 0;
         else if (!strcmp(a, "--act-order")) act = 1;
+        else if (!strcmp(a, "--lm-head")) lm_head = 1;
         else if (!strcmp(a, "--calib") && v) calib = argv[++i];
         else if (!strcmp(a, "--calib-tokens") && v) calib_tokens = (int)arg_int(a, argv[++i], 1, 1 << 24);
         else if (!strcmp(a, "--seq-len") && v) seq_len = (int)arg_int(a, argv[++i], 1, 1 << 20);
@@ -298,8 +330,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     const ModelConfig *c = &cx.m.cfg;
-    fprintf(cx.log, "quantize: %s -> %s, %s, group %d, %s%s; %d layers, hidden %d, intermediate %d\n", model, outdir, method,
-           group, sym ? "sym" : "asym", act ? ", act-order" : "", c->n_layers, c->hidden, c->intermediate);
+    fprintf(cx.log, "quantize: %s -> %s, %s, group %d, %s%s%s; %d layers, hidden %d, intermediate %d\n", model, outdir,
+            method, group, sym ? "sym" : "asym", act ? ", act-order" : "", lm_head ? ", lm_head too" : "", c->n_layers,
+            c->hidden, c->intermediate);
     Rng rng;
     rng_seed(&rng, seed);
     if (cx.gptq) {
@@ -354,7 +387,7 @@ int main(int argc, char **argv) {
         embed_cpu(cx.m.embed, ids, cx.n_seq * cx.T, c->hidden, cx.x);
         free(ids);
     }
-    HfQuantConfig qc = {HFQ_GPTQ, (int)cx.kind, group, sym, act};
+    HfQuantConfig qc = {HFQ_GPTQ, (int)cx.kind, group, sym, act, lm_head};
     if (hfq_write_model(model, outdir, &qc, on_linear, &cx, NULL, err, sizeof err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
@@ -376,6 +409,7 @@ int main(int argc, char **argv) {
         json_object_set_new(root, "group", json_integer(group));
         json_object_set_new(root, "sym", json_boolean(sym));
         json_object_set_new(root, "act_order", json_boolean(act));
+        json_object_set_new(root, "lm_head", json_boolean(lm_head));
         json_object_set_new(root, "layers", json_integer(c->n_layers));
         json_object_set_new(root, "calib_tokens", json_integer(cx.gptq ? (json_int_t)cx.n_seq * cx.T : 0));
         json_t *wb = json_object();  // the quantized linears' weights, in bytes
@@ -434,7 +468,8 @@ int main(int argc, char **argv) {
         double p99 = kl[(int)floor(0.99 * (n - 1))];
         fprintf(cx.log, "\neval: %d random tokens (%d sequences of %d), logits of the quantized model vs fp32\n", n, n_seq, T);
         fprintf(cx.log, "| method | group | sym | KL mean | KL p99 | top-1 agreement |\n|---|---|---|---|---|---|\n");
-        fprintf(cx.log, "| %s%s | %d | %s | %.3g | %.3g | %.4f |\n", method, act ? " act-order" : "", group,
+        fprintf(cx.log, "| %s%s%s | %d | %s | %.3g | %.3g | %.4f |\n", method, act ? " act-order" : "",
+                lm_head ? " +lm_head" : "", group,
                sym ? "sym" : "asym", mean, p99, (double)agree / n);
         if (root) {
             json_t *ev = json_object();

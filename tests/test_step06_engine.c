@@ -214,14 +214,14 @@ Test(step06_engine, rtn_int4_refuses_an_odd_width_by_name) {
 }
 
 // build/bin/quantize's output directory loads as a quantized checkpoint and runs quantized.
-static void quantize_case(const char *method, double max_vs_source) {
-    char tmp[64], cmd[1024], err[512], what[128];
+// lm: with --lm-head (the lm_head quantized too, "lm_head": true), from src.
+static void quantize_case(const char *method, double max_vs_source, int lm, const char *src) {
+    char tmp[64], cmd[1024], err[512], what[160];
     test_mkdtemp(tmp, sizeof tmp, "step06_engine");
-    const char *src = "tests/data/models/llama3_tied_rope_f32";
-    snprintf(cmd, sizeof cmd, "%s/quantize --model %s --out %s --method %s --group -1 --calib-tokens 256 --seq-len 32 "
-             ">/dev/null 2>&1", BUILD_BIN_DIR, src, tmp, method);
+    snprintf(cmd, sizeof cmd, "%s/quantize --model %s --out %s --method %s --group -1 --calib-tokens 256 --seq-len 32%s "
+             ">/dev/null 2>&1", BUILD_BIN_DIR, src, tmp, method, lm ? " --lm-head" : "");
     cr_assert_eq(system(cmd), 0, "%s failed", cmd);
-    snprintf(what, sizeof what, "quantize --method %s", method);
+    snprintf(what, sizeof what, "quantize --method %s%s (%s)", method, lm ? " --lm-head" : "", src);
     ModelWeights w, ws;
     cr_assert_eq(model_load(tmp, &w, err, sizeof err), 0, "%s", err);
     cr_assert(w.quantized, "%s: model_load did not see the quantization_config", what);
@@ -232,6 +232,14 @@ static void quantize_case(const char *method, double max_vs_source) {
     char fmt[256];
     cr_assert_eq(qmodel_cpu_load(&w, &none, &qm, fmt, sizeof fmt, err, sizeof err), 0, "%s: %s", what, err);
     cr_expect(strstr(fmt, "gptq") && strstr(fmt, "checkpoint"), "%s: format line '%s'", what, fmt);
+    cr_expect_eq(strstr(fmt, "lm_head too") != NULL, lm, "%s: format line '%s'", what, fmt);
+    cr_expect_eq(qm.q_lm_head != NULL, lm, "%s: lm_head quantized %d", what, qm.q_lm_head != NULL);
+    StSet st;
+    cr_assert_eq(st_open(tmp, &st, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(st_get(&st, "lm_head.qweight") != NULL, lm, "%s: lm_head.qweight in the file", what);
+    cr_expect(!lm || !st_get(&st, "lm_head.weight"), "%s: a dense lm_head.weight next to the quantized one", what);
+    cr_expect(st_get(&st, "model.embed_tokens.weight"), "%s: the embedding is kept", what);
+    st_close(&st);
     dequant_twin(&w, &qm, &twin);
     cr_assert_eq(model_load(src, &ws, err, sizeof err), 0, "%s", err);
     cr_assert_eq(cpu_model_load(&ws, &dense, err, sizeof err), 0, "%s", err);
@@ -252,8 +260,11 @@ static void quantize_case(const char *method, double max_vs_source) {
 }
 
 Test(step06_engine, quantize_output_loads_and_runs_quantized, .timeout = 240) {
-    quantize_case("rtn-int8", 0.05);
-    quantize_case("gptq-int4", 0.7);  // per-row INT4 on a 64-wide model: coarse; garbage weights give ~1 or more
+    const char *tied = "tests/data/models/llama3_tied_rope_f32", *untied = "tests/data/models/llama_mha_f32";
+    quantize_case("rtn-int8", 0.05, 0, tied);
+    quantize_case("gptq-int4", 0.7, 0, tied);  // per-row INT4 on a 64-wide model: coarse; garbage weights give ~1 or more
+    quantize_case("rtn-int8", 0.05, 1, untied);  // the lm_head too: lm_head.weight replaced by lm_head.qweight ...
+    quantize_case("gptq-int4", 0.8, 1, tied);    // tied: lm_head.qweight from the embedding, which stays
 }
 
 // The packer's whole GPTQ model (act-order: each projection its own permutation, asymmetric,

@@ -191,7 +191,7 @@ Test(step06_hf, gptq_write_read_roundtrip, .init = mk_tmp, .fini = rm_tmp) {
         cr_assert_eq(st_write(path, wt, 4, err, sizeof err), 0, "%s", err);
         StSet st;
         cr_assert_eq(st_open(path, &st, err, sizeof err), 0, "%s", err);
-        HfQuantConfig c = {HFQ_GPTQ, (int)cs[i].k, cs[i].group == cols ? -1 : cs[i].group, cs[i].sym, cs[i].act};
+        HfQuantConfig c = {HFQ_GPTQ, (int)cs[i].k, cs[i].group == cols ? -1 : cs[i].group, cs[i].sym, cs[i].act, 0};
         QWeight b;
         cr_assert_eq(hfq_read_linear(&st, pre, &c, rows, cols, &b, err, sizeof err), 0, "case %zu: %s", i, err);
         if (cs[i].fp32) {
@@ -240,7 +240,7 @@ static int rtn8_cb(void *ctx, int layer, int which, const char *name, const floa
 Test(step06_hf, write_model_reads_back, .init = mk_tmp, .fini = rm_tmp) {
     char err[512], out[128];
     snprintf(out, sizeof out, "%s/q", tmp);
-    const HfQuantConfig c = {HFQ_GPTQ, 8, -1, 1, 0};
+    const HfQuantConfig c = {HFQ_GPTQ, 8, -1, 1, 0, 0};
     int calls = 0;
     cr_assert_eq(hfq_write_model(MODEL, out, &c, rtn8_cb, &calls, NULL, err, sizeof err), 0, "%s", err);
     ModelWeights m;
@@ -318,8 +318,8 @@ Test(step06_hf, unsupported_quantization_configs_are_refused_naming_the_field) {
          "checkpoint_format", "\"gptq_v2\""},
         {"{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 128, \"sym\": \"yes\"}}", "sym",
          "\"yes\""},
-        {"{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 128, \"lm_head\": true}}",
-         "lm_head", "true"},
+        {"{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 128, \"lm_head\": 1}}",
+         "lm_head", "1"},
         {"{\"quantization_config\": {\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 128, \"version\": \"gemv\"}}",
          "version", "\"gemv\""},
         {"{\"quantization_config\": {\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 128, \"version\": \"gemm\", "
@@ -346,12 +346,21 @@ Test(step06_hf, unsupported_quantization_configs_are_refused_naming_the_field) {
     HfQuantConfig c;
     cr_assert_eq(hfq_config_parse("{\"hidden_size\": 64}", NULL, &c, err, sizeof err), 0);
     cr_assert_eq(c.method, HFQ_NONE, "no quantization_config: not quantized");
-    char *j = hfq_config_json(&(HfQuantConfig){HFQ_GPTQ, 4, 128, 1, 1});
+    char *j = hfq_config_json(&(HfQuantConfig){HFQ_GPTQ, 4, 128, 1, 1, 0});
     cr_assert_not_null(j);
     char *wrapped;
     cr_assert(asprintf(&wrapped, "{\"quantization_config\": %s}", j) > 0);
     cr_assert_eq(hfq_config_parse(wrapped, NULL, &c, err, sizeof err), 0, "%s", err);
-    cr_assert(c.method == HFQ_GPTQ && c.bits == 4 && c.group_size == 128 && c.sym == 1 && c.desc_act == 1, "%s", j);
+    cr_assert(c.method == HFQ_GPTQ && c.bits == 4 && c.group_size == 128 && c.sym == 1 && c.desc_act == 1 && !c.lm_head,
+              "%s", j);
+    cr_expect(!strstr(j, "lm_head"), "%s", j);
+    free(wrapped);
+    free(j);
+    j = hfq_config_json(&(HfQuantConfig){HFQ_GPTQ, 8, -1, 1, 0, 1});  // the lm_head quantized too
+    cr_assert_not_null(j);
+    cr_assert(asprintf(&wrapped, "{\"quantization_config\": %s}", j) > 0);
+    cr_assert_eq(hfq_config_parse(wrapped, NULL, &c, err, sizeof err), 0, "%s", err);
+    cr_assert(c.method == HFQ_GPTQ && c.bits == 8 && c.group_size == -1 && c.lm_head == 1, "%s", j);
     free(wrapped);
     free(j);
 }
@@ -363,7 +372,7 @@ Test(step06_hf, inconsistent_tensors_are_refused, .init = mk_tmp, .fini = rm_tmp
     cr_assert_eq(st_open(QDATA "/gptq4_asym", &st, err, sizeof err), 0, "%s", err);
     QWeight w;
     // asym zero points read as sym: the sym check catches them
-    HfQuantConfig c = {HFQ_GPTQ, 4, 128, 1, 0};
+    HfQuantConfig c = {HFQ_GPTQ, 4, 128, 1, 0, 0};
     cr_assert_eq(hfq_read_linear(&st, PREFIXES[0], &c, 0, 0, &w, err, sizeof err), -1);
     cr_assert(strstr(err, PREFIXES[0]) && strstr(err, "qzeros") && strstr(err, "sym"), "%s", err);
     // wrong expected shape
@@ -381,7 +390,7 @@ Test(step06_hf, inconsistent_tensors_are_refused, .init = mk_tmp, .fini = rm_tmp
     st_close(&st);
     // a desc_act file read with desc_act false: its g_idx is not c / group
     cr_assert_eq(st_open(QDATA "/gptq4_act", &st, err, sizeof err), 0, "%s", err);
-    c = (HfQuantConfig){HFQ_GPTQ, 4, 128, 1, 0};
+    c = (HfQuantConfig){HFQ_GPTQ, 4, 128, 1, 0, 0};
     cr_assert_eq(hfq_read_linear(&st, PREFIXES[0], &c, 0, 0, &w, err, sizeof err), -1);
     cr_assert(strstr(err, "g_idx") && strstr(err, "desc_act"), "%s", err);
     st_close(&st);
