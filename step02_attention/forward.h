@@ -5,7 +5,7 @@
 //          mlp_block_lin_cpu, forward_cpu,
 //          Proj, cpu_model_load_base, proj_cpu, lm_head_cpu,
 //          ForwardTimes, GpuModel, gpu_model_load, gpu_model_random, gpu_model_load_q, gpu_model_random_q,
-//          gpu_model_quantize_lm_head, gpu_model_free,
+//          gpu_model_quantize_lm_head, gpu_model_lm_head_quantized, gpu_model_free,
 //          gpu_model_describe, gpu_model_weight_bytes, gpu_mem_used_bytes, forward_cuda, attention_gpu_check,
 //          forward_topk
 //
@@ -158,6 +158,7 @@ GpuModel *gpu_model_random_q(const ModelConfig *c, uint64_t seed, const QWeight 
 // The lm_head quantized too (step06's QuantSpec.lm_head): q (vocab, hidden, host) uploaded with
 // qlinear_gpu_new (the caller keeps q); an untied dense lm_head is freed. 0, or -1 + err.
 int gpu_model_quantize_lm_head(GpuModel *g, const QWeight *q, char *err, int errlen);
+int gpu_model_lm_head_quantized(const GpuModel *g);  // 1 when the lm_head is quantized (qlm), else 0
 void gpu_model_free(GpuModel *g);
 const char *gpu_model_describe(const GpuModel *g);  // "bf16 weights, bf16 GEMMs ..."
 double gpu_model_weight_bytes(const GpuModel *g);

@@ -393,6 +393,8 @@ extern "C" int gpu_model_quantize_lm_head(GpuModel *g, const QWeight *q, char *e
     return 0;
 }
 
+extern "C" int gpu_model_lm_head_quantized(const GpuModel *g) { return g->qlm.n > 0; }
+
 // The dtype of everything that is not a quantized projection: bf16 (fp16 on sm_75, which has no
 // bf16 tensor cores), since the quantized GEMM takes bf16 / fp16 activations.
 static StDtype quant_dtype(const GpuInfo *gi, char *desc, size_t n) {

@@ -307,8 +307,9 @@ int main(int argc, char **argv) {
     const double es = use_cuda ? kv_elem : 4.0;
     // Quantized: the bytes the projections take as stored (integers + scales), not es per weight:
     // every weight held, less the embedding table but one row unless it is the tied lm_head.
-    // A tied table that the quantized lm_head replaced is read one row, as an untied one.
-    const int lm_quantized = qs.lm_head && qs.method != QLOAD_NONE && !(model_dir && w.quantized);
+    // A tied table whose lm_head is quantized (+lm_head, or a checkpoint that holds it so) is read
+    // one row, as an untied one.
+    const int lm_quantized = use_cuda ? gpu_model_lm_head_quantized(gm) : cm.q_lm_head != NULL;
     const double emb_unread = c->tie_embeddings && !lm_quantized ? 0 : ((double)c->vocab - 1) * c->hidden * es;
     const double weights_dense = account_decode_step(c, 1, 0, es, kv_elem).weights;
     const double weights_read = quantized ? weight_bytes - emb_unread : weights_dense;

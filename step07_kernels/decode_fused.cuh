@@ -387,9 +387,13 @@ static bool gemv_rows_try(int pdl, cudaStream_t s, const W *Wm, const float *x, 
                           const float *b, float *y, int rows, int n_in, int accumulate, const ArgmaxOut *am) {
     const size_t smem = XS ? (size_t)n_in * sizeof(float) : 0;
     if (g_gemvf_rows == 1 || (XS && g_gemvf_rows == 3) || smem > 48 * 1024) return false;
-    int per = 0;  // blocks an SM holds (with this row's shared memory)
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_gemv_rows<W, NORM, CPL, true, XS>, GEMVF_WARPS * 32,
-                                                             smem));
+    static size_t per_smem = (size_t)-1;  // blocks an SM holds with per_smem bytes (asked once per size)
+    static int per = 0;
+    if (per_smem != smem) {
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_gemv_rows<W, NORM, CPL, true, XS>,
+                                                                 GEMVF_WARPS * 32, smem));
+        per_smem = smem;
+    }
     const int cap = fused_sms() * (per > 0 ? per : 1);  // blocks resident on the whole GPU at once
     const int blocks = (rows + GEMVF_WARPS - 1) / GEMVF_WARPS;
     if (g_gemvf_rows != 2 && blocks <= 8 * cap) return false;

@@ -218,6 +218,7 @@ static const Case bench_cases[] = {
     {"kv_bench", "--device cpu --preset tiny --copy-gbps nan", 2, "--copy-gbps: 'nan' is not a finite number"},
     {"kv_bench", "--device cpu --preset tiny --gemv 0", 2, "--gemv: 0 is out of range"},
     {"kv_bench", "--device cpu --preset tiny --qgemv 0", 2, "--qgemv: 0 is out of range"},
+    {"kv_bench", "--device cpu --preset tiny --quant none+lm_head", 2, "--quant none+lm_head: expected none, rtn-int8"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --max-num-seqs 8k", 2, "--max-num-seqs: '8k' is not an integer"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --max-num-batched-tokens -5", 2, "--max-num-batched-tokens: -5 is out of range"},
     {"batch_bench", "--preset tiny --trace poisson --rate nan --num-requests 4 --device cpu", 2, "--rate: 'nan' is not a finite number"},

@@ -213,6 +213,40 @@ Test(step06_engine, rtn_int4_refuses_an_odd_width_by_name) {
     model_free(&w);
 }
 
+// kv_bench's bytes per token with the lm_head quantized: a tied model's embedding is then read one
+// row a token (as an untied one's), not whole as the lm_head; without +lm_head it is the lm_head.
+static double kv_bench_weights_read(const char *dir, const char *quant) {
+    char out[1 << 16];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/kv_bench --device cpu --model %s --positions 1 --window 0 --reps 1 --quant %s --csv 2>&1",
+             BUILD_BIN_DIR, dir, quant);
+    cr_assert_eq(test_run_cmd(cmd, out, sizeof out), 0, "%s:\n%s", cmd, out);
+    const char *at = strstr(out, "# weights_read_per_token: ");
+    cr_assert(at, "%s: no weights_read_per_token line", cmd);
+    return atof(at + strlen("# weights_read_per_token: "));
+}
+
+Test(step06_engine, kv_bench_counts_a_tied_embedding_one_row_once_the_lm_head_is_quantized, .timeout = 120) {
+    const char *dir = "tests/data/models/llama3_tied_rope_f32";
+    char err[512];
+    ModelWeights w;
+    cr_assert_eq(model_load(dir, &w, err, sizeof err), 0, "%s", err);
+    cr_assert(w.cfg.tie_embeddings, "the case needs a tied model");
+    const double row_less = ((double)w.cfg.vocab - 1) * w.cfg.hidden * 4;  // fp32 on the CPU
+    const char *qn[2] = {"rtn-int8", "rtn-int8+lm_head"};
+    for (int lm = 0; lm < 2; lm++) {
+        QuantSpec qs;
+        cr_assert_eq(quant_spec_parse(qn[lm], &qs), 0);
+        CpuModel m;
+        cr_assert_eq(qmodel_cpu_load(&w, &qs, &m, NULL, 0, err, sizeof err), 0, "%s", err);
+        const double want = qmodel_cpu_weight_bytes(&m) - (lm ? row_less : 0), got = kv_bench_weights_read(dir, qn[lm]);
+        cr_expect(fabs(got - want) <= 1e-3 * want, "--quant %s: kv_bench counts %.6g bytes a token, want %.6g", qn[lm], got,
+                  want);
+        cpu_model_free(&m);
+    }
+    model_free(&w);
+}
+
 // build/bin/quantize's output directory loads as a quantized checkpoint and runs quantized.
 // lm: with --lm-head (the lm_head quantized too, "lm_head": true), from src.
 static void quantize_case(const char *method, double max_vs_source, int lm, const char *src) {
