@@ -94,13 +94,16 @@ struct QLinearGpu {
     int qt_per_sm[3][2][2][2];  // its blocks per SM, [TS 16, 32, 64][NORM][SWIGLU][ZF] (asked at creation, not while capturing)
     void *scr;       // the GEMM's gathered X
     size_t scr_bytes;
+    void *part;      // k_qtmat's chunk sums
+    size_t part_bytes;
     char base[64], desc[192];
 };
 
 static void set_desc(QLinearGpu *q) {
     snprintf(q->desc, sizeof q->desc, "%s: tiled GEMV, %s", q->base,
              !q->mma ? "SIMT GEMM (8 tokens a pass)"
-             : q->kind == QK_INT4 ? "tensor-core GEMM (mma.sync m16n8k16)"
+             : q->kind == QK_INT4 ? (q->qt ? "tensor-core GEMM (mma.sync m16n8k16; <= 16 rows: bulk-copied weights, k_qtmat)"
+                                          : "tensor-core GEMM (mma.sync m16n8k16)")
                                   : "tensor-core GEMM (mma.sync m16n8k16, 16 tokens a pass)");
 }
 
@@ -1220,6 +1223,220 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
 #endif
 }
 
+// ---------------------------------------------------------------- k_qtmat: k_qtma for 2..16 tokens
+// qlinear_gpu_gemm's INT4 path on sm_90 for T <= 16. k_qgemm4 (the Marlin-style tile GEMM) reads
+// each 128-row block's weights with plain loads and reaches ~20% of the copy bandwidth at T = 16;
+// the weights are the same bytes as at T = 1, so here k_qtma's machinery carries them: the
+// producer's bulk copies into a ring, the consumers' one uint4 of weights per lane per tile
+// dequantized once into the A fragment (16 rows) and multiplied by x as B, whose 8 columns are now
+// 8 tokens (NT = 2: two mmas per A fragment for tokens 0..7 and 8..15). What changes is x: 16
+// tokens of a 4096-column layer are 128 KB of fp16, of a 14336-column one 448 KB, more than a
+// block's shared memory, and every block reads all of it. So the columns are cut into nc chunks
+// that fit: block b works on chunk b % nc only (staged once, from the bf16/fp16 X in its rows),
+// over the strips b / nc, b / nc + grid / nc, ...; with nc > 1 each chunk's sums go to a scratch
+// (nc, T, rows) and a second kernel adds them in chunk order (deterministic, no atomics).
+struct QTmatArgs {
+    const uint4 *qw;
+    const float *scales;   // strip-major, as k_qtma's
+    const uint8_t *zeros;  // or NULL
+    int np, kp, gs, glog, ng, rows;
+    const void *X;  // (T, ldx) bf16 or fp16, 16-byte aligned rows, kp valid columns
+    int ldx, T;
+    float *Y;  // nc == 1: Y (T, ldy) = sums + beta Y; else the chunk sums P (nc, T, rows)
+    int ldy;
+    float beta;
+    int units, nc, kct, ns;  // strips; column chunks, tiles per chunk; ring stages
+};
+#define QTT_TS 16  // tiles a stage
+#define QTT_W 8    // consumer warps
+__host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so the 8 g rows fall on distinct banks
+
+template <class X, int GM, bool ZP, int NT>
+__global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
+#ifdef WGMMA_ARCH
+    using G = QTmaGeom<4, QTT_TS, GM, ZP, false>;
+    constexpr int TS = QTT_TS, W = QTT_W, NTOK = 8 * NT;
+    extern __shared__ __align__(128) unsigned char sm[];
+    const int ns = a.ns, nk = a.kp / 64, nc = a.nc, gpc = gridDim.x / nc;
+    const int chunk = blockIdx.x % nc, kc0 = chunk * a.kct, kc1 = min(nk, kc0 + a.kct);
+    const int nst = (kc1 - kc0 + TS - 1) / TS, XS = qtmat_xs(a.kct);
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(sm);  // full[ns], then empty[ns]
+    unsigned char *ring = sm + (2 * ns * 8 + 127) / 128 * 128;
+    uint32_t *xs = (uint32_t *)(ring + (size_t)ns * G::STAGE);  // [NTOK][XS] fp16 pairs of the chunk
+    float *red = (float *)(xs + (size_t)NTOK * XS);             // [2][W][16 tokens][16 rows]
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
+    if (threadIdx.x == 0)
+        for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W);
+    __syncthreads();
+    pdl_trigger();
+    if (warp == W) {  // the producer, as k_qtma's over this block's chunk
+        if (lane != 0) return;
+        const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
+        int it = 0;
+        for (int u = blockIdx.x / nc; u < a.units; u += gpc)
+            for (int st = 0; st < nst; st++, it++) {
+                const int slot = it % ns;
+                const uint32_t full = bar0 + 8 * slot;
+                mbar_wait(bar0 + 8 * (ns + slot), ((it / ns) & 1) ^ 1);
+                const int k0 = kc0 + st * TS, k1 = min(kc1, k0 + TS);
+                const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
+                const int ngs = GM == 0 ? 1 : group_of(k1 * 64 - 1, a.gs, a.glog, a.ng) - g0 + 1;
+                const uint32_t wbytes = (k1 - k0) * 512;
+                mbar_expect_tx(full, wbytes + ngs * 64 + (ZP ? ngs * 16 : 0));
+                const uint32_t d = ring0 + slot * G::STAGE;
+                bulk_g2s(d, a.qw + ((size_t)u * nk + k0) * 32, wbytes, full);
+                bulk_g2s(d + G::SOFF, a.scales + ((size_t)u * a.ng + g0) * 16, ngs * 64, full);
+                if (ZP) bulk_g2s(d + G::ZOFF, a.zeros + ((size_t)u * a.ng + g0) * 16, ngs * 16, full);
+            }
+        return;
+    }
+    const int tid = threadIdx.x, nthr = W * 32;
+    pdl_wait();  // X (and Y) are the previous kernels'
+    {  // the chunk's x, NTOK token rows (zeros past T), in k_qtma's pair order: 8 consecutive columns
+        // 8m .. 8m + 7 of a tile are its pairs 2 (m >> 1) + (m & 1) + 8 b, b = 0..3
+        constexpr int XB = 8;
+        const int c8 = (kc1 - kc0) * 8, n8 = NTOK * c8;  // uint4s of 8 columns
+        for (int e0 = tid; e0 < n8; e0 += XB * nthr) {
+            uint4 v[XB];
+#pragma unroll
+            for (int b = 0; b < XB; b++) {
+                const int e = e0 + b * nthr, tok = e / c8, m = e % c8;
+                v[b] = make_uint4(0u, 0u, 0u, 0u);
+                if (e < n8 && tok < a.T)
+                    v[b] = __ldg((const uint4 *)((const X *)a.X + (size_t)tok * a.ldx + (size_t)kc0 * 64 + 8 * m));
+            }
+#pragma unroll
+            for (int b = 0; b < XB; b++) {
+                const int e = e0 + b * nthr, tok = e / c8, m = e % c8;
+                if (e >= n8) break;
+                uint32_t *row = xs + (size_t)tok * XS + (m >> 3) * 32 + 2 * ((m & 7) >> 1) + (m & 1);
+                const uint32_t w4[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
+#pragma unroll
+                for (int p = 0; p < 4; p++) {
+                    if constexpr (std::is_same<X, __half>::value) row[8 * p] = w4[p];
+                    else {
+                        const float2 f = __bfloat1622float2(bits<__nv_bfloat162>(w4[p]));
+                        row[8 * p] = h2_sat(f.x, f.y);
+                    }
+                }
+            }
+        }
+    }
+    consumers_sync(nthr);
+    const __half2 zsym_a = __float2half2_rn(1032.0f), zsym_b = __float2half2_rn(-72.0f);
+    const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+    constexpr int NPG = GM == 2 ? 2 : 1;
+    constexpr int N = TS / W;  // tiles a warp in a whole stage
+    float acc[NT][4];
+    // The products of tiles kcl0, kcl0 + W, ... (NJ of them) of a stage into acc.
+    auto tiles = [&](const unsigned char *stg, int k0, int g0, int kcl0, auto NJc) {
+        constexpr int NJ = decltype(NJc)::value;
+        uint32_t pr[NJ][NT][8], wa[NJ][4];
+        float sl[NJ][NPG], sh[NJ][NPG];
+        int gis[NJ][NPG];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int kcl = kcl0 + W * j, kc = k0 + kcl, kx = kc - kc0;
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                const uint32_t *xr = xs + (size_t)(g + 8 * n) * XS + kx * 32 + t * 8;
+                const uint4 p0 = *(const uint4 *)xr, p1 = *(const uint4 *)(xr + 4);
+                pr[j][n][0] = p0.x, pr[j][n][1] = p0.y, pr[j][n][2] = p0.z, pr[j][n][3] = p0.w;
+                pr[j][n][4] = p1.x, pr[j][n][5] = p1.y, pr[j][n][6] = p1.z, pr[j][n][7] = p1.w;
+            }
+            const uint4 v = *(const uint4 *)(stg + kcl * 512 + lane * 16);
+            wa[j][0] = v.x, wa[j][1] = v.y, wa[j][2] = v.z, wa[j][3] = v.w;
+            const float *sc = (const float *)(stg + G::SOFF);
+#pragma unroll
+            for (int p = 0; p < NPG; p++) {
+                gis[j][p] = GM == 0 ? 0 : group_of(kc * 64 + 32 * p, a.gs, a.glog, a.ng) - g0;
+                if (GM != 0) sl[j][p] = sc[gis[j][p] * 16 + g], sh[j][p] = sc[gis[j][p] * 16 + g + 8];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int p = 0; p < NPG; p++) {
+                __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
+                if (ZP) {
+                    const uint8_t *zs = stg + G::ZOFF + gis[j][p] * 16;
+                    const float zl = zs[g], zh = zs[g + 8];
+                    za_lo = __float2half2_rn(1024.0f + zl), zb_lo = __float2half2_rn(-64.0f - zl);
+                    za_hi = __float2half2_rn(1024.0f + zh), zb_hi = __float2half2_rn(-64.0f - zh);
+                }
+                float c[NT][4];
+#pragma unroll
+                for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+#pragma unroll
+                for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
+                    uint32_t b[4];
+                    dq4_pairs(wa[j][i], za_lo, zb_lo, za_hi, zb_hi, sixteenth, b);
+                    const uint32_t A[4] = {b[0], b[2], b[1], b[3]};
+#pragma unroll
+                    for (int n = 0; n < NT; n++) mma16816(__half(), c[n], A, pr[j][n][2 * i], pr[j][n][2 * i + 1]);
+                }
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        acc[n][e] = GM == 0 ? acc[n][e] + c[n][e] : fmaf(e < 2 ? sl[j][p] : sh[j][p], c[n][e], acc[n][e]);
+            }
+    };
+    int it = 0, nu = 0;
+    for (int u = blockIdx.x / nc; u < a.units; u += gpc, nu++) {
+#pragma unroll
+        for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        for (int st = 0; st < nst; st++, it++) {
+            const int slot = it % ns;
+            mbar_wait(bar0 + 8 * slot, (it / ns) & 1);
+            const unsigned char *stg = ring + (size_t)slot * G::STAGE;
+            const int k0 = kc0 + st * TS, k1 = min(kc1, k0 + TS);
+            const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
+            if (k1 - k0 == TS) tiles(stg, k0, g0, warp, std::integral_constant<int, N>{});
+            else
+                for (int kcl = warp; kcl < k1 - k0; kcl += W) tiles(stg, k0, g0, kcl, std::integral_constant<int, 1>{});
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar0 + 8 * (ns + slot));
+        }
+        // C's (row g / g + 8, token 2t, 2t + 1 (+ 8 n)) of every warp meet in red [token][row]
+        float *rb = red + (nu & 1) * W * 256 + warp * 256;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) rb[(2 * t + (e & 1) + 8 * n) * 16 + g + (e >> 1) * 8] = acc[n][e];
+        consumers_sync(nthr);
+        if (tid < NTOK * 16) {
+            const int row = tid & 15, tok = tid >> 4, rg = u * 16 + row;
+            const float *rs = red + (nu & 1) * W * 256 + tid;
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < W; w++) v += rs[w * 256];
+            if (GM == 0) v *= __ldg(a.scales + (size_t)u * 16 + row);  // ng = 1
+            if (tok < a.T && rg < a.rows) {
+                if (nc == 1) {
+                    float *y = a.Y + (size_t)tok * a.ldy + rg;
+                    *y = a.beta != 0.0f ? v + a.beta * *y : v;
+                } else {
+                    a.Y[((size_t)chunk * a.T + tok) * a.rows + rg] = v;
+                }
+            }
+        }
+    }
+#else
+    (void)a;
+#endif
+}
+// Y (T, ldy) = the nc chunk sums P (nc, T, rows) added in chunk order + beta Y.
+__global__ void k_qtmat_sum(const float *__restrict__ P, int nc, int T, int rows, float *Y, int ldy, float beta) {
+    const size_t n = (size_t)T * rows, stride = (size_t)T * rows;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = 0.0f;
+        for (int c = 0; c < nc; c++) v += P[c * stride + i];
+        float *y = Y + (i / rows) * ldy + i % rows;
+        *y = beta != 0.0f ? v + beta * *y : v;
+    }
+}
+
 // Y (T rows of `rows`, ldy) *= beta (= 0 when beta == 0: Y may hold anything).
 __global__ void k_scale_y(float *Y, int ldy, int T, int rows, float beta) {
     const size_t n = (size_t)T * rows;
@@ -1396,7 +1613,7 @@ extern "C" void qlinear_gpu_free(QLinearGpu *q) {
     cudaFree(q->qw), cudaFree(q->scales), cudaFree(q->zeros), cudaFree(q->perm);
     cudaFree(q->scales_t), cudaFree(q->zeros_t);
     cudaFree(q->q0), cudaFree(q->s0), cudaFree(q->z0), cudaFree(q->g0);
-    cudaFree(q->xg), cudaFree(q->scr);
+    cudaFree(q->xg), cudaFree(q->scr), cudaFree(q->part);
     free(q);
 }
 extern "C" int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path) {
@@ -1739,23 +1956,79 @@ extern "C" int qlinear_gpu_gemv_fused(const QLinearGpu *q, const float *x, const
     return launch_ok("qlinear_gpu_gemv_fused") == 0 ? 1 : -1;
 }
 
-// The layer's GEMM scratch, at least `bytes` (grown: synchronizes `s` first, so do the largest
-// call once before capturing a CUDA graph).
-static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) {
-    if (q->scr_bytes >= bytes) return q->scr;
-    if (q->scr) {
+// A scratch of the layer's (*p, *cap bytes) of at least `bytes` (grown: synchronizes `s` first,
+// so do the largest call once before capturing a CUDA graph).
+static void *grow(void **p, size_t *cap, size_t bytes, cudaStream_t s) {
+    if (*cap >= bytes) return *p;
+    if (*p) {
         if (cudaStreamSynchronize(s) != cudaSuccess) return NULL;
-        cudaFree(q->scr);
+        cudaFree(*p);
     }
-    q->scr = NULL, q->scr_bytes = 0;
-    if (cudaMalloc(&q->scr, bytes) != cudaSuccess) {
+    *p = NULL, *cap = 0;
+    if (cudaMalloc(p, bytes) != cudaSuccess) {
         cudaGetLastError();
-        q->scr = NULL;
+        *p = NULL;
         fprintf(stderr, "qlinear_gpu_gemm: out of device memory for a %zu-byte scratch\n", bytes);
         return NULL;
     }
-    q->scr_bytes = bytes;
-    return q->scr;
+    *cap = bytes;
+    return *p;
+}
+static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) { return grow(&q->scr, &q->scr_bytes, bytes, s); }
+
+// k_qtmat over T <= 16 rows of A (lda % 8 == 0, 16-byte aligned, kp valid columns). 1 launched, 0
+// not this layer (not INT4 on sm_90a, or turned off: QLINEAR_QTMAT=0), -1 out of scratch.
+static int g_qtmat = -1, g_qtmat_nc = -1;
+template <class X, int GM, bool ZP, int NT>
+static void qtmat_go(const QLinearGpu *q, QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t s) {
+    auto k = k_qtmat<X, GM, ZP, NT>;
+    static bool attr = false;  // once per instance: its shared-memory allowance
+    if (!attr) attr = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX) == cudaSuccess;
+    (void)q;
+    launch_ex(k, dim3(grid), (QTT_W + 1) * 32, smem, s, pdl, a);
+}
+template <class X>
+static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s) {
+    if (g_qtmat < 0) {
+        const char *e = getenv("QLINEAR_QTMAT"), *n = getenv("QLINEAR_QTMAT_NC");
+        g_qtmat = !e || atoi(e) != 0;
+        g_qtmat_nc = n ? atoi(n) : 0;
+    }
+    if (!g_qtmat || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
+    const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
+    const int stage = qtma_part(4, QTT_TS, gm, zp);
+    const int ns = QTMA_RING / stage < 2 ? 2 : QTMA_RING / stage;
+    const size_t fixed = (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + 2 * QTT_W * 256 * 4;
+    // the most tiles a chunk of x can hold, then as many chunks as that needs (or QLINEAR_QTMAT_NC)
+    const long most = ((long)(QTMA_SMEM_MAX - fixed) / (ntok * 4) - 4) / 32;
+    if (most < 1) return 0;
+    int nc = (int)((nk + most - 1) / most);
+    if (g_qtmat_nc > nc) nc = g_qtmat_nc < nk ? g_qtmat_nc : nk;
+    const int kct = (nk + nc - 1) / nc;
+    nc = (nk + kct - 1) / kct;
+    const size_t smem = fixed + (size_t)ntok * qtmat_xs(kct) * 4;
+    float *P = Y;
+    if (nc > 1) {
+        P = (float *)grow(&q->part, &q->part_bytes, (size_t)nc * T * q->rows * sizeof(float), s);
+        if (!P) return -1;
+    }
+    // one block an SM: the strips of each chunk spread evenly over sms / nc blocks
+    const int units = q->np / 16, per = q->sms / nc > 0 ? q->sms / nc : 1, rounds = (units + per - 1) / per;
+    const int gpc = (units + rounds - 1) / rounds, grid = gpc * nc;
+    QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
+                   A, lda, T, P, ldy, beta, units, nc, kct, ns};
+    const bool pdl = pdl_on(q);
+#define QTT_GO(gmv, z)                                                       \
+    (NT == 2 ? qtmat_go<X, gmv, z, 2>(q, a, smem, grid, pdl, s) : qtmat_go<X, gmv, z, 1>(q, a, smem, grid, pdl, s))
+    if (gm == 0) zp ? QTT_GO(0, true) : QTT_GO(0, false);
+    else if (gm == 1) zp ? QTT_GO(1, true) : QTT_GO(1, false);
+    else zp ? QTT_GO(2, true) : QTT_GO(2, false);
+#undef QTT_GO
+    if (nc > 1) {
+        const size_t n = (size_t)T * q->rows;
+        k_qtmat_sum<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(P, nc, T, q->rows, Y, ldy, beta);
+    }
+    return 1;
 }
 
 template <class X>
@@ -1779,6 +2052,8 @@ static int gemm_t(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy,
         gather<X, X>(Xm, ldx, T, q->perm, q->cols, q->kp, xa, s);
         A = xa, lda = q->kp;
     }
+    const int tm = qtmat_gemm<X>(q, T, A, lda, Y, ldy, beta, s);
+    if (tm != 0) return tm < 0 ? -1 : launch_ok("qlinear_gpu_gemm");
     if (q->kind == QK_INT8) {  // k_qmma, 16 tokens a pass (each pass reads the weights once); for INT4 at
         // T = 16 k_qgemm4 measured faster (gate_up 50.9 vs 81.8 us, qgemm_e4019eb_h200.txt)
         for (int t0 = 0; t0 < T; t0 += 16)

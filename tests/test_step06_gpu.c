@@ -7,12 +7,15 @@
 //     multiples of the group but not all of 128 (per channel: 200, 520);
 //   - the GEMV with and without bias and accumulate (y += ...), every version of its ladder,
 //     tolerance 1e-4 of max|ref| (both fp32, summed in a different order);
-//   - the GEMM for T = 1, 2, 7, 16, 33, 64, 100, bf16 and fp16 X (the reference runs on X rounded
+//   - the GEMM for T = 1, 2, 7, 11, 16, 33, 64, 100, bf16 and fp16 X (the reference runs on X rounded
 //     the same way), beta 0 and 1, X and Y with row strides wider than the matrix (an odd X
 //     stride too; the columns past `rows` in each Y row must come back untouched), the default
 //     kernel (on sm_80+ it must be the tensor-core one for INT4) and the SIMT fallback forced;
 //     tolerance ERR_TOL_HALF of max|ref|, since the tensor-core path rounds the dequantized
 //     weights to 16 bits;
+//   - the GEMM's T <= 16 kernel on sm_90 (k_qtmat) over layers wide enough that x is cut into
+//     column chunks (summed by a second kernel): groups of 32 asymmetric, per channel, act-order,
+//     a last chunk and stage shorter than the others, T = 3, 9, 16;
 //   - the GEMV on an x that is not 16-byte aligned; groups of 16 and 48 (the naive kernels);
 //   - qlinear_gpu_gemv_fused (the k_qtma rungs): the RMSNorm and SwiGLU folded in, against
 //     linear_q_cpu on the CPU-normalized x (tolerance of x in fp16), and refusing (0) what it cannot
@@ -199,7 +202,8 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
     NEED_GPU();
     QCase cases[64];
     const int nc = all_cases(cases, 64);
-    static const int Ts[] = {1, 2, 7, 16, 33, 64, 100};
+    static const int Ts[] = {1, 2, 7, 11, 16, 33, 64, 100};
+    const int nT = (int)(sizeof Ts / sizeof Ts[0]);
     Rng r;
     rng_seed(&r, 612);
     for (int ci = 0; ci < nc; ci++) {
@@ -215,7 +219,7 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
             if (path == 0 && tc && gi_.cc_major >= 8 && !strstr(desc, "naive"))  // else nothing tests it
                 cr_expect(strstr(desc, "tensor-core") != NULL, "%s on sm_%d%d: not the tensor-core GEMM (%s)", what,
                           gi_.cc_major, gi_.cc_minor, desc);
-            for (int ti = 0; ti < 7; ti++) {  // dtype, beta and the X row stride vary so every pair meets every T
+            for (int ti = 0; ti < nT; ti++) {  // dtype, beta and the X row stride vary so every pair meets every T
                 const int ldx = c->cols + ((ti + path) % 3 == 2 ? 3 : 8);  // an odd stride takes the gather
                 check_gemm(&r, &w, q, (ti + ci + path) % 2 ? ST_F16 : ST_BF16, Ts[ti], (float)((ti / 2 + ci) % 2), ldx,
                            what);
@@ -319,6 +323,28 @@ Test(step06_gpu, llama_down_proj_shape) {
     check_gemv(&r, &w, q, "down_proj int4");
     qlinear_gpu_free(q);
     qweight_free(&w);
+}
+
+// Layers so wide that 16 tokens of x do not fit one block's shared memory: the T <= 16 kernel on
+// sm_90 cuts the columns into chunks (9536 = 149 tiles of 64: chunks of 50, 50 and 49 tiles at 16
+// tokens, 2 chunks at 8), each chunk's sums added by a second kernel; beta 0 and 1.
+Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
+    NEED_GPU();
+    const QCase cases[] = {{QK_INT4, 77, 9536, 32, 0, 0}, {QK_INT4, 300, 9536, -1, 1, 0}, {QK_INT4, 150, 9472, 128, 1, 1},
+                           {QK_INT4, 33, 9600, 96, 0, 0}};
+    static const int Ts[] = {16, 9, 3};
+    Rng r;
+    rng_seed(&r, 614);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char what[160];
+        QWeight w;
+        QLinearGpu *q = case_layer(&r, &cases[ci], &w, what, sizeof what);
+        for (int ti = 0; ti < 3; ti++)
+            check_gemm(&r, &w, q, (ti + ci) % 2 ? ST_F16 : ST_BF16, Ts[ti], (float)((ti + ci) % 2), cases[ci].cols + 8,
+                       what);
+        qlinear_gpu_free(q);
+        qweight_free(&w);
+    }
 }
 
 Test(step06_gpu, bad_arguments_refused) {
