@@ -1251,11 +1251,11 @@ struct QTmatArgs {
 #define QTT_W 8    // consumer warps
 __host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so the 8 g rows fall on distinct banks
 
-template <class X, int GM, bool ZP, int NT>
-__global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
+template <class X, int GM, bool ZP, int NT, int W>
+__global__ void __launch_bounds__((W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
 #ifdef WGMMA_ARCH
     using G = QTmaGeom<4, QTT_TS, GM, ZP, false>;
-    constexpr int TS = QTT_TS, W = QTT_W, NTOK = 8 * NT;
+    constexpr int TS = QTT_TS, NTOK = 8 * NT;
     extern __shared__ __align__(128) unsigned char sm[];
     const int ns = a.ns, nk = a.kp / 64, nc = a.nc, gpc = gridDim.x / nc;
     const int chunk = blockIdx.x % nc, kc0 = chunk * a.kct, kc1 = min(nk, kc0 + a.kct);
@@ -1405,9 +1405,9 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
 #pragma unroll
             for (int e = 0; e < 4; e++) rb[(2 * t + (e & 1) + 8 * n) * 16 + g + (e >> 1) * 8] = acc[n][e];
         consumers_sync(nthr);
-        if (tid < NTOK * 16) {
-            const int row = tid & 15, tok = tid >> 4, rg = u * 16 + row;
-            const float *rs = red + (nu & 1) * W * 256 + tid;
+        for (int o = tid; o < NTOK * 16; o += nthr) {
+            const int row = o & 15, tok = o >> 4, rg = u * 16 + row;
+            const float *rs = red + (nu & 1) * W * 256 + o;
             float v = 0.0f;
 #pragma unroll
             for (int w = 0; w < W; w++) v += rs[w * 256];
@@ -1978,14 +1978,14 @@ static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) { return grow(
 
 // k_qtmat over T <= 16 rows of A (lda % 8 == 0, 16-byte aligned, kp valid columns). 1 launched, 0
 // not this layer (not INT4 on sm_90a, or turned off: QLINEAR_QTMAT=0), -1 out of scratch.
-static int g_qtmat = -1, g_qtmat_nc = -1;
-template <class X, int GM, bool ZP, int NT>
+static int g_qtmat = -1, g_qtmat_nc = -1, g_qtmat_w = QTT_W;
+template <class X, int GM, bool ZP, int NT, int W>
 static void qtmat_go(const QLinearGpu *q, QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t s) {
-    auto k = k_qtmat<X, GM, ZP, NT>;
+    auto k = k_qtmat<X, GM, ZP, NT, W>;
     static bool attr = false;  // once per instance: its shared-memory allowance
     if (!attr) attr = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX) == cudaSuccess;
     (void)q;
-    launch_ex(k, dim3(grid), (QTT_W + 1) * 32, smem, s, pdl, a);
+    launch_ex(k, dim3(grid), (W + 1) * 32, smem, s, pdl, a);
 }
 template <class X>
 static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s) {
@@ -1993,12 +1993,15 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
         const char *e = getenv("QLINEAR_QTMAT"), *n = getenv("QLINEAR_QTMAT_NC");
         g_qtmat = !e || atoi(e) != 0;
         g_qtmat_nc = n ? atoi(n) : 0;
+        const char *w = getenv("QLINEAR_QTMAT_W");
+        g_qtmat_w = w && atoi(w) == 16 ? 16 : QTT_W;
     }
     if (!g_qtmat || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
     const int stage = qtma_part(4, QTT_TS, gm, zp);
     const int ns = QTMA_RING / stage < 2 ? 2 : QTMA_RING / stage;
-    const size_t fixed = (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + 2 * QTT_W * 256 * 4;
+    const int W = g_qtmat_w;  // consumer warps: QTT_W, or 16 (QLINEAR_QTMAT_W=16)
+    const size_t fixed = (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + 2 * W * 256 * 4;
     // the most tiles a chunk of x can hold, then as many chunks as that needs (or QLINEAR_QTMAT_NC)
     const long most = ((long)(QTMA_SMEM_MAX - fixed) / (ntok * 4) - 4) / 32;
     if (most < 1) return 0;
@@ -2018,8 +2021,9 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
                    A, lda, T, P, ldy, beta, units, nc, kct, ns};
     const bool pdl = pdl_on(q);
-#define QTT_GO(gmv, z)                                                       \
-    (NT == 2 ? qtmat_go<X, gmv, z, 2>(q, a, smem, grid, pdl, s) : qtmat_go<X, gmv, z, 1>(q, a, smem, grid, pdl, s))
+#define QTT_GO(gmv, z)                                                                                           \
+    (W == 16 ? (NT == 2 ? qtmat_go<X, gmv, z, 2, 16>(q, a, smem, grid, pdl, s) : qtmat_go<X, gmv, z, 1, 16>(q, a, smem, grid, pdl, s)) \
+             : (NT == 2 ? qtmat_go<X, gmv, z, 2, 8>(q, a, smem, grid, pdl, s) : qtmat_go<X, gmv, z, 1, 8>(q, a, smem, grid, pdl, s)))
     if (gm == 0) zp ? QTT_GO(0, true) : QTT_GO(0, false);
     else if (gm == 1) zp ? QTT_GO(1, true) : QTT_GO(1, false);
     else zp ? QTT_GO(2, true) : QTT_GO(2, false);
