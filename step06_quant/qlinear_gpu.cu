@@ -1396,7 +1396,10 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
             else
                 for (int kcl = warp; kcl < k1 - k0; kcl += W) tiles(stg, k0, g0, kcl, std::integral_constant<int, 1>{});
             __syncwarp();
-            if (lane == 0) mbar_arrive(bar0 + 8 * (ns + slot));
+            if (lane == 0) {  // the warp's reads of the stage before the producer's next bulk copy into it
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                mbar_arrive(bar0 + 8 * (ns + slot));
+            }
         }
         // C's (row g / g + 8, token 2t, 2t + 1 (+ 8 n)) of every warp meet in red [token][row]
         float *rb = red + (nu & 1) * W * 256 + warp * 256;
