@@ -3,7 +3,7 @@
 // (kvcache.h gemv_gpu_bench_gbps).
 // defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
 //          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_grid,
-//          qlinear_gpu_gemv_version
+//          qlinear_gpu_gemv_version, qlinear_gemm_set_qtmat
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +32,11 @@ void qlinear_gemv_set_pdl(int on);
 // the fewest rounds, 1 the grid whose busiest SM holds the fewest strips. Any grid computes the same
 // outputs (a block takes strips blockIdx.x, + gridDim.x, ...); only the balance over the SMs changes.
 void qlinear_gemv_set_grid(int policy);
+// qlinear_gpu_gemm's INT4 kernel for T <= 16 on sm_90a: 1 k_qtmat (the bulk-copied weight ring of
+// the TMA GEMV rungs, 8 or 16 tokens as the mma's B operand), 0 k_qgemm4 (the default); unset, the
+// environment's QLINEAR_QTMAT=1 turns it on. Off by default until compute-sanitizer's racecheck
+// passes on it (it reports the ring's bulk copies against the consumers' reads; memcheck is clean).
+void qlinear_gemm_set_qtmat(int on);
 
 #ifdef __cplusplus
 }

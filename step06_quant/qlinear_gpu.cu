@@ -99,11 +99,26 @@ struct QLinearGpu {
     char base[64], desc[192];
 };
 
+// k_qtmat for INT4 GEMMs of T <= 16 on sm_90a (qlinear_gemm_set_qtmat; QLINEAR_QTMAT=1), and the
+// least number of column chunks it cuts x into (QLINEAR_QTMAT_NC, for measuring).
+static int g_qtmat = -1, g_qtmat_nc = 0;
+static bool qtmat_on(void) {
+    if (g_qtmat < 0) {
+        const char *e = getenv("QLINEAR_QTMAT"), *n = getenv("QLINEAR_QTMAT_NC");
+        g_qtmat = e && atoi(e) != 0;
+        g_qtmat_nc = n ? atoi(n) : 0;
+    }
+    return g_qtmat > 0;
+}
+extern "C" void qlinear_gemm_set_qtmat(int on) {
+    qtmat_on();  // the environment read first, so it cannot undo this later
+    g_qtmat = on ? 1 : 0;
+}
 static void set_desc(QLinearGpu *q) {
     snprintf(q->desc, sizeof q->desc, "%s: tiled GEMV, %s", q->base,
              !q->mma ? "SIMT GEMM (8 tokens a pass)"
-             : q->kind == QK_INT4 ? (q->qt ? "tensor-core GEMM (mma.sync m16n8k16; <= 16 rows: bulk-copied weights, k_qtmat)"
-                                          : "tensor-core GEMM (mma.sync m16n8k16)")
+             : q->kind == QK_INT4 ? (q->qt && qtmat_on() ? "tensor-core GEMM (mma.sync m16n8k16; <= 16 rows: bulk-copied weights, k_qtmat)"
+                                                         : "tensor-core GEMM (mma.sync m16n8k16)")
                                   : "tensor-core GEMM (mma.sync m16n8k16, 16 tokens a pass)");
 }
 
@@ -1629,7 +1644,11 @@ extern "C" int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path) {
 extern "C" size_t qlinear_gpu_bytes(const QLinearGpu *q) { return q ? q->bytes : 0; }
 extern "C" int qlinear_gpu_rows(const QLinearGpu *q) { return q ? q->rows : 0; }
 extern "C" int qlinear_gpu_cols(const QLinearGpu *q) { return q ? q->cols : 0; }
-extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) { return q ? q->desc : "(null)"; }
+extern "C" const char *qlinear_gpu_describe(const QLinearGpu *q) {
+    if (!q) return "(null)";
+    if (q->fast) set_desc((QLinearGpu *)q);  // (qlinear_gemm_set_qtmat may have changed it)
+    return q->desc;
+}
 
 // The GEMV ladder: the only list of its versions (qgemm_bench times each; qlinear_gpu_gemv runs
 // g_qgemv_version, dispatched by its index in launch_simt). v1-v3: k_qgemv4 / k_qgemv8 with U
@@ -1980,8 +1999,7 @@ static void *grow(void **p, size_t *cap, size_t bytes, cudaStream_t s) {
 static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) { return grow(&q->scr, &q->scr_bytes, bytes, s); }
 
 // k_qtmat over T <= 16 rows of A (lda % 8 == 0, 16-byte aligned, kp valid columns). 1 launched, 0
-// not this layer (not INT4 on sm_90a, or turned off: QLINEAR_QTMAT=0), -1 out of scratch.
-static int g_qtmat = -1, g_qtmat_nc = -1;
+// not this layer (not INT4 on sm_90a, or off: qlinear_gemm_set_qtmat), -1 out of scratch.
 template <class X, int GM, bool ZP, int NT, int W>
 static void qtmat_go(const QLinearGpu *q, QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t s) {
     auto k = k_qtmat<X, GM, ZP, NT, W>;
@@ -1992,12 +2010,7 @@ static void qtmat_go(const QLinearGpu *q, QTmatArgs a, size_t smem, int grid, bo
 }
 template <class X>
 static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s) {
-    if (g_qtmat < 0) {
-        const char *e = getenv("QLINEAR_QTMAT"), *n = getenv("QLINEAR_QTMAT_NC");
-        g_qtmat = !e || atoi(e) != 0;
-        g_qtmat_nc = n ? atoi(n) : 0;
-    }
-    if (!g_qtmat || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
+    if (!qtmat_on() || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
     const int stage = qtma_part(4, QTT_TS, gm, zp);
     const int ns = QTMA_RING / stage < 2 ? 2 : QTMA_RING / stage;

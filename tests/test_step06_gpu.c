@@ -13,9 +13,10 @@
 //     kernel (on sm_80+ it must be the tensor-core one for INT4) and the SIMT fallback forced;
 //     tolerance ERR_TOL_HALF of max|ref|, since the tensor-core path rounds the dequantized
 //     weights to 16 bits;
-//   - the GEMM's T <= 16 kernel on sm_90 (k_qtmat) over layers wide enough that x is cut into
-//     column chunks (summed by a second kernel): groups of 32 asymmetric, per channel, act-order,
-//     a last chunk and stage shorter than the others, T = 3, 9, 16;
+//   - the GEMM's optional T <= 16 kernel on sm_90 (k_qtmat, qlinear_gemm_set_qtmat) on every case
+//     above, and with k_qgemm4 over layers wide enough that k_qtmat cuts x into column chunks
+//     (summed by a second kernel): groups of 32 asymmetric, per channel, act-order, a last chunk and
+//     stage shorter than the others, T = 3, 9, 16;
 //   - the GEMV on an x that is not 16-byte aligned; groups of 16 and 48 (the naive kernels);
 //   - qlinear_gpu_gemv_fused (the k_qtma rungs): the RMSNorm and SwiGLU folded in, against
 //     linear_q_cpu on the CPU-normalized x (tolerance of x in fp16), and refusing (0) what it cannot
@@ -211,12 +212,13 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
         char what[160];
         QWeight w;
         QLinearGpu *q = case_layer(&r, c, &w, what, sizeof what);
-        for (int path = 0; path < 2; path++) {  // the default kernel, then the SIMT fallback forced
-            cr_assert_eq(qlinear_gpu_set_gemm_path(q, path ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO), 0);
+        for (int path = 0; path < 3; path++) {  // the default kernel, the SIMT fallback forced, then k_qtmat on
+            cr_assert_eq(qlinear_gpu_set_gemm_path(q, path == 1 ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO), 0);
+            qlinear_gemm_set_qtmat(path == 2);
             const char *desc = qlinear_gpu_describe(q);
             // INT8 takes the tensor cores when its groups are whole 64-column tiles (or one per row)
             const int tc = c->kind == QK_INT4 || c->group < 0 || c->group % 64 == 0;
-            if (path == 0 && tc && gi_.cc_major >= 8 && !strstr(desc, "naive"))  // else nothing tests it
+            if (path != 1 && tc && gi_.cc_major >= 8 && !strstr(desc, "naive"))  // else nothing tests it
                 cr_expect(strstr(desc, "tensor-core") != NULL, "%s on sm_%d%d: not the tensor-core GEMM (%s)", what,
                           gi_.cc_major, gi_.cc_minor, desc);
             for (int ti = 0; ti < nT; ti++) {  // dtype, beta and the X row stride vary so every pair meets every T
@@ -225,6 +227,7 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
                            what);
             }
         }
+        qlinear_gemm_set_qtmat(0);
         qlinear_gpu_free(q);
         qweight_free(&w);
     }
@@ -325,8 +328,8 @@ Test(step06_gpu, llama_down_proj_shape) {
     qweight_free(&w);
 }
 
-// Layers so wide that 16 tokens of x do not fit one block's shared memory: the T <= 16 kernel on
-// sm_90 cuts the columns into chunks (9536 = 149 tiles of 64: chunks of 50, 50 and 49 tiles at 16
+// Layers so wide that 16 tokens of x do not fit one block's shared memory: k_qtmat (the optional
+// T <= 16 kernel on sm_90a; k_qgemm4 first) cuts the columns into chunks (9536 = 149 tiles of 64: chunks of 50, 50 and 49 tiles at 16
 // tokens, 2 chunks at 8), each chunk's sums added by a second kernel; beta 0 and 1.
 Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
     NEED_GPU();
@@ -339,9 +342,16 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         char what[160];
         QWeight w;
         QLinearGpu *q = case_layer(&r, &cases[ci], &w, what, sizeof what);
-        for (int ti = 0; ti < 3; ti++)
-            check_gemm(&r, &w, q, (ti + ci) % 2 ? ST_F16 : ST_BF16, Ts[ti], (float)((ti + ci) % 2), cases[ci].cols + 8,
-                       what);
+        for (int on = 0; on < 2; on++) {  // k_qgemm4, then k_qtmat
+            qlinear_gemm_set_qtmat(on);
+            if (on && gi_.cc_major == 9)
+                cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
+                          qlinear_gpu_describe(q));
+            for (int ti = 0; ti < 3; ti++)
+                check_gemm(&r, &w, q, (ti + ci + on) % 2 ? ST_F16 : ST_BF16, Ts[ti], (float)((ti + ci) % 2),
+                           cases[ci].cols + 8, what);
+        }
+        qlinear_gemm_set_qtmat(0);
         qlinear_gpu_free(q);
         qweight_free(&w);
     }
