@@ -155,10 +155,12 @@ __device__ __forceinline__ int group_of(int col, int gs, int glog, int ng) {
 
 // INT4's zero terms for one (group, row): za = 1024 + z, zb = -64 - z as fp16 pairs (z = 8 when
 // symmetric), so that (1024 + q) - za and (1024 + 16 q) / 16 + zb are q - z exactly.
+__device__ __forceinline__ void zero4_of(float z, __half2 &za, __half2 &zb) {
+    za = __float2half2_rn(1024.0f + z), zb = __float2half2_rn(-64.0f - z);
+}
 template <bool ZP>
 __device__ __forceinline__ void zero4(const uint8_t *__restrict__ zeros, size_t at, __half2 &za, __half2 &zb) {
-    const float z = ZP ? (float)__ldg(zeros + at) : 8.0f;
-    za = __float2half2_rn(1024.0f + z), zb = __float2half2_rn(-64.0f - z);
+    zero4_of(ZP ? (float)__ldg(zeros + at) : 8.0f, za, zb);
 }
 // q - z of one packed word: columns (k, k+1) and (k+8, k+9) of row n (low nibbles), then of row
 // n + 8 (the word >> 8). (w & 0x000F000F) | 0x64006400 is the fp16 pair (1024 + q0, 1024 + q4).
@@ -673,16 +675,19 @@ __device__ __forceinline__ void x16(const float *p, uint32_t (&o)[8]) {
         o[2 * i] = h2_sat(v.x, v.y), o[2 * i + 1] = h2_sat(v.z, v.w);
     }
 }
+// A packed pair of X as an fp16 pair: bf16 converted (saturating), fp16 as it is.
+__device__ __forceinline__ uint32_t h2_of(__nv_bfloat16, uint32_t w) {
+    const float2 f = __bfloat1622float2(bits<__nv_bfloat162>(w));
+    return h2_sat(f.x, f.y);
+}
+__device__ __forceinline__ uint32_t h2_of(__half, uint32_t w) { return w; }
 __device__ __forceinline__ void x16(const __nv_bfloat16 *p, uint32_t (&o)[8]) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const uint4 v = __ldg((const uint4 *)p + i);
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float2 f = __bfloat1622float2(bits<__nv_bfloat162>(w[j]));
-            o[4 * i + j] = h2_sat(f.x, f.y);
-        }
+        for (int j = 0; j < 4; j++) o[4 * i + j] = h2_of(__nv_bfloat16(), w[j]);
     }
 }
 __device__ __forceinline__ void x16(const __half *p, uint32_t (&o)[8]) {
@@ -751,7 +756,7 @@ __global__ void __launch_bounds__(W * 32)
         }
         const int n = min(nb0 + r, nt - 1) * RT + g + (KIND == 4 ? 8 * which : 0);
         const float z = (float)__ldg(zeros + (size_t)grp * np + n);
-        za = __float2half2_rn(1024.0f + z), zb = __float2half2_rn(-64.0f - z);
+        zero4_of(z, za, zb);
     };
     // scales of the C fragment's rows (tile r, half h): rows 8 h + 2 t, + 1
     auto scale_of = [&](int grp, int r, int h) {
@@ -1156,8 +1161,7 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                     if (ZP && !ZF) {
                         const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
                         const float zl = zs[g], zh = zs[g + 8];
-                        za_lo = __float2half2_rn(1024.0f + zl), zb_lo = __float2half2_rn(-64.0f - zl);
-                        za_hi = __float2half2_rn(1024.0f + zh), zb_hi = __float2half2_rn(-64.0f - zh);
+                        zero4_of(zl, za_lo, zb_lo), zero4_of(zh, za_hi, zb_hi);
                     }
                     float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
@@ -1327,13 +1331,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
                 uint32_t *row = xs + (size_t)tok * XS + (m >> 3) * 32 + 2 * ((m & 7) >> 1) + (m & 1);
                 const uint32_t w4[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
 #pragma unroll
-                for (int p = 0; p < 4; p++) {
-                    if constexpr (std::is_same<X, __half>::value) row[8 * p] = w4[p];
-                    else {
-                        const float2 f = __bfloat1622float2(bits<__nv_bfloat162>(w4[p]));
-                        row[8 * p] = h2_sat(f.x, f.y);
-                    }
-                }
+                for (int p = 0; p < 4; p++) row[8 * p] = h2_of(X(), w4[p]);
             }
         }
     }
@@ -1375,9 +1373,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
                 __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
                 if (ZP) {
                     const uint8_t *zs = stg + G::ZOFF + gis[j][p] * 16;
-                    const float zl = zs[g], zh = zs[g + 8];
-                    za_lo = __float2half2_rn(1024.0f + zl), zb_lo = __float2half2_rn(-64.0f - zl);
-                    za_hi = __float2half2_rn(1024.0f + zh), zb_hi = __float2half2_rn(-64.0f - zh);
+                    zero4_of(zs[g], za_lo, zb_lo), zero4_of(zs[g + 8], za_hi, zb_hi);
                 }
                 float c[NT][4];
 #pragma unroll
@@ -1446,10 +1442,10 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
 }
 // Y (T, ldy) = the nc chunk sums P (nc, T, rows) added in chunk order + beta Y.
 __global__ void k_qtmat_sum(const float *__restrict__ P, int nc, int T, int rows, float *Y, int ldy, float beta) {
-    const size_t n = (size_t)T * rows, stride = (size_t)T * rows;
+    const size_t n = (size_t)T * rows;  // one chunk's sums
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float v = 0.0f;
-        for (int c = 0; c < nc; c++) v += P[c * stride + i];
+        for (int c = 0; c < nc; c++) v += P[c * n + i];
         float *y = Y + (i / rows) * ldy + i % rows;
         *y = beta != 0.0f ? v + beta * *y : v;
     }
@@ -1527,6 +1523,7 @@ static QView view(const QLinearGpu *q) {
 // ---------------------------------------------------------------- the API
 static bool qtma_can(const QLinearGpu *q);  // below: whether k_qtma can run a layer
 static void qtma_prepare(QLinearGpu *q);    // and its set-up at creation
+static void qtmat_prepare(const QLinearGpu *q);  // k_qtmat's (qlinear_gpu_gemm, T <= 16)
 extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) {
     if (!w || (w->kind != QK_INT8 && w->kind != QK_INT4) || w->rows < 1 || w->cols < 1 || w->n_groups < 1 || !w->q ||
         !w->scales || (!w->sym && !w->zeros)) {
@@ -1623,6 +1620,7 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
         return NULL;
     }
     qtma_prepare(q);
+    qtmat_prepare(q);
     return q;
 }
 
@@ -1738,8 +1736,9 @@ static size_t qtma_smem(int stage, int ns, int kp, int R, int W) {
            2 * W * R * 16 * 4 + W * 4;
 }
 // The ring's stage count for this layer: QTMA_RING's worth (at least 2), within the block's shared memory.
+static int qtma_ring_stages(int stage) { return QTMA_RING / stage < 2 ? 2 : QTMA_RING / stage; }
 static int qtma_stages(int stage, int kp, int R, int W) {
-    int ns = QTMA_RING / stage < 2 ? 2 : QTMA_RING / stage;
+    int ns = qtma_ring_stages(stage);
     while (ns > 2 && qtma_smem(stage, ns, kp, R, W) > QTMA_SMEM_MAX) ns--;
     return qtma_smem(stage, ns, kp, R, W) <= QTMA_SMEM_MAX ? ns : 0;
 }
@@ -1998,26 +1997,47 @@ static void *grow(void **p, size_t *cap, size_t bytes, cudaStream_t s) {
 }
 static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) { return grow(&q->scr, &q->scr_bytes, bytes, s); }
 
-// k_qtmat over T <= 16 rows of A (lda % 8 == 0, 16-byte aligned, kp valid columns). 1 launched, 0
-// not this layer (not INT4 on sm_90a, or off: qlinear_gemm_set_qtmat), -1 out of scratch.
+// Launch k_qtmat, or (setup, at the layer's creation: not while a stream is being captured) allow
+// it its shared memory.
 template <class X, int GM, bool ZP, int NT, int W>
-static void qtmat_go(const QLinearGpu *q, QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t s) {
+static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
     auto k = k_qtmat<X, GM, ZP, NT, W>;
-    static bool attr = false;  // once per instance: its shared-memory allowance
-    if (!attr) attr = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX) == cudaSuccess;
-    (void)q;
+    if (setup) {
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX);
+        cudaGetLastError();
+        return;
+    }
     launch_ex(k, dim3(grid), (W + 1) * 32, smem, s, pdl, a);
 }
+template <class X, int NT>
+static void qtmat_kind(int gm, bool zp, const QTmatArgs &a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
+    constexpr int W = QTT_W;
+    if (gm == 0) zp ? qtmat_go<X, 0, true, NT, W>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 0, false, NT, W>(a, smem, grid, pdl, s, setup);
+    else if (gm == 1) zp ? qtmat_go<X, 1, true, NT, W>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT, W>(a, smem, grid, pdl, s, setup);
+    else zp ? qtmat_go<X, 2, true, NT, W>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT, W>(a, smem, grid, pdl, s, setup);
+}
+// At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
+static void qtmat_prepare(const QLinearGpu *q) {
+    if (!q->qt || q->kind != QK_INT4) return;  // (per layer, as qtma_prepare: the current device's allowance)
+    const QTmatArgs a = {};
+    const bool zp = q->zeros != NULL;
+    qtmat_kind<__half, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+}
+// k_qtmat over T <= 16 rows of A (lda % 8 == 0, 16-byte aligned, kp valid columns). 1 launched, 0
+// not this layer (not INT4 on sm_90a, or off: qlinear_gemm_set_qtmat), -1 out of scratch.
 template <class X>
 static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s) {
     if (!qtmat_on() || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
     const int stage = qtma_part(4, QTT_TS, gm, zp);
-    const int ns = QTMA_RING / stage < 2 ? 2 : QTMA_RING / stage;
+    const int ns = qtma_ring_stages(stage);
     constexpr int W = QTT_W;
     const size_t fixed = (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + 2 * W * 256 * 4;
     // the most tiles a chunk of x can hold, then as many chunks as that needs (or QLINEAR_QTMAT_NC)
-    const long most = ((long)(QTMA_SMEM_MAX - fixed) / (ntok * 4) - 4) / 32;
+    const long most = (((long)QTMA_SMEM_MAX - (long)fixed) / (ntok * 4) - 4) / 32;
     if (most < 1) return 0;
     int nc = (int)((nk + most - 1) / most);
     if (g_qtmat_nc > nc) nc = g_qtmat_nc < nk ? g_qtmat_nc : nk;
@@ -2035,12 +2055,8 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
                    A, lda, T, P, ldy, beta, units, nc, kct, ns};
     const bool pdl = pdl_on(q);
-#define QTT_GO(gmv, z)                                                                                        \
-    (NT == 2 ? qtmat_go<X, gmv, z, 2, W>(q, a, smem, grid, pdl, s) : qtmat_go<X, gmv, z, 1, W>(q, a, smem, grid, pdl, s))
-    if (gm == 0) zp ? QTT_GO(0, true) : QTT_GO(0, false);
-    else if (gm == 1) zp ? QTT_GO(1, true) : QTT_GO(1, false);
-    else zp ? QTT_GO(2, true) : QTT_GO(2, false);
-#undef QTT_GO
+    if (NT == 2) qtmat_kind<X, 2>(gm, zp, a, smem, grid, pdl, s, false);
+    else qtmat_kind<X, 1>(gm, zp, a, smem, grid, pdl, s, false);
     if (nc > 1) {
         const size_t n = (size_t)T * q->rows;
         k_qtmat_sum<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(P, nc, T, q->rows, Y, ldy, beta);
