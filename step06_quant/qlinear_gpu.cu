@@ -147,6 +147,25 @@ __device__ __forceinline__ To bits(From f) {
     return t;
 }
 
+// (w & mask) | m as one LOP3. Written in C, with two constants, it compiles to an AND and an OR
+// (a SASS instruction takes one 32-bit immediate): measured on k_qtma's INT4 loop (ncu's source
+// page, gate_up at T = 1), 8 LOP3 a word where 4 do. Here the constants travel in registers.
+__device__ __forceinline__ uint32_t and_or(uint32_t w, uint32_t mask, uint32_t m) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(w), "r"(mask), "r"(m));  // 0xEA: (a & b) | c
+    return d;
+}
+
+// A ring position: the stage's slot and the parity of its round, i.e. it % ns and (it / ns) & 1
+// without the integer division a stage that those cost (ns is a launch argument).
+struct RingPos {
+    int slot = 0;
+    uint32_t ph = 0;
+    __device__ __forceinline__ void next(int ns) {
+        if (++slot == ns) slot = 0, ph ^= 1u;
+    }
+};
+
 // The group of packed column col: a shift when the group size is a power of two (glog >= 0; one
 // group per row passes glog 30), a division otherwise; clamped for the padded columns.
 __device__ __forceinline__ int group_of(int col, int gs, int glog, int ng) {
@@ -168,10 +187,10 @@ __device__ __forceinline__ void dq4(uint32_t wd, __half2 za_lo, __half2 zb_lo, _
                                     float2 &qb, float2 &qc, float2 &qd) {
     const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
     const uint32_t w2 = wd >> 8;
-    qa = __half22float2(__hsub2(bits<__half2>((wd & 0x000F000Fu) | 0x64006400u), za_lo));
-    qb = __half22float2(__hfma2(bits<__half2>((wd & 0x00F000F0u) | 0x64006400u), sixteenth, zb_lo));
-    qc = __half22float2(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | 0x64006400u), za_hi));
-    qd = __half22float2(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | 0x64006400u), sixteenth, zb_hi));
+    qa = __half22float2(__hsub2(bits<__half2>(and_or(wd, 0x000F000Fu, 0x64006400u)), za_lo));
+    qb = __half22float2(__hfma2(bits<__half2>(and_or(wd, 0x00F000F0u, 0x64006400u)), sixteenth, zb_lo));
+    qc = __half22float2(__hsub2(bits<__half2>(and_or(w2, 0x000F000Fu, 0x64006400u)), za_hi));
+    qd = __half22float2(__hfma2(bits<__half2>(and_or(w2, 0x00F000F0u, 0x64006400u)), sixteenth, zb_hi));
 }
 // out = v + bias[row] (+ beta * out).
 __device__ __forceinline__ void out_store(float v, float *out, const float *bias, int row, float beta) {
@@ -474,19 +493,19 @@ __device__ __forceinline__ uint32_t dq_lo(__nv_bfloat16, uint32_t p, uint32_t zo
 __device__ __forceinline__ void dequant4(__half t, uint32_t wd, const uint32_t *zo, const uint32_t *zh,
                                          const uint32_t *sc, uint32_t &b0, uint32_t &b1, uint32_t &b2, uint32_t &b3) {
     const uint32_t w2 = wd >> 8, M = Q16<__half>::MAGIC;
-    b0 = dq_lo(t, (wd & 0x000F000Fu) | M, zo[0], sc[0]);
-    b1 = dq_hi(t, (wd & 0x00F000F0u) | M, zh[0], sc[0]);
-    b2 = dq_lo(t, (w2 & 0x000F000Fu) | M, zo[1], sc[1]);
-    b3 = dq_hi(t, (w2 & 0x00F000F0u) | M, zh[1], sc[1]);
+    b0 = dq_lo(t, and_or(wd, 0x000F000Fu, M), zo[0], sc[0]);
+    b1 = dq_hi(t, and_or(wd, 0x00F000F0u, M), zh[0], sc[0]);
+    b2 = dq_lo(t, and_or(w2, 0x000F000Fu, M), zo[1], sc[1]);
+    b3 = dq_hi(t, and_or(w2, 0x00F000F0u, M), zh[1], sc[1]);
 }
 __device__ __forceinline__ void dequant4(__nv_bfloat16 t, uint32_t wd, const uint32_t *zo, const uint32_t *zh,
                                          const uint32_t *sc, uint32_t &b0, uint32_t &b1, uint32_t &b2, uint32_t &b3) {
     const uint32_t M = Q16<__nv_bfloat16>::MAGIC;
     (void)zh;
-    b0 = dq_lo(t, (wd & 0x000F000Fu) | M, zo[0], sc[0]);
-    b1 = dq_lo(t, ((wd >> 4) & 0x000F000Fu) | M, zo[0], sc[0]);
-    b2 = dq_lo(t, ((wd >> 8) & 0x000F000Fu) | M, zo[1], sc[1]);
-    b3 = dq_lo(t, ((wd >> 12) & 0x000F000Fu) | M, zo[1], sc[1]);
+    b0 = dq_lo(t, and_or(wd, 0x000F000Fu, M), zo[0], sc[0]);
+    b1 = dq_lo(t, and_or(wd >> 4, 0x000F000Fu, M), zo[0], sc[0]);
+    b2 = dq_lo(t, and_or(wd >> 8, 0x000F000Fu, M), zo[1], sc[1]);
+    b3 = dq_lo(t, and_or(wd >> 12, 0x000F000Fu, M), zo[1], sc[1]);
 }
 __device__ __forceinline__ void mma16816(__half, float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -707,10 +726,10 @@ __device__ __forceinline__ void x16(const __half *p, uint32_t (&o)[8]) {
 __device__ __forceinline__ void dq4_pairs(uint32_t wd, __half2 za_lo, __half2 zb_lo, __half2 za_hi, __half2 zb_hi,
                                           __half2 sixteenth, uint32_t (&b)[4]) {  // sixteenth: the pair (1/16, 1/16)
     const uint32_t w2 = wd >> 8, M = 0x64006400u;
-    b[0] = bits<uint32_t>(__hsub2(bits<__half2>((wd & 0x000F000Fu) | M), za_lo));
-    b[1] = bits<uint32_t>(__hfma2(bits<__half2>((wd & 0x00F000F0u) | M), sixteenth, zb_lo));
-    b[2] = bits<uint32_t>(__hsub2(bits<__half2>((w2 & 0x000F000Fu) | M), za_hi));
-    b[3] = bits<uint32_t>(__hfma2(bits<__half2>((w2 & 0x00F000F0u) | M), sixteenth, zb_hi));
+    b[0] = bits<uint32_t>(__hsub2(bits<__half2>(and_or(wd, 0x000F000Fu, M)), za_lo));
+    b[1] = bits<uint32_t>(__hfma2(bits<__half2>(and_or(wd, 0x00F000F0u, M)), sixteenth, zb_lo));
+    b[2] = bits<uint32_t>(__hsub2(bits<__half2>(and_or(w2, 0x000F000Fu, M)), za_hi));
+    b[3] = bits<uint32_t>(__hfma2(bits<__half2>(and_or(w2, 0x00F000F0u, M)), sixteenth, zb_hi));
 }
 __device__ __forceinline__ void dq8_pairs(uint32_t wd, uint32_t w8, __half2 za_lo, __half2 za_hi, uint32_t (&b)[4]) {
     const uint32_t P = 0x64646464u;
@@ -1025,12 +1044,12 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
     if (warp == W) {  // the producer: weights and scales are constants, so it starts before pdl_wait
         if (lane != 0) return;
         const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
-        int it = 0;
+        RingPos rp;
         for (int u = blockIdx.x; u < a.units; u += gridDim.x)
-            for (int st = 0; st < nst; st++, it++) {
-                const int slot = it % ns;
+            for (int st = 0; st < nst; st++, rp.next(ns)) {
+                const int slot = rp.slot;
                 const uint32_t full = bar0 + 8 * slot;
-                mbar_wait(bar0 + 8 * (ns + slot), ((it / ns) & 1) ^ 1);  // the consumers are done with it
+                mbar_wait(bar0 + 8 * (ns + slot), rp.ph ^ 1u);  // the consumers are done with it
                 const int k0 = st * TS, k1 = min(nk, k0 + TS);
                 const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
                 const int ngs = GM == 0 ? 1 : group_of(k1 * 64 - 1, a.gs, a.glog, a.ng) - g0 + 1;
@@ -1169,8 +1188,8 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                         uint32_t b[4];  // dq4_pairs' order; the A fragment is {b[0], b[2], b[1], b[3]}
                         if (ZF && KIND == 4) {  // 1024 + q, 1024 + 16 q as they are
                             const uint32_t w = wa[j][r][i], w2 = w >> 8, M = 0x64006400u;
-                            b[0] = (w & 0x000F000Fu) | M, b[1] = (w & 0x00F000F0u) | M;
-                            b[2] = (w2 & 0x000F000Fu) | M, b[3] = (w2 & 0x00F000F0u) | M;
+                            b[0] = and_or(w, 0x000F000Fu, M), b[1] = and_or(w, 0x00F000F0u, M);
+                            b[2] = and_or(w2, 0x000F000Fu, M), b[3] = and_or(w2, 0x00F000F0u, M);
                         } else if (ZF) {
                             const uint32_t w = wa[j][r][i], w8 = wb[j][r][i], P = 0x64646464u;
                             b[0] = __byte_perm(w, P, 0x5140u), b[1] = __byte_perm(w, P, 0x5342u);
@@ -1198,13 +1217,14 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                     else acc[r][0] = fmaf(sl[j][r][p], lo, acc[r][0]), acc[r][1] = fmaf(sh[j][r][p], hi, acc[r][1]);
                 }
     };
-    int it = 0, nu = 0;
+    RingPos rp;
+    int nu = 0;
     for (int u = blockIdx.x; u < a.units; u += gridDim.x, nu++) {
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = 0.0f;
-        for (int st = 0; st < nst; st++, it++) {
-            const int slot = it % ns;
-            mbar_wait(bar0 + 8 * slot, (it / ns) & 1);
+        for (int st = 0; st < nst; st++, rp.next(ns)) {
+            const int slot = rp.slot;
+            mbar_wait(bar0 + 8 * slot, rp.ph);
             const unsigned char *stg = ring + (size_t)slot * G::STAGE;
             const int k0 = st * TS, k1 = min(nk, k0 + TS);
             const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
@@ -1291,12 +1311,12 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
     if (warp == W) {  // the producer, as k_qtma's over this block's chunk
         if (lane != 0) return;
         const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
-        int it = 0;
+        RingPos rp;
         for (int u = blockIdx.x / nc; u < a.units; u += gpc)
-            for (int st = 0; st < nst; st++, it++) {
-                const int slot = it % ns;
+            for (int st = 0; st < nst; st++, rp.next(ns)) {
+                const int slot = rp.slot;
                 const uint32_t full = bar0 + 8 * slot;
-                mbar_wait(bar0 + 8 * (ns + slot), ((it / ns) & 1) ^ 1);
+                mbar_wait(bar0 + 8 * (ns + slot), rp.ph ^ 1u);
                 const int k0 = kc0 + st * TS, k1 = min(kc1, k0 + TS);
                 const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
                 const int ngs = GM == 0 ? 1 : group_of(k1 * 64 - 1, a.gs, a.glog, a.ng) - g0 + 1;
@@ -1393,13 +1413,14 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
                         acc[n][e] = GM == 0 ? acc[n][e] + c[n][e] : fmaf(e < 2 ? sl[j][p] : sh[j][p], c[n][e], acc[n][e]);
             }
     };
-    int it = 0, nu = 0;
+    RingPos rp;
+    int nu = 0;
     for (int u = blockIdx.x / nc; u < a.units; u += gpc, nu++) {
 #pragma unroll
         for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-        for (int st = 0; st < nst; st++, it++) {
-            const int slot = it % ns;
-            mbar_wait(bar0 + 8 * slot, (it / ns) & 1);
+        for (int st = 0; st < nst; st++, rp.next(ns)) {
+            const int slot = rp.slot;
+            mbar_wait(bar0 + 8 * slot, rp.ph);
             const unsigned char *stg = ring + (size_t)slot * G::STAGE;
             const int k0 = kc0 + st * TS, k1 = min(kc1, k0 + TS);
             const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
