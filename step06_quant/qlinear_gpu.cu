@@ -1083,10 +1083,27 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
         const int rem = d & 31;
         return 64 * (d >> 5) + 16 * ((rem & 7) >> 1) + 2 * (rem >> 3) + 8 * (rem & 1);
     };
+    // the first chunk's x (and norm weights) stay in registers from the norm's pass to the staging:
+    // one L2 round trip fewer where x is one chunk (4096 columns: 8 pairs a thread)
+    auto load_chunk = [&](int d0, float2 (&v)[XB], float2 (&nv)[XB]) {
+#pragma unroll
+        for (int b = 0; b < XB; b++) {
+            const int d = d0 + b * nthr;
+            if (d < npair) {
+                v[b] = *(const float2 *)(a.x + col_of(d));
+                if (NORM) nv[b] = __ldg((const float2 *)(a.nw + col_of(d)));
+            }
+        }
+    };
+    float2 v0[XB], nv0[XB];
+    load_chunk(tid, v0, nv0);
     float inv = 1.0f;
     if (NORM) {
         float ss = 0.0f;
-        for (int d0 = tid; d0 < npair; d0 += XB * nthr) {
+#pragma unroll
+        for (int b = 0; b < XB; b++)
+            if (tid + b * nthr < npair) ss = fmaf(v0[b].x, v0[b].x, fmaf(v0[b].y, v0[b].y, ss));
+        for (int d0 = tid + XB * nthr; d0 < npair; d0 += XB * nthr) {  // the other chunks (any order serves the sum)
             float2 v[XB];
 #pragma unroll
             for (int b = 0; b < XB; b++)
@@ -1103,16 +1120,7 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
         for (int w = 0; w < W; w++) ss += ssr[w];
         inv = rsqrtf(ss / a.kp + a.eps);
     }
-    for (int d0 = tid; d0 < npair; d0 += XB * nthr) {
-        float2 v[XB], nv[XB];
-#pragma unroll
-        for (int b = 0; b < XB; b++) {
-            const int d = d0 + b * nthr;
-            if (d < npair) {
-                v[b] = *(const float2 *)(a.x + col_of(d));
-                if (NORM) nv[b] = __ldg((const float2 *)(a.nw + col_of(d)));
-            }
-        }
+    auto stage_chunk = [&](int d0, const float2 (&v)[XB], const float2 (&nv)[XB]) {
 #pragma unroll
         for (int b = 0; b < XB; b++) {
             const int d = d0 + b * nthr;  // a warp's 32 pairs of one b: one tile (d / 32), all in range or none
@@ -1130,6 +1138,12 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                 if (lane == 0) ct[2 * (d >> 5)] = P, ct[2 * (d >> 5) + 1] = Q;
             }
         }
+    };
+    stage_chunk(tid, v0, nv0);
+    for (int d0 = tid + XB * nthr; d0 < npair; d0 += XB * nthr) {
+        float2 v[XB], nv[XB];
+        load_chunk(d0, v, nv);
+        stage_chunk(d0, v, nv);
     }
     consumers_sync(nthr);
     const __half2 zsym_a = __float2half2_rn(KIND == 4 ? 1032.0f : 1152.0f), zsym_b = __float2half2_rn(-72.0f);
