@@ -20,7 +20,7 @@
 //       The ladder (QGEMV_VERSIONS, timed by qgemm_bench): v1_u4, v2_u8, v3_u2 loads in flight;
 //       v4_r2, v5_r4w16, v6_r2w16: k_qgemv4r / k_qgemv8r, R tiles or rows per lane (x loaded once
 //       for all of them), W warps per block; v7_tc_w8u2, v8_tc_w8u4, v9_tc_w16u2: k_qmma (below); v10_tc_xs, v11_tc_xs_r2: k_qmma with x staged in shared memory;
-//       v12_tma .. v16_tma_ts64w16_zf: k_qtma (sm_90a, below), which qlinear_gpu_gemv_fused also runs
+//       v12_tma .. v16_tma_ts64w16_zf, v17_tma_zf (v12 zero-folded): k_qtma (sm_90a, below), which qlinear_gpu_gemv_fused also runs
 //       with the decode step's RMSNorm and SwiGLU folded in.
 //       x is read through the read-only L1 path (__ldg): every block on an SM reads the same x,
 //       so L1 serves it once per SM; staging it in each block's shared memory would re-read the
@@ -1130,13 +1130,6 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
             const bool hi = KIND == 4 && ZF && (d & 1);  // INT4's high-nibble columns take x / 16
             if (hi) x2.x *= 0.0625f, x2.y *= 0.0625f;
             xs[d] = h2_sat(x2.x, x2.y);
-            if (ZF) {  // the tile's P and Q
-                const float2 f = __half22float2(bits<__half2>(xs[d]));
-                float P = f.x + f.y, Q = hi ? 16.0f * P : P;
-                for (int o = 16; o > 0; o >>= 1)
-                    P += __shfl_xor_sync(0xffffffffu, P, o), Q += __shfl_xor_sync(0xffffffffu, Q, o);
-                if (lane == 0) ct[2 * (d >> 5)] = P, ct[2 * (d >> 5) + 1] = Q;
-            }
         }
     };
     stage_chunk(tid, v0, nv0);
@@ -1144,6 +1137,21 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
         float2 v[XB], nv[XB];
         load_chunk(d0, v, nv);
         stage_chunk(d0, v, nv);
+    }
+    if (ZF) {  // the tiles' P and Q from the staged pairs: a thread a tile (a warp-shuffle tree per
+               // staged pair, as before, cost the 14336-column layer 4 x 8 x 10 shuffles a thread)
+        consumers_sync(nthr);
+        for (int i = tid; i < a.kp / 64; i += nthr) {
+            float P = 0.0f, Q = 0.0f;
+#pragma unroll 8
+            for (int j = 0; j < 32; j++) {
+                const int d = (j + lane) & 31;  // lanes on distinct banks
+                const float2 f = __half22float2(bits<__half2>(xs[i * 32 + d]));
+                const float sp = f.x + f.y;
+                P += sp, Q += KIND == 4 && (d & 1) ? 16.0f * sp : sp;  // INT4's high-nibble columns hold x / 16
+            }
+            ct[2 * i] = P, ct[2 * i + 1] = Q;
+        }
     }
     consumers_sync(nthr);
     const __half2 zsym_a = __float2half2_rn(KIND == 4 ? 1032.0f : 1152.0f), zsym_b = __float2half2_rn(-72.0f);
@@ -1692,8 +1700,8 @@ static const char *const QGEMV_VERSIONS[] = {"v1_u4",     "v2_u8",        "v3_u2
                                              "v5_r4w16",  "v6_r2w16",     "v7_tc_w8u2", "v8_tc_w8u4",
                                              "v9_tc_w16u2", "v10_tc_xs",  "v11_tc_xs_r2", "v12_tma",
                                              "v13_tma_ts32", "v14_tma_ts64w16", "v15_tma_ts32_zf",
-                                             "v16_tma_ts64w16_zf"};
-#define N_QGEMV_VERSIONS 16
+                                             "v16_tma_ts64w16_zf", "v17_tma_zf"};
+#define N_QGEMV_VERSIONS 17
 #define QGEMV_FIRST_TC 6   // v7+: k_qmma (x rounded to fp16)
 #define QGEMV_FIRST_TMA 11 // v12+: k_qtma (sm_90a), else v10
 // -1 (the default): the fastest rung in the engine, measured (step06_quant/results/qtma_d9e0253_h200:
@@ -1853,8 +1861,8 @@ static void qtma_launch(const QLinearGpu *q, const float *x, const float *nw, fl
 // Rung v (v12 / v13 / v14: 16, 32, 64 tiles a stage; fewer where the ring would not fit).
 static void qtma_run(const QLinearGpu *q, int v, const float *x, const float *nw, float eps, const float *bias, float *y,
                      float beta, int swiglu, bool pdl, cudaStream_t s) {
-    const int d = v - QGEMV_FIRST_TMA;  // v12 16, v13 32, v14 64 (16 warps); v15, v16: v13, v14 zero-folded
-    int ts = d == 0 ? 16 : d == 1 || d == 3 ? 32 : 64;
+    const int d = v - QGEMV_FIRST_TMA;  // v12 16, v13 32, v14 64 (16 warps); v15, v16, v17: v13, v14, v12 zero-folded
+    int ts = d == 0 || d == 5 ? 16 : d == 1 || d == 3 ? 32 : 64;
     const bool zf = d >= 3;
     while (ts > 16 && !qtma_fits(q, ts, swiglu > 0)) ts /= 2;
     if (ts == 64) qtma_launch<64>(q, x, nw, eps, bias, y, beta, swiglu, pdl, s, zf);
@@ -1965,6 +1973,7 @@ static void launch_simt(const QLinearGpu *q, const float *xf, int ldxf, int T, c
         case 13:
         case 14:
         case 15:
+        case 16:
             qtma_run(q, v, xf, NULL, 0.0f, bias, Y, beta, 0, pdl_on(q), s);
             break;
         case 6:

@@ -80,7 +80,7 @@ Test(step06_egpu, decode_graph_matches_the_cpu_quantized_forward, .timeout = 600
     NEED_GPU();
     // the rungs, and the TMA rungs' grid (qlinear_gemv_set_grid): the default's second run and the
     // odd rungs' with the grid balanced over the SMs
-    static const int RUNGS[] = {-1, -1, 11, 12, 13, 14, 15}, GRID[] = {0, 1, 0, 1, 0, 1, 0};
+    static const int RUNGS[] = {-1, -1, 11, 12, 13, 14, 15, 16}, GRID[] = {0, 1, 0, 1, 0, 1, 0, 1};
     for (int ri = 0; ri < (int)(sizeof RUNGS / sizeof RUNGS[0]); ri++)
     for (int ci = 0; ci < N_CASES; ci++) {
         if (RUNGS[ri] >= qlinear_gemv_n_versions()) continue;
