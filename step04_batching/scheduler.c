@@ -4,6 +4,7 @@
 #define _GNU_SOURCE  // qsort_r
 #include "scheduler.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,13 @@ static int by_arrival(const void *a, const void *b, void *ctx) {
     return x->index - y->index;
 }
 
+// Whether r can ever run: a prompt and room for its output within max_len, and (slots) a
+// reservation within the KV budget, (paged) blocks for it alone in the pool.
+static int admissible(const Scheduler *s, const Request *r) {
+    return r->num_prompt >= 1 && r->num_prompt < s->cfg.max_len && r->max_tokens >= 1 &&
+           (s->paged ? paged_can_ever_fit(s, r) : reservation(r, s->cfg.max_len) <= s->cfg.kv_tokens);
+}
+
 int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, char *err, int errlen) {
     memset(s, 0, sizeof *s);
     if (cfg->max_num_seqs < 1) return errf(err, errlen, "max_num_seqs = %d: need >= 1", cfg->max_num_seqs);
@@ -73,12 +81,12 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, 
     }
     s->reqs = reqs;
     s->n_reqs = n_reqs;
-    s->waiting = xmalloc((size_t)(n_reqs > 0 ? n_reqs : 1) * sizeof(int));
+    s->cap_reqs = n_reqs > 0 ? n_reqs : 1;
+    s->waiting = xmalloc((size_t)s->cap_reqs * sizeof(int));
     int nw = 0;
     for (int i = 0; i < n_reqs; i++) {
         Request *r = &reqs[i];
-        if (r->num_prompt < 1 || r->num_prompt >= cfg->max_len || r->max_tokens < 1 ||
-            (s->paged ? !paged_can_ever_fit(s, r) : reservation(r, cfg->max_len) > s->cfg.kv_tokens)) {
+        if (!admissible(s, r)) {
             // can never run: finished at once, never blocks the queue
             r->status = REQ_FINISHED;
             r->finish = FINISH_ERROR;
@@ -93,8 +101,8 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, 
     memmove(s->waiting + s->w_head, s->waiting, (size_t)nw * sizeof(int));
     s->running = xmalloc((size_t)cfg->max_num_seqs * sizeof(int));
     s->batch = xmalloc((size_t)cfg->max_num_seqs * sizeof(int));
-    s->pad_left = xcalloc((size_t)(n_reqs > 0 ? n_reqs : 1), sizeof(int));
-    s->pad_pos = xmalloc((size_t)(n_reqs > 0 ? n_reqs : 1) * sizeof(int));
+    s->pad_left = xcalloc((size_t)s->cap_reqs, sizeof(int));
+    s->pad_pos = xmalloc((size_t)s->cap_reqs * sizeof(int));
     for (int i = 0; i < n_reqs; i++) s->pad_pos[i] = -1;
     KvSlots *kv = &s->kv;
     kv->n_slots = cfg->max_num_seqs;
@@ -335,6 +343,44 @@ void sched_update(Scheduler *s, const SchedPlan *p, const int *tokens, double no
     s->st.kv_used_now = used, s->st.kv_reserved_now = reserved;
     s->st.used_sum += (double)used;
     s->st.reserved_sum += (double)reserved;
+}
+
+static void *resize(void *p, size_t bytes) {
+    void *q = realloc(p, bytes);
+    if (!q) die("sched_add: out of memory (%zu bytes)", bytes);
+    return q;
+}
+
+int sched_add(Scheduler *s, Request *reqs) {
+    if (s->n_reqs == INT_MAX) die("sched_add: %d requests", s->n_reqs);
+    const int i = s->n_reqs;
+    if (i == s->cap_reqs) {
+        const int cap = s->cap_reqs > INT_MAX / 2 ? INT_MAX : 2 * s->cap_reqs;
+        s->waiting = resize(s->waiting, (size_t)cap * sizeof(int));
+        s->pad_left = resize(s->pad_left, (size_t)cap * sizeof(int));
+        s->pad_pos = resize(s->pad_pos, (size_t)cap * sizeof(int));
+        s->cap_reqs = cap;
+    }
+    s->reqs = reqs;  // the table may have moved; the scheduler keeps indices only
+    Request *r = &reqs[i];
+    s->pad_left[i] = 0, s->pad_pos[i] = -1;
+    s->n_reqs++;
+    if (!admissible(s, r)) {  // as at sched_init: finished at once, the queue [w_head, n_reqs) moves up one
+        r->status = REQ_FINISHED;
+        r->finish = FINISH_ERROR;
+        r->finish_s = r->arrival_s;
+        s->n_finished++;
+        memmove(s->waiting + s->w_head + 1, s->waiting + s->w_head, (size_t)(i - s->w_head) * sizeof(int));
+        s->w_head++;
+        return i;
+    }
+    int k = i;  // into arrival order (ties: the earlier index first)
+    while (k > s->w_head && s->reqs[s->waiting[k - 1]].arrival_s > r->arrival_s) {
+        s->waiting[k] = s->waiting[k - 1];
+        k--;
+    }
+    s->waiting[k] = i;
+    return i;
 }
 
 int sched_done(const Scheduler *s) { return s->n_finished == s->n_reqs; }

@@ -1,6 +1,6 @@
 // scheduler.h — who runs each step, and how many new tokens each gets; the KV slots of step04.
 // defines: SchedPolicy, SchedConfig, SchedPlan, KvSlots, SchedStats, Scheduler, sched_init, sched_free,
-//          sched_schedule, sched_update, sched_done, sched_next_arrival, sched_num_waiting, batch_from_plan,
+//          sched_schedule, sched_update, sched_add, sched_done, sched_next_arrival, sched_num_waiting, batch_from_plan,
 //          batch_from_plan_paged, policy_name, finish_reason_name, request_init, request_free
 //
 // vLLM v1's one rule (continuous batching). Every request has num_tokens (prompt + generated)
@@ -126,6 +126,7 @@ typedef struct {
     int *pad_left;  // static, per request: prompt padding rows not yet computed
     int *pad_pos;   // static, per request: a finished member's next padding position (-1: none)
     int n_finished;
+    int cap_reqs;     // entries of waiting, pad_left, pad_pos (sched_add grows them)
     KvSlots kv;       // step04's slots (block_size 0)
     int paged;        // 1: step05's block pool below instead of kv
     KvBlocks blocks;  // block tables by request index (the request's slot field holds that index while running)
@@ -154,6 +155,11 @@ void sched_schedule(Scheduler *s, double now, SchedPlan *plan);
 // plan->samples[i]; padding entries never sample). Advances num_computed, appends, finishes
 // (EOS / max_tokens / max_len), frees slots, records first_token_s and finish_s = now.
 void sched_update(Scheduler *s, const SchedPlan *plan, const int *tokens, double now);
+// A request that arrives while the loop runs (final/'s engine): reqs[s->n_reqs], set up by
+// request_init, of a table that may have been reallocated since (reqs is its base now; the
+// scheduler keeps indices, never pointers). Joins the waiting queue in arrival order, or, when it
+// can never run (as at sched_init), finishes at once with FINISH_ERROR. Returns its index.
+int sched_add(Scheduler *s, Request *reqs);
 int sched_done(const Scheduler *s);             // every request finished
 int sched_num_waiting(const Scheduler *s);      // not admitted (or preempted) and not finished
 double sched_next_arrival(const Scheduler *s);  // arrival_s of the first not yet admitted, or -1

@@ -860,3 +860,57 @@ Test(step04, unfit_cancelled_and_capped_requests_end) {
     sched_free(&s);
     for (int i = 0; i < 5; i++) request_free(&r[i]);
 }
+
+// sched_add (requests that arrive while the loop runs): they join the waiting queue in arrival
+// order (one with an earlier arrival than the last waiting one goes before it), one that can never
+// fit finishes at once without blocking anybody, the table may move between adds, and the plans
+// equal those of the same requests given to sched_init.
+Test(step04, requests_added_while_running_join_in_arrival_order) {
+    const double arr[6] = {0, 0, 1, 3, 2, 5};
+    const int np[6] = {5, 40, 6, 3, 4, 2};  // request 1 (40 tokens) cannot fit 32 positions
+    SchedConfig c = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 2, .max_num_batched_tokens = 6, .max_len = 32,
+                     .block_size = 4, .num_blocks = 20};
+    Request all[6];
+    for (int i = 0; i < 6; i++) all[i] = mk(i, np[i], 3, arr[i]);
+    Scheduler ref, dyn;
+    char err[128];
+    cr_assert_eq(sched_init(&ref, &c, all, 6, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sched_init(&dyn, &c, NULL, 0, err, sizeof err), 0, "%s", err);
+    Request *tab = NULL;
+    int added = 0;
+    SchedPlan pr = {0}, pd = {0};
+    int tok[4] = {7, 7, 7, 7};
+    for (int step = 0; step < 100 && !(sched_done(&ref) && added == 6); step++) {
+        const double now = step * 0.5;
+        // each handed in a second before it arrives, in id order: 4 (arrival 2) right after 3 (arrival 3)
+        while (added < 6 && arr[added] - 1 <= now) {
+            Request *t = realloc(tab, (size_t)(added + 1) * sizeof *t);  // a table that moves
+            cr_assert(t);
+            tab = t;
+            tab[added] = mk(added, np[added], 3, arr[added]);
+            cr_expect_eq(sched_add(&dyn, tab), added);
+            if (added == 1) cr_expect(tab[1].status == REQ_FINISHED && tab[1].finish == FINISH_ERROR, "unfit: finished at once");
+            added++;
+        }
+        sched_schedule(&ref, now, &pr);
+        sched_schedule(&dyn, now, &pd);
+        cr_assert_eq(pd.n, pr.n, "step %d: %d plan entries, sched_init's plan has %d", step, pd.n, pr.n);
+        for (int i = 0; i < pr.n; i++)
+            cr_expect(pd.req[i] == pr.req[i] && pd.n_new[i] == pr.n_new[i] && pd.start[i] == pr.start[i],
+                      "step %d entry %d: request %d (%d new at %d) vs %d (%d at %d)", step, i, pd.req[i], pd.n_new[i],
+                      pd.start[i], pr.req[i], pr.n_new[i], pr.start[i]);
+        sched_update(&ref, &pr, tok, now);
+        sched_update(&dyn, &pd, tok, now);
+    }
+    cr_expect(sched_done(&dyn) && added == 6);
+    for (int i = 0; i < 6; i++) {
+        cr_expect_eq(tab[i].finish, all[i].finish, "request %d", i);
+        cr_expect_eq(tab[i].num_tokens, all[i].num_tokens, "request %d", i);
+        cr_expect_eq(tab[i].first_sched_s, all[i].first_sched_s, "request %d", i);
+        request_free(&tab[i]), request_free(&all[i]);
+    }
+    cr_expect_lt(all[4].first_sched_s, all[3].first_sched_s, "request 4 (arrival 2) runs before request 3 (arrival 3)");
+    free(tab);
+    plan_free(&pr), plan_free(&pd);
+    sched_free(&ref), sched_free(&dyn);
+}

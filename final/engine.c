@@ -1,0 +1,311 @@
+// engine.c — see engine.h.
+#include "engine.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "timer.h"
+
+typedef struct {  // a submission the engine thread has not taken in yet
+    int *prompt, n_prompt, max_tokens, ignore_eos, cancel, release;
+    SamplerParams sp;
+} Pending;
+
+struct Engine {
+    Runner *runner;
+    int vocab;
+    EngineConfig cfg;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work;      // the engine thread waits here when idle: a submission, a cancel, shutdown
+    pthread_cond_t progress;  // readers wait here: a step's tokens applied, a request finished
+    // the queue: ids next_in .. next_id - 1, a ring of queue_cap
+    Pending *queue;
+    long next_in, next_id;
+    int shutdown;
+    // the request table, by id (= scheduler index); grown by the engine thread under mu
+    Request *reqs;
+    int cap_reqs;
+    char *release_when_done;  // (cap_reqs) the caller is done with it: its tokens are freed once it has finished
+    char *released;           // (cap_reqs) ... and they have been
+    char *counted;            // (cap_reqs) its finish is in the metrics
+    Scheduler sched;
+    double t0;
+    EngineMetrics m;
+};
+
+static double since(const Engine *e) { return now_sec() - e->t0; }
+
+// Request id, if it has finished: counted in the metrics (once), its tokens freed if released (mu held).
+static void note_finished(Engine *e, int id) {
+    Request *r = &e->reqs[id];
+    if (r->status != REQ_FINISHED) return;
+    if (!e->counted[id]) e->m.finished[r->finish]++, e->counted[id] = 1;
+    if (e->release_when_done[id] && !e->released[id]) request_free(r), e->released[id] = 1;
+}
+
+// Takes the queue into the scheduler (mu held). Readers are woken: a request that can never run
+// has finished already.
+static void intake(Engine *e) {
+    if (e->next_in < e->next_id) pthread_cond_broadcast(&e->progress);
+    while (e->next_in < e->next_id) {
+        Pending *p = &e->queue[e->next_in % e->cfg.queue_cap];
+        const int id = e->sched.n_reqs;
+        if (id >= e->cap_reqs) {
+            const int cap = e->cap_reqs ? 2 * e->cap_reqs : 64;
+            Request *r = realloc(e->reqs, (size_t)cap * sizeof *r);
+            if (!r) die("engine: out of memory for %d requests", cap);
+            e->reqs = r;
+            char **flags[3] = {&e->release_when_done, &e->released, &e->counted};
+            for (int f = 0; f < 3; f++) {
+                char *a = realloc(*flags[f], (size_t)cap);
+                if (!a) die("engine: out of memory for %d requests", cap);
+                memset(a + e->cap_reqs, 0, (size_t)(cap - e->cap_reqs));
+                *flags[f] = a;
+            }
+            e->cap_reqs = cap;
+        }
+        Request *r = &e->reqs[id];
+        request_init(r, id, p->prompt, p->n_prompt, p->max_tokens, &p->sp, p->ignore_eos, since(e));
+        r->cancel = p->cancel;
+        e->release_when_done[id] = (char)p->release;
+        free(p->prompt);
+        p->prompt = NULL;
+        if (sched_add(&e->sched, e->reqs) != id) die("engine: request %d got another scheduler index", id);
+        e->m.prompt_tokens += r->num_prompt;
+        note_finished(e, id);
+        e->next_in++;
+    }
+}
+
+
+static void *engine_main(void *arg) {
+    Engine *e = arg;
+    Scheduler *s = &e->sched;
+    const SchedConfig *c = &s->cfg;
+    const int cap_seqs = c->max_num_seqs;
+    long cap_rows = c->max_num_batched_tokens;
+    if (cap_rows > (long)cap_seqs * c->max_len) cap_rows = (long)cap_seqs * c->max_len;
+    Batch b;
+    if (s->paged) batch_alloc_paged(&b, cap_seqs + 1, (int)cap_rows, c->block_size, (c->max_len + c->block_size - 1) / c->block_size);
+    else batch_alloc(&b, cap_seqs + 1, (int)cap_rows);
+    SchedPlan plan = {0};
+    float *logits = NULL;
+    int *argmax = xmalloc((size_t)cap_seqs * sizeof(int)), *tokens = xmalloc((size_t)2 * cap_seqs * sizeof(int));
+    int *before = xmalloc((size_t)2 * cap_seqs * sizeof(int));
+    Sampler sampler;
+    const SamplerParams sp0 = {.greedy = 1, .temperature = 0, .top_p = 1};
+    sampler_init(&sampler, &sp0, e->vocab);
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        intake(e);
+        if (e->shutdown && sched_done(s) && e->next_in == e->next_id) break;
+        const int finished0 = s->n_finished;
+        sched_schedule(s, since(e), &plan);  // cancels take effect here
+        if (s->n_finished != finished0) {    // cancelled: readers see it now
+            for (int i = 0; i < s->n_reqs; i++) note_finished(e, i);
+            pthread_cond_broadcast(&e->progress);
+        }
+        if (plan.n == 0) {  // idle: nothing admitted can run; wait for a submission (or a cancel, shutdown)
+            if (!sched_done(s) && sched_num_waiting(s) == 0) die("engine: requests running but none scheduled");
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000000L;  // the waiting ones are admitted as soon as they arrive: re-plan soon
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            if (e->next_in == e->next_id && !e->shutdown) pthread_cond_timedwait(&e->work, &e->mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        // ---- the step, without the lock: only this thread writes the request table and the scheduler
+        if (s->paged) batch_from_plan_paged(&b, &plan, s->reqs, &s->blocks);
+        else batch_from_plan(&b, &plan, s->reqs, c->max_len);
+        int need_logits = 0;
+        for (int i = 0; i < plan.n && !need_logits; i++) {
+            const Request *q = &s->reqs[plan.req[i]];
+            need_logits = plan.samples[i] && !(q->sp.greedy || q->sp.temperature <= 0);
+        }
+        if (need_logits && !logits) logits = xmalloc((size_t)cap_seqs * e->vocab * sizeof(float));
+        if (runner_forward(e->runner, &b, need_logits ? logits : NULL, argmax) != 0) die("engine: the forward failed");
+        for (int i = 0, k = 0; i < plan.n; i++) {
+            before[i] = s->reqs[plan.req[i]].num_tokens;
+            if (!plan.samples[i]) continue;
+            const Request *q = &s->reqs[plan.req[i]];
+            if (q->sp.greedy || q->sp.temperature <= 0) tokens[i] = argmax[k];
+            else tokens[i] = sample_keyed(&sampler, &q->sp, q->index, q->num_tokens, logits + (size_t)k * e->vocab);
+            k++;
+        }
+        pthread_mutex_lock(&e->mu);
+        sched_update(s, &plan, tokens, since(e));
+        e->m.steps++;
+        for (int i = 0; i < plan.n; i++) {
+            e->m.generation_tokens += s->reqs[plan.req[i]].num_tokens - before[i];
+            note_finished(e, plan.req[i]);
+        }
+        pthread_cond_broadcast(&e->progress);
+    }
+    pthread_cond_broadcast(&e->progress);
+    pthread_mutex_unlock(&e->mu);
+    sampler_free(&sampler);
+    free(logits), free(argmax), free(tokens), free(before);
+    plan_free(&plan);
+    batch_free(&b);
+    return NULL;
+}
+
+Engine *engine_new(Runner *r, int vocab, const EngineConfig *c, char *err, int errlen) {
+    if (!r || vocab < 1) {
+        errf(err, errlen, "engine: no runner or vocab %d", vocab);
+        return NULL;
+    }
+    if (c->sched.policy != POLICY_CONTINUOUS) {
+        errf(err, errlen, "engine: continuous batching only (requests arrive while it runs)");
+        return NULL;
+    }
+    Engine *e = xcalloc(1, sizeof *e);
+    e->runner = r, e->vocab = vocab, e->cfg = *c;
+    if (e->cfg.queue_cap <= 0) e->cfg.queue_cap = 256;
+    if (sched_init(&e->sched, &e->cfg.sched, NULL, 0, err, errlen) != 0) {
+        free(e);
+        return NULL;
+    }
+    e->queue = xcalloc((size_t)e->cfg.queue_cap, sizeof(Pending));
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->progress, NULL);
+    e->t0 = now_sec();
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        errf(err, errlen, "engine: pthread_create: %s", strerror(errno));
+        sched_free(&e->sched);
+        free(e->queue), free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void engine_free(Engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->shutdown = 1;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    for (int i = 0; i < e->sched.n_reqs; i++)
+        if (!e->released[i]) request_free(&e->reqs[i]);
+    sched_free(&e->sched);
+    for (long i = e->next_in; i < e->next_id; i++) free(e->queue[i % e->cfg.queue_cap].prompt);
+    free(e->reqs), free(e->released), free(e->release_when_done), free(e->counted), free(e->queue);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->progress);
+    free(e);
+}
+
+long engine_submit(Engine *e, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
+                   int ignore_eos) {
+    if (!prompt || n_prompt < 1 || max_tokens < 1 || !sp) return -3;
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->vocab) return -3;
+    pthread_mutex_lock(&e->mu);
+    long id;
+    if (e->shutdown) id = -2;
+    else if (e->next_id - e->next_in >= e->cfg.queue_cap) id = -1;
+    else {
+        id = e->next_id++;
+        Pending *p = &e->queue[id % e->cfg.queue_cap];
+        p->prompt = xmalloc((size_t)n_prompt * sizeof(int));
+        memcpy(p->prompt, prompt, (size_t)n_prompt * sizeof(int));
+        p->n_prompt = n_prompt, p->max_tokens = max_tokens, p->ignore_eos = ignore_eos != 0, p->cancel = 0, p->release = 0;
+        p->sp = *sp;
+        pthread_cond_signal(&e->work);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return id;
+}
+
+int engine_read(Engine *e, long id, int *seen, int *out, int cap, FinishReason *finish, double timeout_s) {
+    pthread_mutex_lock(&e->mu);
+    if (id < 0 || id >= e->next_id || (id < e->sched.n_reqs && e->release_when_done[id])) {
+        pthread_mutex_unlock(&e->mu);
+        return -1;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_s >= 0) {
+        const double t = (double)until.tv_sec + until.tv_nsec * 1e-9 + timeout_s;
+        until.tv_sec = (time_t)t, until.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+    }
+    int n = 0;
+    *finish = FINISH_NONE;
+    for (;;) {
+        if (id < e->sched.n_reqs && e->release_when_done[id]) {  // released (while this reader waited)
+            n = -1;
+            break;
+        }
+        if (id < e->sched.n_reqs) {
+            const Request *r = &e->reqs[id];
+            const int gen = r->num_tokens - r->num_prompt;
+            if (gen > *seen || r->status == REQ_FINISHED) {
+                n = gen - *seen;
+                if (n > cap) n = cap;
+                if (n > 0) memcpy(out, r->tokens + r->num_prompt + *seen, (size_t)n * sizeof(int));
+                *seen += n;
+                if (r->status == REQ_FINISHED && *seen == gen) *finish = r->finish;
+                break;
+            }
+        }
+        if (timeout_s < 0) pthread_cond_wait(&e->progress, &e->mu);
+        else if (pthread_cond_timedwait(&e->progress, &e->mu, &until) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+void engine_cancel(Engine *e, long id) {
+    pthread_mutex_lock(&e->mu);
+    if (id >= 0 && id < e->sched.n_reqs) {
+        if (e->reqs[id].status != REQ_FINISHED) e->reqs[id].cancel = 1;
+    } else if (id >= e->next_in && id < e->next_id) {
+        e->queue[id % e->cfg.queue_cap].cancel = 1;
+    }
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_release(Engine *e, long id) {
+    pthread_mutex_lock(&e->mu);
+    if (id >= 0 && id < e->sched.n_reqs) {
+        e->release_when_done[id] = 1;
+        if (e->reqs[id].status != REQ_FINISHED) e->reqs[id].cancel = 1;
+        note_finished(e, (int)id);
+    } else if (id >= e->next_in && id < e->next_id) {  // not taken in yet: cancelled there, released when it ends
+        e->queue[id % e->cfg.queue_cap].cancel = 1;
+        e->queue[id % e->cfg.queue_cap].release = 1;
+    }
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_metrics(Engine *e, EngineMetrics *m) {
+    pthread_mutex_lock(&e->mu);
+    const Scheduler *s = &e->sched;
+    *m = e->m;
+    m->running = s->n_running;
+    m->waiting = sched_num_waiting(s);
+    m->queued = (int)(e->next_id - e->next_in);
+    if (s->paged) {
+        const int pool = s->cfg.num_blocks - 1;
+        m->kv_usage = pool > 0 ? (double)(pool - kvb_num_free(&s->blocks)) / pool : 0;
+    } else {
+        m->kv_usage = s->kv.budget > 0 ? (double)s->kv.reserved / (double)s->kv.budget : 0;
+    }
+    m->preemptions = s->st.preemptions;
+    m->prefix_query_tokens = s->st.prefix_query_tokens;
+    m->prefix_hit_tokens = s->st.prefix_hit_tokens;
+    m->peak_running = s->st.peak_running;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,75 @@
+// engine.h — final/'s engine: step04's loop (schedule, flat batch, forward, sample, update) on a
+// thread of its own, with requests that arrive while it runs.
+// defines: EngineConfig, EngineMetrics, Engine, engine_new, engine_free, engine_submit, engine_read,
+//          engine_cancel, engine_release, engine_metrics
+//
+// One engine thread owns the scheduler (step04, with step05's block pool when
+// EngineConfig.sched.block_size > 0), the runner (CPU or CUDA, any of steps 04-07's) and the
+// sampler. Other threads (a CLI, the HTTP server's connections) never touch those: they
+//   - submit a request: it is copied into a bounded queue and gets its id at once;
+//   - read a request's stream: block until it has generated tokens they have not seen yet, or has
+//     finished (or a timeout), and copy the new tokens out;
+//   - cancel a request: it ends with FINISH_ERROR at the next step boundary, its KV freed;
+//   - read the metrics (running, waiting, KV in use, token counts, ...).
+// One mutex guards the queue, the request table and the scheduler's state between steps; the
+// engine thread holds it to take in the queue, to plan a step and to apply the step's tokens, never
+// during the forward, which is where the time goes. The engine never waits on a reader.
+#pragma once
+#include "step04_batching/batch.h"
+#include "step04_batching/scheduler.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    SchedConfig sched;  // the step's limits, the KV layout, the EOS ids (scheduler.h)
+    int queue_cap;      // submitted requests not yet taken in by the engine thread, at most (0: 256)
+} EngineConfig;
+
+typedef struct {
+    int running, waiting;         // after the last step (waiting: admitted neither yet, nor preempted back)
+    int queued;                   // submitted, not yet taken in
+    double kv_usage;              // paged: blocks in use / the pool (without the null block); slots: reserved / budget
+    long steps;                   // steps that ran a forward
+    long prompt_tokens;           // Σ prompt tokens of the requests taken in
+    long generation_tokens;       // Σ tokens generated
+    long finished[4];             // finished requests by FinishReason (FINISH_STOP, FINISH_LENGTH, FINISH_ERROR)
+    long preemptions;             // paged: requests preempted (recomputed later)
+    long prefix_query_tokens, prefix_hit_tokens;  // paged, prefix cache: tokens looked up and found
+    int peak_running;
+} EngineMetrics;
+
+typedef struct Engine Engine;
+
+// Starts the engine thread over runner r (borrowed: the caller frees it after engine_free), for a
+// model of vocab ids. The runner's KV must match c->sched (slots: max_num_seqs x max_len; paged:
+// num_blocks of block_size) and take min(max_num_batched_tokens, max_num_seqs x max_len) rows a
+// step. NULL + err on bad limits.
+Engine *engine_new(Runner *r, int vocab, const EngineConfig *c, char *err, int errlen);
+// Every request already submitted runs to its end, then the thread stops and everything the engine
+// holds is freed (the runner is not).
+void engine_free(Engine *e);
+// A request of n_prompt ids (copied): its id (>= 0, in submission order), or -1 when the queue is
+// full (try again later), -2 when the engine is shutting down, -3 on bad arguments (no prompt, an
+// id outside the vocabulary, max_tokens < 1). A request that can never run (a prompt of max_len
+// ids or more, more KV than the pool holds) is not refused here: it finishes with FINISH_ERROR.
+long engine_submit(Engine *e, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
+                   int ignore_eos);
+// Request id's stream: waits until it has more than *seen generated tokens or has finished, or
+// until timeout_s has passed (timeout_s < 0: no limit), then copies its generated tokens
+// *seen .. (at most cap of them) to out and advances *seen. *finish: FINISH_NONE while it runs,
+// else why it ended (set once every token has been read). Returns the tokens copied, or -1 for an
+// unknown or released id.
+int engine_read(Engine *e, long id, int *seen, int *out, int cap, FinishReason *finish, double timeout_s);
+// Asks request id to end (FINISH_ERROR) at the next step boundary; its KV goes back to the pool
+// then. Unknown or finished ids: nothing.
+void engine_cancel(Engine *e, long id);
+// The caller is done with finished request id: its token memory is freed and the id is unknown
+// from then on. A request that has not finished is cancelled first and released when it ends.
+void engine_release(Engine *e, long id);
+void engine_metrics(Engine *e, EngineMetrics *m);
+
+#ifdef __cplusplus
+}
+#endif

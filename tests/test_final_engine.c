@@ -1,0 +1,238 @@
+// test_final_engine.c — final/engine.h on the CPU runner: requests submitted from other threads
+// while the engine runs give exactly the tokens of step04's offline loop over the same requests
+// (the CPU path is exact and a token depends only on its request), and the streams, cancels,
+// releases and metrics behave as engine.h says.
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "final/engine.h"
+#include "golden_util.h"
+#include "model.h"
+#include "rng.h"
+#include "step02_attention/forward.h"
+#include "step04_batching/batch.h"
+#include "step04_batching/offline.h"
+#include "step04_batching/scheduler.h"
+
+enum { N = 10, MAXP = 40, MAXT = 12, BS = 4, NB = 64, MAXLEN = 64 };
+
+typedef struct {
+    int np, mt, ignore_eos;
+    int ids[MAXP];
+    SamplerParams sp;
+} Spec;
+
+static void load_cpu(const char *dir, ModelWeights *w, CpuModel *m) {
+    char err[512];
+    cr_assert_eq(model_load(dir, w, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cpu_model_load(w, m, err, sizeof err), 0, "%s", err);
+}
+
+// The paged pool of every run here: NB blocks of BS, 4 sequences, a small token budget so that
+// prompts are chunked and decodes share steps with prefills.
+static SchedConfig config(const CpuModel *m, long budget) {
+    SchedConfig c = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 4, .max_num_batched_tokens = budget, .max_len = MAXLEN,
+                     .block_size = BS, .num_blocks = NB, .prefix_cache = 1};
+    c.n_eos = 1, c.eos[0] = m->cfg.vocab - 1;
+    return c;
+}
+
+static Runner *runner_for(const CpuModel *m, const SchedConfig *c) {
+    char err[256];
+    long rows = c->max_num_batched_tokens < (long)c->max_num_seqs * c->max_len ? c->max_num_batched_tokens
+                                                                               : (long)c->max_num_seqs * c->max_len;
+    Runner *r = runner_new_cpu_paged(m, c->num_blocks, c->block_size, c->max_len, (int)rows, err, sizeof err);
+    cr_assert(r, "%s", err);
+    return r;
+}
+
+static void make_specs(const CpuModel *m, Spec *spec) {
+    Rng g;
+    rng_seed(&g, 2024);
+    const int V = m->cfg.vocab;
+    for (int i = 0; i < N; i++) {
+        Spec *s = &spec[i];
+        s->np = i == 0 ? 20 : 1 + (int)(rng_u32(&g) % MAXP), s->mt = 1 + (int)(rng_u32(&g) % MAXT);
+        s->ignore_eos = i % 3 != 0;  // some may stop early at the EOS id
+        for (int j = 0; j < s->np; j++) s->ids[j] = (int)(rng_u32(&g) % (unsigned)(V - 1));
+        if (i >= 2 && i % 2 == 0 && s->np > 9)  // a shared prefix of 9 tokens with request 0 (prefix cache hits)
+            memcpy(s->ids, spec[0].ids, 9 * sizeof(int));
+        const int sampled = i % 2 == 1;
+        s->sp = (SamplerParams){.greedy = !sampled, .temperature = sampled ? 0.8f : 0, .top_k = sampled ? 30 : 0,
+                                .top_p = sampled ? 0.9f : 1, .seed = 7 + (uint64_t)i};
+    }
+}
+
+// The offline loop's outputs: out[i] (mt ids, -1 past the end), fin[i].
+static void offline_outputs(const CpuModel *m, const Spec *spec, long budget, int out[N][MAXT], FinishReason *fin) {
+    Request r[N];
+    for (int i = 0; i < N; i++) request_init(&r[i], i, spec[i].ids, spec[i].np, spec[i].mt, &spec[i].sp, spec[i].ignore_eos, 0);
+    SchedConfig c = config(m, budget);
+    Scheduler s;
+    char err[256];
+    cr_assert_eq(sched_init(&s, &c, r, N, err, sizeof err), 0, "%s", err);
+    Runner *run = runner_for(m, &c);
+    OfflineOpts o = {0};
+    OfflineStats st;
+    cr_assert_eq(offline_run(run, m->cfg.vocab, &s, &o, &st), 0);
+    free(st.itl_ms);
+    for (int i = 0; i < N; i++) {
+        const int gen = r[i].num_tokens - r[i].num_prompt;
+        for (int t = 0; t < MAXT; t++) out[i][t] = t < gen ? r[i].tokens[r[i].num_prompt + t] : -1;
+        fin[i] = r[i].finish;
+        request_free(&r[i]);
+    }
+    runner_free(run);
+    sched_free(&s);
+}
+
+typedef struct {
+    Engine *e;
+    long id;
+    int got[MAXT + 1], n, reads;
+    FinishReason fin;
+} Reader;
+
+static void *read_stream(void *arg) {  // small reads with a timeout: the stream arrives in pieces
+    Reader *rd = arg;
+    int seen = 0;
+    rd->n = 0, rd->reads = 0, rd->fin = FINISH_NONE;
+    while (rd->fin == FINISH_NONE) {
+        int buf[2];
+        const int k = engine_read(rd->e, rd->id, &seen, buf, 2, &rd->fin, 0.05);
+        cr_assert_geq(k, 0);
+        cr_assert_leq(rd->n + k, MAXT);
+        memcpy(rd->got + rd->n, buf, (size_t)k * sizeof(int));
+        rd->n += k, rd->reads++;
+    }
+    return NULL;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+Test(final_engine, streams_equal_the_offline_loop, .timeout = 300) {
+    ModelWeights w;
+    CpuModel m;
+    load_cpu(MODELS_DIR "/qwen3_qknorm_f32", &w, &m);
+    Spec spec[N];
+    make_specs(&m, spec);
+    const long budgets[] = {7, 64};
+    for (int bi = 0; bi < 2; bi++) {
+        int want[N][MAXT];
+        FinishReason want_fin[N];
+        offline_outputs(&m, spec, budgets[bi], want, want_fin);
+        EngineConfig ec = {.sched = config(&m, budgets[bi]), .queue_cap = 4};
+        Runner *run = runner_for(&m, &ec.sched);
+        char err[256];
+        Engine *e = engine_new(run, m.cfg.vocab, &ec, err, sizeof err);
+        cr_assert(e, "%s", err);
+        Reader rd[N];
+        pthread_t th[N];
+        for (int i = 0; i < N; i++) {  // arrivals spread out: later ones join running batches
+            long id;
+            while ((id = engine_submit(e, spec[i].ids, spec[i].np, spec[i].mt, &spec[i].sp, spec[i].ignore_eos)) == -1)
+                sleep_ms(1);  // the queue is full: the engine takes it in at its next step
+            cr_assert_eq(id, i, "ids are given in submission order");
+            rd[i].e = e, rd[i].id = id;
+            cr_assert_eq(pthread_create(&th[i], NULL, read_stream, &rd[i]), 0);
+            if (i % 3 == 2) sleep_ms(5);
+        }
+        for (int i = 0; i < N; i++) {
+            pthread_join(th[i], NULL);
+            int nwant = 0;
+            while (nwant < MAXT && want[i][nwant] >= 0) nwant++;
+            cr_expect_eq(rd[i].n, nwant, "budget %ld request %d: %d tokens streamed, the offline loop made %d", budgets[bi], i,
+                         rd[i].n, nwant);
+            for (int t = 0; t < rd[i].n && t < nwant; t++)
+                cr_expect_eq(rd[i].got[t], want[i][t], "budget %ld request %d token %d: engine %d, offline %d", budgets[bi], i,
+                             t, rd[i].got[t], want[i][t]);
+            cr_expect_eq(rd[i].fin, want_fin[i], "request %d: finish %s, offline %s", i, finish_reason_name(rd[i].fin),
+                         finish_reason_name(want_fin[i]));
+        }
+        EngineMetrics mt;
+        engine_metrics(e, &mt);
+        long prompt = 0, gen = 0, by_reason = 0;
+        for (int i = 0; i < N; i++) prompt += spec[i].np, gen += rd[i].n;
+        for (int f = 0; f < 4; f++) by_reason += mt.finished[f];
+        cr_expect_eq(mt.prompt_tokens, prompt);
+        cr_expect_eq(mt.generation_tokens, gen);
+        cr_expect_eq(by_reason, N);
+        cr_expect_eq(mt.running, 0);
+        cr_expect_eq(mt.waiting, 0);
+        cr_expect_eq(mt.queued, 0);
+        cr_expect(mt.kv_usage == 0.0, "KV in use with nothing running: %g", mt.kv_usage);
+        cr_expect_gt(mt.prefix_hit_tokens, 0, "the shared prefixes were never found in the cache");
+        for (int i = 0; i < N; i++) engine_release(e, i);
+        int seen = 0, buf[1];
+        FinishReason f;
+        cr_expect_eq(engine_read(e, 0, &seen, buf, 1, &f, 0), -1, "a released id reads as unknown");
+        engine_free(e);
+        runner_free(run);
+    }
+    cpu_model_free(&m);
+    model_free(&w);
+}
+
+Test(final_engine, cancel_refusals_and_unfit_requests, .timeout = 120) {
+    ModelWeights w;
+    CpuModel m;
+    load_cpu(MODELS_DIR "/qwen3_qknorm_f32", &w, &m);
+    EngineConfig ec = {.sched = config(&m, 16)};
+    Runner *run = runner_for(&m, &ec.sched);
+    char err[256];
+    Engine *e = engine_new(run, m.cfg.vocab, &ec, err, sizeof err);
+    cr_assert(e, "%s", err);
+    const SamplerParams greedy = {.greedy = 1, .top_p = 1};
+    int prompt[MAXLEN];
+    for (int i = 0; i < MAXLEN; i++) prompt[i] = i % (m.cfg.vocab - 1);
+    // refused at once: bad arguments
+    cr_expect_eq(engine_submit(e, prompt, 0, 4, &greedy, 1), -3);
+    cr_expect_eq(engine_submit(e, prompt, 4, 0, &greedy, 1), -3);
+    const int bad = m.cfg.vocab;
+    cr_expect_eq(engine_submit(e, &bad, 1, 4, &greedy, 1), -3);
+    // never runnable: a prompt of max_len ids ends at once with an error, no tokens
+    const long unfit = engine_submit(e, prompt, MAXLEN, 4, &greedy, 1);
+    cr_assert_geq(unfit, 0);
+    int seen = 0, buf[64];
+    FinishReason f;
+    cr_expect_eq(engine_read(e, unfit, &seen, buf, 64, &f, -1), 0);
+    cr_expect_eq(f, FINISH_ERROR);
+    // a long request cancelled after its first tokens: it ends with an error and its blocks come back
+    const long id = engine_submit(e, prompt, 8, MAXLEN - 8, &greedy, 1);
+    cr_assert_geq(id, 0);
+    seen = 0;
+    int n = 0;
+    while (n < 2) {
+        const int k = engine_read(e, id, &seen, buf + n, 64 - n, &f, -1);
+        cr_assert_geq(k, 0);
+        n += k;
+    }
+    EngineMetrics mt;
+    engine_metrics(e, &mt);
+    cr_expect_gt(mt.kv_usage, 0.0, "a running request holds blocks");
+    engine_cancel(e, id);
+    for (f = FINISH_NONE; f == FINISH_NONE;) cr_assert_geq(engine_read(e, id, &seen, buf, 64, &f, -1), 0);
+    cr_expect_eq(f, FINISH_ERROR);
+    cr_expect_lt(seen, MAXLEN - 8, "cancelled before its end");
+    engine_metrics(e, &mt);
+    cr_expect(mt.kv_usage == 0.0, "the cancelled request's blocks are still in use: %g", mt.kv_usage);
+    cr_expect_eq(mt.finished[FINISH_ERROR], 2);
+    cr_expect_eq(mt.running, 0);
+    // unknown ids
+    seen = 0;
+    cr_expect_eq(engine_read(e, 1000, &seen, buf, 1, &f, 0), -1);
+    engine_cancel(e, 1000);  // nothing happens
+    // a request still running at engine_free runs to its end first (nothing is lost)
+    const long last = engine_submit(e, prompt + 3, 5, 6, &greedy, 1);
+    cr_assert_geq(last, 0);
+    engine_free(e);  // drains
+    runner_free(run);
+    cpu_model_free(&m);
+    model_free(&w);
+}
