@@ -1,9 +1,10 @@
 // prompt.h — the model directory's tokenizer, and turning a --prompt text into token ids.
-// defines: tokenizer_for_model, prompt_to_ids, text_printable, fput_printable
+// defines: tokenizer_for_model, prompt_to_ids, text_printable, fput_printable, model_eos_ids
 #pragma once
 #include <stddef.h>
 #include <stdio.h>
 
+#include "model.h"
 #include "tokenizer.h"
 #ifdef __cplusplus
 extern "C" {
@@ -22,6 +23,11 @@ int *prompt_to_ids(Tokenizer *tok, const char *tok_path, const char *text, int *
 // NUL-terminated string into dst (cut at cap); fput_printable streams to f.
 void text_printable(char *dst, size_t cap, const char *s, size_t n);
 void fput_printable(const char *s, size_t n, FILE *f);
+// The model's EOS ids (at most max) into eos: generation_config.json's eos_token_id (an integer or
+// a list) when the file has one, else config.json's. A generation_config.json that does not parse,
+// or an EOS id outside the vocabulary, exits with a message (a silently ignored EOS would generate
+// past the end). Returns how many.
+int model_eos_ids(const char *dir, const ModelConfig *c, int *eos, int max);
 
 #ifdef __cplusplus
 }

@@ -290,6 +290,18 @@ void engine_release(Engine *e, long id) {
     pthread_mutex_unlock(&e->mu);
 }
 
+int engine_times(Engine *e, long id, double *arrival_s, double *first_token_s, double *finish_s) {
+    pthread_mutex_lock(&e->mu);
+    int rc = -1;
+    if (id >= 0 && id < e->sched.n_reqs && !e->release_when_done[id]) {
+        const Request *r = &e->reqs[id];
+        *arrival_s = r->arrival_s, *first_token_s = r->first_token_s, *finish_s = r->finish_s;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
 void engine_metrics(Engine *e, EngineMetrics *m) {
     pthread_mutex_lock(&e->mu);
     const Scheduler *s = &e->sched;

@@ -1,7 +1,7 @@
 // engine.h — final/'s engine: step04's loop (schedule, flat batch, forward, sample, update) on a
 // thread of its own, with requests that arrive while it runs.
 // defines: EngineConfig, EngineMetrics, Engine, engine_new, engine_free, engine_submit, engine_read,
-//          engine_cancel, engine_release, engine_metrics
+//          engine_cancel, engine_release, engine_times, engine_metrics
 //
 // One engine thread owns the scheduler (step04, with step05's block pool when
 // EngineConfig.sched.block_size > 0), the runner (CPU or CUDA, any of steps 04-07's) and the
@@ -68,6 +68,10 @@ void engine_cancel(Engine *e, long id);
 // The caller is done with finished request id: its token memory is freed and the id is unknown
 // from then on. A request that has not finished is cancelled first and released when it ends.
 void engine_release(Engine *e, long id);
+// Request id's times on the engine's clock (seconds since engine_new), as its scheduler records
+// them: taken in from the queue, its first token sampled, its end (-1 until each happens; a token's
+// time is the end of the step that sampled it). 0, or -1 for an id not taken in yet or released.
+int engine_times(Engine *e, long id, double *arrival_s, double *first_token_s, double *finish_s);
 void engine_metrics(Engine *e, EngineMetrics *m);
 
 #ifdef __cplusplus

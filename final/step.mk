@@ -1,12 +1,16 @@
-# final: the engine of steps 04-07 put together. So far engine.c (engine.h): step04's loop on a
-# thread of its own, requests submitted from other threads through a bounded queue, tokens read
-# back through per-request streams, cancels, metrics; tested on the CPU runner against step04's
-# offline loop (tests/test_final_engine.c, `run_tests --filter 'final_engine/*'`). The `llm` CLI
-# and the server come next; until then there is no program here.
-PROGS_final :=
+# final: the engine of steps 04-07 put together. engine.c (engine.h): step04's loop on a thread of
+# its own, requests submitted from other threads through a bounded queue, tokens read back through
+# per-request streams, cancels, metrics; llm (llm.c): its command line, so far `llm generate`.
+# Tests: run_tests --filter 'final_engine/*' (the CPU runner, against step04's offline loop and the
+# transformers goldens). `llm bench`, CUDA graphs and the server come next.
+PROGS_final := llm
 
-demo-final:
-	@echo "final: the engine (build/lib/libfinal.a) is built and tested by make test; its CLI, llm, is not written yet"
+FINAL_DEMO_MODEL ?= tests/data/models/llama_mha_bf16
+FINAL_DEVICE = $(shell nvidia-smi -L >/dev/null 2>&1 && [ "$(HAVE_CUDA)" = 1 ] && echo cuda || echo cpu)
+demo-final: $(BIN)/llm
+	@echo "== $(FINAL_DEMO_MODEL) is a tiny test checkpoint with RANDOM weights: its text is noise"
+	$(BIN)/llm generate --model $(FINAL_DEMO_MODEL) --prompt "The quick brown fox" --max-tokens 24 --device $(FINAL_DEVICE)
+	$(BIN)/llm generate --model $(FINAL_DEMO_MODEL) --prompt "The quick brown fox" --max-tokens 24 --temperature 0.8 --top-p 0.9 --seed 7 --device $(FINAL_DEVICE)
 bench-final:
-	@echo "final: no H200 benchmark yet"
+	@echo "final: no H200 benchmark yet (llm bench is not written yet)"
 .PHONY: demo-final bench-final

@@ -51,45 +51,6 @@ static void usage(FILE *f) {
             "  --json         one object: ids (generated), prompt_ids, logprobs, times, KV bytes\n");
 }
 
-// EOS ids: generation_config.json's eos_token_id (int or list) when present, else config.json's.
-// A generation_config.json that exists but does not parse, or an EOS id that is not an id of
-// the vocabulary, is an error (a silently ignored EOS would generate past the end).
-static int load_eos(const char *dir, const ModelConfig *c, int *eos, int max) {
-    char p[1100];
-    snprintf(p, sizeof p, "%s/generation_config.json", dir);
-    int n = 0;
-    FILE *f = fopen(p, "rb");
-    if (f) {
-        fclose(f);
-        json_error_t je;
-        json_t *g = json_load_file(p, 0, &je);
-        if (!g) die("%s: invalid JSON at line %d: %s", p, je.line, je.text);
-        json_t *e = json_object_get(g, "eos_token_id");
-        char bad[160] = "";  // the problem, if any (g is freed before exiting)
-        if (json_is_integer(e) || json_is_array(e)) {
-            size_t i, ne = json_is_array(e) ? json_array_size(e) : 1;
-            if ((int)ne > max) snprintf(bad, sizeof bad, "eos_token_id has %zu ids (at most %d)", ne, max);
-            for (i = 0; i < ne && !bad[0]; i++) {
-                json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
-                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= c->vocab) {
-                    char *txt = json_dumps(v, JSON_ENCODE_ANY);
-                    snprintf(bad, sizeof bad, "eos_token_id %.60s is not a token id in [0, %d)", txt ? txt : "?", c->vocab);
-                    free(txt);
-                } else {
-                    eos[n++] = (int)json_integer_value(v);
-                }
-            }
-        } else if (e && !json_is_null(e)) {
-            snprintf(bad, sizeof bad, "eos_token_id must be an integer or a list of integers");
-        }
-        json_decref(g);
-        if (bad[0]) die("%s: %s", p, bad);
-    }
-    if (n == 0)
-        for (int i = 0; i < c->n_eos && n < max; i++) eos[n++] = c->eos_token_ids[i];
-    return n;
-}
-
 // NaN or Inf logits (a NaN weight, an overflow) would sample as id 0 forever: stop instead.
 static void check_logits(const float *logits, int V, int step, const char *model_dir) {
     int nbad = 0;
@@ -167,7 +128,7 @@ int main(int argc, char **argv) {
         arg_die("--max-seq %d exceeds max_position_embeddings = %d of %s", max_seq, c->max_pos, model_dir);
     if (!max_seq) max_seq = np + max_new;
     int eos[16];
-    const int n_eos = load_eos(model_dir, c, eos, 16);
+    const int n_eos = model_eos_ids(model_dir, c, eos, 16);
 
     // ---- model + cache on the chosen device
     CpuModel cm = {0};

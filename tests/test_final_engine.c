@@ -1,8 +1,10 @@
 // test_final_engine.c — final/engine.h on the CPU runner: requests submitted from other threads
 // while the engine runs give exactly the tokens of step04's offline loop over the same requests
 // (the CPU path is exact and a token depends only on its request), and the streams, cancels,
-// releases and metrics behave as engine.h says.
+// releases and metrics behave as engine.h says; `llm generate` through it follows the
+// transformers goldens.
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "final/engine.h"
 #include "golden_util.h"
 #include "model.h"
+#include "prompt.h"
 #include "rng.h"
 #include "step02_attention/forward.h"
 #include "step04_batching/batch.h"
@@ -235,4 +238,165 @@ Test(final_engine, cancel_refusals_and_unfit_requests, .timeout = 120) {
     runner_free(run);
     cpu_model_free(&m);
     model_free(&w);
+}
+
+// ---------------------------------------------------------------- llm generate
+
+static int run_cmd(const char *cmd, char **out) {  // exit status and (up to 1 MiB of) stdout
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    char *buf = calloc(1, 1 << 20);
+    const size_t n = fread(buf, 1, (1 << 20) - 1, p);
+    buf[n] = 0;
+    const int rc = pclose(p);
+    *out = buf;
+    return rc;
+}
+
+typedef struct {
+    int n, *top5;
+} Top5;
+
+static void record_top5(void *ctx, const Request *r, const float *logits, int vocab) {
+    (void)r;
+    Top5 *t = ctx;
+    forward_topk(logits, vocab, 5, t->top5 + 5 * t->n++);
+}
+
+// json_array of ints -> ids (cap); returns the count
+static int json_ids(const json_t *a, int *ids, int cap) {
+    cr_assert(json_is_array(a));
+    const int n = (int)json_array_size(a);
+    cr_assert_leq(n, cap);
+    for (int i = 0; i < n; i++) ids[i] = (int)json_integer_value(json_array_get(a, (size_t)i));
+    return n;
+}
+
+// Every checkpoint with transformers goldens: `llm generate --ids <its golden prompt>` on the CPU
+// gives exactly the tokens of step04's offline loop on the same request, and those follow
+// transformers' by vLLM's rule (identical until a first difference where each side's token is in
+// the other's top-5).
+Test(final_engine, llm_generate_follows_the_goldens, .timeout = 300) {
+    Ckpt ck[64];
+    const int nck = ckpt_list(ck, 64, "goldens/greedy.json");
+    cr_assert(nck > 0, "no checkpoints with goldens under %s", MODELS_DIR);
+    for (int c = 0; c < nck; c++) {
+        Golden gold;
+        golden_load(ck[c].dir, &gold);
+        const int np = gold.np, ng = gold.ng;
+        char cmd[4096], *out;
+        int o = snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/llm generate --model %s --device cpu --json --ignore-eos --max-tokens %d --ids ",
+                         BUILD_BIN_DIR, ck[c].dir, ng);
+        for (int i = 0; i < np; i++) o += snprintf(cmd + o, sizeof cmd - (size_t)o, "%s%d", i ? "," : "", gold.prompt[i]);
+        snprintf(cmd + o, sizeof cmd - (size_t)o, " 2>/dev/null");
+        cr_assert_eq(run_cmd(cmd, &out), 0, "%s failed", cmd);
+        json_error_t je;
+        json_t *j = json_loads(out, 0, &je);
+        cr_assert(j, "%s: not JSON: %s", cmd, out);
+        int got[256];
+        const int n = json_ids(json_object_get(j, "output_ids"), got, 256);
+        cr_expect_eq(n, ng);
+        cr_expect_str_eq(json_string_value(json_object_get(j, "finish_reason")), "length");
+        // the offline loop, its top-5 per step recorded
+        ModelWeights w;
+        CpuModel m;
+        load_cpu(ck[c].dir, &w, &m);
+        const SamplerParams greedy = {.greedy = 1, .top_p = 1};
+        Request r;
+        request_init(&r, 0, gold.prompt, np, ng, &greedy, 1, 0);
+        SchedConfig sc = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 1, .max_num_batched_tokens = 2048, .max_len = np + ng,
+                          .block_size = 16, .prefix_cache = 1};
+        sc.num_blocks = (np + ng + 15) / 16 + 1;
+        Scheduler s;
+        char err[256];
+        cr_assert_eq(sched_init(&s, &sc, &r, 1, err, sizeof err), 0, "%s", err);
+        Runner *run = runner_for(&m, &sc);
+        Top5 t5 = {0, malloc((size_t)ng * 5 * sizeof(int))};
+        OfflineOpts oo = {.on_logits = record_top5, .ctx = &t5};
+        OfflineStats st;
+        cr_assert_eq(offline_run(run, m.cfg.vocab, &s, &oo, &st), 0);
+        free(st.itl_ms);
+        cr_assert_eq(r.num_tokens - np, ng);
+        for (int i = 0; i < ng && i < n; i++)
+            cr_expect_eq(got[i], r.tokens[np + i], "%s step %d: llm %d, offline loop %d", ck[c].name, i, got[i], r.tokens[np + i]);
+        char what[400];
+        snprintf(what, sizeof what, "%s llm generate (cpu) vs transformers", ck[c].name);
+        const int agreed = vllm_expect(what, r.tokens + np, t5.top5, gold.gen, gold.top5, ng);
+        fprintf(stderr, "[final goldens] %s llm generate: %d of %d tokens identical to transformers\n", ck[c].name, agreed, ng);
+        free(t5.top5);
+        runner_free(run);
+        sched_free(&s);
+        request_free(&r);
+        cpu_model_free(&m);
+        model_free(&w);
+        json_decref(j);
+        free(out);
+        golden_free(&gold);
+    }
+}
+
+// --prompt goes through the model's tokenizer; bad command lines are refused with a message.
+Test(final_engine, llm_generate_prompt_and_bad_options, .timeout = 120) {
+    const char *dir = MODELS_DIR "/llama_mha_bf16";  // has a tokenizer.json
+    char cmd[2048], *out;
+    snprintf(cmd, sizeof cmd, "%s/llm generate --model %s --device cpu --json --max-tokens 5 --prompt 'The quick brown fox' 2>/dev/null",
+             BUILD_BIN_DIR, dir);
+    cr_assert_eq(run_cmd(cmd, &out), 0, "%s failed", cmd);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert(j, "not JSON: %s", out);
+    char path[1100];
+    Tokenizer *tok = tokenizer_for_model(dir, 1, path, sizeof path);
+    int nw = 0, *want = prompt_to_ids(tok, path, "The quick brown fox", &nw), got[64];
+    const int n = json_ids(json_object_get(j, "prompt_ids"), got, 64);
+    cr_expect_eq(n, nw);
+    for (int i = 0; i < n && i < nw; i++) cr_expect_eq(got[i], want[i], "prompt id %d", i);
+    int gen[16];
+    const int ng = json_ids(json_object_get(j, "output_ids"), gen, 16);
+    cr_expect(ng >= 1 && ng <= 5);
+    char *text = tokenizer_decode(tok, gen, (size_t)ng, 1, NULL);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "text")), text, "text is the decoded output");
+    free(text), free(want), free(out);
+    tokenizer_free(tok);
+    json_decref(j);
+    // the streamed text is the same as the decoded ids (greedy: the same tokens)
+    snprintf(cmd, sizeof cmd, "%s/llm generate --model %s --device cpu --ignore-eos --max-tokens 12 --prompt 'The quick brown fox' 2>/dev/null",
+             BUILD_BIN_DIR, dir);
+    char *streamed;
+    cr_assert_eq(run_cmd(cmd, &streamed), 0);
+    snprintf(cmd, sizeof cmd, "%s/llm generate --model %s --device cpu --ignore-eos --max-tokens 12 --json --prompt 'The quick brown fox' 2>/dev/null",
+             BUILD_BIN_DIR, dir);
+    cr_assert_eq(run_cmd(cmd, &out), 0);
+    j = json_loads(out, 0, &je);
+    cr_assert(j);
+    char printable[4096];
+    const char *t = json_string_value(json_object_get(j, "text"));
+    text_printable(printable, sizeof printable, t, strlen(t));
+    const size_t ls = strlen(streamed);
+    cr_expect(ls >= 1 && streamed[ls - 1] == '\n');
+    streamed[ls - 1] = 0;
+    cr_expect_str_eq(streamed, printable, "streamed text vs the decoded output");
+    json_decref(j);
+    free(out), free(streamed);
+    static const struct {
+        const char *args, *msg;
+    } bad[] = {
+        {"", "usage: llm"},
+        {"nosuch", "is not a command"},
+        {"generate --model " MODELS_DIR "/llama_mha_f32", "need --model and one of --ids or --prompt"},
+        {"generate --model " MODELS_DIR "/llama_mha_f32 --ids 1,2 --prompt hi", "need --model and one of"},
+        {"generate --model " MODELS_DIR "/llama_mha_f32 --ids 1,2,3 --max-model-len 3", "no room to generate"},
+        {"generate --model " MODELS_DIR "/llama_mha_f32 --ids 1,2 --greedy --temperature 0.5", "exclude each other"},
+        {"generate --model " MODELS_DIR "/llama_mha_f32 --ids 1,2 --prefix-cache maybe", "is not on or off"},
+        {"generate --model " MODELS_DIR "/llama_mha_f32 --ids 1,999999", "--ids"},
+        {"generate --model /nonexistent --ids 1", "/nonexistent"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s/llm %s --device cpu 2>&1", BUILD_BIN_DIR, bad[i].args);
+        if (!bad[i].args[0]) snprintf(cmd, sizeof cmd, "%s/llm 2>&1", BUILD_BIN_DIR);
+        const int rc = run_cmd(cmd, &out);
+        cr_expect_neq(rc, 0, "%s: exit 0", cmd);
+        cr_expect(strstr(out, bad[i].msg) != NULL, "%s: message \"%s\"", cmd, out);
+        free(out);
+    }
 }

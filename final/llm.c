@@ -1,0 +1,224 @@
+// llm.c — the engine's command line.
+//
+//   build/bin/llm generate --model DIR --prompt "The quick brown fox" --max-tokens 32
+//   build/bin/llm generate --model DIR --ids 1,2,3 --max-tokens 16 --temperature 0.8 --top-p 0.9 --seed 7 --json
+//
+// generate: one request through the engine (engine.h: the scheduler, the paged KV pool and the
+// runner on the engine's thread); this thread submits it and prints its text as the engine's
+// stream hands the tokens over, decoded incrementally (a token that ends inside a UTF-8 character
+// waits for the next one). Then, on stderr: prompt and generated tokens, why it ended, and the
+// engine's times: TTFT (taken in to the end of the step that sampled the first token), TPOT
+// ((the last token's step end - the first's) / (tokens - 1)); and the wall time from submission
+// to the last token read here.
+// (The offline benchmark, `llm bench`, CUDA graphs and the chat template come next.)
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "check.h"
+#include "cpu_env.h"
+#include "final/engine.h"
+#include "gpu.h"
+#include "model.h"
+#include "prompt.h"
+#include "step04_batching/batch.h"
+#include "step06_quant/qmodel.h"
+#include "timer.h"
+#include "tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: llm generate --model DIR (--prompt TEXT | --ids 1,2,3) [--max-tokens N] [--device cpu|cuda]\n"
+            "                    [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S] [--ignore-eos]\n"
+            "                    [--quant Q] [--max-model-len N] [--block-size B] [--max-num-batched-tokens N]\n"
+            "                    [--prefix-cache on|off] [--json]\n"
+            "  generate        one prompt through the engine; the text is printed as it is generated\n"
+            "  --model         a Hugging Face directory (config.json, *.safetensors, tokenizer.json for --prompt and text)\n"
+            "  --prompt        the prompt as text (encoded with DIR/tokenizer.json, special tokens added); --ids: as ids\n"
+            "  --max-tokens    tokens to generate at most (default 64)\n"
+            "  --device        cpu (the fp32 reference) or cuda (default: cuda when a GPU is usable)\n"
+            "  --greedy        argmax (the default without sampling options); --temperature, --top-k (0 off), --top-p\n"
+            "                  (1 off), --min-p (0 off), --seed: seeded sampling (step03's sampler)\n"
+            "  --ignore-eos    do not stop at the model's EOS ids (generation_config.json, else config.json)\n"
+            "  --quant         none (default), rtn-int8, rtn-int4, or either +lm_head: quantize at load (step06)\n"
+            "  --max-model-len the KV pool's positions (default: prompt + --max-tokens)\n"
+            "  --block-size    KV block size in positions (default 16)\n"
+            "  --max-num-batched-tokens  tokens a step at most: longer prompts are chunked (default 2048)\n"
+            "  --prefix-cache  on (default) or off\n"
+            "  --json          no streaming: one JSON object at the end (prompt_ids, output_ids, text, times)\n");
+}
+
+static void usage_top(FILE *f) {
+    fprintf(f, "usage: llm <command> [options]\n"
+               "  generate   one prompt through the engine, the text streamed as it is generated\n"
+               "`llm generate --help` lists its options.\n");
+}
+
+static int cmd_generate(int argc, char **argv) {
+    const char *model_dir = NULL, *ids_arg = NULL, *prompt = NULL, *device = NULL;
+    int max_tokens = 64, ignore_eos = 0, json = 0, max_len = 0, block = 16, prefix = 1, sampling = 0, greedy_flag = 0;
+    long budget = 2048;
+    QuantSpec qs;
+    quant_spec_parse("none", &qs);
+    SamplerParams sp = {.greedy = 1, .temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const int more = i + 1 < argc;
+        if (!strcmp(a, "--model") && more) model_dir = argv[++i];
+        else if (!strcmp(a, "--ids") && more) ids_arg = argv[++i];
+        else if (!strcmp(a, "--prompt") && more) prompt = argv[++i];
+        else if (!strcmp(a, "--device") && more) device = argv[++i];
+        else if (!strcmp(a, "--max-tokens") && more) max_tokens = (int)arg_int(a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--max-model-len") && more) max_len = (int)arg_int(a, argv[++i], 2, 1 << 24);
+        else if (!strcmp(a, "--block-size") && more) block = (int)arg_int(a, argv[++i], 1, 1024);
+        else if (!strcmp(a, "--max-num-batched-tokens") && more) budget = arg_int(a, argv[++i], 1, 1 << 24);
+        else if (!strcmp(a, "--prefix-cache") && more) {
+            const char *v = argv[++i];
+            if (strcmp(v, "on") && strcmp(v, "off")) arg_die("--prefix-cache: '%s' is not on or off", v);
+            prefix = !strcmp(v, "on");
+        } else if (!strcmp(a, "--greedy")) greedy_flag = 1;
+        else if (!strcmp(a, "--temperature") && more) sp.temperature = (float)arg_float(a, argv[++i], 0, 100, 0), sampling = 1;
+        else if (!strcmp(a, "--top-k") && more) sp.top_k = (int)arg_int(a, argv[++i], 0, 1 << 30), sampling = 1;
+        else if (!strcmp(a, "--top-p") && more) sp.top_p = (float)arg_float(a, argv[++i], 0, 1, ARG_LO_OPEN), sampling = 1;
+        else if (!strcmp(a, "--min-p") && more) sp.min_p = (float)arg_float(a, argv[++i], 0, 1, ARG_HI_OPEN), sampling = 1;
+        else if (!strcmp(a, "--seed") && more) sp.seed = arg_u64(a, argv[++i]), sampling = 1;
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--quant") && more) {
+            if (quant_spec_parse(argv[++i], &qs) != 0)
+                arg_die("--quant %s: expected none, rtn-int8, rtn-int4, rtn-int8+lm_head or rtn-int4+lm_head", argv[i]);
+        } else arg_help_or_unknown(a, usage);
+    }
+    if (greedy_flag && sampling) arg_die("--greedy and sampling options exclude each other");
+    if (sampling) sp.greedy = 0;
+    if (!model_dir || !ids_arg == !prompt) {
+        usage(stderr);
+        arg_die("need --model and one of --ids or --prompt");
+    }
+    GpuInfo gi;
+    const int use_cuda = choose_device(device, &gi, NULL);
+
+    const double t_load = now_sec();
+    fprintf(stderr, "[llm] loading %s ...\n", model_dir);
+    char err[512];
+    ModelWeights w;
+    if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
+    const ModelConfig *c = &w.cfg;
+    char tok_path[1100];
+    Tokenizer *tok = tokenizer_for_model(model_dir, prompt != NULL, tok_path, sizeof tok_path);
+    int np = 0, *ids = prompt ? prompt_to_ids(tok, tok_path, prompt, &np) : parse_int_list(ids_arg, "--ids", &np);
+    check_ids_in_vocab(prompt ? tok_path : "--ids", ids, np, c->vocab);
+    if (!max_len) max_len = np + max_tokens < c->max_pos ? np + max_tokens : c->max_pos;
+    if (max_len > c->max_pos) arg_die("--max-model-len %d exceeds max_position_embeddings = %d of %s", max_len, c->max_pos, model_dir);
+    if (np >= max_len)
+        arg_die("the prompt's %d tokens leave no room to generate within %d positions (--max-model-len, or the model's %d)", np,
+                max_len, c->max_pos);
+    SchedConfig sc = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 1, .max_num_batched_tokens = budget, .max_len = max_len,
+                      .block_size = block, .prefix_cache = prefix};
+    sc.num_blocks = (max_len + block - 1) / block + 1;  // one sequence's blocks + the null block
+    sc.n_eos = model_eos_ids(model_dir, c, sc.eos, 8);
+    const long rows = budget < max_len ? budget : max_len;
+    CpuModel cm = {0};
+    GpuModel *gm = NULL;
+    Runner *run;
+    char qfmt[256];
+    if (use_cuda) {
+        gm = qmodel_gpu_load(&w, &qs, qfmt, sizeof qfmt, err, sizeof err);
+        if (!gm) die("%s: %s", model_dir, err);
+        run = runner_new_cuda_paged(gm, sc.num_blocks, block, max_len, (int)rows, err, sizeof err);
+    } else {
+        if (qmodel_cpu_load(&w, &qs, &cm, qfmt, sizeof qfmt, err, sizeof err) != 0) die("%s: %s", model_dir, err);
+        run = runner_new_cpu_paged(&cm, sc.num_blocks, block, max_len, (int)rows, err, sizeof err);
+    }
+    if (!run) die("%s", err);
+    fprintf(stderr, "[llm] loaded in %.2f s: %s (%s), %s\n", now_sec() - t_load, model_dir, qfmt, runner_describe(run));
+    EngineConfig ec = {.sched = sc};
+    Engine *e = engine_new(run, c->vocab, &ec, err, sizeof err);
+    if (!e) die("%s", err);
+
+    const double t0 = now_sec();
+    const long id = engine_submit(e, ids, np, max_tokens, &sp, ignore_eos);
+    if (id < 0) die("the engine refused the request (%ld)", id);
+    int *out = xmalloc((size_t)max_tokens * sizeof(int)), n = 0, seen = 0;
+    TokStream *ts = tok && !json ? tokstream_new(tok, 1) : NULL;
+    double t_last = -1;
+    FinishReason fin = FINISH_NONE;
+    while (fin == FINISH_NONE) {
+        const int k = engine_read(e, id, &seen, out + n, max_tokens - n, &fin, -1);
+        if (k < 0) die("the engine lost request %ld", id);
+        if (k > 0) t_last = now_sec();
+        for (int i = n; i < n + k && !json; i++) {
+            if (ts) {
+                size_t len;
+                const char *s = tokstream_step(ts, out[i], &len);
+                fput_printable(s, len, stdout);
+            } else {
+                printf("%s%d", i ? " " : "", out[i]);
+            }
+        }
+        if (!json) fflush(stdout);
+        n += k;
+    }
+    if (ts) {
+        size_t len;
+        const char *s = tokstream_flush(ts, &len);
+        fput_printable(s, len, stdout);
+        tokstream_free(ts);
+    }
+    double arr = -1, first = -1, end = -1;  // the engine's clock: a token's time is the end of its step
+    if (engine_times(e, id, &arr, &first, &end) != 0) die("the engine lost request %ld", id);
+    const double ttft = first >= 0 ? first - arr : -1, tpot = n > 1 ? (end - first) / (n - 1) : -1;
+    const double e2e = t_last >= 0 ? t_last - t0 : -1;
+    if (json) {
+        json_t *o = json_object(), *pa = json_array(), *oa = json_array();
+        for (int i = 0; i < np; i++) json_array_append_new(pa, json_integer(ids[i]));
+        for (int i = 0; i < n; i++) json_array_append_new(oa, json_integer(out[i]));
+        json_object_set_new(o, "prompt_ids", pa);
+        json_object_set_new(o, "output_ids", oa);
+        if (tok) {
+            char *text = tokenizer_decode(tok, out, (size_t)n, 1, NULL);
+            json_object_set_new(o, "text", json_string(text ? text : ""));
+            free(text);
+        }
+        json_object_set_new(o, "finish_reason", json_string(finish_reason_name(fin)));
+        json_object_set_new(o, "device", json_string(use_cuda ? "cuda" : "cpu"));
+        json_object_set_new(o, "ttft_s", json_real(ttft));
+        json_object_set_new(o, "tpot_s", json_real(tpot));
+        json_object_set_new(o, "e2e_s", json_real(e2e));
+        char *txt = json_dumps(o, JSON_COMPACT);
+        printf("%s\n", txt);
+        free(txt);
+        json_decref(o);
+    } else {
+        printf("\n");
+    }
+    fprintf(stderr, "[llm] %d prompt tokens, %d generated (%s) on %s: TTFT %.2f ms, TPOT %.3f ms (%.1f tok/s), %.2f ms from submission to the last token read\n",
+            np, n, finish_reason_name(fin), use_cuda ? gi.name : "cpu", ttft * 1e3, tpot * 1e3, tpot > 0 ? 1.0 / tpot : 0.0, e2e * 1e3);
+    engine_release(e, id);
+    engine_free(e);
+    runner_free(run);
+    if (gm) gpu_model_free(gm);
+    cpu_model_free(&cm);
+    model_free(&w);
+    if (tok) tokenizer_free(tok);
+    free(ids), free(out);
+    return fin == FINISH_ERROR ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    cpu_env_init(argv);
+    if (argc < 2) {
+        usage_top(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage_top(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 1, argv + 1);
+    fprintf(stderr, "llm: '%s' is not a command\n", argv[1]);
+    usage_top(stderr);
+    return 2;
+}
