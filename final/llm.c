@@ -79,11 +79,7 @@ static int cmd_generate(int argc, char **argv) {
             if (strcmp(v, "on") && strcmp(v, "off")) arg_die("--prefix-cache: '%s' is not on or off", v);
             prefix = !strcmp(v, "on");
         } else if (!strcmp(a, "--greedy")) greedy_flag = 1;
-        else if (!strcmp(a, "--temperature") && more) sp.temperature = (float)arg_float(a, argv[++i], 0, 100, 0), sampling = 1;
-        else if (!strcmp(a, "--top-k") && more) sp.top_k = (int)arg_int(a, argv[++i], 0, 1 << 30), sampling = 1;
-        else if (!strcmp(a, "--top-p") && more) sp.top_p = (float)arg_float(a, argv[++i], 0, 1, ARG_LO_OPEN), sampling = 1;
-        else if (!strcmp(a, "--min-p") && more) sp.min_p = (float)arg_float(a, argv[++i], 0, 1, ARG_HI_OPEN), sampling = 1;
-        else if (!strcmp(a, "--seed") && more) sp.seed = arg_u64(a, argv[++i]), sampling = 1;
+        else if (sampler_option(argc, argv, &i, &sp)) sampling = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--quant") && more) {

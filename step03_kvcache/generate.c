@@ -80,11 +80,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-seq") && more) max_seq = (int)arg_int(a, argv[++i], 1, 1 << 24);
         else if (!strcmp(a, "--no-cache")) no_cache = 1;
         else if (!strcmp(a, "--greedy")) sp.greedy = 1;
-        else if (!strcmp(a, "--temperature") && more) sp.temperature = (float)arg_float(a, argv[++i], 0, 100, 0), sampling = 1;
-        else if (!strcmp(a, "--top-k") && more) sp.top_k = (int)arg_int(a, argv[++i], 0, 1 << 30), sampling = 1;
-        else if (!strcmp(a, "--top-p") && more) sp.top_p = (float)arg_float(a, argv[++i], 0, 1, ARG_LO_OPEN), sampling = 1;
-        else if (!strcmp(a, "--min-p") && more) sp.min_p = (float)arg_float(a, argv[++i], 0, 1, ARG_HI_OPEN), sampling = 1;
-        else if (!strcmp(a, "--seed") && more) sp.seed = arg_u64(a, argv[++i]), sampling = 1;
+        else if (sampler_option(argc, argv, &i, &sp)) sampling = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--logprobs") && more) n_logprobs = (int)arg_int(a, argv[++i], 0, 20);
         else if (!strcmp(a, "--json")) json = 1;

@@ -1,7 +1,7 @@
 // kvcache.h — autoregressive decode with a KV cache (CPU reference and CUDA), and sampling.
 // defines: CpuKvCache, cpu_kv_init, cpu_kv_free, cpu_kv_bytes,
 //          forward_cached_cpu, forward_last_cpu,
-//          SamplerParams, Sampler, sampler_init, sampler_free, sampler_sample, sampler_candidates,
+//          SamplerParams, Sampler, sampler_option, sampler_init, sampler_free, sampler_sample, sampler_candidates,
 //          sampler_candidates_full_sort,
 //          logprobs_topk, argmax_f32,
 //          GpuDecoder, gpu_decoder_new, gpu_decoder_free, gpu_decoder_reset, gpu_decoder_len,
@@ -76,6 +76,11 @@ typedef struct {
     float *pr;    // (vocab) work: softmax(logits / T) of every id
 } Sampler;
 
+// The command-line sampling options shared by the programs that generate: argv[*i] one of
+// --temperature T, --top-k K (0 off), --top-p P (1 off), --min-p M (0 off), --seed S, its value
+// argv[*i + 1] checked (common/args.h) into p (*i advanced past it). Returns 1 when argv[*i] was
+// one of them (the caller then samples: p->greedy = 0 once the options are read), else 0.
+int sampler_option(int argc, char **argv, int *i, SamplerParams *p);
 void sampler_init(Sampler *s, const SamplerParams *p, int vocab);
 void sampler_free(Sampler *s);
 int sampler_sample(Sampler *s, const float *logits);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "check.h"
 #include "kvcache.h"
 
@@ -304,4 +305,18 @@ void logprobs_topk(const float *logits, int vocab, int k, int *ids, float *logpr
     const double lse = mx + log(sum);
     forward_topk(logits, vocab, k, ids);
     for (int r = 0; r < k; r++) logprobs[r] = (float)(logits[ids[r]] - lse);
+}
+
+int sampler_option(int argc, char **argv, int *i, SamplerParams *p) {
+    const char *a = argv[*i];
+    if (*i + 1 >= argc) return 0;
+    const char *v = argv[*i + 1];
+    if (!strcmp(a, "--temperature")) p->temperature = (float)arg_float(a, v, 0, 100, 0);
+    else if (!strcmp(a, "--top-k")) p->top_k = (int)arg_int(a, v, 0, 1 << 30);
+    else if (!strcmp(a, "--top-p")) p->top_p = (float)arg_float(a, v, 0, 1, ARG_LO_OPEN);
+    else if (!strcmp(a, "--min-p")) p->min_p = (float)arg_float(a, v, 0, 1, ARG_HI_OPEN);
+    else if (!strcmp(a, "--seed")) p->seed = arg_u64(a, v);
+    else return 0;
+    (*i)++;
+    return 1;
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "final/engine.h"
+#include "fs_util.h"
 #include "golden_util.h"
 #include "model.h"
 #include "prompt.h"
@@ -242,15 +243,10 @@ Test(final_engine, cancel_refusals_and_unfit_requests, .timeout = 120) {
 
 // ---------------------------------------------------------------- llm generate
 
-static int run_cmd(const char *cmd, char **out) {  // exit status and (up to 1 MiB of) stdout
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "popen %s", cmd);
-    char *buf = calloc(1, 1 << 20);
-    const size_t n = fread(buf, 1, (1 << 20) - 1, p);
-    buf[n] = 0;
-    const int rc = pclose(p);
-    *out = buf;
-    return rc;
+static int run_cmd(const char *cmd, char **out) {  // exit code, stdout (1 MiB at most) malloc'ed into *out
+    *out = malloc(1 << 20);
+    cr_assert(*out);
+    return test_run_cmd(cmd, *out, 1 << 20);
 }
 
 typedef struct {
