@@ -12,7 +12,7 @@
 #include "timer.h"
 
 typedef struct {  // a submission the engine thread has not taken in yet
-    int *prompt, n_prompt, max_tokens, ignore_eos, cancel, release;
+    int *prompt, n_prompt, max_tokens, ignore_eos, cancel, release, key;
     SamplerParams sp;
 } Pending;
 
@@ -34,6 +34,10 @@ struct Engine {
     char *release_when_done;  // (cap_reqs) the caller is done with it: its tokens are freed once it has finished
     char *released;           // (cap_reqs) ... and they have been
     char *counted;            // (cap_reqs) its finish is in the metrics
+    double *last_tok;         // (cap_reqs) its last token's step end (for the inter-token gaps)
+    double *itl;              // every inter-token gap (ms)
+    long n_itl, cap_itl;
+    double forward_s;         // inside runner_forward
     Scheduler sched;
     double t0;
     EngineMetrics m;
@@ -68,10 +72,13 @@ static void intake(Engine *e) {
                 memset(a + e->cap_reqs, 0, (size_t)(cap - e->cap_reqs));
                 *flags[f] = a;
             }
+            double *lt = realloc(e->last_tok, (size_t)cap * sizeof(double));
+            if (!lt) die("engine: out of memory for %d requests", cap);
+            e->last_tok = lt;
             e->cap_reqs = cap;
         }
         Request *r = &e->reqs[id];
-        request_init(r, id, p->prompt, p->n_prompt, p->max_tokens, &p->sp, p->ignore_eos, since(e));
+        request_init(r, p->key >= 0 ? p->key : id, p->prompt, p->n_prompt, p->max_tokens, &p->sp, p->ignore_eos, since(e));
         r->cancel = p->cancel;
         e->release_when_done[id] = (char)p->release;
         free(p->prompt);
@@ -130,7 +137,9 @@ static void *engine_main(void *arg) {
             need_logits = plan.samples[i] && !(q->sp.greedy || q->sp.temperature <= 0);
         }
         if (need_logits && !logits) logits = xmalloc((size_t)cap_seqs * e->vocab * sizeof(float));
+        const double f0 = now_sec();
         if (runner_forward(e->runner, &b, need_logits ? logits : NULL, argmax) != 0) die("engine: the forward failed");
+        const double fwd = now_sec() - f0;
         for (int i = 0, k = 0; i < plan.n; i++) {
             before[i] = s->reqs[plan.req[i]].num_tokens;
             if (!plan.samples[i]) continue;
@@ -140,11 +149,25 @@ static void *engine_main(void *arg) {
             k++;
         }
         pthread_mutex_lock(&e->mu);
-        sched_update(s, &plan, tokens, since(e));
+        const double end = since(e);
+        sched_update(s, &plan, tokens, end);
         e->m.steps++;
+        e->forward_s += fwd;
         for (int i = 0; i < plan.n; i++) {
-            e->m.generation_tokens += s->reqs[plan.req[i]].num_tokens - before[i];
-            note_finished(e, plan.req[i]);
+            const int id = plan.req[i];
+            const Request *q = &s->reqs[id];
+            const int grew = q->num_tokens - before[i];
+            e->m.generation_tokens += grew;
+            if (grew > 0 && q->num_tokens - q->num_prompt >= 2) {  // the gap since its previous token
+                if (e->n_itl == e->cap_itl) {
+                    e->cap_itl = e->cap_itl ? 2 * e->cap_itl : 1024;
+                    e->itl = realloc(e->itl, (size_t)e->cap_itl * sizeof(double));
+                    if (!e->itl) die("engine: out of memory");
+                }
+                e->itl[e->n_itl++] = (end - e->last_tok[id]) * 1e3;
+            }
+            if (grew > 0) e->last_tok[id] = end;
+            note_finished(e, id);
         }
         pthread_cond_broadcast(&e->progress);
     }
@@ -198,14 +221,14 @@ void engine_free(Engine *e) {
         if (!e->released[i]) request_free(&e->reqs[i]);
     sched_free(&e->sched);
     for (long i = e->next_in; i < e->next_id; i++) free(e->queue[i % e->cfg.queue_cap].prompt);
-    free(e->reqs), free(e->released), free(e->release_when_done), free(e->counted), free(e->queue);
+    free(e->reqs), free(e->released), free(e->release_when_done), free(e->counted), free(e->last_tok), free(e->itl), free(e->queue);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->progress);
     free(e);
 }
 
-long engine_submit(Engine *e, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
+long engine_submit(Engine *e, int key, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
                    int ignore_eos) {
     if (!prompt || n_prompt < 1 || max_tokens < 1 || !sp) return -3;
     for (int i = 0; i < n_prompt; i++)
@@ -219,7 +242,7 @@ long engine_submit(Engine *e, const int *prompt, int n_prompt, int max_tokens, c
         Pending *p = &e->queue[id % e->cfg.queue_cap];
         p->prompt = xmalloc((size_t)n_prompt * sizeof(int));
         memcpy(p->prompt, prompt, (size_t)n_prompt * sizeof(int));
-        p->n_prompt = n_prompt, p->max_tokens = max_tokens, p->ignore_eos = ignore_eos != 0, p->cancel = 0, p->release = 0;
+        p->n_prompt = n_prompt, p->max_tokens = max_tokens, p->ignore_eos = ignore_eos != 0, p->cancel = 0, p->release = 0, p->key = key;
         p->sp = *sp;
         pthread_cond_signal(&e->work);
     }
@@ -290,12 +313,12 @@ void engine_release(Engine *e, long id) {
     pthread_mutex_unlock(&e->mu);
 }
 
-int engine_times(Engine *e, long id, double *arrival_s, double *first_token_s, double *finish_s) {
+int engine_times(Engine *e, long id, double *arrival_s, double *first_sched_s, double *first_token_s, double *finish_s) {
     pthread_mutex_lock(&e->mu);
     int rc = -1;
     if (id >= 0 && id < e->sched.n_reqs && !e->release_when_done[id]) {
         const Request *r = &e->reqs[id];
-        *arrival_s = r->arrival_s, *first_token_s = r->first_token_s, *finish_s = r->finish_s;
+        *arrival_s = r->arrival_s, *first_sched_s = r->first_sched_s, *first_token_s = r->first_token_s, *finish_s = r->finish_s;
         rc = 0;
     }
     pthread_mutex_unlock(&e->mu);
@@ -319,5 +342,20 @@ void engine_metrics(Engine *e, EngineMetrics *m) {
     m->prefix_query_tokens = s->st.prefix_query_tokens;
     m->prefix_hit_tokens = s->st.prefix_hit_tokens;
     m->peak_running = s->st.peak_running;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_sched_stats(Engine *e, SchedStats *st) {
+    pthread_mutex_lock(&e->mu);
+    *st = e->sched.st;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_itl(Engine *e, double **itl_ms, long *n, double *forward_s) {
+    pthread_mutex_lock(&e->mu);
+    *n = e->n_itl;
+    *itl_ms = xmalloc((size_t)(e->n_itl > 0 ? e->n_itl : 1) * sizeof(double));
+    if (e->n_itl) memcpy(*itl_ms, e->itl, (size_t)e->n_itl * sizeof(double));
+    *forward_s = e->forward_s;
     pthread_mutex_unlock(&e->mu);
 }

@@ -1,7 +1,7 @@
 // engine.h — final/'s engine: step04's loop (schedule, flat batch, forward, sample, update) on a
 // thread of its own, with requests that arrive while it runs.
 // defines: EngineConfig, EngineMetrics, Engine, engine_new, engine_free, engine_submit, engine_read,
-//          engine_cancel, engine_release, engine_times, engine_metrics
+//          engine_cancel, engine_release, engine_times, engine_metrics, engine_sched_stats, engine_itl
 //
 // One engine thread owns the scheduler (step04, with step05's block pool when
 // EngineConfig.sched.block_size > 0), the runner (CPU or CUDA, any of steps 04-07's) and the
@@ -54,7 +54,9 @@ void engine_free(Engine *e);
 // full (try again later), -2 when the engine is shutting down, -3 on bad arguments (no prompt, an
 // id outside the vocabulary, max_tokens < 1). A request that can never run (a prompt of max_len
 // ids or more, more KV than the pool holds) is not refused here: it finishes with FINISH_ERROR.
-long engine_submit(Engine *e, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
+// key: its sampling key (sample_keyed's request index: a sampled token depends on seed, key and
+// position only); -1 = its id.
+long engine_submit(Engine *e, int key, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
                    int ignore_eos);
 // Request id's stream: waits until it has more than *seen generated tokens or has finished, or
 // until timeout_s has passed (timeout_s < 0: no limit), then copies its generated tokens
@@ -69,10 +71,16 @@ void engine_cancel(Engine *e, long id);
 // from then on. A request that has not finished is cancelled first and released when it ends.
 void engine_release(Engine *e, long id);
 // Request id's times on the engine's clock (seconds since engine_new), as its scheduler records
-// them: taken in from the queue, its first token sampled, its end (-1 until each happens; a token's
-// time is the end of the step that sampled it). 0, or -1 for an id not taken in yet or released.
-int engine_times(Engine *e, long id, double *arrival_s, double *first_token_s, double *finish_s);
+// them: taken in from the queue, first scheduled, its first token sampled, its end (-1 until each
+// happens; a token's time is the end of the step that sampled it). 0, or -1 for an id not taken in yet or released.
+int engine_times(Engine *e, long id, double *arrival_s, double *first_sched_s, double *first_token_s, double *finish_s);
 void engine_metrics(Engine *e, EngineMetrics *m);
+// The scheduler's counters (scheduler.h's SchedStats: steps, tokens, peaks, preemptions, prefix
+// cache) as of the last step.
+void engine_sched_stats(Engine *e, SchedStats *st);
+// Every inter-token gap so far (ms, the steps' end times: a request's token minus its previous
+// one), malloc'ed into *itl_ms (n in *n), and the seconds spent inside runner_forward.
+void engine_itl(Engine *e, double **itl_ms, long *n, double *forward_s);
 
 #ifdef __cplusplus
 }

@@ -10,11 +10,19 @@
 // engine's times: TTFT (taken in to the end of the step that sampled the first token), TPOT
 // ((the last token's step end - the first's) / (tokens - 1)); and the wall time from submission
 // to the last token read here.
-// (The offline benchmark, `llm bench`, CUDA graphs and the chat template come next.)
+//
+// bench: batch_bench's workloads, options and report (step04_batching/bench_main.c: how each number
+// is measured) with the requests submitted to the engine at their arrival times and read back from
+// its streams; paged KV by default.
+//   build/bin/llm bench --preset tiny --trace nano --num-requests 64 --input-len 8:64 --output-len 8:64 --device cpu
+//   build/bin/llm bench --model DIR --requests reqs.jsonl --json
+// (CUDA graphs and the chat template come next.)
+#define _GNU_SOURCE  // qsort_r
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "args.h"
 #include "check.h"
@@ -24,6 +32,7 @@
 #include "model.h"
 #include "prompt.h"
 #include "step04_batching/batch.h"
+#include "step04_batching/bench_main.h"
 #include "step06_quant/qmodel.h"
 #include "timer.h"
 #include "tokenizer.h"
@@ -53,7 +62,8 @@ static void usage(FILE *f) {
 static void usage_top(FILE *f) {
     fprintf(f, "usage: llm <command> [options]\n"
                "  generate   one prompt through the engine, the text streamed as it is generated\n"
-               "`llm generate --help` lists its options.\n");
+               "  bench      a workload (a trace or a JSONL file of requests) through the engine: throughput and latency\n"
+               "`llm generate --help`, `llm bench --help` list their options.\n");
 }
 
 static int cmd_generate(int argc, char **argv) {
@@ -135,7 +145,7 @@ static int cmd_generate(int argc, char **argv) {
     if (!e) die("%s", err);
 
     const double t0 = now_sec();
-    const long id = engine_submit(e, ids, np, max_tokens, &sp, ignore_eos);
+    const long id = engine_submit(e, -1, ids, np, max_tokens, &sp, ignore_eos);
     if (id < 0) die("the engine refused the request (%ld)", id);
     int *out = xmalloc((size_t)max_tokens * sizeof(int)), n = 0, seen = 0;
     TokStream *ts = tok && !json ? tokstream_new(tok, 1) : NULL;
@@ -163,8 +173,8 @@ static int cmd_generate(int argc, char **argv) {
         fput_printable(s, len, stdout);
         tokstream_free(ts);
     }
-    double arr = -1, first = -1, end = -1;  // the engine's clock: a token's time is the end of its step
-    if (engine_times(e, id, &arr, &first, &end) != 0) die("the engine lost request %ld", id);
+    double arr = -1, sched = -1, first = -1, end = -1;  // the engine's clock: a token's time is the end of its step
+    if (engine_times(e, id, &arr, &sched, &first, &end) != 0) die("the engine lost request %ld", id);
     const double ttft = first >= 0 ? first - arr : -1, tpot = n > 1 ? (end - first) / (n - 1) : -1;
     const double e2e = t_last >= 0 ? t_last - t0 : -1;
     if (json) {
@@ -203,6 +213,96 @@ static int cmd_generate(int argc, char **argv) {
     return fin == FINISH_ERROR ? 1 : 0;
 }
 
+// ---------------------------------------------------------------- llm bench
+// batch_bench's workloads, options and report (step04_batching/bench_main.h) with the requests
+// going through the engine: submitted from this thread at their arrival times (sorted by arrival,
+// then input order, as the scheduler orders them; the input index is the sampling key, so the
+// tokens are batch_bench's on the CPU), read back from the streams, their tokens and times copied
+// into the request table the report is computed from.
+static int by_arrival(const void *a, const void *b, void *ctx) {
+    const Request *r = ctx;
+    const int i = *(const int *)a, j = *(const int *)b;
+    if (r[i].arrival_s != r[j].arrival_s) return r[i].arrival_s < r[j].arrival_s ? -1 : 1;
+    return i - j;
+}
+
+static int engine_loop(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, OfflineStats *st) {
+    memset(st, 0, sizeof *st);
+    if (o->on_logits || o->on_step) die("llm bench: per-step hooks are batch_bench's");
+    const int n = s->n_reqs;
+    int *ord = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+    long *ids = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(long));
+    for (int i = 0; i < n; i++) ord[i] = i;
+    qsort_r(ord, (size_t)n, sizeof(int), by_arrival, s->reqs);
+    EngineConfig ec = {.sched = s->cfg, .queue_cap = 1024};
+    char err[256];
+    Engine *e = engine_new(r, vocab, &ec, err, sizeof err);  // its clock starts here: time 0 of arrival_s
+    if (!e) die("%s", err);
+    const double t0 = now_sec();
+    double last_progress = t0;
+    for (int k = 0; k < n; k++) {
+        const int i = ord[k];
+        Request *q = &s->reqs[i];
+        ids[i] = -1;
+        if (q->status == REQ_FINISHED) continue;  // can never run (sched_init said so)
+        for (double wait; o->real_clock && (wait = q->arrival_s - (now_sec() - t0)) > 0;) {
+            struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+        while ((ids[i] = engine_submit(e, q->index, q->tokens, q->num_prompt, q->max_tokens, &q->sp, q->ignore_eos)) == -1) {
+            struct timespec ts = {0, 1000000};  // the queue is full: the engine takes it in at its next step
+            nanosleep(&ts, NULL);
+        }
+        if (ids[i] < 0) die("llm bench: the engine refused request %d (%ld)", i, ids[i]);
+    }
+    int done = 0;
+    for (int k = 0; k < n; k++) {
+        const int i = ord[k];
+        Request *q = &s->reqs[i];
+        if (ids[i] < 0) continue;
+        int seen = 0;
+        FinishReason fin = FINISH_NONE;
+        while (fin == FINISH_NONE) {
+            const int got = engine_read(e, ids[i], &seen, q->tokens + q->num_prompt + seen, q->max_tokens - seen, &fin, 2.0);
+            if (got < 0) die("llm bench: the engine lost request %d", i);
+            if (o->progress && now_sec() - last_progress > 2.0) {
+                EngineMetrics m;
+                engine_metrics(e, &m);
+                last_progress = now_sec();
+                fprintf(stderr, "[llm bench] %d/%d requests read, %d running, %d waiting, t = %.1f s\n", done, n, m.running,
+                        m.waiting + m.queued, now_sec() - t0);
+            }
+        }
+        double arr, sched, first, end;
+        if (engine_times(e, ids[i], &arr, &sched, &first, &end) != 0) die("llm bench: no times for request %d", i);
+        q->num_tokens = q->num_prompt + seen;
+        q->num_computed = q->num_tokens - 1;
+        q->status = REQ_FINISHED, q->finish = fin;
+        q->first_sched_s = sched, q->first_token_s = first, q->finish_s = end;  // arrival_s stays the nominal one
+        if (end > st->wall_s) st->wall_s = end;
+        engine_release(e, ids[i]);
+        done++;
+    }
+    s->n_finished = n;
+    engine_sched_stats(e, &s->st);
+    st->steps = s->st.steps;
+    engine_itl(e, &st->itl_ms, &st->n_itl, &st->forward_s);
+    engine_free(e);
+    free(ord), free(ids);
+    return 0;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    static const BenchHooks hooks = {
+        .prog = "llm bench",
+        .usage_note = "llm bench: batch_bench's workloads and report through the engine (paged KV by default; the\n"
+                      "options below are batch_bench's, except --policy static and --steps-csv).\n",
+        .loop = engine_loop,
+        .paged_default = 1,
+    };
+    return bench_main(argc, argv, &hooks);
+}
+
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     if (argc < 2) {
@@ -214,6 +314,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "llm: '%s' is not a command\n", argv[1]);
     usage_top(stderr);
     return 2;

@@ -1,8 +1,8 @@
 # final: the engine of steps 04-07 put together. engine.c (engine.h): step04's loop on a thread of
 # its own, requests submitted from other threads through a bounded queue, tokens read back through
-# per-request streams, cancels, metrics; llm (llm.c): its command line, so far `llm generate`.
+# per-request streams, cancels, metrics; llm (llm.c): its command line, `llm generate` and `llm bench`.
 # Tests: run_tests --filter 'final_engine/*' (the CPU runner, against step04's offline loop and the
-# transformers goldens). `llm bench`, CUDA graphs and the server come next.
+# transformers goldens, and llm bench against batch_bench). CUDA graphs and the server come next.
 PROGS_final := llm
 
 FINAL_DEMO_MODEL ?= tests/data/models/llama_mha_bf16
@@ -11,6 +11,7 @@ demo-final: $(BIN)/llm
 	@echo "== $(FINAL_DEMO_MODEL) is a tiny test checkpoint with RANDOM weights: its text is noise"
 	$(BIN)/llm generate --model $(FINAL_DEMO_MODEL) --prompt "The quick brown fox" --max-tokens 24 --device $(FINAL_DEVICE)
 	$(BIN)/llm generate --model $(FINAL_DEMO_MODEL) --prompt "The quick brown fox" --max-tokens 24 --temperature 0.8 --top-p 0.9 --seed 7 --device $(FINAL_DEVICE)
+	$(BIN)/llm bench --preset tiny --trace nano --num-requests 64 --input-len 8:64 --output-len 8:64 --max-num-seqs 16 --device cpu
 bench-final:
-	@echo "final: no H200 benchmark yet (llm bench is not written yet)"
+	@echo "final: no H200 results yet (llm bench against vLLM is the next step)"
 .PHONY: demo-final bench-final

@@ -140,7 +140,7 @@ Test(final_engine, streams_equal_the_offline_loop, .timeout = 300) {
         pthread_t th[N];
         for (int i = 0; i < N; i++) {  // arrivals spread out: later ones join running batches
             long id;
-            while ((id = engine_submit(e, spec[i].ids, spec[i].np, spec[i].mt, &spec[i].sp, spec[i].ignore_eos)) == -1)
+            while ((id = engine_submit(e, -1, spec[i].ids, spec[i].np, spec[i].mt, &spec[i].sp, spec[i].ignore_eos)) == -1)
                 sleep_ms(1);  // the queue is full: the engine takes it in at its next step
             cr_assert_eq(id, i, "ids are given in submission order");
             rd[i].e = e, rd[i].id = id;
@@ -196,19 +196,19 @@ Test(final_engine, cancel_refusals_and_unfit_requests, .timeout = 120) {
     int prompt[MAXLEN];
     for (int i = 0; i < MAXLEN; i++) prompt[i] = i % (m.cfg.vocab - 1);
     // refused at once: bad arguments
-    cr_expect_eq(engine_submit(e, prompt, 0, 4, &greedy, 1), -3);
-    cr_expect_eq(engine_submit(e, prompt, 4, 0, &greedy, 1), -3);
+    cr_expect_eq(engine_submit(e, -1, prompt, 0, 4, &greedy, 1), -3);
+    cr_expect_eq(engine_submit(e, -1, prompt, 4, 0, &greedy, 1), -3);
     const int bad = m.cfg.vocab;
-    cr_expect_eq(engine_submit(e, &bad, 1, 4, &greedy, 1), -3);
+    cr_expect_eq(engine_submit(e, -1, &bad, 1, 4, &greedy, 1), -3);
     // never runnable: a prompt of max_len ids ends at once with an error, no tokens
-    const long unfit = engine_submit(e, prompt, MAXLEN, 4, &greedy, 1);
+    const long unfit = engine_submit(e, -1, prompt, MAXLEN, 4, &greedy, 1);
     cr_assert_geq(unfit, 0);
     int seen = 0, buf[64];
     FinishReason f;
     cr_expect_eq(engine_read(e, unfit, &seen, buf, 64, &f, -1), 0);
     cr_expect_eq(f, FINISH_ERROR);
     // a long request cancelled after its first tokens: it ends with an error and its blocks come back
-    const long id = engine_submit(e, prompt, 8, MAXLEN - 8, &greedy, 1);
+    const long id = engine_submit(e, -1, prompt, 8, MAXLEN - 8, &greedy, 1);
     cr_assert_geq(id, 0);
     seen = 0;
     int n = 0;
@@ -233,7 +233,7 @@ Test(final_engine, cancel_refusals_and_unfit_requests, .timeout = 120) {
     cr_expect_eq(engine_read(e, 1000, &seen, buf, 1, &f, 0), -1);
     engine_cancel(e, 1000);  // nothing happens
     // a request still running at engine_free runs to its end first (nothing is lost)
-    const long last = engine_submit(e, prompt + 3, 5, 6, &greedy, 1);
+    const long last = engine_submit(e, -1, prompt + 3, 5, 6, &greedy, 1);
     cr_assert_geq(last, 0);
     engine_free(e);  // drains
     runner_free(run);
@@ -395,4 +395,70 @@ Test(final_engine, llm_generate_prompt_and_bad_options, .timeout = 120) {
         cr_expect(strstr(out, bad[i].msg) != NULL, "%s: message \"%s\"", cmd, out);
         free(out);
     }
+}
+
+// ---------------------------------------------------------------- llm bench
+
+// The same JSONL workload through `llm bench` (the engine) and `batch_bench --kv paged` (step04's
+// offline loop), on the CPU: every request's output ids and finish reason identical (greedy and
+// sampled, staggered arrivals, EOS allowed, one request that can never fit), and the report's
+// token counts equal.
+Test(final_engine, llm_bench_equals_batch_bench, .timeout = 300) {
+    char dir[64], path[128];
+    test_mkdtemp(dir, sizeof dir, "final_bench");
+    snprintf(path, sizeof path, "%s/reqs.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    Rng g;
+    rng_seed(&g, 31);
+    enum { NR = 14 };
+    for (int i = 0; i < NR; i++) {
+        const int np = i == 5 ? 80 : 2 + (int)(rng_u32(&g) % 30), mt = 1 + (int)(rng_u32(&g) % 16);  // 5: longer than --max-model-len
+        fprintf(f, "{\"prompt_ids\": [");
+        for (int j = 0; j < np; j++) fprintf(f, "%s%u", j ? ", " : "", rng_u32(&g) % 400);
+        fprintf(f, "], \"max_tokens\": %d, \"arrival_s\": %.3f, \"ignore_eos\": %s", mt, 0.004 * (i % 5), i % 3 ? "true" : "false");
+        if (i % 2) fprintf(f, ", \"temperature\": 0.9, \"top_k\": 40, \"top_p\": 0.95, \"seed\": %d", 100 + i);
+        fprintf(f, "}\n");
+    }
+    fclose(f);
+    const char *common = "--model " MODELS_DIR "/qwen3_qknorm_f32 --device cpu --json --max-num-seqs 4 --max-num-batched-tokens 9 "
+                         "--max-model-len 64 --block-size 4";
+    char cmd[1024], *a, *b;
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/llm bench %s --requests %s 2>/dev/null", BUILD_BIN_DIR, common, path);
+    cr_assert_eq(run_cmd(cmd, &a), 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/batch_bench %s --kv paged --requests %s 2>/dev/null", BUILD_BIN_DIR, common, path);
+    cr_assert_eq(run_cmd(cmd, &b), 0, "%s failed", cmd);
+    json_error_t je;
+    json_t *ja = json_loads(a, 0, &je), *jb = json_loads(b, 0, &je);
+    cr_assert(ja && jb, "not JSON");
+    const json_t *ra = json_object_get(ja, "requests"), *rb = json_object_get(jb, "requests");
+    cr_assert_eq(json_array_size(ra), NR);
+    cr_assert_eq(json_array_size(rb), NR);
+    int errors = 0;
+    for (size_t i = 0; i < NR; i++) {
+        const json_t *x = json_array_get(ra, i), *y = json_array_get(rb, i);
+        cr_expect(json_equal(json_object_get(x, "output_ids"), json_object_get(y, "output_ids")), "request %zu: output ids differ", i);
+        const char *fx = json_string_value(json_object_get(x, "finish_reason")), *fy = json_string_value(json_object_get(y, "finish_reason"));
+        cr_expect_str_eq(fx, fy, "request %zu: finish reason", i);
+        errors += !strcmp(fx, "error");
+    }
+    cr_expect_eq(errors, 1, "request 5 cannot fit 64 positions");
+    const json_t *sa = json_object_get(ja, "summary"), *sb = json_object_get(jb, "summary");
+    cr_expect(json_equal(json_object_get(sa, "output_tokens"), json_object_get(sb, "output_tokens")));
+    cr_expect(json_equal(json_object_get(sa, "prompt_tokens"), json_object_get(sb, "prompt_tokens")));
+    cr_expect_str_eq(json_string_value(json_object_get(sa, "kv_layout")), "paged");
+    json_decref(ja), json_decref(jb);
+    free(a), free(b);
+    // the engine's loop refuses what only batch_bench's has
+    static const char *bad[][2] = {{"--policy static", "--policy static is batch_bench's"},
+                                   {"--steps-csv /tmp/x.csv", "--steps-csv is batch_bench's"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s/llm bench --preset tiny --trace nano --num-requests 2 --input-len 4:4 --output-len 2:2 --device cpu %s 2>&1",
+                 BUILD_BIN_DIR, bad[i][0]);
+        const int rc = run_cmd(cmd, &a);
+        cr_expect_neq(rc, 0, "%s: exit 0", cmd);
+        cr_expect(strstr(a, bad[i][1]) != NULL, "%s: %s", cmd, a);
+        free(a);
+    }
+    test_rmtree(dir);
 }
