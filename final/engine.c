@@ -22,7 +22,7 @@ struct Engine {
     EngineConfig cfg;
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t work;      // the engine thread waits here when idle: a submission, a cancel, shutdown
+    pthread_cond_t work;      // the engine thread waits here when idle: a submission, shutdown
     pthread_cond_t progress;  // readers wait here: a step's tokens applied, a request finished
     // the queue: ids next_in .. next_id - 1, a ring of queue_cap
     Pending *queue;
@@ -38,6 +38,8 @@ struct Engine {
     double *itl;              // every inter-token gap (ms)
     long n_itl, cap_itl;
     double forward_s;         // inside runner_forward
+    int *flagged;             // ids whose cancel flag was set since the last plan
+    int n_flagged, cap_flagged;
     Scheduler sched;
     double t0;
     EngineMetrics m;
@@ -51,6 +53,17 @@ static void note_finished(Engine *e, int id) {
     if (r->status != REQ_FINISHED) return;
     if (!e->counted[id]) e->m.finished[r->finish]++, e->counted[id] = 1;
     if (e->release_when_done[id] && !e->released[id]) request_free(r), e->released[id] = 1;
+}
+
+// Request id's cancel flag was set (mu held): the next plan ends it, and only the flagged and the
+// running requests need a look then (not the whole table, which grows with every request served).
+static void flag_cancel(Engine *e, int id) {
+    if (e->n_flagged == e->cap_flagged) {
+        e->cap_flagged = e->cap_flagged ? 2 * e->cap_flagged : 16;
+        e->flagged = realloc(e->flagged, (size_t)e->cap_flagged * sizeof(int));
+        if (!e->flagged) die("engine: out of memory");
+    }
+    e->flagged[e->n_flagged++] = id;
 }
 
 // Takes the queue into the scheduler (mu held). Readers are woken: a request that can never run
@@ -80,6 +93,7 @@ static void intake(Engine *e) {
         Request *r = &e->reqs[id];
         request_init(r, p->key >= 0 ? p->key : id, p->prompt, p->n_prompt, p->max_tokens, &p->sp, p->ignore_eos, since(e));
         r->cancel = p->cancel;
+        if (r->cancel) flag_cancel(e, id);
         e->release_when_done[id] = (char)p->release;
         free(p->prompt);
         p->prompt = NULL;
@@ -104,7 +118,7 @@ static void *engine_main(void *arg) {
     SchedPlan plan = {0};
     float *logits = NULL;
     int *argmax = xmalloc((size_t)cap_seqs * sizeof(int)), *tokens = xmalloc((size_t)2 * cap_seqs * sizeof(int));
-    int *before = xmalloc((size_t)2 * cap_seqs * sizeof(int));
+    int *before = xmalloc((size_t)2 * cap_seqs * sizeof(int)), *run0 = xmalloc((size_t)cap_seqs * sizeof(int));
     Sampler sampler;
     const SamplerParams sp0 = {.greedy = 1, .temperature = 0, .top_p = 1};
     sampler_init(&sampler, &sp0, e->vocab);
@@ -112,19 +126,21 @@ static void *engine_main(void *arg) {
     for (;;) {
         intake(e);
         if (e->shutdown && sched_done(s) && e->next_in == e->next_id) break;
-        const int finished0 = s->n_finished;
-        sched_schedule(s, since(e), &plan);  // cancels take effect here
-        if (s->n_finished != finished0) {    // cancelled: readers see it now
-            for (int i = 0; i < s->n_reqs; i++) note_finished(e, i);
+        // a plan ends the cancelled requests (waiting or running) and a running one that can never
+        // get its blocks: those are the ones to look at when it has finished some
+        const int finished0 = s->n_finished, nrun0 = s->n_running;
+        memcpy(run0, s->running, (size_t)nrun0 * sizeof(int));
+        sched_schedule(s, since(e), &plan);
+        if (s->n_finished != finished0) {
+            for (int k = 0; k < nrun0; k++) note_finished(e, run0[k]);
+            for (int k = 0; k < e->n_flagged; k++) note_finished(e, e->flagged[k]);
             pthread_cond_broadcast(&e->progress);
         }
-        if (plan.n == 0) {  // idle: nothing admitted can run; wait for a submission (or a cancel, shutdown)
-            if (!sched_done(s) && sched_num_waiting(s) == 0) die("engine: requests running but none scheduled");
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000000L;  // the waiting ones are admitted as soon as they arrive: re-plan soon
-            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-            if (e->next_in == e->next_id && !e->shutdown) pthread_cond_timedwait(&e->work, &e->mu, &ts);
+        e->n_flagged = 0;
+        if (plan.n == 0) {  // idle: everything taken in has finished (arrival = intake, so a waiting one is admitted)
+            if (!sched_done(s))
+                die("engine: %d running and %d waiting requests, none scheduled", s->n_running, sched_num_waiting(s));
+            if (e->next_in == e->next_id && !e->shutdown) pthread_cond_wait(&e->work, &e->mu);  // a submission or shutdown
             continue;
         }
         pthread_mutex_unlock(&e->mu);
@@ -174,7 +190,7 @@ static void *engine_main(void *arg) {
     pthread_cond_broadcast(&e->progress);
     pthread_mutex_unlock(&e->mu);
     sampler_free(&sampler);
-    free(logits), free(argmax), free(tokens), free(before);
+    free(logits), free(argmax), free(tokens), free(before), free(run0);
     plan_free(&plan);
     batch_free(&b);
     return NULL;
@@ -221,7 +237,7 @@ void engine_free(Engine *e) {
         if (!e->released[i]) request_free(&e->reqs[i]);
     sched_free(&e->sched);
     for (long i = e->next_in; i < e->next_id; i++) free(e->queue[i % e->cfg.queue_cap].prompt);
-    free(e->reqs), free(e->released), free(e->release_when_done), free(e->counted), free(e->last_tok), free(e->itl), free(e->queue);
+    free(e->reqs), free(e->released), free(e->release_when_done), free(e->counted), free(e->last_tok), free(e->itl), free(e->flagged), free(e->queue);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->progress);
@@ -291,7 +307,7 @@ int engine_read(Engine *e, long id, int *seen, int *out, int cap, FinishReason *
 void engine_cancel(Engine *e, long id) {
     pthread_mutex_lock(&e->mu);
     if (id >= 0 && id < e->sched.n_reqs) {
-        if (e->reqs[id].status != REQ_FINISHED) e->reqs[id].cancel = 1;
+        if (e->reqs[id].status != REQ_FINISHED) e->reqs[id].cancel = 1, flag_cancel(e, (int)id);
     } else if (id >= e->next_in && id < e->next_id) {
         e->queue[id % e->cfg.queue_cap].cancel = 1;
     }
@@ -303,7 +319,7 @@ void engine_release(Engine *e, long id) {
     pthread_mutex_lock(&e->mu);
     if (id >= 0 && id < e->sched.n_reqs) {
         e->release_when_done[id] = 1;
-        if (e->reqs[id].status != REQ_FINISHED) e->reqs[id].cancel = 1;
+        if (e->reqs[id].status != REQ_FINISHED) e->reqs[id].cancel = 1, flag_cancel(e, (int)id);
         note_finished(e, (int)id);
     } else if (id >= e->next_in && id < e->next_id) {  // not taken in yet: cancelled there, released when it ends
         e->queue[id % e->cfg.queue_cap].cancel = 1;

@@ -276,7 +276,6 @@ static int engine_loop(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o,
         double arr, sched, first, end;
         if (engine_times(e, ids[i], &arr, &sched, &first, &end) != 0) die("llm bench: no times for request %d", i);
         q->num_tokens = q->num_prompt + seen;
-        q->num_computed = q->num_tokens - 1;
         q->status = REQ_FINISHED, q->finish = fin;
         q->first_sched_s = sched, q->first_token_s = first, q->finish_s = end;  // arrival_s stays the nominal one
         if (end > st->wall_s) st->wall_s = end;

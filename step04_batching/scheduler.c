@@ -65,6 +65,12 @@ static int admissible(const Scheduler *s, const Request *r) {
            (s->paged ? paged_can_ever_fit(s, r) : reservation(r, s->cfg.max_len) <= s->cfg.kv_tokens);
 }
 
+// A request that holds no KV (never admitted, or waiting) ends with an error at time t.
+static void end_unadmitted(Scheduler *s, Request *r, double t) {
+    r->status = REQ_FINISHED, r->finish = FINISH_ERROR, r->finish_s = t;
+    s->n_finished++;
+}
+
 int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, char *err, int errlen) {
     memset(s, 0, sizeof *s);
     if (cfg->max_num_seqs < 1) return errf(err, errlen, "max_num_seqs = %d: need >= 1", cfg->max_num_seqs);
@@ -86,12 +92,8 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, Request *reqs, int n_reqs, 
     int nw = 0;
     for (int i = 0; i < n_reqs; i++) {
         Request *r = &reqs[i];
-        if (!admissible(s, r)) {
-            // can never run: finished at once, never blocks the queue
-            r->status = REQ_FINISHED;
-            r->finish = FINISH_ERROR;
-            r->finish_s = r->arrival_s;
-            s->n_finished++;
+        if (!admissible(s, r)) {  // can never run: finished at once, never blocks the queue
+            end_unadmitted(s, r, r->arrival_s);
             continue;
         }
         s->waiting[nw++] = i;
@@ -242,10 +244,8 @@ void sched_schedule(Scheduler *s, double now, SchedPlan *p) {
     int m = s->n_reqs;
     for (int k = s->n_reqs - 1; k >= s->w_head; k--) {  // compact the waiting list from its end
         Request *r = &s->reqs[s->waiting[k]];
-        if (r->cancel) {
-            r->status = REQ_FINISHED, r->finish = FINISH_ERROR, r->finish_s = now;
-            s->n_finished++;
-        } else s->waiting[--m] = s->waiting[k];
+        if (r->cancel) end_unadmitted(s, r, now);
+        else s->waiting[--m] = s->waiting[k];
     }
     s->w_head = m;
     long budget = s->cfg.max_num_batched_tokens;
@@ -366,10 +366,7 @@ int sched_add(Scheduler *s, Request *reqs) {
     s->pad_left[i] = 0, s->pad_pos[i] = -1;
     s->n_reqs++;
     if (!admissible(s, r)) {  // as at sched_init: finished at once, the queue [w_head, n_reqs) moves up one
-        r->status = REQ_FINISHED;
-        r->finish = FINISH_ERROR;
-        r->finish_s = r->arrival_s;
-        s->n_finished++;
+        end_unadmitted(s, r, r->arrival_s);
         memmove(s->waiting + s->w_head + 1, s->waiting + s->w_head, (size_t)(i - s->w_head) * sizeof(int));
         s->w_head++;
         return i;

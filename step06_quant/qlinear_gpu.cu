@@ -1312,11 +1312,11 @@ struct QTmatArgs {
 #define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
 __host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so the 8 g rows fall on distinct banks
 
-template <class X, int GM, bool ZP, int NT, int W>
-__global__ void __launch_bounds__((W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
+template <class X, int GM, bool ZP, int NT>
+__global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
 #ifdef WGMMA_ARCH
     using G = QTmaGeom<4, QTT_TS, GM, ZP, false>;
-    constexpr int TS = QTT_TS, NTOK = 8 * NT;
+    constexpr int TS = QTT_TS, W = QTT_W, NTOK = 8 * NT;
     extern __shared__ __align__(128) unsigned char sm[];
     const int ns = a.ns, nk = a.kp / 64, nc = a.nc, gpc = gridDim.x / nc;
     const int chunk = blockIdx.x % nc, kc0 = chunk * a.kct, kc1 = min(nk, kc0 + a.kct);
@@ -2043,22 +2043,21 @@ static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) { return grow(
 
 // Launch k_qtmat, or (setup, at the layer's creation: not while a stream is being captured) allow
 // it its shared memory.
-template <class X, int GM, bool ZP, int NT, int W>
+template <class X, int GM, bool ZP, int NT>
 static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
-    auto k = k_qtmat<X, GM, ZP, NT, W>;
+    auto k = k_qtmat<X, GM, ZP, NT>;
     if (setup) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX);
         cudaGetLastError();
         return;
     }
-    launch_ex(k, dim3(grid), (W + 1) * 32, smem, s, pdl, a);
+    launch_ex(k, dim3(grid), (QTT_W + 1) * 32, smem, s, pdl, a);
 }
 template <class X, int NT>
 static void qtmat_kind(int gm, bool zp, const QTmatArgs &a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
-    constexpr int W = QTT_W;
-    if (gm == 0) zp ? qtmat_go<X, 0, true, NT, W>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 0, false, NT, W>(a, smem, grid, pdl, s, setup);
-    else if (gm == 1) zp ? qtmat_go<X, 1, true, NT, W>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT, W>(a, smem, grid, pdl, s, setup);
-    else zp ? qtmat_go<X, 2, true, NT, W>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT, W>(a, smem, grid, pdl, s, setup);
+    if (gm == 0) zp ? qtmat_go<X, 0, true, NT>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 0, false, NT>(a, smem, grid, pdl, s, setup);
+    else if (gm == 1) zp ? qtmat_go<X, 1, true, NT>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT>(a, smem, grid, pdl, s, setup);
+    else zp ? qtmat_go<X, 2, true, NT>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT>(a, smem, grid, pdl, s, setup);
 }
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 static void qtmat_prepare(const QLinearGpu *q) {
@@ -2078,8 +2077,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
     const int stage = qtma_part(4, QTT_TS, gm, zp);
     const int ns = qtma_ring_stages(stage);
-    constexpr int W = QTT_W;
-    const size_t fixed = (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + 2 * W * 256 * 4;
+    const size_t fixed = (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + 2 * QTT_W * 256 * 4;
     // the most tiles a chunk of x can hold, then as many chunks as that needs (or QLINEAR_QTMAT_NC)
     const long most = (((long)QTMA_SMEM_MAX - (long)fixed) / (ntok * 4) - 4) / 32;
     if (most < 1) return 0;
