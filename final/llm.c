@@ -2,6 +2,7 @@
 //
 //   build/bin/llm generate --model DIR --prompt "The quick brown fox" --max-tokens 32
 //   build/bin/llm generate --model DIR --ids 1,2,3 --max-tokens 16 --temperature 0.8 --top-p 0.9 --seed 7 --json
+//   build/bin/llm generate --model DIR --chat --prompt "Why is the sky blue?"
 //
 // generate: one request through the engine (engine.h: the scheduler, the paged KV pool and the
 // runner on the engine's thread); this thread submits it and prints its text as the engine's
@@ -9,14 +10,16 @@
 // waits for the next one). Then, on stderr: prompt and generated tokens, why it ended, and the
 // engine's times: TTFT (taken in to the end of the step that sampled the first token), TPOT
 // ((the last token's step end - the first's) / (tokens - 1)); and the wall time from submission
-// to the last token read here.
+// to the last token read here. --chat: the prompt is one user message put through the model's chat
+// template (common/chat_template.h) with the assistant's turn opened, as transformers'
+// apply_chat_template(add_generation_prompt=True) makes it.
 //
 // bench: batch_bench's workloads, options and report (step04_batching/bench_main.c: how each number
 // is measured) with the requests submitted to the engine at their arrival times and read back from
 // its streams; paged KV by default.
 //   build/bin/llm bench --preset tiny --trace nano --num-requests 64 --input-len 8:64 --output-len 8:64 --device cpu
 //   build/bin/llm bench --model DIR --requests reqs.jsonl --json
-// (CUDA graphs and the chat template come next.)
+// (CUDA graphs come next.)
 #define _GNU_SOURCE  // qsort_r
 #include <jansson.h>
 #include <stdio.h>
@@ -25,6 +28,7 @@
 #include <time.h>
 
 #include "args.h"
+#include "chat_template.h"
 #include "check.h"
 #include "cpu_env.h"
 #include "final/engine.h"
@@ -39,13 +43,16 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: llm generate --model DIR (--prompt TEXT | --ids 1,2,3) [--max-tokens N] [--device cpu|cuda]\n"
+            "usage: llm generate --model DIR (--prompt TEXT [--chat] | --ids 1,2,3) [--max-tokens N] [--device cpu|cuda]\n"
             "                    [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S] [--ignore-eos]\n"
             "                    [--quant Q] [--max-model-len N] [--block-size B] [--max-num-batched-tokens N]\n"
             "                    [--prefix-cache on|off] [--json]\n"
             "  generate        one prompt through the engine; the text is printed as it is generated\n"
             "  --model         a Hugging Face directory (config.json, *.safetensors, tokenizer.json for --prompt and text)\n"
             "  --prompt        the prompt as text (encoded with DIR/tokenizer.json, special tokens added); --ids: as ids\n"
+            "  --chat          the prompt is a user message: rendered with the model's chat template (DIR/tokenizer_config.json's\n"
+            "                  chat_template, or DIR/chat_template.jinja) with the assistant's turn opened, then encoded as it is\n"
+            "                  (the template writes BOS and the turn markers; they are read as special tokens)\n"
             "  --max-tokens    tokens to generate at most (default 64)\n"
             "  --device        cpu (the fp32 reference) or cuda (default: cuda when a GPU is usable)\n"
             "  --greedy        argmax (the default without sampling options); --temperature, --top-k (0 off), --top-p\n"
@@ -56,7 +63,8 @@ static void usage(FILE *f) {
             "  --block-size    KV block size in positions (default 16)\n"
             "  --max-num-batched-tokens  tokens a step at most: longer prompts are chunked (default 2048)\n"
             "  --prefix-cache  on (default) or off\n"
-            "  --json          no streaming: one JSON object at the end (prompt_ids, output_ids, text, times)\n");
+            "  --json          no streaming: one JSON object at the end (prompt_ids, output_ids, text, times; with --chat\n"
+            "                  chat_prompt, the rendered text)\n");
 }
 
 static void usage_top(FILE *f) {
@@ -66,9 +74,40 @@ static void usage_top(FILE *f) {
                "`llm generate --help`, `llm bench --help` list their options.\n");
 }
 
+// --chat: the prompt as one user message through the model's chat template, the assistant's turn
+// opened (malloc'ed). Done before the weights load, so that a model without a template is refused
+// at once.
+static char *chat_prompt(const char *model_dir, const char *prompt) {
+    char err[512];
+    ChatTemplate ct;
+    if (chat_template_load(model_dir, &ct, err, sizeof err) != 0) die("--chat: %s", err);
+    const ChatMessage m = {"user", prompt};
+    char *text = chat_template_render(ct.text, &m, 1, 1, ct.bos_token, ct.eos_token, err, sizeof err);
+    if (!text) die("--chat: the chat template of %s: %s", ct.source, err);
+    fprintf(stderr, "[llm] --chat: the prompt through the chat template of %s\n", ct.source);
+    chat_template_free(&ct);
+    return text;
+}
+
+// The ids of the rendered chat prompt. Encoded without the tokenizer's own special tokens, as
+// transformers' apply_chat_template(tokenize=True) and vLLM's chat do: the template writes BOS
+// where the model wants one (a second would make another prompt), and the special tokens it
+// writes (<|im_start|>, <|eot_id|>, ...) are matched as tokens by tokenizer_encode.
+static int *chat_prompt_ids(Tokenizer *tok, const char *tok_path, const char *text, int *n) {
+    if (!tok) die("--chat needs %s", tok_path);
+    TokIds v = {0};
+    if (tokenizer_encode(tok, text, strlen(text), 0, &v) != 0) die("--chat: %s", tokenizer_error(tok));
+    if (v.n == 0) die("--chat: the chat template rendered no tokens");
+    *n = (int)v.n;
+    int *ids = xmalloc(v.n * sizeof(int));
+    for (size_t i = 0; i < v.n; i++) ids[i] = v.ids[i];
+    tokids_free(&v);
+    return ids;
+}
+
 static int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *ids_arg = NULL, *prompt = NULL, *device = NULL;
-    int max_tokens = 64, ignore_eos = 0, json = 0, max_len = 0, block = 16, prefix = 1, sampling = 0, greedy_flag = 0;
+    int max_tokens = 64, ignore_eos = 0, json = 0, max_len = 0, block = 16, prefix = 1, sampling = 0, greedy_flag = 0, chat = 0;
     long budget = 2048;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -92,6 +131,7 @@ static int cmd_generate(int argc, char **argv) {
         else if (sampler_option(argc, argv, &i, &sp)) sampling = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--quant") && more) {
             if (quant_spec_parse(argv[++i], &qs) != 0)
                 arg_die("--quant %s: expected none, rtn-int8, rtn-int4, rtn-int8+lm_head or rtn-int4+lm_head", argv[i]);
@@ -103,6 +143,8 @@ static int cmd_generate(int argc, char **argv) {
         usage(stderr);
         arg_die("need --model and one of --ids or --prompt");
     }
+    if (chat && !prompt) arg_die("--chat needs --prompt (the user message), not --ids");
+    char *chat_text = chat ? chat_prompt(model_dir, prompt) : NULL;
     GpuInfo gi;
     const int use_cuda = choose_device(device, &gi, NULL);
 
@@ -114,7 +156,9 @@ static int cmd_generate(int argc, char **argv) {
     const ModelConfig *c = &w.cfg;
     char tok_path[1100];
     Tokenizer *tok = tokenizer_for_model(model_dir, prompt != NULL, tok_path, sizeof tok_path);
-    int np = 0, *ids = prompt ? prompt_to_ids(tok, tok_path, prompt, &np) : parse_int_list(ids_arg, "--ids", &np);
+    int np = 0, *ids = chat     ? chat_prompt_ids(tok, tok_path, chat_text, &np)
+                       : prompt ? prompt_to_ids(tok, tok_path, prompt, &np)
+                                : parse_int_list(ids_arg, "--ids", &np);
     check_ids_in_vocab(prompt ? tok_path : "--ids", ids, np, c->vocab);
     if (!max_len) max_len = np + max_tokens < c->max_pos ? np + max_tokens : c->max_pos;
     if (max_len > c->max_pos) arg_die("--max-model-len %d exceeds max_position_embeddings = %d of %s", max_len, c->max_pos, model_dir);
@@ -182,6 +226,7 @@ static int cmd_generate(int argc, char **argv) {
         for (int i = 0; i < np; i++) json_array_append_new(pa, json_integer(ids[i]));
         for (int i = 0; i < n; i++) json_array_append_new(oa, json_integer(out[i]));
         json_object_set_new(o, "prompt_ids", pa);
+        if (chat_text) json_object_set_new(o, "chat_prompt", json_string(chat_text));
         json_object_set_new(o, "output_ids", oa);
         if (tok) {
             char *text = tokenizer_decode(tok, out, (size_t)n, 1, NULL);
@@ -209,7 +254,7 @@ static int cmd_generate(int argc, char **argv) {
     cpu_model_free(&cm);
     model_free(&w);
     if (tok) tokenizer_free(tok);
-    free(ids), free(out);
+    free(ids), free(out), free(chat_text);
     return fin == FINISH_ERROR ? 1 : 0;
 }
 
