@@ -37,6 +37,13 @@ extern "C" int gpu_info(GpuInfo *out) {
     return 0;
 }
 
+extern "C" int gpu_mem_info(double *free_bytes, double *total_bytes) {
+    size_t f = 0, t = 0;
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemGetInfo(&f, &t) != cudaSuccess) return -1;
+    *free_bytes = (double)f, *total_bytes = (double)t;
+    return 0;
+}
+
 extern "C" double gpu_bench(void (*fn)(void *ctx), void *ctx, int warmup, int reps, int inner) {
     if (reps < 1) reps = 1;
     if (reps > 1000) reps = 1000;

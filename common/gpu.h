@@ -1,5 +1,5 @@
 // gpu.h — what GPU (if any) is here, and timing GPU work with CUDA events.
-// defines: GpuInfo, gpu_info, gpu_bench, HAVE_CUDA
+// defines: GpuInfo, gpu_info, gpu_mem_info, gpu_bench, HAVE_CUDA
 // Callable from C. When the build has no CUDA (no nvcc) or the machine has no GPU,
 // gpu_info() returns -1 and fills `reason`, so programs and tests can say why they skip.
 #pragma once
@@ -25,6 +25,8 @@ typedef struct {
 
 // 0 and `out` filled if device 0 is usable; -1 and out->reason otherwise.
 int gpu_info(GpuInfo *out);
+// Free and total bytes of device 0's memory now (cudaMemGetInfo). 0, or -1 without a GPU.
+int gpu_mem_info(double *free_bytes, double *total_bytes);
 
 // Time fn(ctx) on the GPU: `warmup` untimed calls, then `reps` samples, each timed with a
 // pair of CUDA events around `inner` back-to-back calls. Returns the median milliseconds

@@ -15,6 +15,10 @@ double gpu_bench(void (*fn)(void *ctx), void *ctx, int warmup, int reps, int inn
     (void)fn, (void)ctx, (void)warmup, (void)reps, (void)inner;
     return -1.0;
 }
+int gpu_mem_info(double *free_bytes, double *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    return -1;
+}
 #else
 typedef int gpu_none_is_empty_with_cuda;  // keeps ISO C happy: no empty translation unit
 #endif

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "step04_batching/gumbel.h"
 #include "timer.h"
 
 typedef struct {  // a submission the engine thread has not taken in yet
@@ -38,6 +39,7 @@ struct Engine {
     double *itl;              // every inter-token gap (ms)
     long n_itl, cap_itl;
     double forward_s;         // inside runner_forward
+    double device_s;          // the forwards' device time (CUDA events)
     int *flagged;             // ids whose cancel flag was set since the last plan
     int n_flagged, cap_flagged;
     Scheduler sched;
@@ -119,6 +121,8 @@ static void *engine_main(void *arg) {
     float *logits = NULL;
     int *argmax = xmalloc((size_t)cap_seqs * sizeof(int)), *tokens = xmalloc((size_t)2 * cap_seqs * sizeof(int));
     int *before = xmalloc((size_t)2 * cap_seqs * sizeof(int)), *run0 = xmalloc((size_t)cap_seqs * sizeof(int));
+    float *temps = xmalloc((size_t)(cap_seqs + 1) * sizeof(float));
+    uint64_t *keys = xmalloc((size_t)(cap_seqs + 1) * sizeof(uint64_t));
     Sampler sampler;
     const SamplerParams sp0 = {.greedy = 1, .temperature = 0, .top_p = 1};
     sampler_init(&sampler, &sp0, e->vocab);
@@ -147,20 +151,31 @@ static void *engine_main(void *arg) {
         // ---- the step, without the lock: only this thread writes the request table and the scheduler
         if (s->paged) batch_from_plan_paged(&b, &plan, s->reqs, &s->blocks);
         else batch_from_plan(&b, &plan, s->reqs, c->max_len);
-        int need_logits = 0;
-        for (int i = 0; i < plan.n && !need_logits; i++) {
+        // greedy and temperature-only rows are drawn on the device (runner_forward_sampled: only
+        // the tokens come back); a row with top-k / top-p / min-p needs the logits on the host
+        int need_logits = 0, any_temp = 0;
+        for (int i = 0, k = 0; i < plan.n; i++) {
+            if (!plan.samples[i]) continue;
             const Request *q = &s->reqs[plan.req[i]];
-            need_logits = plan.samples[i] && !(q->sp.greedy || q->sp.temperature <= 0);
+            const int greedy = q->sp.greedy || q->sp.temperature <= 0;
+            if (!greedy && !sample_is_plain(&q->sp)) need_logits = 1;
+            any_temp |= !greedy;
+            temps[k] = greedy ? 0.0f : q->sp.temperature;
+            keys[k] = sample_key(q->sp.seed, q->index, q->num_tokens);
+            k++;
         }
+        const int on_device = any_temp && !need_logits;
         if (need_logits && !logits) logits = xmalloc((size_t)cap_seqs * e->vocab * sizeof(float));
         const double f0 = now_sec();
-        if (runner_forward(e->runner, &b, need_logits ? logits : NULL, argmax) != 0) die("engine: the forward failed");
+        const int rc = on_device ? runner_forward_sampled(e->runner, &b, temps, keys, argmax)
+                                 : runner_forward(e->runner, &b, need_logits ? logits : NULL, argmax);
+        if (rc != 0) die("engine: the forward failed");
         const double fwd = now_sec() - f0;
         for (int i = 0, k = 0; i < plan.n; i++) {
             before[i] = s->reqs[plan.req[i]].num_tokens;
             if (!plan.samples[i]) continue;
             const Request *q = &s->reqs[plan.req[i]];
-            if (q->sp.greedy || q->sp.temperature <= 0) tokens[i] = argmax[k];
+            if (on_device || q->sp.greedy || q->sp.temperature <= 0) tokens[i] = argmax[k];
             else tokens[i] = sample_keyed(&sampler, &q->sp, q->index, q->num_tokens, logits + (size_t)k * e->vocab);
             k++;
         }
@@ -169,6 +184,7 @@ static void *engine_main(void *arg) {
         sched_update(s, &plan, tokens, end);
         e->m.steps++;
         e->forward_s += fwd;
+        e->device_s += runner_last_device_ms(e->runner) / 1e3;
         for (int i = 0; i < plan.n; i++) {
             const int id = plan.req[i];
             const Request *q = &s->reqs[id];
@@ -190,7 +206,7 @@ static void *engine_main(void *arg) {
     pthread_cond_broadcast(&e->progress);
     pthread_mutex_unlock(&e->mu);
     sampler_free(&sampler);
-    free(logits), free(argmax), free(tokens), free(before), free(run0);
+    free(logits), free(argmax), free(tokens), free(before), free(run0), free(temps), free(keys);
     plan_free(&plan);
     batch_free(&b);
     return NULL;
@@ -367,11 +383,12 @@ void engine_sched_stats(Engine *e, SchedStats *st) {
     pthread_mutex_unlock(&e->mu);
 }
 
-void engine_itl(Engine *e, double **itl_ms, long *n, double *forward_s) {
+void engine_itl(Engine *e, double **itl_ms, long *n, double *forward_s, double *device_s) {
     pthread_mutex_lock(&e->mu);
     *n = e->n_itl;
     *itl_ms = xmalloc((size_t)(e->n_itl > 0 ? e->n_itl : 1) * sizeof(double));
     if (e->n_itl) memcpy(*itl_ms, e->itl, (size_t)e->n_itl * sizeof(double));
     *forward_s = e->forward_s;
+    *device_s = e->device_s;
     pthread_mutex_unlock(&e->mu);
 }

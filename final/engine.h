@@ -79,8 +79,9 @@ void engine_metrics(Engine *e, EngineMetrics *m);
 // cache) as of the last step.
 void engine_sched_stats(Engine *e, SchedStats *st);
 // Every inter-token gap so far (ms, the steps' end times: a request's token minus its previous
-// one), malloc'ed into *itl_ms (n in *n), and the seconds spent inside runner_forward.
-void engine_itl(Engine *e, double **itl_ms, long *n, double *forward_s);
+// one), malloc'ed into *itl_ms (n in *n), the seconds spent inside runner_forward and the
+// forwards' device time (CUDA events; 0 on the CPU).
+void engine_itl(Engine *e, double **itl_ms, long *n, double *forward_s, double *device_s);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,7 @@
 // its streams; paged KV by default.
 //   build/bin/llm bench --preset tiny --trace nano --num-requests 64 --input-len 8:64 --output-len 8:64 --device cpu
 //   build/bin/llm bench --model DIR --requests reqs.jsonl --json
-// (CUDA graphs come next.)
+// On a GPU decode steps replay CUDA graphs (step04_batching/runner_gpu.cu); --enforce-eager turns them off.
 #define _GNU_SOURCE  // qsort_r
 #include <jansson.h>
 #include <stdio.h>
@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "usage: llm generate --model DIR (--prompt TEXT [--chat] | --ids 1,2,3) [--max-tokens N] [--device cpu|cuda]\n"
             "                    [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S] [--ignore-eos]\n"
             "                    [--quant Q] [--max-model-len N] [--block-size B] [--max-num-batched-tokens N]\n"
-            "                    [--prefix-cache on|off] [--json]\n"
+            "                    [--prefix-cache on|off] [--enforce-eager] [--json]\n"
             "  generate        one prompt through the engine; the text is printed as it is generated\n"
             "  --model         a Hugging Face directory (config.json, *.safetensors, tokenizer.json for --prompt and text)\n"
             "  --prompt        the prompt as text (encoded with DIR/tokenizer.json, special tokens added); --ids: as ids\n"
@@ -63,6 +63,7 @@ static void usage(FILE *f) {
             "  --block-size    KV block size in positions (default 16)\n"
             "  --max-num-batched-tokens  tokens a step at most: longer prompts are chunked (default 2048)\n"
             "  --prefix-cache  on (default) or off\n"
+            "  --enforce-eager CUDA: no CUDA graphs (by default every decode step replays one captured graph)\n"
             "  --json          no streaming: one JSON object at the end (prompt_ids, output_ids, text, times; with --chat\n"
             "                  chat_prompt, the rendered text)\n");
 }
@@ -108,6 +109,7 @@ static int *chat_prompt_ids(Tokenizer *tok, const char *tok_path, const char *te
 static int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *ids_arg = NULL, *prompt = NULL, *device = NULL;
     int max_tokens = 64, ignore_eos = 0, json = 0, max_len = 0, block = 16, prefix = 1, sampling = 0, greedy_flag = 0, chat = 0;
+    int eager = 0;
     long budget = 2048;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -132,6 +134,7 @@ static int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--chat")) chat = 1;
+        else if (!strcmp(a, "--enforce-eager")) eager = 1;
         else if (!strcmp(a, "--quant") && more) {
             if (quant_spec_parse(argv[++i], &qs) != 0)
                 arg_die("--quant %s: expected none, rtn-int8, rtn-int4, rtn-int8+lm_head or rtn-int4+lm_head", argv[i]);
@@ -183,6 +186,7 @@ static int cmd_generate(int argc, char **argv) {
         run = runner_new_cpu_paged(&cm, sc.num_blocks, block, max_len, (int)rows, err, sizeof err);
     }
     if (!run) die("%s", err);
+    runner_set_graphs(run, !eager);
     fprintf(stderr, "[llm] loaded in %.2f s: %s (%s), %s\n", now_sec() - t_load, model_dir, qfmt, runner_describe(run));
     EngineConfig ec = {.sched = sc};
     Engine *e = engine_new(run, c->vocab, &ec, err, sizeof err);
@@ -330,7 +334,7 @@ static int engine_loop(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o,
     s->n_finished = n;
     engine_sched_stats(e, &s->st);
     st->steps = s->st.steps;
-    engine_itl(e, &st->itl_ms, &st->n_itl, &st->forward_s);
+    engine_itl(e, &st->itl_ms, &st->n_itl, &st->forward_s, &st->device_s);
     engine_free(e);
     free(ord), free(ids);
     return 0;

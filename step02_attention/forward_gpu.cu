@@ -526,14 +526,14 @@ void gemm_xwt(cublasHandle_t h, StDtype dt, int T, int n_out, int n_in, const vo
 }
 
 void proj_gemm(cublasHandle_t h, StDtype dt, const GpuQProj *q, int T, int n_out, int n_in, const void *X, int ldx,
-               const void *W, float *Y, int ldy, float beta) {
+               const void *W, float *Y, int ldy, float beta, cudaStream_t s) {
     if (q->n == 0) {
         gemm_xwt(h, dt, T, n_out, n_in, X, ldx, W, Y, ldy, beta);
         return;
     }
     int off = 0;
     for (int i = 0; i < q->n; i++) {  // part i fills output columns off .. off + rows[i] - 1
-        if (qlinear_gpu_gemm(q->part[i], dt, T, X, ldx, Y + off, ldy, beta, NULL) != 0)
+        if (qlinear_gpu_gemm(q->part[i], dt, T, X, ldx, Y + off, ldy, beta, s) != 0)
             die("qlinear_gpu_gemm failed (%s, T = %d)", qlinear_gpu_describe(q->part[i]), T);
         off += q->rows[i];
     }
@@ -598,7 +598,7 @@ extern "C" int forward_cuda(GpuModel *g, const int *ids, int T, float *logits, F
         // ---- attention block
         DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(g->x, L->attn_norm, d, 1, d, eps, (A *)g->xn));
         CUDA_CHECK_LAST();
-        proj_gemm(g->blas, dt, &L->qqkv, T, nqkv, d, g->xn, d, L->wqkv, g->qkv, nqkv, 0.0f);  // qkv (T, qd+2kd)
+        proj_gemm(g->blas, dt, &L->qqkv, T, nqkv, d, g->xn, d, L->wqkv, g->qkv, nqkv, 0.0f, 0);  // qkv (T, qd+2kd)
         if (L->bqkv) {
             k_add_bias<<<grid_for(Tz * nqkv, 256), 256>>>(g->qkv, L->bqkv, T, nqkv, nqkv);
             CUDA_CHECK_LAST();
@@ -620,7 +620,7 @@ extern "C" int forward_cuda(GpuModel *g, const int *ids, int T, float *logits, F
         attention_gpu(g->blas, dt, T, T, H, KV, hd, g->qkv16, nqkv, (char *)g->qkv16 + (size_t)qd * es, nqkv,
                       (char *)g->qkv16 + (size_t)(qd + kd) * es, nqkv, g->S, g->P, g->att);
         if (times) CUDA_CHECK(cudaEventRecord(g->eb[l]));
-        proj_gemm(g->blas, dt, &L->qo, T, d, qd, g->att, qd, L->wo, g->x, d, 1.0f);  // x += att Wo^T (residual)
+        proj_gemm(g->blas, dt, &L->qo, T, d, qd, g->att, qd, L->wo, g->x, d, 1.0f, 0);  // x += att Wo^T (residual)
         if (L->bo) {
             k_add_bias<<<grid_for(Tz * d, 256), 256>>>(g->x, L->bo, T, d, d);
             CUDA_CHECK_LAST();
@@ -628,14 +628,14 @@ extern "C" int forward_cuda(GpuModel *g, const int *ids, int T, float *logits, F
         // ---- MLP block
         DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(g->x, L->mlp_norm, d, 1, d, eps, (A *)g->xn));
         CUDA_CHECK_LAST();
-        proj_gemm(g->blas, dt, &L->qgu, T, 2 * ff, d, g->xn, d, L->wgu, g->gu, 2 * ff, 0.0f);  // gate|up (T, 2ff)
+        proj_gemm(g->blas, dt, &L->qgu, T, 2 * ff, d, g->xn, d, L->wgu, g->gu, 2 * ff, 0.0f, 0);  // gate|up (T, 2ff)
         DISPATCH(dt, A, k_swiglu<A><<<grid_for(Tz * ff, 256), 256>>>(g->gu, (A *)g->h, T, ff));
         CUDA_CHECK_LAST();
-        proj_gemm(g->blas, dt, &L->qdown, T, d, ff, g->h, ff, L->wdown, g->x, d, 1.0f);  // x += h Wdown^T
+        proj_gemm(g->blas, dt, &L->qdown, T, d, ff, g->h, ff, L->wdown, g->x, d, 1.0f, 0);  // x += h Wdown^T
     }
     DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(g->x, g->final_norm, d, 1, d, eps, (A *)g->xn));
     CUDA_CHECK_LAST();
-    proj_gemm(g->blas, dt, &g->qlm, T, c->vocab, d, g->xn, d, g->lm_head, g->logits, c->vocab, 0.0f);  // (T, vocab)
+    proj_gemm(g->blas, dt, &g->qlm, T, c->vocab, d, g->xn, d, g->lm_head, g->logits, c->vocab, 0.0f, 0);  // (T, vocab)
     if (times) CUDA_CHECK(cudaEventRecord(g->ev1));
     if (logits) CUDA_CHECK(cudaMemcpy(logits, g->logits, Tz * c->vocab * 4, cudaMemcpyDeviceToHost));
     if (times) {

@@ -158,9 +158,10 @@ int grid_for(size_t n, int block);
 void gemm_xwt(cublasHandle_t h, StDtype dt, int T, int n_out, int n_in, const void *X, int ldx, const void *W,
               float *Y, int ldy, float beta);
 // The same for one of a layer's projections: W dense (n_out, n_in) in dt when q->n == 0, else
-// step06's qlinear_gpu_gemm over q's parts (X in dt, bf16 or fp16), on the default stream.
+// step06's qlinear_gpu_gemm over q's parts (X in dt, bf16 or fp16) on stream s (cuBLAS: on the
+// handle's stream, which the caller sets to s when s is not the default stream).
 void proj_gemm(cublasHandle_t h, StDtype dt, const GpuQProj *q, int T, int n_out, int n_in, const void *X, int ldx,
-               const void *W, float *Y, int ldy, float beta);
+               const void *W, float *Y, int ldy, float beta, cudaStream_t s);
 // Causal GQA attention of nq queries that are the last nq of nk positions (QK^T GEMM, causal
 // softmax, PV GEMM): q (nq, H*hd) [ld ldq], k, v (nk, KV*hd) [ld ldk, ldv] in dtype dt;
 // S (H, nq, nk) fp32 scratch, P (H, nq, nk) dtype dt scratch (may be S for fp32); out (nq, H*hd).

@@ -121,12 +121,30 @@ int runner_set_batch_invariant(Runner *r, int on);
 // argmax (n_logits) of each of those rows when argmax != NULL (on the GPU without copying the
 // logits). 0, or -1 with a message on stderr.
 int runner_forward(Runner *r, const Batch *b, float *logits, int *argmax);
+// One token per logit row, drawn where the logits are: row k greedy (its argmax) when
+// temperature[k] <= 0, else sample_gumbel(row, temperature[k], keys[k]) (on the GPU by one
+// kernel over the device logits: nothing but the tokens comes back). 0, or -1 as runner_forward.
+int runner_forward_sampled(Runner *r, const Batch *b, const float *temperature, const uint64_t *keys, int *tokens);
+// CUDA runners: decode steps (every sequence one new row, paged KV, not batch-invariant) replayed
+// from CUDA graphs captured per batch-size bucket (on: the default; off = eager, every kernel
+// launched by the host each step). Returns the state now (0 on the CPU).
+int runner_set_graphs(Runner *r, int on);
+// The last forward's device time in ms (CUDA events around its upload and kernels; 0 on the CPU).
+double runner_last_device_ms(const Runner *r);
+// Graph replays and captures since the runner was made (0 on the CPU).
+void runner_graph_stats(const Runner *r, long *replays, long *captures);
 
 // ---------------------------------------------------------------- sampling, keyed
 // One token from logits (vocab) with step03's filters; the uniform draw comes from a PCG32
 // seeded by a hash of (sp->seed, request index, position), so a sampled token depends only on
 // the request and where it is, never on its batch mates or on the step it ran in.
+// Temperature-only parameters (sample_is_plain: no top-k, top-p, min-p) draw by Gumbel-max
+// (gumbel.h), the draw runner_forward_sampled makes on the device; the others re-seed step03's
+// sampler from the key. greedy / temperature <= 0: the argmax.
 int sample_keyed(Sampler *s, const SamplerParams *sp, int request_index, int position, const float *logits);
+int sample_is_plain(const SamplerParams *sp);
+// argmax_i (logits[i] / temperature + Gumbel noise of (key, i)): a draw from softmax(logits / T).
+int sample_gumbel(const float *logits, int vocab, float temperature, uint64_t key);
 
 #ifdef __cplusplus
 }

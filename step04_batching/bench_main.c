@@ -64,9 +64,9 @@ static void usage(FILE *f) {
             "                   --rate R --num-requests N --input-len A:B --output-len C:D) [--policy continuous|static]\n"
             "                   [--max-num-seqs N] [--max-num-batched-tokens N] [--max-model-len N] [--device cpu|cuda]\n"
             "                   [--json] [--timeline FILE.csv] [--outputs FILE.jsonl] [--steps-csv FILE.csv]\n"
-            "                   [--kv slots|paged] [--block-size B] [--num-blocks N | --kv-gib G] [--prefix-cache on|off]\n"
-            "                   [--shared-prefix N] [--prefill-attn fused|gather] [--batch-invariant]\n"
-            "                   [--quant Q]\n"
+            "                   [--kv slots|paged] [--block-size B] [--num-blocks N | --kv-gib G | --gpu-memory-utilization U]\n"
+            "                   [--prefix-cache on|off] [--shared-prefix N] [--prefill-attn fused|gather] [--batch-invariant]\n"
+            "                   [--quant Q] [--enforce-eager]\n"
             "  --preset        tiny (built in: Qwen3-style, 2 layers, d=128) or a step01 preset (qwen3-0.6b,\n"
             "                  llama-3.1-8b, ...): random weights (bf16 on the GPU, fp32 on the CPU)\n"
             "  --requests      one JSON object per line: {\"prompt_ids\": [...], \"max_tokens\": N, \"temperature\": 0,\n"
@@ -91,9 +91,12 @@ static void usage(FILE *f) {
             "                  of blocks; --block-size, --num-blocks, --kv-gib and --prefix-cache imply it)\n"
             "  --block-size    positions per KV block (default 16)\n"
             "  --num-blocks    the block pool, the null block included (default: the KV tokens of step04's\n"
-            "                  max_num_seqs x max_model_len slots, + 1)\n"
+            "                  max_num_seqs x max_model_len slots, + 1; llm bench on a GPU: --gpu-memory-utilization 0.9)\n"
             "  --kv-gib        the block pool as GiB of K/V memory instead (2 x layers x kv_heads x head_dim x\n"
             "                  element bytes per token)\n"
+            "  --gpu-memory-utilization  CUDA: the block pool gets this share of the device memory minus what the\n"
+            "                  weights and the runner's workspaces take (vLLM's rule)\n"
+            "  --enforce-eager CUDA: no CUDA graphs (by default decode steps replay a graph per batch-size bucket)\n"
             "  --prefix-cache  on (default with paged KV) or off: share the full blocks of equal prefixes\n"
             "  --shared-prefix --trace only: every prompt starts with the same N ids, then its own --input-len ids\n"
             "  --prefill-attn  CUDA: the attention of prompt chunks: flash (default: step07's flash attention, one launch\n"
@@ -283,14 +286,15 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
     double rate = -1;
     // KV layout: -1 = not given (slots unless a paged option is), 0 = slots, 1 = paged
     int kv_paged = -1, paged_opt = 0, block_size = 16, num_blocks = 0, prefix_cache = 1, shared = 0;
-    int prefill_mode = PREFILL_FLASH, batch_inv = 0;
-    double kv_gib = 0;
+    int prefill_mode = PREFILL_FLASH, batch_inv = 0, eager = 0;
+    double kv_gib = 0, gpu_util = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
         if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--enforce-eager")) eager = 1;
         else if (!more) arg_help_or_unknown(a, usage);
         else if (!strcmp(a, "--model")) model_dir = argv[++i];
         else if (!strcmp(a, "--preset")) preset = argv[++i];
@@ -314,6 +318,7 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
         else if (!strcmp(a, "--block-size")) block_size = (int)arg_int(a, argv[++i], 1, 1 << 16), paged_opt = 1;
         else if (!strcmp(a, "--num-blocks")) num_blocks = (int)arg_int(a, argv[++i], 2, 1 << 30), paged_opt = 1;
         else if (!strcmp(a, "--kv-gib")) kv_gib = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN), paged_opt = 1;
+        else if (!strcmp(a, "--gpu-memory-utilization")) gpu_util = arg_float(a, argv[++i], 0, 1, ARG_LO_OPEN), paged_opt = 1;
         else if (!strcmp(a, "--kv")) {
             const char *k = argv[++i];
             if (!strcmp(k, "slots")) kv_paged = 0;
@@ -357,16 +362,21 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
     if (req_path && (n_req >= 0 || lens_given)) arg_die("--num-requests/--input-len/--output-len go with --trace");
     if (req_path && shared) arg_die("--shared-prefix goes with --trace");
     if (kv_paged == 0 && paged_opt)
-        arg_die("--kv slots: --block-size, --num-blocks, --kv-gib and --prefix-cache are options of --kv paged");
+        arg_die("--kv slots: --block-size, --num-blocks, --kv-gib, --gpu-memory-utilization and --prefix-cache are options "
+                "of --kv paged");
     const int paged = kv_paged == 1 || paged_opt || (kv_paged == -1 && h && h->paged_default);
     if (h && h->loop && policy == POLICY_STATIC)
         arg_die("--policy static is batch_bench's: %s runs the engine, which batches continuously", h->prog);
     if (h && h->loop && steps_csv) arg_die("--steps-csv is batch_bench's (its loop reports every step; %s's engine does not)", h->prog);
-    if (num_blocks && kv_gib > 0) arg_die("give one of --num-blocks and --kv-gib");
+    if ((num_blocks > 0) + (kv_gib > 0) + (gpu_util > 0) > 1)
+        arg_die("give one of --num-blocks, --kv-gib and --gpu-memory-utilization");
     if (paged && policy == POLICY_STATIC) arg_die("--policy static keeps step04's KV slots: it does not run with --kv paged");
     GpuInfo gi;
     int have_gpu;
     const int use_cuda = choose_device(device, &gi, &have_gpu);
+    if (gpu_util > 0 && !use_cuda) arg_die("--gpu-memory-utilization sizes the KV pool in GPU memory: it needs --device cuda");
+    // the engine's default on a GPU, as vLLM's: the pool takes what 90%% of the device memory leaves
+    if (h && h->loop && use_cuda && paged && !num_blocks && !(kv_gib > 0) && !(gpu_util > 0)) gpu_util = 0.9;
 
     // ---- the model
     char err[512];
@@ -412,6 +422,28 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
     if (qmodel_load(model_dir ? &w : NULL, &cfg, &qs, use_cuda, &gm, &cm, &weight_bytes, qfmt, sizeof qfmt, err,
                     sizeof err) != 0)
         die("%s", err);
+    // --gpu-memory-utilization U (vLLM's rule): the pool gets U x the device memory minus what is
+    // in use with the weights loaded and minus the runner's workspaces, measured by making the
+    // runner once with a 2-block pool
+    double util_pool_gib = 0;
+    if (paged && use_cuda && gpu_util > 0) {
+        double fr0, tot, fr1, fr_tmp;
+        if (gpu_mem_info(&fr0, &tot) != 0) die("--gpu-memory-utilization: cannot read the device memory");
+        Runner *probe = runner_new_cuda_paged(gm, 2, block_size, max_len, (int)rows, err, sizeof err);
+        if (!probe) die("%s", err);
+        if (gpu_mem_info(&fr1, &fr_tmp) != 0) die("--gpu-memory-utilization: cannot read the device memory");
+        const double ws = fr0 - fr1 - runner_kv_bytes(probe);
+        const double pe = round(runner_kv_bytes(probe) / (2.0 * cfg.n_layers * 2 * block_size * cfg.n_kv_heads * cfg.head_dim));
+        if (pe >= 1) kv_elem = pe;  // the cache's element size as allocated (fp32 weights: 4)
+        runner_free(probe);
+        const double avail = gpu_util * tot - (tot - fr0) - ws - 256.0 * 1048576;  // 256 MiB left to the CUDA context
+        const double nb = floor(avail / (kv_bytes_per_token(&cfg, kv_elem) * block_size));
+        if (nb < 2)
+            arg_die("--gpu-memory-utilization %g: %.2f GiB of %.2f GiB are in use with the weights and workspaces loaded; "
+                    "no room for a KV pool", gpu_util, (tot - fr0 + ws) / 1073741824.0, tot / 1073741824.0);
+        num_blocks = nb > (double)(1 << 30) ? 1 << 30 : (int)nb;
+        util_pool_gib = num_blocks * kv_bytes_per_token(&cfg, kv_elem) * block_size / 1073741824.0;
+    }
     // KV rows per layer of the runner: slots x max_len, or blocks x B
     double kv_rows;
     for (int attempt = 0;; attempt++) {
@@ -438,6 +470,7 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
     // the long-chunk attention path in effect (CUDA paged only: the others have one path)
     const int mode_eff = runner_set_prefill_attn(run, prefill_mode);
     const int inv_eff = runner_set_batch_invariant(run, batch_inv);
+    const int graphs_eff = runner_set_graphs(run, !eager);
     static const char *const mode_name[] = {"gather", "fused", "flash"};
     const char *eff_name = !paged && mode_eff == PREFILL_GEMM ? "gemm" : mode_name[mode_eff];  // slots: no gather
     char prefill_attn[160];
@@ -551,7 +584,13 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
     else snprintf(settings + strlen(settings), sizeof settings - strlen(settings), " | KV slots");
     if (use_cuda)
         snprintf(settings + strlen(settings), sizeof settings - strlen(settings),
-                 " | prefill attention %s | batch-invariant %s", prefill_attn, inv_eff ? "on" : "off");
+                 " | prefill attention %s | batch-invariant %s | CUDA graphs %s", prefill_attn, inv_eff ? "on" : "off",
+                 graphs_eff ? "on (decode steps)" : "off (eager)");
+    if (util_pool_gib > 0)
+        snprintf(settings + strlen(settings), sizeof settings - strlen(settings),
+                 " | gpu_memory_utilization %.2f: a KV pool of %.2f GiB", gpu_util, util_pool_gib);
+    long g_replays, g_captures;
+    runner_graph_stats(run, &g_replays, &g_captures);
     snprintf(dev_desc, sizeof dev_desc, "%s", use_cuda ? gi.name : "cpu");
     char workload[300];
     if (req_path) snprintf(workload, sizeof workload, "%s: %d requests", req_path, rl.n);
@@ -638,9 +677,15 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
         JNUM("kv_reserved_unused_frac", unused_res);
         JNUM("kv_allocated_unused_frac", unused_alloc);
         JNUM("forward_share", os.forward_s / dur);
+        JNUM("device_share", os.device_s / dur);
         json_object_set_new(sum, "kv_layout", json_string(kv_layout));
         json_object_set_new(sum, "prefill_attn", json_string(prefill_attn));
         json_object_set_new(sum, "batch_invariant", json_boolean(inv_eff));
+        json_object_set_new(sum, "cuda_graphs", json_boolean(graphs_eff));
+        JINT("graph_replays", g_replays);
+        JINT("graph_captures", g_captures);
+        JNUM("gpu_memory_utilization", gpu_util);
+        JNUM("kv_pool_gib", paged ? num_blocks * kv_tok * block_size / 1073741824.0 : 0);
         JINT("block_size", kv_bs);
         JINT("num_blocks", paged ? num_blocks : max_seqs);
         JINT("kv_tokens_budget", kv_budget);

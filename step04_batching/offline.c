@@ -66,6 +66,7 @@ int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, Offlin
             break;
         }
         st->forward_s += now_sec() - f0;
+        st->device_s += runner_last_device_ms(r) / 1e3;
         st->logit_copies += need_logits;
         for (int i = 0, k = 0; i < plan.n; i++) {
             if (!plan.samples[i]) continue;

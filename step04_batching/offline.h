@@ -33,6 +33,7 @@ typedef struct {
 typedef struct {
     double wall_s;        // engine start (arrival time 0) to the last finish (engine clock)
     double forward_s;     // inside runner_forward (host wall clock)
+    double device_s;      // CUDA: the forwards' device time (events from the upload to the last kernel)
     long steps, logit_copies;  // steps; steps whose logits were copied to the host
     double *itl_ms;       // (n_itl) every inter-token gap of every request (ms), malloc'ed
     long n_itl;

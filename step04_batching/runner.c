@@ -237,3 +237,23 @@ int runner_forward(Runner *r, const Batch *b, float *logits, int *argmax) {
     if (r->cuda) return gpu_runner_forward(r->gpu, b, logits, argmax);
     return forward_cpu_batch(r, b, logits, argmax);
 }
+
+int runner_forward_sampled(Runner *r, const Batch *b, const float *temperature, const uint64_t *keys, int *tokens) {
+    if (r->cuda) return gpu_runner_forward_sampled(r->gpu, b, temperature, keys, tokens);
+    if (forward_cpu_batch(r, b, NULL, NULL) != 0) return -1;  // the logits in r->logits
+    const int V = r->m->cfg.vocab;
+    for (int k = 0; k < b->n_logits; k++) {
+        const float *row = r->logits + (size_t)k * V;
+        tokens[k] = temperature[k] > 0 ? sample_gumbel(row, V, temperature[k], keys[k]) : argmax_f32(row, V);
+    }
+    return 0;
+}
+
+double runner_last_device_ms(const Runner *r) { return r->cuda ? gpu_runner_last_ms(r->gpu) : 0; }
+
+int runner_set_graphs(Runner *r, int on) { return r->cuda ? gpu_runner_set_graphs(r->gpu, on) : 0; }
+
+void runner_graph_stats(const Runner *r, long *replays, long *captures) {
+    *replays = *captures = 0;
+    if (r->cuda) gpu_runner_graph_stats(r->gpu, replays, captures);
+}

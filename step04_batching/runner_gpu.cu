@@ -41,6 +41,21 @@
 // the integer arrays the kernels read to the device once per step (one packed memcpy).
 // Everything is queued on the default stream, as step02's forward; one synchronization at the
 // end, where the argmax (or the logits) come back.
+//
+// Sampling on the device (gpu_runner_forward_sampled): k_sample_rows draws every logit row's token
+// by Gumbel-max (gumbel.h) from the logits where the lm_head GEMM left them; only the tokens come
+// back (at batch 256 and a 152k vocabulary the logits would be 155 MB per step to the host).
+//
+// CUDA graphs (gpu_runner_set_graphs, on by default): a decode step (paged KV, every sequence
+// exactly one new row, no logits to the host) is launched as one graph instead of ~12 launches
+// per layer. The step is padded to the next batch-size bucket B (1, 2, 4, 8, then multiples of 8):
+// the padding rows have token 0, position 0, slot_mapping -1 (their K/V is not written) and zero
+// keys (their attention output is zero), and their tokens are dropped. Every pointer a kernel
+// reads is then a fixed offset of the upload buffer for that B, so one graph per (B, decode
+// kernel v1/v2) replays every such step: the host only uploads the arrays and launches the graph.
+// A bucket's first step runs eagerly (it loads modules and grows scratch buffers, which a capture
+// may not do), its second is captured on the runner's stream and replayed from then on. v2's
+// grid is sized for max_model_len in a graph (its partitions past a row's keys return at once).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -54,6 +69,7 @@
 #include "gpu.h"
 #include "step02_attention/forward_gpu.cuh"
 #include "step03_kvcache/decode_gpu.cuh"
+#include "step04_batching/gumbel.h"
 #include "step04_batching/runner_gpu.h"
 #include "step05_paged/paged_attention.h"
 #include "step05_paged/paged_prefill.h"
@@ -64,6 +80,8 @@
 #define SCORE_BUDGET ((size_t)3 << 29)  // bytes for the long path's scores + probabilities (1.5 GiB)
 #define PART_BUDGET ((size_t)64 << 20)  // floats for the decode path's partial outputs (256 MiB)
 #define LOGIT_BUDGET ((size_t)1 << 29)  // bytes of logits computed per lm_head GEMM (512 MiB)
+#define GRAPH_MAX_BUCKETS 68            // 1, 2, 4, 8, 16, .., 512
+#define GRAPH_MAX_ROWS 512
 
 // ---------------------------------------------------------------- kernels
 
@@ -308,7 +326,8 @@ static void plan_add(AttnPlan *p, int small_ok, int small_max, int row0, int n, 
 // q (fp32, ld ldq) for the decode path, q16 (ld H*hd, ctx->dt) for the GEMM path; kc, vc this
 // layer's cache; d_srow, d_slen, d_sbase the plan's decode items on the device. Returns launches.
 static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, const int *d_slen, const int *d_sbase,
-                      const float *q, int ldq, const void *q16, const void *kc, const void *vc, void *out, int out_f32) {
+                      const float *q, int ldq, const void *q16, const void *kc, const void *vc, void *out, int out_f32,
+                      cudaStream_t st) {
     const int H = c->H, KV = c->KV, hd = c->hd, qd = H * hd, kd = KV * hd;
     const size_t es = esize(c->dt), oes = out_f32 ? 4 : es;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -319,6 +338,7 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
         a.block_tables = c->d_bt, a.bt_stride = c->bt_stride, a.block_size = c->block_size;
         a.rows = d_srow, a.seqs = d_sbase, a.lens = d_slen, a.n = p->ns, a.max_len = p->maxlen;
         a.out = out, a.ldo = qd, a.out_f32 = out_f32, a.part_o = c->part_o, a.part_ml = c->part_ml, a.part_cap = c->part_cap;
+        a.stream = st;
         const int nl = c->decode_v2 ? paged_decode_v2(&a) : paged_decode(&a, c->num_sms);
         if (nl < 0) die("paged decode attention: launch refused (see above)");
         launches += nl;
@@ -421,8 +441,20 @@ struct GpuRunner {
     cudaEvent_t ev0, ev1;
     double last_ms;
     int launches;
+    // CUDA graphs of decode steps: bucket i holds B = gb[i] rows; graph [i][v - 1] runs paged decode v
+    int graphs;              // gpu_runner_set_graphs (1 by default)
+    int ngb, gb[GRAPH_MAX_BUCKETS];
+    cudaGraphExec_t gexec[GRAPH_MAX_BUCKETS][2];
+    int gwarm[GRAPH_MAX_BUCKETS][2], glaunch[GRAPH_MAX_BUCKETS][2];
+    long replays, captures;
+    int last_nl;             // logit rows of the last forward (padding included)
+    cudaStream_t stream;     // graphs are captured and replayed here (eager steps: the default stream)
+    void *blas_ws;           // cuBLAS's workspace while it runs on `stream` (a capture must not allocate)
+    Batch gpad;              // the padded decode step (host)
     char desc[480];
 };
+
+#define GRAPH_BLAS_WS ((size_t)32 << 20)
 
 // Batch-invariant mode: every GEMM over the rows of a step runs as GEMMs of exactly BI_ROWS rows
 // (the last one reads and writes rows past the step's: the row buffers are allocated rounded up
@@ -537,7 +569,8 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     if (part_cap < per_item) part_cap = per_item;
     // + the block tables (at most T sequences) + the prefill tiles (at most one per row)
     // + flash's per-sequence arrays (cu rows, first rows, contexts, slot tables, cu tiles)
-    const size_t pack_cap = 7 * T + 8 + (size_t)T * nbt + (size_t)PP_TILE_INTS * T + 5 * T + 8;
+    // + the sampling temperatures and keys (3 ints per row, 8-byte aligned)
+    const size_t pack_cap = 7 * T + 8 + (size_t)T * nbt + (size_t)PP_TILE_INTS * T + 5 * T + 8 + 3 * T + 2;
     const size_t gather = paged ? 2 * (size_t)max_len * kd * es : 0;
     const size_t ws = gather + T * d * 4 + T * d * es + T * nqkv * 4 + 2 * T * qd * es + T * 2 * ff * 4 + T * ff * es +
                       (size_t)lcap * d * 4 + (size_t)lcap * c->vocab * 4 + 2 * T * half * 4 + s_cap * s_es +
@@ -622,6 +655,15 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->prefill = r->flash_ok ? PREFILL_FLASH : r->prefill_ok ? PREFILL_PAGED : PREFILL_GEMM;
     CUDA_CHECK(cudaEventCreate(&r->ev0));
     CUDA_CHECK(cudaEventCreate(&r->ev1));
+    // the graph buckets: 1, 2, 4, 8, then every multiple of 8, up to what one step and one lm_head
+    // GEMM take (a decode step of B rows is B sequences)
+    const int gmax_rows = paged ? (max_tokens_per_step < lcap ? max_tokens_per_step : lcap) : 0;
+    for (int b = 1; b <= gmax_rows && b <= GRAPH_MAX_ROWS && r->ngb < GRAPH_MAX_BUCKETS; b = b < 8 ? 2 * b : b + 8)
+        r->gb[r->ngb++] = b;
+    r->graphs = paged && r->ngb > 0;
+    CUDA_CHECK(cudaStreamCreate(&r->stream));
+    r->blas_ws = dalloc_r(GRAPH_BLAS_WS, NULL);
+    if (paged) batch_alloc_paged(&r->gpad, r->ngb ? r->gb[r->ngb - 1] : 1, r->ngb ? r->gb[r->ngb - 1] : 1, block_size, nbt);
     CUDA_CHECK(cudaDeviceSynchronize());
     describe(r);
     return r;
@@ -653,6 +695,12 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
     CUDA_CHECK(cudaFreeHost(r->h_pack));
     CUDA_CHECK(cudaEventDestroy(r->ev0));
     CUDA_CHECK(cudaEventDestroy(r->ev1));
+    for (int i = 0; i < r->ngb; i++)
+        for (int v = 0; v < 2; v++)
+            if (r->gexec[i][v]) CUDA_CHECK(cudaGraphExecDestroy(r->gexec[i][v]));
+    CUDA_CHECK(cudaStreamDestroy(r->stream));
+    CUDA_CHECK(cudaFree(r->blas_ws));
+    if (r->block_size > 0) batch_free(&r->gpad);
     free(r->plan.srow), free(r->plan.slen), free(r->plan.sbase), free(r->plan.lg), free(r->plan.pad0),
         free(r->plan.padn), free(r->plan.pc), free(r->plan.long_seq);
     free(r);
@@ -712,6 +760,61 @@ extern "C" int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float 
 // Paged: the batch's layout must be this pool's (block_size), and every block-table entry a
 // sequence's context covers must name a real block (1 .. num_blocks-1), since the kernels read
 // through the tables unchecked.
+// out[r] = the Gumbel-max draw of logits row r at temperature temp[r] with key keys[r] (gumbel.h),
+// or its argmax when temp[r] <= 0; grid (rows), 1024 threads. The same first-maximum rule as
+// k_argmax_rows and as sample_gumbel (the C reference).
+__global__ void k_sample_rows(const float *logits, int vocab, const float *temp, const unsigned long long *keys,
+                              int *out) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    const float *l = logits + (size_t)blockIdx.x * vocab;
+    const float t = temp[blockIdx.x];
+    const uint64_t key = keys[blockIdx.x];
+    float best = -INFINITY;
+    int bidx = INT_MAX;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float s = t > 0 ? l[i] / t - logf(-logf(gumbel_uniform(key, i))) : l[i];
+        if (s > best) best = s, bidx = i;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bidx, o);
+        if (ov > best || (ov == best && oi < bidx)) best = ov, bidx = oi;
+    }
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) bv[w] = best, bi[w] = bidx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)(blockDim.x / 32); i++)
+            if (bv[i] > bv[0] || (bv[i] == bv[0] && bi[i] < bi[0])) bv[0] = bv[i], bi[0] = bi[i];
+        out[blockIdx.x] = bi[0] == INT_MAX ? 0 : bi[0];
+    }
+}
+
+extern "C" int gumbel_sample_gpu_check(const float *logits, int rows, int vocab, const float *temperature,
+                                       const uint64_t *keys, int *tokens) {
+    GpuInfo gi;
+    if (gpu_info(&gi) != 0 || rows < 1 || vocab < 1) return -1;
+    float *dl = NULL, *dt = NULL;
+    unsigned long long *dk = NULL;
+    int *dout = NULL;
+    CUDA_CHECK(cudaMalloc(&dl, (size_t)rows * vocab * 4));
+    CUDA_CHECK(cudaMalloc(&dt, (size_t)rows * 4));
+    CUDA_CHECK(cudaMalloc(&dk, (size_t)rows * 8));
+    CUDA_CHECK(cudaMalloc(&dout, (size_t)rows * 4));
+    CUDA_CHECK(cudaMemcpy(dl, logits, (size_t)rows * vocab * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dt, temperature, (size_t)rows * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dk, keys, (size_t)rows * 8, cudaMemcpyHostToDevice));
+    k_sample_rows<<<rows, 1024>>>(dl, vocab, dt, dk, dout);
+    CUDA_CHECK_LAST();
+    CUDA_CHECK(cudaMemcpy(tokens, dout, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(dl));
+    CUDA_CHECK(cudaFree(dt));
+    CUDA_CHECK(cudaFree(dk));
+    CUDA_CHECK(cudaFree(dout));
+    return 0;
+}
+
 static int validate(const GpuRunner *r, const Batch *b) {
     const int T = b->n_tokens, S = b->n_seqs, V = r->g->cfg.vocab, rows = r->kv_rows, paged = r->block_size > 0;
 #define BAD(...) do { fprintf(stderr, "gpu_runner_forward: " __VA_ARGS__); fputc('\n', stderr); return -1; } while (0)
@@ -754,17 +857,17 @@ static int validate(const GpuRunner *r, const Batch *b) {
 }
 
 // proj_gemm over the step's T rows; batch-invariant (r->batch_inv): as GEMMs of exactly BI_ROWS rows.
-static void rproj(const GpuRunner *r, StDtype dt, const GpuQProj *q, int T, int n_out, int n_in, const void *X, int ldx,
+static void rproj(const GpuRunner *r, cudaStream_t st, StDtype dt, const GpuQProj *q, int T, int n_out, int n_in, const void *X, int ldx,
                   const void *W, float *Y, int ldy, float beta) {
     cublasHandle_t h = r->g->blas;
     if (!r->batch_inv) {
-        proj_gemm(h, dt, q, T, n_out, n_in, X, ldx, W, Y, ldy, beta);
+        proj_gemm(h, dt, q, T, n_out, n_in, X, ldx, W, Y, ldy, beta, st);
         return;
     }
     const size_t es = esize(dt);
     for (int t0 = 0; t0 < T; t0 += BI_ROWS)
         proj_gemm(h, dt, q, BI_ROWS, n_out, n_in, (const char *)X + (size_t)t0 * ldx * es, ldx, W, Y + (size_t)t0 * ldy, ldy,
-                  beta);
+                  beta, st);
 }
 
 extern "C" int gpu_runner_set_batch_invariant(GpuRunner *r, int on) {
@@ -775,10 +878,60 @@ extern "C" int gpu_runner_set_batch_invariant(GpuRunner *r, int on) {
     return r->batch_inv;
 }
 
-extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, int *argmax) {
-    if (validate(r, b) != 0) return -1;
+extern "C" int gpu_runner_set_graphs(GpuRunner *r, int on) {
+    r->graphs = on && r->block_size > 0 && r->ngb > 0 ? 1 : 0;
+    return r->graphs;
+}
+
+extern "C" void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures) {
+    *replays = r->replays, *captures = r->captures;
+}
+
+// The graph bucket of a decode step, or -1 when the step is not one a graph takes: paged KV, not
+// batch-invariant, every sequence exactly one new row over a context of >= 1 keys, its logit row
+// its own row, a batch-size bucket that holds it, and the decode kernel taking the shape.
+static int graph_bucket(const GpuRunner *r, const Batch *b) {
+    if (!r->graphs || r->batch_inv || !r->ac.small_ok) return -1;
+    const int S = b->n_seqs;
+    if (S != b->n_tokens || b->n_logits != S || S > r->gb[r->ngb - 1]) return -1;
+    for (int i = 0; i < S; i++)
+        if (b->cu_seqlens_q[i + 1] - b->cu_seqlens_q[i] != 1 || b->seq_lens_k[i] < 1 || b->logit_rows[i] != i) return -1;
+    int k = 0;
+    while (r->gb[k] < S) k++;
+    return k;
+}
+
+// The decode step b padded to B rows in r->gpad (the padding rows as the file's top comment says).
+static const Batch *graph_pad(GpuRunner *r, const Batch *b, int B) {
+    Batch *g = &r->gpad;
+    const int S = b->n_seqs;
+    g->n_tokens = g->n_seqs = g->n_logits = B;
+    g->block_size = r->block_size;
+    for (int i = 0; i < B; i++) {
+        const int real = i < S;
+        g->token_ids[i] = real ? b->token_ids[i] : 0;
+        g->positions[i] = real ? b->positions[i] : 0;
+        g->slot_mapping[i] = real ? b->slot_mapping[i] : -1;
+        g->cu_seqlens_q[i] = i;
+        g->seq_lens_k[i] = real ? b->seq_lens_k[i] : 0;
+        g->logit_rows[i] = i;
+        const int L = g->seq_lens_k[i], nb = L > 0 ? (L + r->block_size - 1) / r->block_size : 0;
+        if (nb) memcpy(g->block_tables + (size_t)i * g->bt_stride, b->block_tables + (size_t)i * b->bt_stride, (size_t)nb * 4);
+    }
+    g->cu_seqlens_q[B] = B;
+    return g;
+}
+
+// The forward of gpu_runner_forward / gpu_runner_forward_sampled: logits to the host when logits,
+// tokens (argmax, or drawn when temps) to the host when out.
+static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const float *temps, const uint64_t *keys) {
+    if (validate(r, b0) != 0) return -1;
     GpuModel *g = r->g;
     const ModelConfig *c = &g->cfg;
+    // a decode step whose graph exists (or is captured now): padded to its bucket, on r->stream
+    const int gi = logits || !out ? -1 : graph_bucket(r, b0);
+    const Batch *b = gi >= 0 ? graph_pad(r, b0, r->gb[gi]) : b0;
+    const cudaStream_t st = gi >= 0 ? r->stream : 0;
     const int T = b->n_tokens, NL = b->n_logits, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
     const int ff = c->intermediate, V = c->vocab, qd = H * hd, kd = KV * hd, nqkv = qd + 2 * kd;
     const StDtype dt = g->wdt;
@@ -795,6 +948,10 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
                  b->seq_lens_k[i], paged ? i : b->seq_lens_k[i] > 0 ? b->seq_slot[i] * r->max_len : 0);
         if (p->nlg > nlg0) p->long_seq[nlg0] = i;  // sequence i is a long item
     }
+    // a graph is recorded for one decode kernel: v2's grid then covers max_model_len (the
+    // partitions past a row's keys exit at once), v1's does not depend on the lengths
+    const int gv = gi >= 0 ? paged_decode_choose(T, KV, p->maxlen, r->ac.num_sms) : 0;
+    if (gv == 2) p->maxlen = r->max_len;
     const int gemv1 = r->use_gemv && !r->batch_inv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
     // ---- one packed upload: token ids, positions, slots, logit rows, decode items
     int *hp = r->h_pack;
@@ -814,6 +971,17 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
             memset(hp + o + nb, 0, (size_t)(r->nbt - nb) * 4);
             o += r->nbt;
         }
+    }
+    o += o & 1;  // the keys 8-byte aligned
+    const size_t o_key = o, o_tmp = o + 2 * (size_t)NL;  // sampling: keys (2 ints each), temperatures
+    if (temps) {
+        for (int i = 0; i < NL; i++) {
+            const uint64_t k = i < b0->n_logits ? keys[i] : 0;
+            const float t = i < b0->n_logits ? temps[i] : 0.0f;
+            memcpy(hp + o_key + 2 * i, &k, 8);
+            memcpy(hp + o_tmp + i, &t, 4);
+        }
+        o = o_tmp + NL;
     }
     const size_t o_tiles = o;  // paged, fused: the long chunks' prefill tiles
     p->ntiles = 0;
@@ -848,99 +1016,156 @@ extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, i
     int *dp = r->d_pack;
     r->ac.d_bt = paged ? dp + o_bt : NULL;
     r->ac.d_tiles = dp + o_tiles;
-    int launches = 0;
-    CUDA_CHECK(cudaEventRecord(r->ev0));
-    CUDA_CHECK(cudaMemcpyAsync(dp, hp, o * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaEventRecord(r->ev0, st));
+    CUDA_CHECK(cudaMemcpyAsync(dp, hp, o * 4, cudaMemcpyHostToDevice, st));
 
-    DISPATCH(dt, A, k_embed<A><<<T, 256>>>((const A *)g->embed, dp + o_tok, d, r->x));
-    CUDA_CHECK_LAST();
-    const int half = hd / 2;
-    k_rope_rows<<<grid_for((size_t)T * half, 256), 256>>>(dp + o_pos, r->inv_freq, T, half, r->cos_t, r->sin_t);
-    CUDA_CHECK_LAST();
-    launches += 2;
-    const dim3 qkv_grid(T, (H + 2 * KV + 3) / 4), qkv_block(32, 4);
-    for (int l = 0; l < c->n_layers; l++) {
-        const GpuLayer *L = &g->layers[l];
-        void *kc = (char *)r->kc + (size_t)l * r->lstride, *vc = (char *)r->vc + (size_t)l * r->lstride;
-        // ---- attention block
-        if (gemv1) {
-            k_rmsnorm<float><<<1, 1024>>>(r->x, L->attn_norm, d, 1, d, eps, r->xnf);
-            CUDA_CHECK_LAST();
-            proj_gemv(dt, &L->qqkv, L->wqkv, r->xnf, L->bqkv, r->qkv, nqkv, d, 0, 0);
-        } else {
-            DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->attn_norm, d, 1, d, eps, (A *)r->xn));
-            CUDA_CHECK_LAST();
-            rproj(r, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
-        }
-        DISPATCH(dt, A,
-                 k_qkv_rows<A, A><<<qkv_grid, qkv_block>>>(r->qkv, gemv1 ? NULL : L->bqkv, L->q_norm, L->k_norm,
-                                                           r->cos_t, r->sin_t, dp + o_slot, H, KV, hd, eps,
-                                                           (A *)r->q16, (A *)kc, (A *)vc));
+    // ---- the kernels of the step (captured once per bucket into a graph when gi >= 0)
+    auto body = [&]() -> int {
+        int launches = 0;
+        DISPATCH(dt, A, k_embed<A><<<T, 256, 0, st>>>((const A *)g->embed, dp + o_tok, d, r->x));
         CUDA_CHECK_LAST();
-        launches += 3;
-        launches += attn_layer(&r->ac, p, dp + o_sr, dp + o_sl, dp + o_sb, r->qkv, nqkv, r->q16, kc, vc,
-                               gemv1 ? (void *)r->attf : r->att, gemv1);
-        if (gemv1) {
-            proj_gemv(dt, &L->qo, L->wo, r->attf, L->bo, r->x, d, qd, 1, 0);  // x += att Wo^T + bo
-        } else {
-            rproj(r, dt, &L->qo, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
-            if (L->bo) {
-                k_add_bias<<<grid_for((size_t)T * d, 256), 256>>>(r->x, L->bo, T, d, d);
+        const int half = hd / 2;
+        k_rope_rows<<<grid_for((size_t)T * half, 256), 256, 0, st>>>(dp + o_pos, r->inv_freq, T, half, r->cos_t, r->sin_t);
+        CUDA_CHECK_LAST();
+        launches += 2;
+        const dim3 qkv_grid(T, (H + 2 * KV + 3) / 4), qkv_block(32, 4);
+        for (int l = 0; l < c->n_layers; l++) {
+            const GpuLayer *L = &g->layers[l];
+            void *kc = (char *)r->kc + (size_t)l * r->lstride, *vc = (char *)r->vc + (size_t)l * r->lstride;
+            // ---- attention block
+            if (gemv1) {
+                k_rmsnorm<float><<<1, 1024, 0, st>>>(r->x, L->attn_norm, d, 1, d, eps, r->xnf);
+                CUDA_CHECK_LAST();
+                proj_gemv(dt, &L->qqkv, L->wqkv, r->xnf, L->bqkv, r->qkv, nqkv, d, 0, st);
+            } else {
+                DISPATCH(dt, A, k_rmsnorm<A><<<T, 256, 0, st>>>(r->x, L->attn_norm, d, 1, d, eps, (A *)r->xn));
+                CUDA_CHECK_LAST();
+                rproj(r, st, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
+            }
+            DISPATCH(dt, A,
+                     k_qkv_rows<A, A><<<qkv_grid, qkv_block, 0, st>>>(r->qkv, gemv1 ? NULL : L->bqkv, L->q_norm, L->k_norm,
+                                                                     r->cos_t, r->sin_t, dp + o_slot, H, KV, hd, eps,
+                                                                     (A *)r->q16, (A *)kc, (A *)vc));
+            CUDA_CHECK_LAST();
+            launches += 3;
+            launches += attn_layer(&r->ac, p, dp + o_sr, dp + o_sl, dp + o_sb, r->qkv, nqkv, r->q16, kc, vc,
+                                   gemv1 ? (void *)r->attf : r->att, gemv1, st);
+            if (gemv1) {
+                proj_gemv(dt, &L->qo, L->wo, r->attf, L->bo, r->x, d, qd, 1, st);  // x += att Wo^T + bo
+            } else {
+                rproj(r, st, dt, &L->qo, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
+                if (L->bo) {
+                    k_add_bias<<<grid_for((size_t)T * d, 256), 256, 0, st>>>(r->x, L->bo, T, d, d);
+                    CUDA_CHECK_LAST();
+                    launches++;
+                }
+            }
+            // ---- MLP block
+            if (gemv1) {
+                k_rmsnorm<float><<<1, 1024, 0, st>>>(r->x, L->mlp_norm, d, 1, d, eps, r->xnf);
+                CUDA_CHECK_LAST();
+                proj_gemv(dt, &L->qgu, L->wgu, r->xnf, NULL, r->gu, 2 * ff, d, 0, st);
+                k_swiglu<float><<<(ff + 255) / 256, 256, 0, st>>>(r->gu, r->hf, 1, ff);
+                CUDA_CHECK_LAST();
+                proj_gemv(dt, &L->qdown, L->wdown, r->hf, NULL, r->x, d, ff, 1, st);
+            } else {
+                DISPATCH(dt, A, k_rmsnorm<A><<<T, 256, 0, st>>>(r->x, L->mlp_norm, d, 1, d, eps, (A *)r->xn));
+                CUDA_CHECK_LAST();
+                rproj(r, st, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
+                if (fused_swiglu(1, ST_F32, dt, r->gu, r->h, T, ff, st) != 1) die("fused_swiglu: refused (see above)");
+                rproj(r, st, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
+            }
+            launches += 6;
+        }
+        // ---- logits only for the rows that sample, lcap rows per lm_head GEMM
+        for (int o0 = 0; o0 < NL; o0 += r->lcap) {
+            const int nl = NL - o0 < r->lcap ? NL - o0 : r->lcap;
+            k_gather_rows<<<nl, 256, 0, st>>>(r->x, dp + o_lr + o0, d, r->xg);
+            CUDA_CHECK_LAST();
+            if (r->use_gemv && !r->batch_inv && nl == 1) {
+                k_rmsnorm<float><<<1, 1024, 0, st>>>(r->xg, g->final_norm, d, 1, d, eps, r->xnf);
+                CUDA_CHECK_LAST();
+                proj_gemv(dt, &g->qlm, g->lm_head, r->xnf, NULL, r->logits, V, d, 0, st);
+            } else {
+                DISPATCH(dt, A, k_rmsnorm<A><<<nl, 256, 0, st>>>(r->xg, g->final_norm, d, 1, d, eps, (A *)r->xn));
+                CUDA_CHECK_LAST();
+                // batch-invariant: always lcap rows (the rows past nl are stale and ignored)
+                proj_gemm(g->blas, dt, &g->qlm, r->batch_inv ? r->lcap : nl, V, d, r->xn, d, g->lm_head, r->logits, V, 0.0f,
+                          st);
+            }
+            launches += 3;
+            if (out && temps) {
+                k_sample_rows<<<nl, 1024, 0, st>>>(r->logits, V, (const float *)(dp + o_tmp) + o0,
+                                                   (const unsigned long long *)(dp + o_key) + o0, r->d_argmax + o0);
+                CUDA_CHECK_LAST();
+                launches++;
+            } else if (out) {
+                k_argmax_rows<<<nl, 1024, 0, st>>>(r->logits, V, r->d_argmax + o0);
                 CUDA_CHECK_LAST();
                 launches++;
             }
+            if (logits)
+                CUDA_CHECK(cudaMemcpyAsync(logits + (size_t)o0 * V, r->logits, (size_t)nl * V * 4, cudaMemcpyDeviceToHost, st));
         }
-        // ---- MLP block
-        if (gemv1) {
-            k_rmsnorm<float><<<1, 1024>>>(r->x, L->mlp_norm, d, 1, d, eps, r->xnf);
-            CUDA_CHECK_LAST();
-            proj_gemv(dt, &L->qgu, L->wgu, r->xnf, NULL, r->gu, 2 * ff, d, 0, 0);
-            k_swiglu<float><<<(ff + 255) / 256, 256>>>(r->gu, r->hf, 1, ff);
-            CUDA_CHECK_LAST();
-            proj_gemv(dt, &L->qdown, L->wdown, r->hf, NULL, r->x, d, ff, 1, 0);
-        } else {
-            DISPATCH(dt, A, k_rmsnorm<A><<<T, 256>>>(r->x, L->mlp_norm, d, 1, d, eps, (A *)r->xn));
-            CUDA_CHECK_LAST();
-            rproj(r, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
-            if (fused_swiglu(1, ST_F32, dt, r->gu, r->h, T, ff, NULL) != 1) die("fused_swiglu: refused (see above)");
-            rproj(r, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
-        }
-        launches += 6;
+        return launches;
+    };
+    int launches = 0;
+    const int gk = gv > 0 ? gv - 1 : 0;
+    if (gi >= 0) {  // cuBLAS on the graph's stream, with a workspace it does not allocate during a capture
+        CUBLAS_CHECK(cublasSetStream(g->blas, st));
+        CUBLAS_CHECK(cublasSetWorkspace(g->blas, r->blas_ws, GRAPH_BLAS_WS));
     }
-    // ---- logits only for the rows that sample, lcap rows per lm_head GEMM
-    for (int o0 = 0; o0 < NL; o0 += r->lcap) {
-        const int nl = NL - o0 < r->lcap ? NL - o0 : r->lcap;
-        k_gather_rows<<<nl, 256>>>(r->x, dp + o_lr + o0, d, r->xg);
-        CUDA_CHECK_LAST();
-        if (r->use_gemv && !r->batch_inv && nl == 1) {
-            k_rmsnorm<float><<<1, 1024>>>(r->xg, g->final_norm, d, 1, d, eps, r->xnf);
-            CUDA_CHECK_LAST();
-            proj_gemv(dt, &g->qlm, g->lm_head, r->xnf, NULL, r->logits, V, d, 0, 0);
-        } else {
-            DISPATCH(dt, A, k_rmsnorm<A><<<nl, 256>>>(r->xg, g->final_norm, d, 1, d, eps, (A *)r->xn));
-            CUDA_CHECK_LAST();
-            // batch-invariant: always lcap rows (the rows past nl are stale and ignored)
-            proj_gemm(g->blas, dt, &g->qlm, r->batch_inv ? r->lcap : nl, V, d, r->xn, d, g->lm_head, r->logits, V, 0.0f);
-        }
-        launches += 3;
-        if (argmax) {
-            k_argmax_rows<<<nl, 1024>>>(r->logits, V, r->d_argmax + o0);
-            CUDA_CHECK_LAST();
-            launches++;
-        }
-        if (logits)
-            CUDA_CHECK(cudaMemcpyAsync(logits + (size_t)o0 * V, r->logits, (size_t)nl * V * 4, cudaMemcpyDeviceToHost));
+    if (gi >= 0 && r->gexec[gi][gk]) {
+        CUDA_CHECK(cudaGraphLaunch(r->gexec[gi][gk], st));
+        launches = r->glaunch[gi][gk];
+        r->replays++;
+    } else if (gi >= 0 && r->gwarm[gi][gk]) {
+        cudaGraph_t gr;
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        launches = body();
+        CUDA_CHECK(cudaStreamEndCapture(st, &gr));
+        CUDA_CHECK(cudaGraphInstantiate(&r->gexec[gi][gk], gr, 0));
+        CUDA_CHECK(cudaGraphDestroy(gr));
+        r->glaunch[gi][gk] = launches;
+        r->captures++;
+        CUDA_CHECK(cudaGraphLaunch(r->gexec[gi][gk], st));
+    } else {
+        launches = body();
+        if (gi >= 0) r->gwarm[gi][gk] = 1;
     }
-    CUDA_CHECK(cudaEventRecord(r->ev1));
-    if (argmax && NL) CUDA_CHECK(cudaMemcpyAsync(argmax, r->d_argmax, (size_t)NL * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaEventRecord(r->ev1, st));
+    const int NR = b0->n_logits;  // the padding rows' tokens stay on the device
+    if (out && NR) CUDA_CHECK(cudaMemcpyAsync(out, r->d_argmax, (size_t)NR * 4, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaEventSynchronize(r->ev1));
-    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    if (gi >= 0) CUBLAS_CHECK(cublasSetStream(g->blas, 0));  // (also back to cuBLAS's own workspace)
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, r->ev0, r->ev1));
     r->last_ms = ms;
     r->launches = launches;
+    r->last_nl = NL;
     (void)es;
     return 0;
+}
+
+extern "C" int gpu_runner_last_logits(const GpuRunner *r, int k, float *out) {
+    if (k < 0 || k >= r->last_nl || r->last_nl > r->lcap) return -1;
+    const size_t V = (size_t)r->g->cfg.vocab;
+    CUDA_CHECK(cudaMemcpy(out, r->logits + (size_t)k * V, V * 4, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, int *argmax) {
+    return forward(r, b, logits, argmax, NULL, NULL);
+}
+
+extern "C" int gpu_runner_forward_sampled(GpuRunner *r, const Batch *b, const float *temperature, const uint64_t *keys,
+                                          int *tokens) {
+    if (!temperature || !keys || !tokens) {
+        fprintf(stderr, "gpu_runner_forward_sampled: temperature, keys and tokens are required\n");
+        return -1;
+    }
+    return forward(r, b, NULL, tokens, temperature, keys);
 }
 
 // ---------------------------------------------------------------- test entry point
@@ -1007,7 +1232,7 @@ static int attention_check(const float *q, const float *kc, const float *vc, int
         CUDA_CHECK(cudaMemcpy(dplan + 2 * p.ns, p.sbase, (size_t)p.ns * 4, cudaMemcpyHostToDevice));
     }
     CUDA_CHECK(cudaMemset(dout, 0xff, nq * es));  // poison (NaN): every row must be written
-    attn_layer(&a, &p, dplan, dplan + p.ns, dplan + 2 * p.ns, dq, qd, dq16, dk, dv, dout, 0);
+    attn_layer(&a, &p, dplan, dplan + p.ns, dplan + 2 * p.ns, dq, qd, dq16, dk, dv, dout, 0, 0);
     DISPATCH(dt, A, k_to_f32_rows<A><<<256, 256>>>((const A *)dout, tmp, nq));
     CUDA_CHECK_LAST();
     CUDA_CHECK(cudaMemcpy(out, tmp, nq * 4, cudaMemcpyDeviceToHost));
@@ -1048,7 +1273,7 @@ extern "C" int step04_decode_attention_dev(StDtype dt, const float *q, int ldq, 
     if (!a.small_ok || n < 1 || part_cap < (size_t)H * (nsplit < 1 ? 1 : nsplit) * hd) return -1;
     AttnPlan p = {};
     p.ns = n, p.nsplit = nsplit, p.maxlen = max_len;
-    return attn_layer(&a, &p, rows, lens, bases, q, ldq, NULL, kc, vc, out, 0);
+    return attn_layer(&a, &p, rows, lens, bases, q, ldq, NULL, kc, vc, out, 0, 0);
 }
 
 // ---------------------------------------------------------------- step05's long-chunk attention alone (its ladder)
@@ -1115,7 +1340,7 @@ extern "C" LongAttnBench *long_attn_bench_new(StDtype dt, int H, int KV, int hd,
 extern "C" int long_attn_bench_run(LongAttnBench *b, int fused) {
     if (fused && !paged_prefill_supported(b->ac.dt, b->ac.H, b->ac.KV, b->ac.hd)) return -1;
     b->plan.ntiles = fused ? b->ntiles : 0;
-    return attn_layer(&b->ac, &b->plan, NULL, NULL, NULL, b->q, b->ldq, b->q16, b->kc, b->vc, b->out, 0);
+    return attn_layer(&b->ac, &b->plan, NULL, NULL, NULL, b->q, b->ldq, b->q16, b->kc, b->vc, b->out, 0, 0);
 }
 
 extern "C" void long_attn_bench_free(LongAttnBench *b) {

@@ -1,7 +1,8 @@
 // runner_gpu.h — the CUDA half of the step04 runner (runner_gpu.cu; runner_gpu_none.c when built
 // without nvcc). runner.c wraps it behind batch.h's Runner; programs and tests use Runner.
 // defines: GpuRunner, gpu_runner_new, gpu_runner_new_paged, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
-//          gpu_runner_forward, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
+//          gpu_runner_forward, gpu_runner_forward_sampled, gpu_runner_set_graphs, gpu_runner_graph_stats,
+//          gumbel_sample_gpu_check, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
 //          gpu_runner_set_prefill_attn, gpu_runner_set_batch_invariant, gpu_runner_read_kv, batch_attention_gpu_check, batch_attention_gpu_check_paged,
 //          step04_decode_attention_dev, LongAttnBench, long_attn_bench_new, long_attn_bench_run,
 //          long_attn_bench_free
@@ -38,6 +39,21 @@ double gpu_runner_kv_bytes(const GpuRunner *r);
 // As runner_forward (batch.h): logits (n_logits, vocab) to the host when logits != NULL; argmax
 // (n_logits) computed on the device when argmax != NULL. 0, or -1 with a message on stderr.
 int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, int *argmax);
+// As runner_forward_sampled (batch.h): the tokens (n_logits) drawn on the device, greedy where
+// temperature[k] <= 0, else Gumbel-max keyed by keys[k] (gumbel.h).
+int gpu_runner_forward_sampled(GpuRunner *r, const Batch *b, const float *temperature, const uint64_t *keys,
+                               int *tokens);
+// CUDA graphs for decode steps (runner_set_graphs): 1 on (the default), 0 eager. Returns the state.
+int gpu_runner_set_graphs(GpuRunner *r, int on);
+void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures);
+// Row k of the last forward's logits (vocab floats, from the device buffer the lm_head wrote; a
+// graph step's too): for the tests, which check graph steps against eager ones by their top-5.
+// 0, or -1 when k is not one of the last forward's logit rows (or they took several GEMMs).
+int gpu_runner_last_logits(const GpuRunner *r, int k, float *out);
+// The device sampler alone on host logits (rows, vocab): tokens as gpu_runner_forward_sampled
+// draws them. 0, or -1 without a GPU.
+int gumbel_sample_gpu_check(const float *logits, int rows, int vocab, const float *temperature, const uint64_t *keys,
+                            int *tokens);
 // Device time of the last forward (CUDA events from the batch upload to the last kernel), ms.
 double gpu_runner_last_ms(const GpuRunner *r);
 // Kernel launches (cuBLAS calls counted as one each) the last forward enqueued.

@@ -31,6 +31,29 @@ int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, int *argmax)
     fprintf(stderr, "gpu_runner_forward: built without CUDA (nvcc was not found at build time)\n");
     return -1;
 }
+int gpu_runner_forward_sampled(GpuRunner *r, const Batch *b, const float *temperature, const uint64_t *keys,
+                               int *tokens) {
+    (void)r, (void)b, (void)temperature, (void)keys, (void)tokens;
+    fprintf(stderr, "gpu_runner_forward_sampled: built without CUDA (nvcc was not found at build time)\n");
+    return -1;
+}
+int gpu_runner_set_graphs(GpuRunner *r, int on) {
+    (void)r, (void)on;
+    return 0;
+}
+void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures) {
+    (void)r;
+    *replays = *captures = 0;
+}
+int gpu_runner_last_logits(const GpuRunner *r, int k, float *out) {
+    (void)r, (void)k, (void)out;
+    return -1;
+}
+int gumbel_sample_gpu_check(const float *logits, int rows, int vocab, const float *temperature, const uint64_t *keys,
+                            int *tokens) {
+    (void)logits, (void)rows, (void)vocab, (void)temperature, (void)keys, (void)tokens;
+    return -1;
+}
 double gpu_runner_last_ms(const GpuRunner *r) {
     (void)r;
     return -1;

@@ -434,10 +434,10 @@ static void launch_decode_g(int lpr, int loop, dim3 grid, size_t smem, const Pag
     a->q, a->ldq, (const C *)a->kc, (const C *)a->vc, a->block_tables, a->bt_stride, a->block_size, rows, seqs, lens, \
         a->H, a->KV, a->hd, a->scale, part, a->out, a->ldo, a->out_f32, po, pm
 #define PA_CASE(L)                                                     \
-    case L: k_paged_decode<C, L, G><<<grid, PA_THREADS, smem>>>(PA_ARGS); break;
+    case L: k_paged_decode<C, L, G><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_ARGS); break;
     // loop (decode_loop): the other loops exist for 16 lanes per row (hd 128 in bf16/fp16, 64 in fp32)
-    if (lpr == 16 && loop == 1) k_paged_decode<C, 16, G, 4, 4><<<grid, PA_THREADS, smem>>>(PA_ARGS);
-    else if (lpr == 16 && loop == 2) k_paged_decode<C, 16, G, 8, 1><<<grid, PA_THREADS, smem>>>(PA_ARGS);
+    if (lpr == 16 && loop == 1) k_paged_decode<C, 16, G, 4, 4><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_ARGS);
+    else if (lpr == 16 && loop == 2) k_paged_decode<C, 16, G, 8, 1><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_ARGS);
     else
         switch (lpr) {
             PA_CASE(2) PA_CASE(4) PA_CASE(8) PA_CASE(16) PA_CASE(32)
@@ -451,10 +451,10 @@ static void launch_decode_mma(int loop, dim3 grid, size_t smem, const PagedDecod
 #define PA_MMA_ARGS                                                                                                 \
     a->q, a->ldq, (const C *)a->kc, (const C *)a->vc, a->block_tables, a->bt_stride, a->block_size, rows, seqs, lens, \
         a->H, a->KV, a->scale, part, a->out, a->ldo, a->out_f32, po, pm
-    if (loop == 5) k_paged_decode_mma<C, HD, 2><<<grid, PA_THREADS, smem>>>(PA_MMA_ARGS);
-    else if (loop == 6) k_paged_decode_mma<C, HD, 1, 4><<<grid, PA_THREADS, smem>>>(PA_MMA_ARGS);
-    else if (loop == 7) k_paged_decode_mma<C, HD, 1, 1, true><<<grid, PA_THREADS, smem>>>(PA_MMA_ARGS);
-    else k_paged_decode_mma<C, HD, 1><<<grid, PA_THREADS, smem>>>(PA_MMA_ARGS);
+    if (loop == 5) k_paged_decode_mma<C, HD, 2><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_MMA_ARGS);
+    else if (loop == 6) k_paged_decode_mma<C, HD, 1, 4><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_MMA_ARGS);
+    else if (loop == 7) k_paged_decode_mma<C, HD, 1, 1, true><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_MMA_ARGS);
+    else k_paged_decode_mma<C, HD, 1><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_MMA_ARGS);
 #undef PA_MMA_ARGS
 }
 template <class C>
@@ -548,7 +548,7 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
                                   part, a->part_o, a->part_ml));
         CUDA_CHECK_LAST();
         DISPATCH(a->dt, C,
-                 k_paged_reduce<C><<<dim3(a->H, n), 128>>>(
+                 k_paged_reduce<C><<<dim3(a->H, n), 128, 0, (cudaStream_t)a->stream>>>(
                      a->part_o, a->part_ml, a->rows + w0, a->lens + w0, nparts, part, a->H, a->hd, a->out, a->ldo,
                      a->out_f32));
         CUDA_CHECK_LAST();

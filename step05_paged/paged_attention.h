@@ -72,6 +72,7 @@ typedef struct {
                                  // iteration, 3 the first loop; tensor-core loops (else the SIMT default):
                                  // 4 one 16-key tile per warp iteration, 5 two, 6 at most 128 registers,
                                  // 7 P rounded in two parts (paged_attn_bench's rungs)
+    void *stream;                // cudaStream_t the kernels go on (NULL: the default stream)
 } PagedDecode;
 
 // 0 on success (kernels queued on the default stream), -1 on bad arguments / a launch error.

@@ -31,6 +31,7 @@
 #include "rng.h"
 #include "step02_attention/forward.h"
 #include "step04_batching/batch.h"
+#include "step04_batching/gumbel.h"
 #include "step04_batching/linear_rows.h"
 #include "step04_batching/offline.h"
 #include "step04_batching/scheduler.h"
@@ -913,4 +914,85 @@ Test(step04, requests_added_while_running_join_in_arrival_order) {
     free(tab);
     plan_free(&pr), plan_free(&pd);
     sched_free(&ref), sched_free(&dyn);
+}
+
+// ---------------------------------------------------------------- keyed Gumbel-max sampling
+
+// The draw is exact sampling: the frequencies of 200k keyed draws match softmax(logits / T) within
+// 5 standard errors per id, at two temperatures; the keyed sampler takes this path for plain
+// temperature sampling and is a function of (seed, request, position) only.
+Test(step04, gumbel_draws_follow_the_softmax) {
+    static const float lg[9] = {2.0f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 3.0f, 0.1f, -3.0f};
+    const int V = 9, N = 200000;
+    const float temps[2] = {0.6f, 1.3f};
+    for (int ti = 0; ti < 2; ti++) {
+        const float T = temps[ti];
+        double p[9], z = 0;
+        for (int i = 0; i < V; i++) z += p[i] = exp((double)lg[i] / T - 3.0 / T);
+        long cnt[9] = {0};
+        for (int n = 0; n < N; n++) cnt[sample_gumbel(lg, V, T, sample_key(7 + ti, n, 0))]++;
+        for (int i = 0; i < V; i++) {
+            const double q = p[i] / z, f = (double)cnt[i] / N, se = sqrt(q * (1 - q) / N);
+            cr_expect(fabs(f - q) <= 5 * se + 1e-4, "T=%g id %d: frequency %.5f, softmax %.5f (se %.5f)", T, i, f, q, se);
+        }
+    }
+    Sampler s;
+    const SamplerParams plain = {.temperature = 0.8f, .top_p = 1, .seed = 99};
+    sampler_init(&s, &plain, V);
+    cr_assert(sample_is_plain(&plain));
+    int differ = 0;
+    for (int pos = 0; pos < 100; pos++) {
+        const int a = sample_keyed(&s, &plain, 3, pos, lg), b = sample_keyed(&s, &plain, 3, pos, lg);
+        cr_expect_eq(a, b, "position %d: two draws of one key differ", pos);
+        cr_expect_eq(a, sample_gumbel(lg, V, 0.8f, sample_key(99, 3, pos)), "position %d: not the Gumbel-max draw", pos);
+        differ += a != sample_keyed(&s, &plain, 4, pos, lg);
+    }
+    cr_expect_gt(differ, 20, "requests 3 and 4 drew the same token at %d of 100 positions", 100 - differ);
+    const SamplerParams topk = {.temperature = 0.8f, .top_k = 3, .top_p = 1, .seed = 99};
+    cr_expect(!sample_is_plain(&topk));
+    sampler_free(&s);
+}
+
+// runner_forward_sampled on the CPU: the tokens are the argmax / Gumbel-max draws of exactly the
+// logits runner_forward gives for the same batch.
+Test(step04, forward_sampled_draws_from_the_runner_logits) {
+    ModelWeights w;
+    CpuModel m;
+    load_cpu(MODELS_DIR "/qwen3_qknorm_f32", &w, &m);
+    const int V = m.cfg.vocab, L = 16;
+    char err[256];
+    Runner *run = runner_new_cpu(&m, 3, L, 64, err, sizeof err);
+    cr_assert(run, "%s", err);
+    Batch b;
+    batch_alloc(&b, 3, 64);
+    Rng g;
+    rng_seed(&g, 77);
+    const int np[3] = {5, 9, 2};
+    b.n_seqs = 3, b.n_tokens = 0, b.n_logits = 3, b.cu_seqlens_q[0] = 0;
+    for (int s = 0; s < 3; s++) {
+        for (int j = 0; j < np[s]; j++) {
+            const int t = b.n_tokens++;
+            b.token_ids[t] = (int)(rng_u32(&g) % (unsigned)V), b.positions[t] = j, b.slot_mapping[t] = s * L + j;
+        }
+        b.cu_seqlens_q[s + 1] = b.n_tokens, b.seq_lens_k[s] = np[s], b.seq_slot[s] = s, b.logit_rows[s] = b.n_tokens - 1;
+    }
+    float *logits = malloc((size_t)3 * V * 4);
+    cr_assert_eq(runner_forward(run, &b, logits, NULL), 0);
+    const float temps[3] = {0, 0.7f, 1.5f};
+    for (int trial = 0; trial < 20; trial++) {
+        uint64_t keys[3];
+        for (int s = 0; s < 3; s++) keys[s] = sample_key(5, s, trial);
+        int tok[3];
+        cr_assert_eq(runner_forward_sampled(run, &b, temps, keys, tok), 0);
+        for (int s = 0; s < 3; s++) {
+            const float *row = logits + (size_t)s * V;
+            const int want = temps[s] > 0 ? sample_gumbel(row, V, temps[s], keys[s]) : argmax_f32(row, V);
+            cr_expect_eq(tok[s], want, "trial %d row %d: %d, the draw from runner_forward's logits is %d", trial, s, tok[s], want);
+        }
+    }
+    free(logits);
+    batch_free(&b);
+    runner_free(run);
+    cpu_model_free(&m);
+    model_free(&w);
 }

@@ -230,7 +230,7 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                     const int out_f32 = dt == ST_F32 || ((ver == 2 || ver == 10) && s == 1);
                     PagedDecode a = {dt, H, KV, hd, 1.0f / sqrtf((float)hd), dq, qd, dk, dv, dbt, p.stride, B,
                                      dit, dit + 16, dit + 32, n, maxlen, dout, qd, out_f32, po, pm, part_cap, 0,
-                                     variant};
+                                     variant, NULL};
                     // the tensor-core loops round q and P to the cache dtype (as FlashAttention does): ~2.5e-3 of
                     // the largest output in fp32 (a numpy model of the loop); P in two parts (variant 7) restores 2e-3
                     const int mma_loop = paged_decode_mma_ok(dt, hd) && (variant == 0 || variant >= 4) && variant != 7;

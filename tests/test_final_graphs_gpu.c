@@ -1,0 +1,205 @@
+// test_final_graphs_gpu.c — the engine's two GPU paths of a decode step against their references:
+//   - the device sampler (k_sample_rows, Gumbel-max) against sample_gumbel, the C reference, on
+//     the same logits;
+//   - decode steps replayed from CUDA graphs (padded to a batch-size bucket) against the same
+//     steps launched eagerly, by vLLM's top-5 rule per sequence, while the batch shrinks through
+//     several buckets and both paged decode kernels (v1, and v2 for a context past 1024);
+//   - in graph steps, the sampled tokens equal the C reference's draw on that step's logits (the
+//     padded upload gives every row its own temperature and key).
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "golden_util.h"
+#include "gpu.h"
+#include "model.h"
+#include "rng.h"
+#include "step04_batching/batch.h"
+#include "step04_batching/gumbel.h"
+#include "step04_batching/runner_gpu.h"
+
+#define NEED_GPU()                                                      \
+    GpuInfo gi_;                                                        \
+    if (gpu_info(&gi_) != 0) cr_skip_test("no CUDA device: %s", gi_.reason)
+
+static double gumbel_score(const float *l, int i, float t, uint64_t key) {
+    return (double)(l[i] / t) - log(-log((double)gumbel_uniform(key, i)));
+}
+
+Test(final_graphs_gpu, device_sampler_matches_the_c_reference, .timeout = 120) {
+    NEED_GPU();
+    const int vocabs[2] = {1000, 151937};  // small, and Qwen's size + 1 (not a multiple of the block)
+    const float temps[6] = {0, 0.25f, 0.6f, 1.0f, 1.7f, 4.0f};
+    for (int vi = 0; vi < 2; vi++) {
+        const int V = vocabs[vi], R = 37;
+        Rng g;
+        rng_seed(&g, 1234 + vi);
+        float *lg = malloc((size_t)R * V * 4), t[37];
+        uint64_t keys[37];
+        int dev[37];
+        for (int r = 0; r < R; r++) {
+            for (int i = 0; i < V; i++) lg[(size_t)r * V + i] = 6.0f * rng_uniform(&g) - 3.0f;
+            t[r] = temps[r % 6];
+            keys[r] = sample_key(42, r, 1000 + r);
+        }
+        cr_assert_eq(gumbel_sample_gpu_check(lg, R, V, t, keys, dev), 0);
+        int exact = 0;
+        for (int r = 0; r < R; r++) {
+            const float *row = lg + (size_t)r * V;
+            const int want = t[r] > 0 ? sample_gumbel(row, V, t[r], keys[r]) : argmax_f32(row, V);
+            if (dev[r] == want) {
+                exact++;
+                continue;
+            }
+            cr_assert(dev[r] >= 0 && dev[r] < V, "row %d: token %d outside the vocabulary", r, dev[r]);
+            // only a near-tie may differ (logf's last bit on the two sides)
+            const double a = t[r] > 0 ? gumbel_score(row, dev[r], t[r], keys[r]) : row[dev[r]];
+            const double b = t[r] > 0 ? gumbel_score(row, want, t[r], keys[r]) : row[want];
+            cr_expect(fabs(a - b) <= 1e-5 * (1 + fabs(b)), "V=%d row %d (T=%g): device %d (score %.7f), C %d (score %.7f)", V,
+                      r, t[r], dev[r], a, want, b);
+        }
+        cr_expect_geq(exact, R - 1, "V=%d: %d of %d rows drew the C reference's token", V, exact, R);
+        free(lg);
+    }
+}
+
+// ---------------------------------------------------------------- graphs vs eager
+
+#define GS 13     // sequences
+#define GMAXG 40  // tokens generated at most per sequence
+#define GLEN 1280 // max_model_len: the longest sequence passes 1024 keys (paged decode v2)
+#define GB 16     // block size
+
+typedef struct {
+    int tok[GS][GMAXG], top5[GS][GMAXG * 5], n[GS];
+    long replays, captures;
+    int decode_steps, sampled_checked, sampled_same;
+} GRun;
+
+// Prompts of plen[s] random ids in one prefill step (eager: many rows per sequence), then decode
+// steps of every sequence not yet at ngen[s] tokens, one row each: 13 rows, then fewer as they end
+// (buckets 16, 8, 4, 2, 1). sampled: temperature 0.8 rows (keyed) instead of greedy.
+static void graph_run(GpuModel *gm, int V, int glen, int graphs, int sampled, GRun *out) {
+    static const int plen0[GS] = {5, 1100, 17, 33, 2, 64, 9, 120, 48, 3, 77, 15, 250};
+    static const int ngen[GS] = {40, 24, 3, 7, 12, 40, 1, 18, 30, 5, 9, 36, 2};
+    int plen[GS];  // a model of fewer positions: the prompts cut to leave room for the tokens
+    for (int s = 0; s < GS; s++) plen[s] = plen0[s] < glen - GMAXG ? plen0[s] : glen - GMAXG;
+    const int per = (glen + GB - 1) / GB, nblk = 1 + GS * per;
+    char err[512];
+    GpuRunner *g = gpu_runner_new_paged(gm, nblk, GB, glen, 2048, err, sizeof err);
+    cr_assert(g, "%s", err);
+    cr_assert_eq(gpu_runner_set_graphs(g, graphs), graphs);
+    Batch b;
+    batch_alloc_paged(&b, GS, 2048, GB, per);
+    Rng r;
+    rng_seed(&r, 555);
+    static int seq[GS][GLEN];
+    int len[GS];
+    for (int s = 0; s < GS; s++) {
+        len[s] = plen[s], out->n[s] = 0;
+        for (int j = 0; j < plen[s]; j++) seq[s][j] = (int)(rng_u32(&r) % (unsigned)V);
+    }
+    float *row = malloc((size_t)V * 4);
+    int owner[GS], am[GS];
+    float temps[GS];
+    uint64_t keys[GS];
+    out->sampled_checked = out->sampled_same = out->decode_steps = 0;
+    for (int step = 0;; step++) {
+        b.n_seqs = 0, b.n_tokens = 0, b.n_logits = 0, b.cu_seqlens_q[0] = 0;
+        for (int s = 0; s < GS; s++) {
+            if (out->n[s] >= ngen[s]) continue;
+            const int p0 = step == 0 ? 0 : len[s] - 1, n = step == 0 ? plen[s] : 1, i = b.n_seqs;
+            for (int j = 0; j < n; j++) {
+                const int t = b.n_tokens++, pos = p0 + j;
+                b.token_ids[t] = seq[s][pos], b.positions[t] = pos;
+                b.slot_mapping[t] = (1 + s * per + pos / GB) * GB + pos % GB;
+            }
+            for (int k = 0; k < per; k++) b.block_tables[(size_t)i * b.bt_stride + k] = 1 + s * per + k;
+            b.seq_lens_k[i] = len[s], b.seq_slot[i] = 0;
+            b.cu_seqlens_q[++b.n_seqs] = b.n_tokens;
+            owner[b.n_logits] = s, b.logit_rows[b.n_logits] = b.n_tokens - 1;
+            temps[b.n_logits] = sampled ? 0.8f : 0, keys[b.n_logits] = sample_key(9, s, len[s]);
+            b.n_logits++;
+        }
+        if (b.n_seqs == 0) break;
+        out->decode_steps += step > 0;
+        if (sampled) cr_assert_eq(gpu_runner_forward_sampled(g, &b, temps, keys, am), 0, "step %d", step);
+        else cr_assert_eq(gpu_runner_forward(g, &b, NULL, am), 0, "step %d", step);
+        for (int k = 0; k < b.n_logits; k++) {
+            const int s = owner[k];
+            cr_assert_eq(gpu_runner_last_logits(g, k, row), 0, "step %d row %d: no logits", step, k);
+            forward_topk(row, V, 5, out->top5[s] + 5 * out->n[s]);
+            if (sampled) {
+                out->sampled_checked++;
+                out->sampled_same += am[k] == sample_gumbel(row, V, temps[k], keys[k]);
+            }
+            out->tok[s][out->n[s]++] = am[k];
+            seq[s][len[s]++] = am[k];
+        }
+    }
+    gpu_runner_graph_stats(g, &out->replays, &out->captures);
+    free(row);
+    batch_free(&b);
+    gpu_runner_free(g);
+}
+
+static void graphs_vs_eager(GpuModel *gm, int V, int glen, const char *name) {
+    static GRun eager, graph;
+    for (int sampled = 0; sampled < 2; sampled++) {
+        graph_run(gm, V, glen, 0, sampled, &eager);
+        graph_run(gm, V, glen, 1, sampled, &graph);
+        cr_expect_eq(eager.replays + eager.captures, 0, "%s: the eager runner used graphs", name);
+        // every decode step is a graph's: its bucket's first runs eagerly, the second is captured and
+        // replayed, the others replay
+        cr_expect_geq(graph.captures, 3, "%s: %ld graphs captured (the batch shrinks through 5 buckets)", name, graph.captures);
+        cr_expect_eq(graph.replays, graph.decode_steps - 2 * graph.captures,
+                     "%s: %ld of %d decode steps replayed a graph (%ld captures, each after one eager step)", name,
+                     graph.replays, graph.decode_steps, graph.captures);
+        if (sampled) {
+            cr_expect_eq(graph.sampled_same, graph.sampled_checked, "%s: %d of %d graph-step draws are the C reference's",
+                         name, graph.sampled_same, graph.sampled_checked);
+            cr_expect_eq(eager.sampled_same, eager.sampled_checked, "%s eager: %d of %d draws are the C reference's", name,
+                         eager.sampled_same, eager.sampled_checked);
+            continue;
+        }
+        int all = 0, same = 0;
+        for (int s = 0; s < GS; s++) {
+            char what[200];
+            snprintf(what, sizeof what, "%s sequence %d: graphs vs eager", name, s);
+            cr_assert_eq(graph.n[s], eager.n[s]);
+            same += vllm_expect(what, graph.tok[s], graph.top5[s], eager.tok[s], eager.top5[s], graph.n[s]);
+            all += graph.n[s];
+        }
+        fprintf(stderr, "[graphs] %s: %d of %d greedy tokens identical with CUDA graphs and eager (%ld replays, %ld captures)\n",
+                name, same, all, graph.replays, graph.captures);
+    }
+}
+
+// A random bf16 Qwen3-style model of head_dim 128 (the tensor-core decode loop) and every test
+// checkpoint's shape (the SIMT loops), as the runner loads them.
+Test(final_graphs_gpu, decode_graphs_equal_eager_steps, .timeout = 600) {
+    NEED_GPU();
+    static const char *json =
+        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1024,"
+        "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":128,\"vocab_size\":1024,"
+        "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}";
+    ModelConfig cfg;
+    char err[512];
+    cr_assert_eq(hf_config_parse(json, "test model", &cfg, err, sizeof err), 0, "%s", err);
+    GpuModel *gm = gpu_model_random(&cfg, ST_BF16, 21, err, sizeof err);
+    cr_assert(gm, "%s", err);
+    graphs_vs_eager(gm, cfg.vocab, GLEN, "random qwen3 hd128");
+    gpu_model_free(gm);
+    Ckpt ck[64];
+    const int n = ckpt_list(ck, 64, "config.json");
+    int tested = 0;
+    for (int i = 0; i < n && tested < 3; i++) {
+        CkptModels L;
+        ckpt_models_load(&ck[i], &L);
+        const int glen = L.cm.cfg.max_pos < GLEN ? L.cm.cfg.max_pos : GLEN;
+        if (glen > 2 * GMAXG) graphs_vs_eager(L.gm, L.cm.cfg.vocab, glen, ck[i].name), tested++;
+        ckpt_models_free(&L);
+    }
+}
