@@ -232,7 +232,7 @@ static const Case bench_cases[] = {
     {"batch_bench", "--preset tiny --trace nano --device cpu --prefill-attn flashy", 2, "--prefill-attn: 'flashy' is not flash, fused or gather"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --shared-prefix -1", 2, "--shared-prefix: -1 is out of range"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --kv slots --block-size 16", 2, "are options of --kv paged"},
-    {"batch_bench", "--preset tiny --trace nano --device cpu --num-blocks 9 --kv-gib 1", 2, "give one of --num-blocks and --kv-gib"},
+    {"batch_bench", "--preset tiny --trace nano --device cpu --num-blocks 9 --kv-gib 1", 2, "give one of --num-blocks, --kv-gib and --gpu-memory-utilization"},
     {"batch_bench", "--preset tiny --trace nano --device cpu --kv paged --policy static", 2, "it does not run with --kv paged"},
     {"batch_scan", "--preset qwen3-0.6b --batches 1,x", 2, "--batches: element 2 'x' is not an integer"},
     {"batch_scan", "--preset qwen3-0.6b --context 8k", 2, "--context: '8k' is not an integer"},
