@@ -220,26 +220,13 @@ __global__ void k_gather_rows(const float *x, const int *rows, int d, float *out
 
 // out[r] = first index of the maximum of logits row r (vocab); grid (rows), 1024 threads.
 __global__ void k_argmax_rows(const float *logits, int vocab, int *out) {
-    __shared__ float bv[32];
-    __shared__ int bi[32];
     const float *l = logits + (size_t)blockIdx.x * vocab;
     float best = -INFINITY;
     int bidx = INT_MAX;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x)
         if (l[i] > best) best = l[i], bidx = i;
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bidx, o);
-        if (ov > best || (ov == best && oi < bidx)) best = ov, bidx = oi;
-    }
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) bv[w] = best, bi[w] = bidx;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < (int)(blockDim.x / 32); i++)
-            if (bv[i] > bv[0] || (bv[i] == bv[0] && bi[i] < bi[0])) bv[0] = bv[i], bi[0] = bi[i];
-        out[blockIdx.x] = bi[0] == INT_MAX ? 0 : bi[0];  // all NaN / -inf: 0
-    }
+    block_argmax(best, bidx);  // (decode_gpu.cuh) thread 0 holds the first maximum
+    if (threadIdx.x == 0) out[blockIdx.x] = bidx == INT_MAX ? 0 : bidx;  // all NaN / -inf: 0
 }
 
 template <class A> __global__ void k_round_rows(const float *in, A *out, size_t n) {
@@ -765,8 +752,6 @@ extern "C" int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float 
 // k_argmax_rows and as sample_gumbel (the C reference).
 __global__ void k_sample_rows(const float *logits, int vocab, const float *temp, const unsigned long long *keys,
                               int *out) {
-    __shared__ float bv[32];
-    __shared__ int bi[32];
     const float *l = logits + (size_t)blockIdx.x * vocab;
     const float t = temp[blockIdx.x];
     const uint64_t key = keys[blockIdx.x];
@@ -776,19 +761,8 @@ __global__ void k_sample_rows(const float *logits, int vocab, const float *temp,
         const float s = t > 0 ? l[i] / t - logf(-logf(gumbel_uniform(key, i))) : l[i];
         if (s > best) best = s, bidx = i;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bidx, o);
-        if (ov > best || (ov == best && oi < bidx)) best = ov, bidx = oi;
-    }
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) bv[w] = best, bi[w] = bidx;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < (int)(blockDim.x / 32); i++)
-            if (bv[i] > bv[0] || (bv[i] == bv[0] && bi[i] < bi[0])) bv[0] = bv[i], bi[0] = bi[i];
-        out[blockIdx.x] = bi[0] == INT_MAX ? 0 : bi[0];
-    }
+    block_argmax(best, bidx);
+    if (threadIdx.x == 0) out[blockIdx.x] = bidx == INT_MAX ? 0 : bidx;
 }
 
 extern "C" int gumbel_sample_gpu_check(const float *logits, int rows, int vocab, const float *temperature,
