@@ -40,6 +40,8 @@ struct Engine {
     long n_itl, cap_itl;
     double forward_s;         // inside runner_forward
     double device_s;          // the forwards' device time (CUDA events)
+    long decode_steps;        // steps of one new row per sequence, and their share of the two above
+    double decode_forward_s, decode_device_s;
     int *flagged;             // ids whose cancel flag was set since the last plan
     int n_flagged, cap_flagged;
     Scheduler sched;
@@ -184,7 +186,9 @@ static void *engine_main(void *arg) {
         sched_update(s, &plan, tokens, end);
         e->m.steps++;
         e->forward_s += fwd;
-        e->device_s += runner_last_device_ms(e->runner) / 1e3;
+        const double dev = runner_last_device_ms(e->runner) / 1e3;
+        e->device_s += dev;
+        if (b.n_tokens == b.n_seqs) e->decode_steps++, e->decode_forward_s += fwd, e->decode_device_s += dev;
         for (int i = 0; i < plan.n; i++) {
             const int id = plan.req[i];
             const Request *q = &s->reqs[id];
@@ -390,5 +394,11 @@ void engine_itl(Engine *e, double **itl_ms, long *n, double *forward_s, double *
     if (e->n_itl) memcpy(*itl_ms, e->itl, (size_t)e->n_itl * sizeof(double));
     *forward_s = e->forward_s;
     *device_s = e->device_s;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_decode_split(Engine *e, long *steps, double *forward_s, double *device_s) {
+    pthread_mutex_lock(&e->mu);
+    *steps = e->decode_steps, *forward_s = e->decode_forward_s, *device_s = e->decode_device_s;
     pthread_mutex_unlock(&e->mu);
 }

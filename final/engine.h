@@ -1,7 +1,8 @@
 // engine.h — final/'s engine: step04's loop (schedule, flat batch, forward, sample, update) on a
 // thread of its own, with requests that arrive while it runs.
 // defines: EngineConfig, EngineMetrics, Engine, engine_new, engine_free, engine_submit, engine_read,
-//          engine_cancel, engine_release, engine_times, engine_metrics, engine_sched_stats, engine_itl
+//          engine_cancel, engine_release, engine_times, engine_metrics, engine_sched_stats, engine_itl,
+//          engine_decode_split
 //
 // One engine thread owns the scheduler (step04, with step05's block pool when
 // EngineConfig.sched.block_size > 0), the runner (CPU or CUDA, any of steps 04-07's) and the
@@ -82,6 +83,9 @@ void engine_sched_stats(Engine *e, SchedStats *st);
 // one), malloc'ed into *itl_ms (n in *n), the seconds spent inside runner_forward and the
 // forwards' device time (CUDA events; 0 on the CPU).
 void engine_itl(Engine *e, double **itl_ms, long *n, double *forward_s, double *device_s);
+// The decode steps alone (every sequence one new row): how many, their time inside runner_forward
+// and their device time; the other steps hold prompt chunks.
+void engine_decode_split(Engine *e, long *steps, double *forward_s, double *device_s);
 
 #ifdef __cplusplus
 }

@@ -335,6 +335,7 @@ static int engine_loop(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o,
     engine_sched_stats(e, &s->st);
     st->steps = s->st.steps;
     engine_itl(e, &st->itl_ms, &st->n_itl, &st->forward_s, &st->device_s);
+    engine_decode_split(e, &st->decode_steps, &st->decode_forward_s, &st->decode_device_s);
     engine_free(e);
     free(ord), free(ids);
     return 0;

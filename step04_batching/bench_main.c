@@ -678,6 +678,12 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
         JNUM("kv_allocated_unused_frac", unused_alloc);
         JNUM("forward_share", os.forward_s / dur);
         JNUM("device_share", os.device_s / dur);
+        // prompt-chunk steps vs decode steps (the steps with any prompt chunk count as prefill)
+        JINT("decode_steps", os.decode_steps);
+        JNUM("decode_forward_s", os.decode_forward_s);
+        JNUM("decode_device_s", os.decode_device_s);
+        JNUM("prefill_forward_s", os.forward_s - os.decode_forward_s);
+        JNUM("prefill_device_s", os.device_s - os.decode_device_s);
         json_object_set_new(sum, "kv_layout", json_string(kv_layout));
         json_object_set_new(sum, "prefill_attn", json_string(prefill_attn));
         json_object_set_new(sum, "batch_invariant", json_boolean(inv_eff));

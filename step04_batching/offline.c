@@ -65,8 +65,9 @@ int offline_run(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, Offlin
             rc = -1;
             break;
         }
-        st->forward_s += now_sec() - f0;
-        st->device_s += runner_last_device_ms(r) / 1e3;
+        const double fwd = now_sec() - f0, dev = runner_last_device_ms(r) / 1e3;
+        st->forward_s += fwd, st->device_s += dev;
+        if (b.n_tokens == b.n_seqs) st->decode_steps++, st->decode_forward_s += fwd, st->decode_device_s += dev;
         st->logit_copies += need_logits;
         for (int i = 0, k = 0; i < plan.n; i++) {
             if (!plan.samples[i]) continue;

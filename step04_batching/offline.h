@@ -34,6 +34,10 @@ typedef struct {
     double wall_s;        // engine start (arrival time 0) to the last finish (engine clock)
     double forward_s;     // inside runner_forward (host wall clock)
     double device_s;      // CUDA: the forwards' device time (events from the upload to the last kernel)
+    // the same for the decode steps alone (every sequence of the step one new row); the rest are
+    // the steps with prompt chunks
+    long decode_steps;
+    double decode_forward_s, decode_device_s;
     long steps, logit_copies;  // steps; steps whose logits were copied to the host
     double *itl_ms;       // (n_itl) every inter-token gap of every request (ms), malloc'ed
     long n_itl;

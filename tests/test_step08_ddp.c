@@ -138,9 +138,11 @@ static int read_losses(const char *path, double *loss, int cap, int *first_step)
 // gradient sums run in another order (each rank sums its 8 rows, then the all-reduce adds the two
 // partial sums; one rank sums 16 rows in one GEMM), which changes the last bits of every step's
 // update. Measured over 40 steps: at most 1.2e-6 relative. Allowed: 1e-4 relative per step, and
-// 1e-12 at step 1, whose forward runs on identical weights (only the loss's mean is taken in
-// another order, in double). A wrong shard (two ranks on the same rows, a sum not averaged) is off
-// by far more from step 1 or 2 on.
+// 1e-7 at step 1, whose forward runs on identical weights: the loss's mean is taken in another
+// order, and the forward's OpenBLAS GEMMs over 8 rows and over 16 need not give a row the same
+// last bits (OpenBLAS picks its kernel and blocking by the row count: step04's linear_rows.h; on
+// one OpenBLAS build step 1 agreed to 1e-16, on another to 1.1e-9). A wrong shard (two ranks on
+// the same rows, a sum not averaged) is off by far more from step 1 or 2 on.
 Test(step08_ddp, two_ranks_match_one_rank, .timeout = 60) {
     test_need_mpi();
     char dir[64], p1[128], p2[128];
@@ -155,7 +157,7 @@ Test(step08_ddp, two_ranks_match_one_rank, .timeout = 60) {
     int fa, fb;
     const int na = read_losses(p1, a, 64, &fa), nb = read_losses(p2, b, 64, &fb);
     cr_assert(na == 30 && nb == 30 && fa == 1 && fb == 1, "logged %d and %d steps", na, nb);
-    cr_expect_lt(fabs(a[0] - b[0]), 1e-12 * a[0], "step 1: %.17g vs %.17g", a[0], b[0]);
+    cr_expect_lt(fabs(a[0] - b[0]), 1e-7 * a[0], "step 1: %.17g vs %.17g", a[0], b[0]);
     double worst = 0;
     for (int i = 0; i < 30; i++) {
         const double rel = fabs(a[i] - b[i]) / a[i];
