@@ -52,7 +52,8 @@
 // the padding rows have token 0, position 0, slot_mapping -1 (their K/V is not written) and zero
 // keys (their attention output is zero), and their tokens are dropped. Every pointer a kernel
 // reads is then a fixed offset of the upload buffer for that B, so one graph per (B, decode
-// kernel v1/v2) replays every such step: the host only uploads the arrays and launches the graph.
+// kernel v1/v2, argmax or sampler last) replays every such step: the host only uploads the arrays
+// and launches the graph.
 // A bucket's first step runs eagerly (it loads modules and grows scratch buffers, which a capture
 // may not do), its second is captured on the runner's stream and replayed from then on. v2's
 // grid is sized for max_model_len in a graph (its partitions past a row's keys return at once).
@@ -428,11 +429,12 @@ struct GpuRunner {
     cudaEvent_t ev0, ev1;
     double last_ms;
     int launches;
-    // CUDA graphs of decode steps: bucket i holds B = gb[i] rows; graph [i][v - 1] runs paged decode v
+    // CUDA graphs of decode steps: bucket i holds B = gb[i] rows; graph [i][v - 1][s] runs paged
+    // decode v and ends in the argmax (s = 0) or the device sampler (s = 1)
     int graphs;              // gpu_runner_set_graphs (1 by default)
     int ngb, gb[GRAPH_MAX_BUCKETS];
-    cudaGraphExec_t gexec[GRAPH_MAX_BUCKETS][2];
-    int gwarm[GRAPH_MAX_BUCKETS][2], glaunch[GRAPH_MAX_BUCKETS][2];
+    cudaGraphExec_t gexec[GRAPH_MAX_BUCKETS][2][2];
+    int gwarm[GRAPH_MAX_BUCKETS][2][2], glaunch[GRAPH_MAX_BUCKETS][2][2];
     long replays, captures;
     int last_nl;             // logit rows of the last forward (padding included)
     cudaStream_t stream;     // graphs are captured and replayed here (eager steps: the default stream)
@@ -684,7 +686,8 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
     CUDA_CHECK(cudaEventDestroy(r->ev1));
     for (int i = 0; i < r->ngb; i++)
         for (int v = 0; v < 2; v++)
-            if (r->gexec[i][v]) CUDA_CHECK(cudaGraphExecDestroy(r->gexec[i][v]));
+            for (int m = 0; m < 2; m++)
+                if (r->gexec[i][v][m]) CUDA_CHECK(cudaGraphExecDestroy(r->gexec[i][v][m]));
     CUDA_CHECK(cudaStreamDestroy(r->stream));
     CUDA_CHECK(cudaFree(r->blas_ws));
     if (r->block_size > 0) batch_free(&r->gpad);
@@ -1084,28 +1087,28 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
         return launches;
     };
     int launches = 0;
-    const int gk = gv > 0 ? gv - 1 : 0;
+    const int gk = gv > 0 ? gv - 1 : 0, gm = temps != NULL;  // the graph's decode kernel and last kernel
     if (gi >= 0) {  // cuBLAS on the graph's stream, with a workspace it does not allocate during a capture
         CUBLAS_CHECK(cublasSetStream(g->blas, st));
         CUBLAS_CHECK(cublasSetWorkspace(g->blas, r->blas_ws, GRAPH_BLAS_WS));
     }
-    if (gi >= 0 && r->gexec[gi][gk]) {
-        CUDA_CHECK(cudaGraphLaunch(r->gexec[gi][gk], st));
-        launches = r->glaunch[gi][gk];
+    if (gi >= 0 && r->gexec[gi][gk][gm]) {
+        CUDA_CHECK(cudaGraphLaunch(r->gexec[gi][gk][gm], st));
+        launches = r->glaunch[gi][gk][gm];
         r->replays++;
-    } else if (gi >= 0 && r->gwarm[gi][gk]) {
+    } else if (gi >= 0 && r->gwarm[gi][gk][gm]) {
         cudaGraph_t gr;
         CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
         launches = body();
         CUDA_CHECK(cudaStreamEndCapture(st, &gr));
-        CUDA_CHECK(cudaGraphInstantiate(&r->gexec[gi][gk], gr, 0));
+        CUDA_CHECK(cudaGraphInstantiate(&r->gexec[gi][gk][gm], gr, 0));
         CUDA_CHECK(cudaGraphDestroy(gr));
-        r->glaunch[gi][gk] = launches;
+        r->glaunch[gi][gk][gm] = launches;
         r->captures++;
-        CUDA_CHECK(cudaGraphLaunch(r->gexec[gi][gk], st));
+        CUDA_CHECK(cudaGraphLaunch(r->gexec[gi][gk][gm], st));
     } else {
         launches = body();
-        if (gi >= 0) r->gwarm[gi][gk] = 1;
+        if (gi >= 0) r->gwarm[gi][gk][gm] = 1;
     }
     CUDA_CHECK(cudaEventRecord(r->ev1, st));
     const int NR = b0->n_logits;  // the padding rows' tokens stay on the device

@@ -80,7 +80,8 @@ typedef struct {
 
 // Prompts of plen[s] random ids in one prefill step (eager: many rows per sequence), then decode
 // steps of every sequence not yet at ngen[s] tokens, one row each: 13 rows, then fewer as they end
-// (buckets 16, 8, 4, 2, 1). sampled: temperature 0.8 rows (keyed) instead of greedy.
+// (buckets 16, 8, 4, 2, 1). sampled 1: temperature 0.8 rows (keyed) instead of greedy; 2: sampled
+// and greedy steps alternate on one runner (a graph ends in the sampler or in the argmax).
 static void graph_run(GpuModel *gm, int V, int glen, int graphs, int sampled, GRun *out) {
     static const int plen0[GS] = {5, 1100, 17, 33, 2, 64, 9, 120, 48, 3, 77, 15, 250};
     static const int ngen[GS] = {40, 24, 3, 7, 12, 40, 1, 18, 30, 5, 9, 36, 2};
@@ -107,6 +108,7 @@ static void graph_run(GpuModel *gm, int V, int glen, int graphs, int sampled, GR
     uint64_t keys[GS];
     out->sampled_checked = out->sampled_same = out->decode_steps = 0;
     for (int step = 0;; step++) {
+        const int samp = sampled == 2 ? step % 2 : sampled;
         b.n_seqs = 0, b.n_tokens = 0, b.n_logits = 0, b.cu_seqlens_q[0] = 0;
         for (int s = 0; s < GS; s++) {
             if (out->n[s] >= ngen[s]) continue;
@@ -120,20 +122,20 @@ static void graph_run(GpuModel *gm, int V, int glen, int graphs, int sampled, GR
             b.seq_lens_k[i] = len[s], b.seq_slot[i] = 0;
             b.cu_seqlens_q[++b.n_seqs] = b.n_tokens;
             owner[b.n_logits] = s, b.logit_rows[b.n_logits] = b.n_tokens - 1;
-            temps[b.n_logits] = sampled ? 0.8f : 0, keys[b.n_logits] = sample_key(9, s, len[s]);
+            temps[b.n_logits] = samp ? 0.8f : 0, keys[b.n_logits] = sample_key(9, s, len[s]);
             b.n_logits++;
         }
         if (b.n_seqs == 0) break;
         out->decode_steps += step > 0;
-        if (sampled) cr_assert_eq(gpu_runner_forward_sampled(g, &b, temps, keys, am), 0, "step %d", step);
+        if (samp) cr_assert_eq(gpu_runner_forward_sampled(g, &b, temps, keys, am), 0, "step %d", step);
         else cr_assert_eq(gpu_runner_forward(g, &b, NULL, am), 0, "step %d", step);
         for (int k = 0; k < b.n_logits; k++) {
             const int s = owner[k];
             cr_assert_eq(gpu_runner_last_logits(g, k, row), 0, "step %d row %d: no logits", step, k);
             forward_topk(row, V, 5, out->top5[s] + 5 * out->n[s]);
-            if (sampled) {
+            if (sampled) {  // the draw (or, in a greedy step of mode 2, the argmax) of this step's logits
                 out->sampled_checked++;
-                out->sampled_same += am[k] == sample_gumbel(row, V, temps[k], keys[k]);
+                out->sampled_same += am[k] == (samp ? sample_gumbel(row, V, temps[k], keys[k]) : argmax_f32(row, V));
             }
             out->tok[s][out->n[s]++] = am[k];
             seq[s][len[s]++] = am[k];
@@ -147,13 +149,14 @@ static void graph_run(GpuModel *gm, int V, int glen, int graphs, int sampled, GR
 
 static void graphs_vs_eager(GpuModel *gm, int V, int glen, const char *name) {
     static GRun eager, graph;
-    for (int sampled = 0; sampled < 2; sampled++) {
+    for (int sampled = 0; sampled < 3; sampled++) {
         graph_run(gm, V, glen, 0, sampled, &eager);
         graph_run(gm, V, glen, 1, sampled, &graph);
         cr_expect_eq(eager.replays + eager.captures, 0, "%s: the eager runner used graphs", name);
         // every decode step is a graph's: its bucket's first runs eagerly, the second is captured and
         // replayed, the others replay
-        cr_expect_geq(graph.captures, 3, "%s: %ld graphs captured (the batch shrinks through 5 buckets)", name, graph.captures);
+        cr_expect_geq(graph.captures, sampled == 2 ? 6 : 3, "%s: %ld graphs captured (the batch shrinks through 5 buckets)",
+                      name, graph.captures);
         cr_expect_eq(graph.replays, graph.decode_steps - 2 * graph.captures,
                      "%s: %ld of %d decode steps replayed a graph (%ld captures, each after one eager step)", name,
                      graph.replays, graph.decode_steps, graph.captures);
