@@ -119,9 +119,7 @@ typedef struct {
 } Buf;
 
 typedef struct Scope {
-    Str *name;
-    Value *val;
-    size_t n, cap;
+    Dict vars;  // this scope's names and values
     struct Scope *up;
 } Scope;
 
@@ -1118,25 +1116,13 @@ static Stmt *parse_body(Ctx *c, const char *const *ends, int *which, const char 
 // ---------------------------------------------------------------- render: names, attributes, items
 
 static Value *lookup(Scope *s, Str name) {
-    for (; s; s = s->up)
-        for (size_t i = s->n; i-- > 0;)
-            if (str_same(s->name[i], name)) return &s->val[i];
+    for (; s; s = s->up) {
+        Value *v = dict_get(&s->vars, name);
+        if (v) return v;
+    }
     return NULL;
 }
-static void assign(Ctx *c, Scope *s, Str name, Value v) {
-    for (size_t i = 0; i < s->n; i++)
-        if (str_same(s->name[i], name)) {
-            s->val[i] = v;
-            return;
-        }
-    if (s->n == s->cap) {
-        const size_t cap = s->cap ? 2 * s->cap : 8;
-        s->name = grow(c, s->name, s->n * sizeof(Str), cap * sizeof(Str));
-        s->val = grow(c, s->val, s->n * sizeof(Value), cap * sizeof(Value));
-        s->cap = cap;
-    }
-    s->name[s->n] = name, s->val[s->n++] = v;
-}
+static void assign(Ctx *c, Scope *s, Str name, Value v) { dict_set(c, &s->vars, name, v); }
 
 static void need_defined(Ctx *c, Value v, size_t pos) {
     if (v.k == V_UNDEF) fail(c, pos, "%.*s", (int)v.s.n, v.s.s);
@@ -1905,7 +1891,7 @@ static void exec_for(Ctx *c, const Stmt *s) {
         List *kept = v_list(c, items->n).l;
         kept->n = 0;
         for (size_t i = 0; i < items->n; i++) {
-            sc.n = 0;
+            sc.vars.n = 0;
             bind_loop_vars(c, &sc, s, items->v[i]);
             if (truthy(eval(c, s->cond))) kept->v[kept->n++] = items->v[i];
         }
@@ -1914,7 +1900,7 @@ static void exec_for(Ctx *c, const Stmt *s) {
     Loop *loop = alloc(c, sizeof *loop);  // not on the stack: a namespace may keep `loop`
     loop->length = (long)items->n, loop->items = items;
     for (size_t i = 0; i < items->n; i++) {
-        sc.n = 0;  // a fresh scope for each iteration
+        sc.vars.n = 0;  // a fresh scope for each iteration
         loop->index0 = (long)i;
         bind_loop_vars(c, &sc, s, items->v[i]);
         assign(c, &sc, cstr("loop"), (Value){.k = V_LOOP, .loop = loop});
