@@ -439,7 +439,7 @@ struct GpuRunner {
     int last_nl;             // logit rows of the last forward (padding included)
     cudaStream_t stream;     // graphs are captured and replayed here (eager steps: the default stream)
     void *blas_ws;           // cuBLAS's workspace while it runs on `stream` (a capture must not allocate)
-    Batch gpad;              // the padded decode step (host)
+    Batch gpad;              // the padded decode step (host; its block tables are the real step's)
     char desc[480];
 };
 
@@ -652,7 +652,7 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->graphs = paged && r->ngb > 0;
     CUDA_CHECK(cudaStreamCreate(&r->stream));
     r->blas_ws = dalloc_r(GRAPH_BLAS_WS, NULL);
-    if (paged) batch_alloc_paged(&r->gpad, r->ngb ? r->gb[r->ngb - 1] : 1, r->ngb ? r->gb[r->ngb - 1] : 1, block_size, nbt);
+    if (paged) batch_alloc(&r->gpad, r->ngb ? r->gb[r->ngb - 1] : 1, r->ngb ? r->gb[r->ngb - 1] : 1);
     CUDA_CHECK(cudaDeviceSynchronize());
     describe(r);
     return r;
@@ -690,7 +690,7 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
                 if (r->gexec[i][v][m]) CUDA_CHECK(cudaGraphExecDestroy(r->gexec[i][v][m]));
     CUDA_CHECK(cudaStreamDestroy(r->stream));
     CUDA_CHECK(cudaFree(r->blas_ws));
-    if (r->block_size > 0) batch_free(&r->gpad);
+    if (r->block_size > 0) r->gpad.block_tables = NULL, batch_free(&r->gpad);  // the tables were borrowed
     free(r->plan.srow), free(r->plan.slen), free(r->plan.sbase), free(r->plan.lg), free(r->plan.pad0),
         free(r->plan.padn), free(r->plan.pc), free(r->plan.long_seq);
     free(r);
@@ -879,11 +879,13 @@ static int graph_bucket(const GpuRunner *r, const Batch *b) {
 }
 
 // The decode step b padded to B rows in r->gpad (the padding rows as the file's top comment says).
+// The block tables are b's own: the upload reads a sequence's table only for its keys, and the
+// padding rows have none.
 static const Batch *graph_pad(GpuRunner *r, const Batch *b, int B) {
     Batch *g = &r->gpad;
     const int S = b->n_seqs;
     g->n_tokens = g->n_seqs = g->n_logits = B;
-    g->block_size = r->block_size;
+    g->block_size = r->block_size, g->block_tables = b->block_tables, g->bt_stride = b->bt_stride;
     for (int i = 0; i < B; i++) {
         const int real = i < S;
         g->token_ids[i] = real ? b->token_ids[i] : 0;
@@ -892,8 +894,6 @@ static const Batch *graph_pad(GpuRunner *r, const Batch *b, int B) {
         g->cu_seqlens_q[i] = i;
         g->seq_lens_k[i] = real ? b->seq_lens_k[i] : 0;
         g->logit_rows[i] = i;
-        const int L = g->seq_lens_k[i], nb = L > 0 ? (L + r->block_size - 1) / r->block_size : 0;
-        if (nb) memcpy(g->block_tables + (size_t)i * g->bt_stride, b->block_tables + (size_t)i * b->bt_stride, (size_t)nb * 4);
     }
     g->cu_seqlens_q[B] = B;
     return g;
@@ -944,7 +944,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     if (paged) {
         for (int i = 0; i < b->n_seqs; i++) {
             const int L = b->seq_lens_k[i], nb = L > 0 ? (L + r->block_size - 1) / r->block_size : 0;
-            memcpy(hp + o, b->block_tables + (size_t)i * b->bt_stride, (size_t)nb * 4);
+            if (nb) memcpy(hp + o, b->block_tables + (size_t)i * b->bt_stride, (size_t)nb * 4);  // (padding rows: none)
             memset(hp + o + nb, 0, (size_t)(r->nbt - nb) * 4);
             o += r->nbt;
         }
