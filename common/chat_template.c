@@ -1981,8 +1981,9 @@ static void render(Ctx *c, const Input *in) {
     for (int i = 0; i < in->n; i++) {
         const ChatMessage *m = &in->msgs[i];
         Value d = v_dict(c, V_DICT);
-        dict_set(c, d.d, cstr("role"), m->role ? v_str(cstr(m->role)) : v_none());
-        dict_set(c, d.d, cstr("content"), m->content ? v_str(cstr(m->content)) : v_none());
+        // transformers (5.x) drops a message's keys whose value is None: NULL is an absent key
+        if (m->role) dict_set(c, d.d, cstr("role"), v_str(cstr(m->role)));
+        if (m->content) dict_set(c, d.d, cstr("content"), v_str(cstr(m->content)));
         ms.l->v[i] = d;
     }
     assign(c, &root, cstr("messages"), ms);

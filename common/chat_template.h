@@ -10,7 +10,8 @@
 // json.dumps(ensure_ascii=False), and the globals raise_exception(msg) and strftime_now(fmt).
 // chat_template.c renders the subset of Jinja that real chat templates use, with the same output
 // byte for byte (final/README.md lists the subset; tests/test_chat_template.c compares against
-// jinja2's output, tools/make_chat_goldens.py).
+// what transformers' apply_chat_template gives for Llama-3.1/3.2's, Qwen2.5's and Qwen3's own
+// templates and more, tools/make_chat_goldens.py).
 //
 //   ChatTemplate ct;
 //   if (chat_template_load(model_dir, &ct, err, sizeof err) != 0) die("%s", err);
@@ -24,7 +25,8 @@ extern "C" {
 #endif
 
 // One message of the conversation: role ("system", "user", "assistant", ...) and its text.
-// content NULL is None in the template (an assistant message that only calls tools).
+// content NULL (an assistant message that only calls tools) leaves the key out of the message, as
+// transformers 5 drops the keys whose value is None: `message.content` is undefined, not None.
 typedef struct {
     const char *role;
     const char *content;

@@ -1,9 +1,10 @@
 // test_chat_template.c — common/chat_template: chat templates rendered in C give, byte for byte,
-// what Python's jinja2 gives when rendering them the way transformers does
-// (tests/data/chat_templates/goldens.json, written by tools/make_chat_goldens.py: Qwen3's own
-// template and the Llama-3, ChatML, Mistral and Zephyr formats over several conversations, and one
-// small template per Jinja feature); errors come back as messages, not crashes; tokenizer_config.json
-// is read in its forms; and `llm generate --chat` renders and encodes the prompt.
+// what transformers' apply_chat_template gives (tests/data/chat_templates/goldens.json, written by
+// tools/make_chat_goldens.py: the own templates of Llama-3.1-8B-Instruct, Llama-3.2-3B-Instruct,
+// Qwen2.5-7B-Instruct and Qwen3, and hand-written Llama-3, ChatML, Mistral and Zephyr layouts,
+// over 18 conversations with and without the generation prompt; and one small template per Jinja
+// feature); errors come back as messages, not crashes; tokenizer_config.json is read in its forms;
+// and `llm generate --chat` renders and encodes the prompt.
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <limits.h>
@@ -37,49 +38,56 @@ static int messages_of(json_t *conv, ChatMessage *m, int cap) {
     for (int i = 0; i < n; i++) {
         json_t *e = json_array_get(conv, (size_t)i);
         m[i].role = json_string_value(json_object_get(e, "role"));
-        m[i].content = json_string_value(json_object_get(e, "content"));
-        cr_assert(m[i].role && m[i].content);
+        m[i].content = json_string_value(json_object_get(e, "content"));  // null: NULL (the key absent)
+        cr_assert(m[i].role);
     }
     return n;
 }
 
-// Checks one rendering against its golden: the same bytes, or an error where jinja2 raised one
-// (for raise_exception, with the template's message). Prints the first difference. Returns 1 if
-// it agrees.
+// Checks one rendering against its golden: the same bytes, or an error where transformers raised
+// one; for raise_exception (TemplateError) and an undefined value used (UndefinedError) the C
+// message must hold Python's. Prints the first difference. Returns 1 if it agrees.
 static int agrees(const char *what, const char *got, const char *err, json_t *golden) {
     const char *want = json_string_value(json_object_get(golden, "expected"));
     const char *jerr = json_string_value(json_object_get(golden, "error"));
     if (jerr) {
-        cr_expect(got == NULL, "%s: jinja2 raised \"%s\" but the C renderer gave \"%s\"", what, jerr, OR_NULL(got));
+        cr_expect(got == NULL, "%s: Python raised \"%s\" but the C renderer gave \"%s\"", what, jerr, OR_NULL(got));
         if (got) return 0;
         cr_expect(err[0], "%s: an error without a message", what);
-        const char *raised = "TemplateError: ";
-        if (!strncmp(jerr, raised, strlen(raised)))  // raise_exception: the template's own message
-            cr_expect(strstr(err, jerr + strlen(raised)) != NULL, "%s: message \"%s\", want it to hold \"%s\"", what, err,
-                      jerr + strlen(raised));
+        static const char *const kinds[] = {"TemplateError: ", "UndefinedError: "};
+        for (size_t i = 0; i < 2; i++) {
+            const size_t k = strlen(kinds[i]);
+            if (strncmp(jerr, kinds[i], k)) continue;
+            cr_expect(strstr(err, jerr + k) != NULL, "%s: message \"%s\", want it to hold \"%s\"", what, err, jerr + k);
+            return strstr(err, jerr + k) != NULL;
+        }
         return err[0] != 0;
     }
     cr_assert(want, "%s: the golden has neither expected nor error", what);
-    cr_expect(got != NULL, "%s: error \"%s\"; jinja2 renders \"%s\"", what, err, want);
+    cr_expect(got != NULL, "%s: error \"%s\"; Python renders \"%s\"", what, err, want);
     if (!got) return 0;
     const size_t lg = strlen(got), lw = strlen(want);
     size_t i = 0;
     while (i < lg && i < lw && got[i] == want[i]) i++;
-    cr_expect(lg == lw && i == lw, "%s: differs at byte %zu (length %zu, jinja2's %zu):\n  got  ...%.60s\n  want ...%.60s", what, i,
+    cr_expect(lg == lw && i == lw, "%s: differs at byte %zu (length %zu, Python's %zu):\n  got  ...%.60s\n  want ...%.60s", what, i,
               lg, lw, got + i, want + i);
     return lg == lw && i == lw;
 }
 
-// Every template of tests/data/chat_templates over every conversation, with and without the
-// generation prompt: the same bytes as jinja2 (or the same raise_exception).
-Test(chat_template, real_templates_match_jinja2) {
+// Every template of goldens.json over every conversation, with and without the generation prompt:
+// the same bytes as transformers' apply_chat_template (or the same error). The models' own
+// templates must be among them, each over every conversation.
+Test(chat_template, templates_match_transformers) {
     json_t *g = load_goldens(), *cases = json_object_get(g, "cases"), *convs = json_object_get(g, "conversations");
-    cr_assert(json_array_size(cases) >= 40, "too few cases in goldens.json");
-    int ok = 0, errors = 0;
+    static const char *const real[] = {"llama-3.1-8b-instruct.jinja", "llama-3.2-3b-instruct.jinja", "qwen2.5-7b-instruct.jinja",
+                                       "qwen3.jinja"};
+    int per_real[4] = {0}, ok = 0, raised = 0, failed = 0;
     for (size_t k = 0; k < json_array_size(cases); k++) {
         json_t *cs = json_array_get(cases, k);
         const char *file = json_string_value(json_object_get(cs, "template"));
         const char *conv = json_string_value(json_object_get(cs, "conversation"));
+        cr_assert(file && conv, "case %zu names no template or conversation", k);
+        for (int i = 0; i < 4; i++) per_real[i] += !strcmp(file, real[i]);
         char path[300], what[300], err[512] = "";
         snprintf(path, sizeof path, CT_DIR "/%s", file);
         char *tmpl = test_slurp(path, NULL);
@@ -91,18 +99,23 @@ Test(chat_template, real_templates_match_jinja2) {
         char *out = chat_template_render(tmpl, m, n, agp, json_string_value(json_object_get(cs, "bos_token")),
                                          json_string_value(json_object_get(cs, "eos_token")), err, sizeof err);
         ok += agrees(what, out, err, cs);
-        errors += json_object_get(cs, "error") != NULL;
+        const char *jerr = json_string_value(json_object_get(cs, "error"));
+        if (jerr) (strncmp(jerr, "TemplateError: ", 15) ? failed++ : raised++);
         free(out), free(tmpl);
     }
-    fprintf(stderr, "[chat goldens] %d of %zu template renderings agree with jinja2 (%d of them raise_exception)\n", ok,
-            json_array_size(cases), errors);
-    cr_expect(errors > 0, "no case exercises raise_exception");
+    const size_t want_per = 2 * json_object_size(convs);
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq((size_t)per_real[i], want_per, "%s: %d cases in goldens.json, want %zu (every conversation, agp true and false)", real[i],
+                     per_real[i], want_per);
+    fprintf(stderr, "[chat goldens] %d of %zu template renderings agree with %s (%d raise_exception, %d other errors)\n", ok,
+            json_array_size(cases), json_string_value(json_object_get(g, "renderer")), raised, failed);
+    cr_expect(raised > 0, "no case exercises raise_exception");
     json_decref(g);
 }
 
 // One small template per feature (whitespace control, literals, operators, loops, namespace,
-// filters, tests, methods) and the errors jinja2 raises, at parse time or while rendering.
-Test(chat_template, snippets_match_jinja2) {
+// filters, tests, methods) and the errors Python raises, at parse time or while rendering.
+Test(chat_template, snippets_match_transformers) {
     json_t *g = load_goldens(), *snippets = json_object_get(g, "snippets");
     json_t *conv = json_object_get(json_object_get(g, "conversations"), json_string_value(json_object_get(g, "snippet_conversation")));
     ChatMessage m[16];
@@ -117,7 +130,8 @@ Test(chat_template, snippets_match_jinja2) {
         ok += agrees(what, out, err, s);
         free(out);
     }
-    fprintf(stderr, "[chat goldens] %d of %zu snippets agree with jinja2\n", ok, json_array_size(snippets));
+    fprintf(stderr, "[chat goldens] %d of %zu snippets agree with %s\n", ok, json_array_size(snippets),
+            json_string_value(json_object_get(g, "renderer")));
     json_decref(g);
 }
 
@@ -183,12 +197,13 @@ Test(chat_template, render_errors_and_odd_inputs) {
                                (ChatMessage[]){{"tool", "x"}}, 1, 1, NULL, NULL, err, sizeof err);
     cr_expect(out == NULL && strstr(err, "line 2, column 6") && strstr(err, "raised an error: no tool here"), "message \"%s\"", err);
     free(out);
-    // content NULL is None; a tool message goes through Qwen3's template
+    // content NULL is an absent key (transformers drops None values); a tool message goes through Qwen3's template
     char *qwen = test_slurp(CT_DIR "/qwen3.jinja", NULL);
     cr_assert(qwen);
     const ChatMessage m[] = {{"user", "call it"}, {"assistant", NULL}, {"tool", "42"}};
-    out = chat_template_render("{{ messages[1].content }}|{{ messages[1].content is none }}", m, 3, 1, NULL, NULL, err, sizeof err);
-    cr_expect(out && !strcmp(out, "None|True"), "got %s (%s)", OR_NULL(out), err);
+    out = chat_template_render("[{{ messages[1].content }}]{{ messages[1].content is defined }}{{ 'content' in messages[1] }}|{{ messages[1] }}", m, 3, 1,
+                               NULL, NULL, err, sizeof err);
+    cr_expect(out && !strcmp(out, "[]FalseFalse|{'role': 'assistant'}"), "got %s (%s)", OR_NULL(out), err);
     free(out);
     out = chat_template_render(qwen, m, 1, 0, NULL, "<|im_end|>", err, sizeof err);
     cr_expect(out && !strcmp(out, "<|im_start|>user\ncall it<|im_end|>\n"), "got %s (%s)", OR_NULL(out), err);

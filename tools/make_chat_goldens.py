@@ -1,24 +1,30 @@
 #!/usr/bin/env python3
-"""Expected outputs for tests/test_chat_template.c: chat templates rendered by Python's jinja2.
+"""Expected outputs for tests/test_chat_template.c: chat templates rendered by transformers.
 
-The templates are rendered the way transformers' apply_chat_template renders them
-(transformers/utils/chat_template_utils.py): an ImmutableSandboxedEnvironment with trim_blocks and
-lstrip_blocks, the loopcontrols extension and a `generation` tag; a `tojson` filter that is
-json.dumps(ensure_ascii=False); the globals raise_exception(msg) and strftime_now(fmt); and the
-variables messages, tools=None, documents=None, add_generation_prompt and the special tokens.
-strftime_now formats a fixed time (FIXED_TIME, UTC) so the goldens do not change with the date;
-the C test sets chat_template_fixed_time to the same value.
+Each template is rendered by transformers' own tokenizer.apply_chat_template(messages,
+tokenize=False, add_generation_prompt=...) on a tokenizer built from
+tests/data/tokenizers/tiny-tokenizer.json with the template's bos_token / eos_token set (the
+tokenizer's vocabulary plays no part when tokenize=False). strftime_now (transformers' global, the
+local clock) is patched to format a fixed time (FIXED_TIME, UTC) so the goldens do not change with
+the date; the C test sets chat_template_fixed_time to the same value.
+
+When transformers is not importable, the script falls back to plain jinja2 set up the way
+transformers' utils/chat_template_utils.py sets it up (an ImmutableSandboxedEnvironment with
+trim_blocks and lstrip_blocks, the loopcontrols extension and a `generation` tag; a `tojson` filter
+that is json.dumps(ensure_ascii=False); the globals raise_exception(msg) and strftime_now(fmt); the
+variables messages (keys whose value is None dropped, as transformers 5 drops them), tools=None,
+documents=None, add_generation_prompt and the special tokens). goldens.json records which one
+wrote it ("renderer", and the versions of transformers and jinja2).
 
 Writes tests/data/chat_templates/goldens.json:
-  cases:    every template file here (qwen3.jinja is Qwen3's own, copied from
-            tests/data/tokenizers/qwen3-tokenizer_config.json) x every conversation x
-            add_generation_prompt true/false: the text, or the error jinja2 raised;
+  cases:    every template listed in TEMPLATES x every conversation x add_generation_prompt
+            true/false: the text, or the error raised (raise_exception's, or any other);
   snippets: small templates, one Jinja feature each, rendered for the multi_turn conversation
             with bos_token <s> and eos_token </s>: the text, or the error (syntax errors too).
 
-    pip install Jinja2==3.1.6
+    pip install transformers       # 5.25.0 wrote the committed file; torch is not needed
     python3 tools/make_chat_goldens.py           # rewrites the file (byte-identical when nothing changed)
-    python3 tools/make_chat_goldens.py --check   # exits 1 when the committed file differs
+    python3 tools/make_chat_goldens.py --check   # exits 1 when the committed outputs differ
 """
 import argparse
 import datetime
@@ -31,12 +37,25 @@ import jinja2
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+try:
+    import transformers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.utils import chat_template_utils
+except ImportError:
+    transformers = None
+
 HERE = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "chat_templates"))
+TOKENIZER = os.path.join(HERE, "..", "tokenizers", "tiny-tokenizer.json")
 FIXED_TIME = 1721995200  # 2024-07-26 12:00:00 UTC
 
-# The template files and the special tokens of the tokenizers they come with.
+# The template files and the special tokens of the tokenizers they come with. The first four are
+# the models' own (tests/data/chat_templates/README.md says where each comes from); the others are
+# short hand-written templates in the layouts of other model families.
 TEMPLATES = {
     "qwen3.jinja": (None, "<|im_end|>"),
+    "qwen2.5-7b-instruct.jinja": (None, "<|im_end|>"),
+    "llama-3.1-8b-instruct.jinja": ("<|begin_of_text|>", "<|eot_id|>"),
+    "llama-3.2-3b-instruct.jinja": ("<|begin_of_text|>", "<|eot_id|>"),
     "llama3.jinja": ("<|begin_of_text|>", "<|eot_id|>"),
     "chatml.jinja": (None, "<|im_end|>"),
     "mistral.jinja": ("<s>", "</s>"),
@@ -76,6 +95,65 @@ CONVERSATIONS = {
     "not_alternating": [  # Mistral's template raises on this one
         {"role": "user", "content": "First."},
         {"role": "user", "content": "Second."},
+    ],
+    "system_multi_turn": [
+        {"role": "system", "content": "You are a terse assistant. Answer in one sentence."},
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "Paris."},
+        {"role": "user", "content": "And of Italy?"},
+    ],
+    "whitespace": [  # leading / trailing spaces, tabs and blank lines: some templates trim, some keep
+        {"role": "system", "content": "\n  Be brief.  \n\n"},
+        {"role": "user", "content": "  \n\nfirst line\n\n\n  indented line\t\n  "},
+        {"role": "assistant", "content": "\n\nSure.\n\n"},
+        {"role": "user", "content": "\t\r\n tabs and CR \r\n"},
+    ],
+    "jinja_in_content": [  # text that looks like Jinja is data, never evaluated
+        {"role": "system", "content": "Render {{ x }} and {% if %} literally. {%- raw -%} {# note #}"},
+        {"role": "user", "content": "{{ messages[0].content }} {% for m in messages %}{{ m }}{% endfor %} {{- '-' -}}"},
+        {"role": "assistant", "content": "{% endif %}{{ raise_exception('no') }}"},
+        {"role": "user", "content": "}} %} #} {{{ {%% ok"},
+    ],
+    "non_ascii": [  # Chinese, emoji (with ZWJ and skin tone), Arabic and Hebrew (RTL), combining marks
+        {"role": "system", "content": "你是一个乐于助人的助手。🤖"},
+        {"role": "user", "content": "مرحبا بالعالم! שלום עולם — 👩‍👩‍👧‍👦 👍🏽 e\u0301 ñ"},
+        {"role": "assistant", "content": "你好！こんにちは。안녕하세요 🌏"},
+        {"role": "user", "content": "\u200f\u202eRTL override\u202c and zero\u200bwidth \u00a0nbsp"},
+    ],
+    "empty_system": [
+        {"role": "system", "content": ""},
+        {"role": "user", "content": "Hi"},
+    ],
+    "system_only": [
+        {"role": "system", "content": "Only a system prompt."},
+    ],
+    "long_multi_turn": [
+        {"role": "system", "content": "You are a math tutor."},
+        {"role": "user", "content": "What is 1+1?"},
+        {"role": "assistant", "content": "2."},
+        {"role": "user", "content": "And 2+2?"},
+        {"role": "assistant", "content": "4."},
+        {"role": "user", "content": "And 3+3?"},
+        {"role": "assistant", "content": "6."},
+        {"role": "user", "content": "And 4+4?"},
+        {"role": "assistant", "content": "8."},
+        {"role": "user", "content": "Now the pattern?"},
+    ],
+    "assistant_last": [  # rendered with and without the generation prompt, like every conversation
+        {"role": "user", "content": "Finish this: once upon a"},
+        {"role": "assistant", "content": "time, there was"},
+    ],
+    "tool_result": [  # a tool's answer: Qwen wraps it in <tool_response>, Llama 3.x in an ipython turn (as JSON)
+        {"role": "user", "content": "What's the weather in Paris?"},
+        {"role": "assistant", "content": "Let me check."},
+        {"role": "tool", "content": "{\"temperature\": 21, \"unit\": \"°C\"}"},
+        {"role": "tool", "content": "sunny"},
+        {"role": "user", "content": "Thanks!"},
+    ],
+    "content_null": [  # a null content is dropped by transformers: the key is absent (undefined)
+        {"role": "user", "content": "Call the tool."},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": "Done?"},
     ],
 }
 
@@ -212,8 +290,13 @@ def environment():
     return env
 
 
-def render(env, source, messages, add_generation_prompt, bos, eos):
-    """{"expected": text} or {"error": message}."""
+def drop_none(messages):
+    """transformers 5 drops the keys whose value is None before rendering (absent, not None)."""
+    return [{k: v for k, v in m.items() if v is not None} for m in messages]
+
+
+def render_jinja2(env, source, messages, add_generation_prompt, bos, eos):
+    """{"expected": text} or {"error": message}, from plain jinja2 set up as transformers sets it up."""
     tokens = {}
     if bos is not None:
         tokens["bos_token"] = bos
@@ -221,31 +304,70 @@ def render(env, source, messages, add_generation_prompt, bos, eos):
         tokens["eos_token"] = eos
     try:
         t = env.from_string(source)
-        return {"expected": t.render(messages=messages, tools=None, documents=None,
+        return {"expected": t.render(messages=drop_none(messages), tools=None, documents=None,
                                      add_generation_prompt=add_generation_prompt, **tokens)}
-    except Exception as e:  # noqa: BLE001 — every jinja2 error is a golden too
+    except Exception as e:  # noqa: BLE001 — every error is a golden too
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def build():
+class FixedClock(datetime.datetime):
+    """transformers' strftime_now reads datetime.now(): this one always says FIXED_TIME (UTC)."""
+
+    @classmethod
+    def now(cls, tz=None):
+        t = datetime.datetime.fromtimestamp(FIXED_TIME, tz=datetime.timezone.utc)
+        return t if tz is not None else t.replace(tzinfo=None)
+
+
+_tokenizers = {}
+
+
+def render_transformers(source, messages, add_generation_prompt, bos, eos):
+    """{"expected": text} or {"error": message}, from tokenizer.apply_chat_template itself."""
+    key = (bos, eos)
+    if key not in _tokenizers:
+        tokens = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v is not None}
+        _tokenizers[key] = PreTrainedTokenizerFast(tokenizer_file=TOKENIZER, **tokens)
+    tok = _tokenizers[key]
+    try:
+        return {"expected": tok.apply_chat_template(messages, chat_template=source, tokenize=False,
+                                                    add_generation_prompt=add_generation_prompt)}
+    except Exception as e:  # noqa: BLE001 — every error is a golden too
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def renderer():
+    """The function that renders (source, messages, agp, bos, eos), and its name for goldens.json."""
+    if transformers is not None:
+        if not hasattr(chat_template_utils, "datetime"):
+            sys.exit("transformers.utils.chat_template_utils has no `datetime` to fix strftime_now's clock with")
+        chat_template_utils.datetime = FixedClock
+        return render_transformers, f"transformers {transformers.__version__} apply_chat_template"
     env = environment()
+    return (lambda *a: render_jinja2(env, *a)), "jinja2 set up as transformers does (transformers not installed)"
+
+
+def build():
+    render, name = renderer()
     cases = []
-    for name, (bos, eos) in TEMPLATES.items():
-        with open(os.path.join(HERE, name), encoding="utf-8", newline="") as f:
+    for file, (bos, eos) in TEMPLATES.items():
+        with open(os.path.join(HERE, file), encoding="utf-8", newline="") as f:
             source = f.read()
         for conv, messages in CONVERSATIONS.items():
             for agp in (True, False):
-                case = {"template": name, "conversation": conv, "add_generation_prompt": agp,
+                case = {"template": file, "conversation": conv, "add_generation_prompt": agp,
                         "bos_token": bos, "eos_token": eos}
-                case.update(render(env, source, messages, agp, bos, eos))
+                case.update(render(source, messages, agp, bos, eos))
                 cases.append(case)
     snippets = []
-    for name, source in SNIPPETS:
-        s = {"name": name, "template": source}
-        s.update(render(env, source, CONVERSATIONS["multi_turn"], True, "<s>", "</s>"))
+    for sname, source in SNIPPETS:
+        s = {"name": sname, "template": source}
+        s.update(render(source, CONVERSATIONS["multi_turn"], True, "<s>", "</s>"))
         snippets.append(s)
     return {
         "generated_by": "tools/make_chat_goldens.py",
+        "renderer": name,
+        "transformers": transformers.__version__ if transformers is not None else None,
         "jinja2": jinja2.__version__,
         "python": platform.python_version(),
         "fixed_time": FIXED_TIME,
@@ -254,6 +376,9 @@ def build():
         "cases": cases,
         "snippets": snippets,
     }
+
+
+VERSION_KEYS = ("renderer", "transformers", "jinja2", "python")
 
 
 def main():
@@ -266,19 +391,21 @@ def main():
     with open(os.path.join(HERE, "qwen3.jinja"), encoding="utf-8", newline="") as f:
         if f.read() != qwen_template:
             sys.exit("qwen3.jinja differs from the chat_template of " + qwen)
-    text = json.dumps(build(), ensure_ascii=False, indent=1) + "\n"
+    d = build()
+    text = json.dumps(d, ensure_ascii=False, indent=1) + "\n"
     path = os.path.join(HERE, "goldens.json")
-    if args.check:
+    if args.check:  # the outputs must agree; the versions that wrote them may differ
         with open(path, encoding="utf-8") as f:
-            if f.read() != text:
-                sys.exit(f"{path} is not what this script writes now (rerun it without --check)")
-        print(f"{path}: up to date")
+            old = json.load(f)
+        if {k: v for k, v in old.items() if k not in VERSION_KEYS} != {k: v for k, v in d.items() if k not in VERSION_KEYS}:
+            sys.exit(f"{path} is not what this script writes now with {d['renderer']} (rerun it without --check)")
+        print(f"{path}: up to date ({d['renderer']}; the file was written by {old.get('renderer')})")
         return
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
-    d = json.loads(text)
     n_err = sum("error" in c for c in d["cases"]) + sum("error" in s for s in d["snippets"])
-    print(f"wrote {path}: {len(d['cases'])} template cases, {len(d['snippets'])} snippets ({n_err} of them errors)")
+    print(f"wrote {path} with {d['renderer']}: {len(d['cases'])} template cases, "
+          f"{len(d['snippets'])} snippets ({n_err} of them errors)")
 
 
 if __name__ == "__main__":
