@@ -45,7 +45,7 @@ typedef struct {
 } Str;
 
 typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_FUNC, V_LOOP } VKind;
-typedef enum { FN_RANGE, FN_NAMESPACE, FN_RAISE, FN_STRFTIME } Builtin;
+typedef enum { FN_RANGE, FN_NAMESPACE, FN_RAISE, FN_STRFTIME, FN_DICT } Builtin;
 typedef struct Value Value;
 typedef struct {
     Value *v;
@@ -423,7 +423,7 @@ static void put_items(Ctx *c, Buf *b, Value v) {  // a list, dict or namespace a
 
 // Python's str() (repr = 0: what {{ }} prints) or repr() (inside a list or dict).
 static void put_value(Ctx *c, Buf *b, Value v, int repr) {
-    static const char *const fn_names[] = {"range", "namespace", "raise_exception", "strftime_now"};
+    static const char *const fn_names[] = {"range", "namespace", "raise_exception", "strftime_now", "dict"};
     switch (v.k) {
     case V_UNDEF: if (repr) puts_(c, b, "Undefined"); break;
     case V_NONE: puts_(c, b, "None"); break;
@@ -445,8 +445,45 @@ static Str to_str(Ctx *c, Value v) {
     return buf_str(&b);
 }
 
-// json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: None), as transformers' tojson.
-static void put_json(Ctx *c, Buf *b, Value v, int indent, int level, size_t pos) {
+// json.dumps's options, as transformers' tojson takes them: ensure_ascii (default False), indent
+// (None, a number of spaces or a string), separators (item, key), sort_keys.
+typedef struct {
+    int ascii, sort;
+    Str indent;          // indent.s NULL: None (all on one line)
+    Str item_sep, key_sep;
+} JsonOpts;
+
+static int key_less(Str a, Str b) {  // Python's str < (code point order, which UTF-8's byte order is)
+    const int r = memcmp(a.s, b.s, a.n < b.n ? a.n : b.n);
+    return r ? r < 0 : a.n < b.n;
+}
+
+static void put_json_str(Ctx *c, Buf *b, Str s, int ascii) {
+    puts_(c, b, "\"");
+    int32_t cp;
+    for (size_t i = 0, j; i < s.n; i = j) {
+        const unsigned char ch = (unsigned char)s.s[i];
+        j = i + 1;
+        if (ch == '"') puts_(c, b, "\\\"");
+        else if (ch == '\\') puts_(c, b, "\\\\");
+        else if (ch == '\n') puts_(c, b, "\\n");
+        else if (ch == '\r') puts_(c, b, "\\r");
+        else if (ch == '\t') puts_(c, b, "\\t");
+        else if (ch == '\b') puts_(c, b, "\\b");
+        else if (ch == '\f') puts_(c, b, "\\f");
+        else if (ch < 0x20) putf(c, b, "\\u%04x", ch);
+        else if ((ch < 0x7F || !ascii)) put(c, b, (const char *)&s.s[i], 1);
+        else {  // ensure_ascii: \uXXXX, a surrogate pair above U+FFFF
+            j = next_cp(s, i, &cp);  // (0x7F too: Python escapes all but space to ~)
+            if (cp < 0) fail(c, (size_t)-1, "tojson: the string is not valid UTF-8");
+            if (cp < 0x10000) putf(c, b, "\\u%04x", cp);
+            else putf(c, b, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF));
+        }
+    }
+    puts_(c, b, "\"");
+}
+
+static void put_json(Ctx *c, Buf *b, Value v, const JsonOpts *o, int level, size_t pos) {
     switch (v.k) {
     case V_NONE: puts_(c, b, "null"); return;
     case V_BOOL: puts_(c, b, v.b ? "true" : "false"); return;
@@ -456,38 +493,30 @@ static void put_json(Ctx *c, Buf *b, Value v, int indent, int level, size_t pos)
         else if (isinf(v.f)) puts_(c, b, v.f < 0 ? "-Infinity" : "Infinity");
         else put_float(c, b, v.f);
         return;
-    case V_STR:
-        puts_(c, b, "\"");
-        for (size_t i = 0; i < v.s.n; i++) {
-            const unsigned char ch = (unsigned char)v.s.s[i];
-            if (ch == '"') puts_(c, b, "\\\"");
-            else if (ch == '\\') puts_(c, b, "\\\\");
-            else if (ch == '\n') puts_(c, b, "\\n");
-            else if (ch == '\r') puts_(c, b, "\\r");
-            else if (ch == '\t') puts_(c, b, "\\t");
-            else if (ch == '\b') puts_(c, b, "\\b");
-            else if (ch == '\f') puts_(c, b, "\\f");
-            else if (ch < 0x20) putf(c, b, "\\u%04x", ch);
-            else put(c, b, (const char *)&v.s.s[i], 1);
-        }
-        puts_(c, b, "\"");
-        return;
+    case V_STR: put_json_str(c, b, v.s, o->ascii); return;
     case V_LIST: case V_DICT: {
         const int list = v.k == V_LIST;
         const size_t n = list ? v.l->n : v.d->n;
+        size_t *order = alloc(c, (n ? n : 1) * sizeof(size_t));  // the items' order: sort_keys sorts a dict's
+        for (size_t i = 0; i < n; i++) {
+            size_t k = i;
+            if (!list && o->sort)
+                for (; k > 0 && key_less(v.d->key[i], v.d->key[order[k - 1]]); k--) order[k] = order[k - 1];
+            order[k] = i;
+        }
         puts_(c, b, list ? "[" : "{");
         for (size_t i = 0; i < n; i++) {
-            if (i) puts_(c, b, indent >= 0 ? "," : ", ");
-            if (indent >= 0) {
+            if (i) put(c, b, o->item_sep.s, o->item_sep.n);
+            if (o->indent.s) {
                 puts_(c, b, "\n");
-                for (int k = 0; k < indent * (level + 1); k++) puts_(c, b, " ");
+                for (int k = 0; k <= level; k++) put(c, b, o->indent.s, o->indent.n);
             }
-            if (!list) put_json(c, b, v_str(v.d->key[i]), indent, level + 1, pos), puts_(c, b, ": ");
-            put_json(c, b, list ? v.l->v[i] : v.d->val[i], indent, level + 1, pos);
+            if (!list) put_json_str(c, b, v.d->key[order[i]], o->ascii), put(c, b, o->key_sep.s, o->key_sep.n);
+            put_json(c, b, list ? v.l->v[i] : v.d->val[order[i]], o, level + 1, pos);
         }
-        if (indent >= 0 && n) {
+        if (o->indent.s && n) {
             puts_(c, b, "\n");
-            for (int k = 0; k < indent * level; k++) puts_(c, b, " ");
+            for (int k = 0; k < level; k++) put(c, b, o->indent.s, o->indent.n);
         }
         puts_(c, b, list ? "]" : "}");
         return;
@@ -1468,6 +1497,13 @@ static long long arg_int(Ctx *c, const Args *a, int i, const char *name, long lo
     return inum(*v);
 }
 
+// transformers' namespace refuses names that start with an underscore (CPython internals).
+static void ns_name_ok(Ctx *c, Str name, size_t pos) {
+    if (name.n && name.s[0] == '_')
+        fail(c, pos, "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '%.*s'. Please rename the attribute.",
+             (int)name.n, name.s);
+}
+
 static Value call_builtin(Ctx *c, Builtin fn, const Args *a, size_t pos) {
     if (fn == FN_RAISE) {
         check_args(c, a, 1, NULL, "raise_exception", pos);
@@ -1491,15 +1527,29 @@ static Value call_builtin(Ctx *c, Builtin fn, const Args *a, size_t pos) {
         put(c, &b, out, k);
         return v_str(buf_str(&b));
     }
-    if (fn == FN_NAMESPACE) {
-        Value ns = v_dict(c, V_NS);
+    if (fn == FN_NAMESPACE || fn == FN_DICT) {  // namespace(d, k=v), dict(d or pairs, k=v): Python's dict(...)
+        const char *what = fn == FN_DICT ? "dict()" : "namespace()";
+        Value r = v_dict(c, fn == FN_DICT ? V_DICT : V_NS);
         for (int i = 0; i < a->n; i++) {
-            if (a->kw[i].n) dict_set(c, ns.d, a->kw[i], a->v[i]);
-            else if (a->v[i].k == V_DICT)
-                for (size_t k = 0; k < a->v[i].d->n; k++) dict_set(c, ns.d, a->v[i].d->key[k], a->v[i].d->val[k]);
-            else fail(c, a->pos[i], "namespace(): a positional argument must be a dict");
+            if (a->kw[i].n) {
+                dict_set(c, r.d, a->kw[i], a->v[i]);
+            } else if (i > 0) {
+                fail(c, a->pos[i], "%s takes at most 1 positional argument", what);
+            } else if (a->v[i].k == V_DICT || a->v[i].k == V_NS) {
+                for (size_t k = 0; k < a->v[i].d->n; k++) dict_set(c, r.d, a->v[i].d->key[k], a->v[i].d->val[k]);
+            } else {  // a list of (key, value) pairs
+                const List *l = iterate(c, a->v[i], a->pos[i]);
+                for (size_t k = 0; k < l->n; k++) {
+                    const Value p = l->v[k];
+                    if (p.k != V_LIST || p.l->n != 2) fail(c, a->pos[i], "%s: item %zu is not a (key, value) pair", what, k);
+                    if (p.l->v[0].k != V_STR) fail(c, a->pos[i], "%s: keys must be strings in this renderer, not %s", what, type_name(p.l->v[0]));
+                    dict_set(c, r.d, p.l->v[0].s, p.l->v[1]);
+                }
+            }
         }
-        return ns;
+        if (fn == FN_NAMESPACE)
+            for (size_t k = 0; k < r.d->n; k++) ns_name_ok(c, r.d->key[k], pos);
+        return r;
     }
     // range(stop) or range(start, stop[, step])
     check_args(c, a, 3, NULL, "range", pos);
@@ -1589,6 +1639,17 @@ static Value call_method(Ctx *c, Value o, Str m, const Args *a, size_t pos) {
             }
             return r;
         }
+    } else if (o.k == V_FUNC && o.fn == FN_DICT && str_eq(m, "fromkeys")) {  // dict.fromkeys(keys[, value])
+        snprintf(what, sizeof what, "dict.fromkeys()");
+        check_args(c, a, 2, NULL, what, pos);
+        if (!a->n) fail(c, pos, "%s takes 1 or 2 arguments", what);
+        const List *l = iterate(c, a->v[0], pos);
+        Value r = v_dict(c, V_DICT);
+        for (size_t i = 0; i < l->n; i++) {
+            if (l->v[i].k != V_STR) fail(c, pos, "%s: keys must be strings in this renderer, not %s", what, type_name(l->v[i]));
+            dict_set(c, r.d, l->v[i].s, a->n > 1 ? a->v[1] : v_none());
+        }
+        return r;
     }
     fail(c, pos, "%s is not a method this renderer has", what);
 }
@@ -1670,12 +1731,31 @@ static Value apply_filter(Ctx *c, Str f, const Args *args, size_t pos) {
         return use ? (dflt ? *dflt : v_str(cstr(""))) : v;
     }
     if (str_eq(f, "tojson")) {
-        static const char *const kws[] = {"indent", NULL};
-        check_args(c, &a, 1, kws, what, pos);
-        const long long indent = arg_int(c, &a, 99, "indent", -1, what, pos);
+        static const char *const kws[] = {"ensure_ascii", "indent", "separators", "sort_keys", NULL};
+        check_args(c, &a, 5, kws, what, pos);
+        const Value *ascii = arg(&a, 1, "ensure_ascii"), *ind = arg(&a, 2, "indent"), *seps = arg(&a, 3, "separators"),
+                    *sort = arg(&a, 4, "sort_keys");
+        JsonOpts o = {.ascii = ascii && truthy(*ascii), .sort = sort && truthy(*sort)};
+        if (ind && (ind->k == V_INT || ind->k == V_BOOL)) {  // a number of spaces (json.dumps: none when < 1)
+            const long long k = inum(*ind) < 0 ? 0 : inum(*ind) > 1000 ? 1000 : inum(*ind);
+            Buf sp = {0};
+            put(c, &sp, "", 0);
+            for (long long i = 0; i < k; i++) put(c, &sp, " ", 1);
+            o.indent = buf_str(&sp);
+        } else if (ind && ind->k == V_STR) {
+            o.indent = ind->s;
+        } else if (ind && ind->k != V_NONE) {
+            fail(c, pos, "%s: indent must be an integer, a string or none, not %s", what, type_name(*ind));
+        }
+        o.item_sep = cstr(o.indent.s ? "," : ", "), o.key_sep = cstr(": ");
+        if (seps && seps->k != V_NONE) {
+            if (seps->k != V_LIST || seps->l->n != 2 || seps->l->v[0].k != V_STR || seps->l->v[1].k != V_STR)
+                fail(c, pos, "%s: separators must be a pair of strings", what);
+            o.item_sep = seps->l->v[0].s, o.key_sep = seps->l->v[1].s;
+        }
         Buf b = {0};
         put(c, &b, "", 0);
-        put_json(c, &b, v, indent > 1000 ? 1000 : (int)indent, 0, pos);
+        put_json(c, &b, v, &o, 0, pos);
         return v_str(buf_str(&b));
     }
     if (str_eq(f, "safe")) return check_args(c, &a, 1, NULL, what, pos), v;
@@ -1928,6 +2008,7 @@ static void exec(Ctx *c, const Stmt *s) {
             }
             const Value *ns = lookup(c->scope, s->var[0]);
             if (!ns || ns->k != V_NS) fail(c, s->pos, "cannot assign attribute on non-namespace object");
+            ns_name_ok(c, s->var[1], s->pos);
             dict_set(c, ns->d, s->var[1], v);
             break;
         }
@@ -1996,6 +2077,7 @@ static void render(Ctx *c, const Input *in) {
     assign(c, &root, cstr("namespace"), (Value){.k = V_FUNC, .fn = FN_NAMESPACE});
     assign(c, &root, cstr("raise_exception"), (Value){.k = V_FUNC, .fn = FN_RAISE});
     assign(c, &root, cstr("strftime_now"), (Value){.k = V_FUNC, .fn = FN_STRFTIME});
+    assign(c, &root, cstr("dict"), (Value){.k = V_FUNC, .fn = FN_DICT});
     put(c, &c->out, "", 0);
     exec(c, prog);
     c->scope = NULL;

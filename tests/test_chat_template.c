@@ -45,8 +45,8 @@ static int messages_of(json_t *conv, ChatMessage *m, int cap) {
 }
 
 // Checks one rendering against its golden: the same bytes, or an error where transformers raised
-// one; for raise_exception (TemplateError) and an undefined value used (UndefinedError) the C
-// message must hold Python's. Prints the first difference. Returns 1 if it agrees.
+// one; for raise_exception (TemplateError), an undefined value used (UndefinedError) and a
+// namespace name refused (SecurityError) the C message must hold Python's. Prints the first difference. Returns 1 if it agrees.
 static int agrees(const char *what, const char *got, const char *err, json_t *golden) {
     const char *want = json_string_value(json_object_get(golden, "expected"));
     const char *jerr = json_string_value(json_object_get(golden, "error"));
@@ -54,8 +54,8 @@ static int agrees(const char *what, const char *got, const char *err, json_t *go
         cr_expect(got == NULL, "%s: Python raised \"%s\" but the C renderer gave \"%s\"", what, jerr, OR_NULL(got));
         if (got) return 0;
         cr_expect(err[0], "%s: an error without a message", what);
-        static const char *const kinds[] = {"TemplateError: ", "UndefinedError: "};
-        for (size_t i = 0; i < 2; i++) {
+        static const char *const kinds[] = {"TemplateError: ", "UndefinedError: ", "SecurityError: "};
+        for (size_t i = 0; i < 3; i++) {
             const size_t k = strlen(kinds[i]);
             if (strncmp(jerr, kinds[i], k)) continue;
             cr_expect(strstr(err, jerr + k) != NULL, "%s: message \"%s\", want it to hold \"%s\"", what, err, jerr + k);

@@ -11,7 +11,8 @@ the date; the C test sets chat_template_fixed_time to the same value.
 When transformers is not importable, the script falls back to plain jinja2 set up the way
 transformers' utils/chat_template_utils.py sets it up (an ImmutableSandboxedEnvironment with
 trim_blocks and lstrip_blocks, the loopcontrols extension and a `generation` tag; a `tojson` filter
-that is json.dumps(ensure_ascii=False); the globals raise_exception(msg) and strftime_now(fmt); the
+that is json.dumps(ensure_ascii=False); the globals raise_exception(msg), strftime_now(fmt), dict
+and a namespace that refuses names starting with _; the
 variables messages (keys whose value is None dropped, as transformers 5 drops them), tools=None,
 documents=None, add_generation_prompt and the special tokens). goldens.json records which one
 wrote it ("renderer", and the versions of transformers and jinja2).
@@ -234,6 +235,16 @@ SNIPPETS = [
     ("dict_methods", "{{ messages[0].get('role') }} {{ messages[0].get('nope') }} {{ messages[0].get('nope', 'dflt') }} {{ messages[0].keys()|list }} {{ messages[0].items()|list }}"),
     ("qwen3_think_split", "{% set c = messages[1].content ~ '<think>\\nr\\n</think>\\n\\nans' %}{{ c.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}|{{ c.split('</think>')[-1].lstrip('\\n') }}"),
     ("strftime_now", "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%Y-%m-%dT%H:%M:%S') }} {{ strftime_now is defined }}"),
+    # what the real templates do in their tools branches (tools is None in every case above)
+    ("llama31_builtin_tool_call", "{%- for arg_name, arg_val in {'query': 'weather \"Paris\"', 'n': '3'} | items %}{{- arg_name + '=\"' + arg_val + '\"' }}{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}"),
+    ("llama_tools_tojson_indent4", "{%- set t = {'type': 'function', 'function': {'name': 'get_weather', 'description': 'Météo — 天气', 'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}, 'days': {'type': 'integer', 'default': 1.5}}, 'required': ['city'], 'strict': true, 'extra': none, 'empty': {}, 'none_list': []}}} %}{{- t | tojson(indent=4) }}\n{{ t | tojson }}"),
+    ("tool_content_mapping_or_iterable", "{% for x in [{'a': 1}, [1, 'b'], 'str \"q\"', 42, none, true] %}{{ x is mapping or x is iterable }}:{% if x is mapping or x is iterable %}{{ x | tojson }}{% else %}{{ x }}{% endif %};{% endfor %}"),
+    ("qwen25_tool_calls", "{%- set m = {'role': 'assistant', 'content': '', 'tool_calls': [{'type': 'function', 'function': {'name': 'f', 'arguments': {'x': 1, 'y': 'é'}}}, {'name': 'g', 'arguments': {}}]} %}{{- '<|im_start|>' + m.role }}{%- if m.content %}{{- '\\n' + m.content }}{%- endif %}{%- for tool_call in m.tool_calls %}{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}{{- '\\n<tool_call>\\n{\"name\": \"' }}{{- tool_call.name }}{{- '\", \"arguments\": ' }}{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"),
+    ("qwen3_tool_call_args_string", "{% for a in ['{\"x\": 1}', {'x': 1}] %}{% if a is string %}{{ a }}{% else %}{{ a | tojson }}{% endif %}|{% endfor %}"),
+    ("filter_tojson_options", "{{ {'b': 'é😀\\u007f', 'a': [1, {'d': 2, 'c': none}]}|tojson(ensure_ascii=true) }} {{ {'b': 1, 'a': 2}|tojson(sort_keys=true) }} {{ {'b': [1, 2], 'a': 'x'}|tojson(separators=(',', ':')) }} {{ {'k': [1]}|tojson(indent='--') }} {{ {'k': [1]}|tojson(indent=0) }} {{ [1]|tojson(true, 1, none, true) }}"),
+    ("dict_global", "{{ dict(a=1, b='x') }} {{ dict({'k': 1}, z=2) }} {{ dict([('p', 1), ['q', 2]]) }} {{ dict() }} {{ dict.fromkeys(['a', 'b']) }} {{ dict.fromkeys('xy', 0) }} {{ dict(a=1).items()|list }}"),
+    ("error_namespace_underscore", "{% set ns = namespace(_hidden=1) %}{{ ns._hidden }}"),
+    ("error_namespace_set_underscore", "{% set ns = namespace() %}{% set ns._x = 1 %}"),
     # errors while rendering: the C side must fail too
     ("raise_exception", "before {{ raise_exception('Roles must alternate!') }} after"),
     ("error_attr_of_undefined", "{{ nothing.attr }}"),
@@ -282,11 +293,39 @@ def environment():
     def strftime_now(fmt):
         return datetime.datetime.fromtimestamp(FIXED_TIME, tz=datetime.timezone.utc).strftime(fmt)
 
+    class TemplateDict:  # transformers' `dict` global: dict(...) and dict.fromkeys(...)
+        def __call__(self, *args, **kwargs):
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args, **kwargs):
+            return dict.fromkeys(*args, **kwargs)
+
+    class TemplateNamespace(jinja2.utils.Namespace):  # transformers' namespace: no _names
+        def __init__(*args, **kwargs):
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                TemplateNamespace.check(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name, value):
+            TemplateNamespace.check(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def check(name):
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(
+                    f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}. "
+                    "Please rename the attribute.")
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[GenerationTag, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
+    env.globals["dict"] = TemplateDict()
+    env.globals["namespace"] = TemplateNamespace
     return env
 
 
