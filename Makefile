@@ -49,12 +49,12 @@ BIN := $(BUILD)/bin
 GEN := $(BUILD)/gen
 
 # ---- libraries (pkg-config names; tools/install-deps.sh installs the Debian packages)
-PKGS := jansson openblas oniguruma libutf8proc libxxhash
+PKGS := jansson openblas oniguruma libutf8proc libxxhash libmicrohttpd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 OPENBLAS_LIBDIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null)
 ifeq ($(PKG_LIBS),)
-PKG_LIBS := -ljansson -lopenblas -lonig -lutf8proc -lxxhash
+PKG_LIBS := -ljansson -lopenblas -lonig -lutf8proc -lxxhash -lmicrohttpd
 endif
 
 # ---- MPI (step08's data parallelism on CPU ranks): OpenMPI's flags from pkg-config, else from the

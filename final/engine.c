@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +14,16 @@
 #include "timer.h"
 
 typedef struct {  // a submission the engine thread has not taken in yet
-    int *prompt, n_prompt, max_tokens, ignore_eos, cancel, release, key;
+    int *prompt, n_prompt, max_tokens, ignore_eos, cancel, release, key, logprobs;
     SamplerParams sp;
 } Pending;
+
+typedef struct {  // a request's logprobs (engine_submit_lp), by generated token
+    int n_top;    // top ids per token
+    float *lp;    // (max_tokens) the sampled token's
+    int *top_ids; // (max_tokens, n_top)
+    float *top_lp;// (max_tokens, n_top)
+} Logprobs;
 
 struct Engine {
     Runner *runner;
@@ -36,6 +44,7 @@ struct Engine {
     char *released;           // (cap_reqs) ... and they have been
     char *counted;            // (cap_reqs) its finish is in the metrics
     double *last_tok;         // (cap_reqs) its last token's step end (for the inter-token gaps)
+    Logprobs **lps;           // (cap_reqs) its logprobs, NULL when it asked for none
     double *itl;              // every inter-token gap (ms)
     long n_itl, cap_itl;
     double forward_s;         // inside runner_forward
@@ -51,12 +60,18 @@ struct Engine {
 
 static double since(const Engine *e) { return now_sec() - e->t0; }
 
+static void lp_free(Engine *e, int id) {
+    Logprobs *l = e->lps[id];
+    if (l) free(l->lp), free(l->top_ids), free(l->top_lp), free(l);
+    e->lps[id] = NULL;
+}
+
 // Request id, if it has finished: counted in the metrics (once), its tokens freed if released (mu held).
 static void note_finished(Engine *e, int id) {
     Request *r = &e->reqs[id];
     if (r->status != REQ_FINISHED) return;
     if (!e->counted[id]) e->m.finished[r->finish]++, e->counted[id] = 1;
-    if (e->release_when_done[id] && !e->released[id]) request_free(r), e->released[id] = 1;
+    if (e->release_when_done[id] && !e->released[id]) request_free(r), e->released[id] = 1, lp_free(e, id);
 }
 
 // Request id's cancel flag was set (mu held): the next plan ends it, and only the flagged and the
@@ -92,6 +107,10 @@ static void intake(Engine *e) {
             double *lt = realloc(e->last_tok, (size_t)cap * sizeof(double));
             if (!lt) die("engine: out of memory for %d requests", cap);
             e->last_tok = lt;
+            Logprobs **lps = realloc(e->lps, (size_t)cap * sizeof *lps);
+            if (!lps) die("engine: out of memory for %d requests", cap);
+            memset(lps + e->cap_reqs, 0, (size_t)(cap - e->cap_reqs) * sizeof *lps);
+            e->lps = lps;
             e->cap_reqs = cap;
         }
         Request *r = &e->reqs[id];
@@ -99,6 +118,13 @@ static void intake(Engine *e) {
         r->cancel = p->cancel;
         if (r->cancel) flag_cancel(e, id);
         e->release_when_done[id] = (char)p->release;
+        if (p->logprobs >= 0) {
+            Logprobs *l = xcalloc(1, sizeof *l);
+            const size_t mt = (size_t)p->max_tokens, nt = (size_t)(p->logprobs > 0 ? p->logprobs : 1);
+            l->n_top = p->logprobs;
+            l->lp = xmalloc(mt * sizeof(float)), l->top_ids = xmalloc(mt * nt * sizeof(int)), l->top_lp = xmalloc(mt * nt * sizeof(float));
+            e->lps[id] = l;
+        }
         free(p->prompt);
         p->prompt = NULL;
         if (sched_add(&e->sched, e->reqs) != id) die("engine: request %d got another scheduler index", id);
@@ -108,6 +134,25 @@ static void intake(Engine *e) {
     }
 }
 
+
+// log_softmax of one row of logits: token's value into *lp, the n most probable ids and their values
+// into ids and lps (most probable first; the lower id first among equals).
+static void row_logprobs(const float *x, int vocab, int token, int n, float *lp, int *ids, float *lps) {
+    float mx = x[0];
+    for (int v = 1; v < vocab; v++) mx = x[v] > mx ? x[v] : mx;
+    double sum = 0;
+    for (int v = 0; v < vocab; v++) sum += exp((double)(x[v] - mx));
+    const double lse = mx + log(sum);
+    *lp = (float)(x[token] - lse);
+    int m = 0;  // an insertion into the n best so far
+    for (int v = 0; v < vocab && n > 0; v++) {
+        if (m == n && x[v] <= x[ids[m - 1]]) continue;
+        int j = m < n ? m++ : n - 1;
+        for (; j > 0 && x[ids[j - 1]] < x[v]; j--) ids[j] = ids[j - 1];
+        ids[j] = v;
+    }
+    for (int j = 0; j < m; j++) lps[j] = (float)(x[ids[j]] - lse);
+}
 
 static void *engine_main(void *arg) {
     Engine *e = arg;
@@ -125,6 +170,9 @@ static void *engine_main(void *arg) {
     int *before = xmalloc((size_t)2 * cap_seqs * sizeof(int)), *run0 = xmalloc((size_t)cap_seqs * sizeof(int));
     float *temps = xmalloc((size_t)(cap_seqs + 1) * sizeof(float));
     uint64_t *keys = xmalloc((size_t)(cap_seqs + 1) * sizeof(uint64_t));
+    float *lp_tok = xmalloc((size_t)cap_seqs * sizeof(float));  // the step's logprobs: (sampled rows), (rows, max)
+    int *lp_ids = xmalloc((size_t)cap_seqs * ENGINE_MAX_LOGPROBS * sizeof(int));
+    float *lp_top = xmalloc((size_t)cap_seqs * ENGINE_MAX_LOGPROBS * sizeof(float));
     Sampler sampler;
     const SamplerParams sp0 = {.greedy = 1, .temperature = 0, .top_p = 1};
     sampler_init(&sampler, &sp0, e->vocab);
@@ -155,12 +203,14 @@ static void *engine_main(void *arg) {
         else batch_from_plan(&b, &plan, s->reqs, c->max_len);
         // greedy and temperature-only rows are drawn on the device (runner_forward_sampled: only
         // the tokens come back); a row with top-k / top-p / min-p needs the logits on the host
+        // (a row that asks for logprobs needs them too: the log_softmax is taken here)
         int need_logits = 0, any_temp = 0;
         for (int i = 0, k = 0; i < plan.n; i++) {
             if (!plan.samples[i]) continue;
             const Request *q = &s->reqs[plan.req[i]];
             const int greedy = q->sp.greedy || q->sp.temperature <= 0;
             if (!greedy && !sample_is_plain(&q->sp)) need_logits = 1;
+            if (e->lps[plan.req[i]]) need_logits = 1;
             any_temp |= !greedy;
             temps[k] = greedy ? 0.0f : q->sp.temperature;
             keys[k] = sample_key(q->sp.seed, q->index, q->num_tokens);
@@ -179,6 +229,9 @@ static void *engine_main(void *arg) {
             const Request *q = &s->reqs[plan.req[i]];
             if (on_device || q->sp.greedy || q->sp.temperature <= 0) tokens[i] = argmax[k];
             else tokens[i] = sample_keyed(&sampler, &q->sp, q->index, q->num_tokens, logits + (size_t)k * e->vocab);
+            if (e->lps[plan.req[i]])
+                row_logprobs(logits + (size_t)k * e->vocab, e->vocab, tokens[i], e->lps[plan.req[i]]->n_top, &lp_tok[k],
+                             lp_ids + (size_t)k * ENGINE_MAX_LOGPROBS, lp_top + (size_t)k * ENGINE_MAX_LOGPROBS);
             k++;
         }
         pthread_mutex_lock(&e->mu);
@@ -189,11 +242,21 @@ static void *engine_main(void *arg) {
         const double dev = runner_last_device_ms(e->runner) / 1e3;
         e->device_s += dev;
         if (b.n_tokens == b.n_seqs) e->decode_steps++, e->decode_forward_s += fwd, e->decode_device_s += dev;
-        for (int i = 0; i < plan.n; i++) {
+        for (int i = 0, k = 0; i < plan.n; i++) {
             const int id = plan.req[i];
             const Request *q = &s->reqs[id];
             const int grew = q->num_tokens - before[i];
             e->m.generation_tokens += grew;
+            if (plan.samples[i]) {
+                Logprobs *l = e->lps[id];
+                if (l && grew > 0) {  // the token went to generated position before[i] - num_prompt
+                    const int g = before[i] - q->num_prompt;
+                    l->lp[g] = lp_tok[k];
+                    memcpy(l->top_ids + (size_t)g * l->n_top, lp_ids + (size_t)k * ENGINE_MAX_LOGPROBS, (size_t)l->n_top * sizeof(int));
+                    memcpy(l->top_lp + (size_t)g * l->n_top, lp_top + (size_t)k * ENGINE_MAX_LOGPROBS, (size_t)l->n_top * sizeof(float));
+                }
+                k++;
+            }
             if (grew > 0 && q->num_tokens - q->num_prompt >= 2) {  // the gap since its previous token
                 if (e->n_itl == e->cap_itl) {
                     e->cap_itl = e->cap_itl ? 2 * e->cap_itl : 1024;
@@ -211,6 +274,7 @@ static void *engine_main(void *arg) {
     pthread_mutex_unlock(&e->mu);
     sampler_free(&sampler);
     free(logits), free(argmax), free(tokens), free(before), free(run0), free(temps), free(keys);
+    free(lp_tok), free(lp_ids), free(lp_top);
     plan_free(&plan);
     batch_free(&b);
     return NULL;
@@ -253,11 +317,13 @@ void engine_free(Engine *e) {
     pthread_cond_signal(&e->work);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
-    for (int i = 0; i < e->sched.n_reqs; i++)
+    for (int i = 0; i < e->sched.n_reqs; i++) {
         if (!e->released[i]) request_free(&e->reqs[i]);
+        lp_free(e, i);
+    }
     sched_free(&e->sched);
     for (long i = e->next_in; i < e->next_id; i++) free(e->queue[i % e->cfg.queue_cap].prompt);
-    free(e->reqs), free(e->released), free(e->release_when_done), free(e->counted), free(e->last_tok), free(e->itl), free(e->flagged), free(e->queue);
+    free(e->reqs), free(e->released), free(e->release_when_done), free(e->counted), free(e->last_tok), free(e->lps), free(e->itl), free(e->flagged), free(e->queue);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->progress);
@@ -266,7 +332,12 @@ void engine_free(Engine *e) {
 
 long engine_submit(Engine *e, int key, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
                    int ignore_eos) {
-    if (!prompt || n_prompt < 1 || max_tokens < 1 || !sp) return -3;
+    return engine_submit_lp(e, key, prompt, n_prompt, max_tokens, sp, ignore_eos, -1);
+}
+
+long engine_submit_lp(Engine *e, int key, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
+                      int ignore_eos, int logprobs) {
+    if (!prompt || n_prompt < 1 || max_tokens < 1 || !sp || logprobs > ENGINE_MAX_LOGPROBS) return -3;
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= e->vocab) return -3;
     pthread_mutex_lock(&e->mu);
@@ -279,6 +350,7 @@ long engine_submit(Engine *e, int key, const int *prompt, int n_prompt, int max_
         p->prompt = xmalloc((size_t)n_prompt * sizeof(int));
         memcpy(p->prompt, prompt, (size_t)n_prompt * sizeof(int));
         p->n_prompt = n_prompt, p->max_tokens = max_tokens, p->ignore_eos = ignore_eos != 0, p->cancel = 0, p->release = 0, p->key = key;
+        p->logprobs = logprobs < 0 ? -1 : logprobs;
         p->sp = *sp;
         pthread_cond_signal(&e->work);
     }
@@ -287,6 +359,11 @@ long engine_submit(Engine *e, int key, const int *prompt, int n_prompt, int max_
 }
 
 int engine_read(Engine *e, long id, int *seen, int *out, int cap, FinishReason *finish, double timeout_s) {
+    return engine_read_lp(e, id, seen, out, NULL, NULL, NULL, cap, finish, timeout_s);
+}
+
+int engine_read_lp(Engine *e, long id, int *seen, int *out, float *lp, int *top_ids, float *top_lp, int cap,
+                   FinishReason *finish, double timeout_s) {
     pthread_mutex_lock(&e->mu);
     if (id < 0 || id >= e->next_id || (id < e->sched.n_reqs && e->release_when_done[id])) {
         pthread_mutex_unlock(&e->mu);
@@ -312,6 +389,13 @@ int engine_read(Engine *e, long id, int *seen, int *out, int cap, FinishReason *
                 n = gen - *seen;
                 if (n > cap) n = cap;
                 if (n > 0) memcpy(out, r->tokens + r->num_prompt + *seen, (size_t)n * sizeof(int));
+                const Logprobs *l = e->lps[id];
+                if (n > 0 && l) {
+                    const size_t nt = (size_t)l->n_top;
+                    if (lp) memcpy(lp, l->lp + *seen, (size_t)n * sizeof(float));
+                    if (top_ids) memcpy(top_ids, l->top_ids + (size_t)*seen * nt, (size_t)n * nt * sizeof(int));
+                    if (top_lp) memcpy(top_lp, l->top_lp + (size_t)*seen * nt, (size_t)n * nt * sizeof(float));
+                }
                 *seen += n;
                 if (r->status == REQ_FINISHED && *seen == gen) *finish = r->finish;
                 break;

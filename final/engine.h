@@ -2,7 +2,7 @@
 // thread of its own, with requests that arrive while it runs.
 // defines: EngineConfig, EngineMetrics, Engine, engine_new, engine_free, engine_submit, engine_read,
 //          engine_cancel, engine_release, engine_times, engine_metrics, engine_sched_stats, engine_itl,
-//          engine_decode_split
+//          engine_decode_split, ENGINE_MAX_LOGPROBS, engine_submit_lp, engine_read_lp
 //
 // One engine thread owns the scheduler (step04, with step05's block pool when
 // EngineConfig.sched.block_size > 0), the runner (CPU or CUDA, any of steps 04-07's) and the
@@ -59,12 +59,26 @@ void engine_free(Engine *e);
 // position only); -1 = its id.
 long engine_submit(Engine *e, int key, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
                    int ignore_eos);
+// The same, with logprobs >= 0: every generated token also gets its log-probability under the
+// model (log_softmax of the raw logits, before temperature and the filters, as vLLM's default) and
+// the `logprobs` most probable ids with theirs (0 .. ENGINE_MAX_LOGPROBS); logprobs < 0: none.
+// A step where some row asks for them brings its logits to the host (runner_forward with logits)
+// and samples there; steps without such rows run as before. -3 also for logprobs > the maximum.
+enum { ENGINE_MAX_LOGPROBS = 20 };
+long engine_submit_lp(Engine *e, int key, const int *prompt, int n_prompt, int max_tokens, const SamplerParams *sp,
+                      int ignore_eos, int logprobs);
 // Request id's stream: waits until it has more than *seen generated tokens or has finished, or
 // until timeout_s has passed (timeout_s < 0: no limit), then copies its generated tokens
 // *seen .. (at most cap of them) to out and advances *seen. *finish: FINISH_NONE while it runs,
 // else why it ended (set once every token has been read). Returns the tokens copied, or -1 for an
 // unknown or released id.
 int engine_read(Engine *e, long id, int *seen, int *out, int cap, FinishReason *finish, double timeout_s);
+// engine_read plus, for a request submitted with logprobs = N >= 0, each copied token's
+// log-probability into lp (cap) and its top N ids and log-probabilities, most probable first, into
+// top_ids and top_lp (cap, N); any of the three may be NULL (a request without logprobs leaves
+// them untouched).
+int engine_read_lp(Engine *e, long id, int *seen, int *out, float *lp, int *top_ids, float *top_lp, int cap,
+                   FinishReason *finish, double timeout_s);
 // Asks request id to end (FINISH_ERROR) at the next step boundary; its KV goes back to the pool
 // then. Unknown or finished ids: nothing.
 void engine_cancel(Engine *e, long id);

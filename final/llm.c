@@ -20,8 +20,12 @@
 //   build/bin/llm bench --preset tiny --trace nano --num-requests 64 --input-len 8:64 --output-len 8:64 --device cpu
 //   build/bin/llm bench --model DIR --requests reqs.jsonl --json
 // On a GPU decode steps replay CUDA graphs (step04_batching/runner_gpu.cu); --enforce-eager turns them off.
+//
+// serve: the OpenAI-compatible HTTP server (server.h) over the engine, until SIGTERM.
+//   build/bin/llm serve --model DIR --device cuda --port 8000
 #define _GNU_SOURCE  // qsort_r
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +36,7 @@
 #include "check.h"
 #include "cpu_env.h"
 #include "final/engine.h"
+#include "final/server.h"
 #include "gpu.h"
 #include "model.h"
 #include "prompt.h"
@@ -72,7 +77,8 @@ static void usage_top(FILE *f) {
     fprintf(f, "usage: llm <command> [options]\n"
                "  generate   one prompt through the engine, the text streamed as it is generated\n"
                "  bench      a workload (a trace or a JSONL file of requests) through the engine: throughput and latency\n"
-               "`llm generate --help`, `llm bench --help` list their options.\n");
+               "  serve      the OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /metrics, ...)\n"
+               "`llm generate --help`, `llm bench --help`, `llm serve --help` list their options.\n");
 }
 
 // --chat: the prompt as one user message through the model's chat template, the assistant's turn
@@ -352,6 +358,169 @@ static int cmd_bench(int argc, char **argv) {
     return bench_main(argc, argv, &hooks);
 }
 
+// ---------------------------------------------------------------- llm serve
+static void usage_serve(FILE *f) {
+    fprintf(f,
+            "usage: llm serve --model DIR [--device cpu|cuda] [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
+            "                 [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N] [--max-num-batched-tokens N]\n"
+            "                 [--block-size B] [--num-blocks N | --kv-gib G | --gpu-memory-utilization U] [--prefix-cache on|off]\n"
+            "                 [--quant Q] [--enforce-eager] [--prefill-attn flash|fused|gather] [--max-queue N]\n"
+            "                 [--max-request-bytes N] [--max-connections N]\n"
+            "  serve           the OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions (stream or\n"
+            "                  not), GET /v1/models, GET /health, GET /metrics (Prometheus, vLLM's names); SIGTERM drains\n"
+            "  --model         a Hugging Face directory (config.json, *.safetensors; tokenizer.json for text prompts,\n"
+            "                  tokenizer_config.json's chat_template or chat_template.jinja for chat)\n"
+            "  --device        cpu or cuda (default: cuda when a GPU is usable)\n"
+            "  --host, --port  where to listen (default 127.0.0.1:8000; --port 0: any free port, printed on stderr)\n"
+            "  --api-key       /v1/* requests need \"Authorization: Bearer KEY\" (else 401)\n"
+            "  --served-model-name  the name in /v1/models and in requests' \"model\" (default: --model as given)\n"
+            "  --max-model-len prompt + completion tokens at most (default: the model's max_position_embeddings)\n"
+            "The engine's options, as llm bench's:\n"
+            "  --max-num-seqs  running sequences at most (default 256)\n"
+            "  --max-num-batched-tokens  tokens a step at most: longer prompts are chunked (default 8192)\n"
+            "  --block-size    KV block size in positions (default 16)\n"
+            "  --num-blocks    the KV pool in blocks; or --kv-gib G; or --gpu-memory-utilization U (CUDA: the pool takes\n"
+            "                  U x the device memory minus what the weights and workspaces use; default 0.9 on CUDA; on the\n"
+            "                  CPU the default pool holds max_num_seqs x max_model_len positions)\n"
+            "  --prefix-cache  on (default) or off\n"
+            "  --quant         none (default), rtn-int8, rtn-int4, or either +lm_head: quantize at load (step06)\n"
+            "  --enforce-eager CUDA: no CUDA graphs\n"
+            "  --prefill-attn  CUDA: flash (default), fused or gather attention for prompt chunks\n"
+            "The server's limits:\n"
+            "  --max-queue     requests that may wait beyond --max-num-seqs; more get 503 with Retry-After (default 4096)\n"
+            "  --max-request-bytes  larger request bodies get 413 (default 8388608)\n"
+            "  --max-connections    open connections at most, each with a thread (default 1024)\n");
+}
+
+static int cmd_serve(int argc, char **argv) {
+    const char *model_dir = NULL, *device = NULL, *host = "127.0.0.1", *api_key = NULL, *served = NULL;
+    int port = 8000, max_len = 0, max_seqs = 256, block = 16, num_blocks = 0, prefix = 1, eager = 0, prefill_mode = PREFILL_FLASH;
+    int max_queue = 4096, max_conn = 1024;
+    long budget = 8192, max_body = 8 << 20;
+    double kv_gib = 0, gpu_util = 0;
+    QuantSpec qs;
+    quant_spec_parse("none", &qs);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const int more = i + 1 < argc;
+        if (!strcmp(a, "--enforce-eager")) eager = 1;
+        else if (!more) arg_help_or_unknown(a, usage_serve);
+        else if (!strcmp(a, "--model")) model_dir = argv[++i];
+        else if (!strcmp(a, "--device")) device = argv[++i];
+        else if (!strcmp(a, "--host")) host = argv[++i];
+        else if (!strcmp(a, "--port")) port = (int)arg_int(a, argv[++i], 0, 65535);
+        else if (!strcmp(a, "--api-key")) api_key = argv[++i];
+        else if (!strcmp(a, "--served-model-name")) served = argv[++i];
+        else if (!strcmp(a, "--max-model-len")) max_len = (int)arg_int(a, argv[++i], 2, 1 << 24);
+        else if (!strcmp(a, "--max-num-seqs")) max_seqs = (int)arg_int(a, argv[++i], 1, 65536);
+        else if (!strcmp(a, "--max-num-batched-tokens")) budget = arg_int(a, argv[++i], 1, 1 << 24);
+        else if (!strcmp(a, "--block-size")) block = (int)arg_int(a, argv[++i], 1, 1024);
+        else if (!strcmp(a, "--num-blocks")) num_blocks = (int)arg_int(a, argv[++i], 2, 1 << 30);
+        else if (!strcmp(a, "--kv-gib")) kv_gib = arg_float(a, argv[++i], 0, 1e6, ARG_LO_OPEN);
+        else if (!strcmp(a, "--gpu-memory-utilization")) gpu_util = arg_float(a, argv[++i], 0, 1, ARG_LO_OPEN);
+        else if (!strcmp(a, "--max-queue")) max_queue = (int)arg_int(a, argv[++i], 0, 1 << 24);
+        else if (!strcmp(a, "--max-request-bytes")) max_body = arg_int(a, argv[++i], 64, 1L << 32);
+        else if (!strcmp(a, "--max-connections")) max_conn = (int)arg_int(a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--prefix-cache")) {
+            const char *v = argv[++i];
+            if (strcmp(v, "on") && strcmp(v, "off")) arg_die("--prefix-cache: '%s' is not on or off", v);
+            prefix = !strcmp(v, "on");
+        } else if (!strcmp(a, "--prefill-attn")) {
+            const char *k = argv[++i];
+            if (!strcmp(k, "flash")) prefill_mode = PREFILL_FLASH;
+            else if (!strcmp(k, "fused")) prefill_mode = PREFILL_PAGED;
+            else if (!strcmp(k, "gather")) prefill_mode = PREFILL_GEMM;
+            else arg_die("--prefill-attn: '%s' is not flash, fused or gather", k);
+        } else if (!strcmp(a, "--quant")) {
+            if (quant_spec_parse(argv[++i], &qs) != 0)
+                arg_die("--quant %s: expected none, rtn-int8, rtn-int4, rtn-int8+lm_head or rtn-int4+lm_head", argv[i]);
+        } else arg_help_or_unknown(a, usage_serve);
+    }
+    if (!model_dir) {
+        usage_serve(stderr);
+        arg_die("need --model");
+    }
+    if ((num_blocks > 0) + (kv_gib > 0) + (gpu_util > 0) > 1) arg_die("give one of --num-blocks, --kv-gib and --gpu-memory-utilization");
+    server_block_signals();  // before the engine's thread starts: only server_run takes SIGTERM
+    GpuInfo gi;
+    const int use_cuda = choose_device(device, &gi, NULL);
+    if (gpu_util > 0 && !use_cuda) arg_die("--gpu-memory-utilization sizes the KV pool in GPU memory: it needs --device cuda");
+    if (use_cuda && !num_blocks && !(kv_gib > 0) && !(gpu_util > 0)) gpu_util = 0.9;
+
+    const double t_load = now_sec();
+    fprintf(stderr, "[llm serve] loading %s ...\n", model_dir);
+    char err[512];
+    ModelWeights w;
+    if (model_load(model_dir, &w, err, sizeof err) != 0) die("%s", err);
+    const ModelConfig *c = &w.cfg;
+    if (!max_len) max_len = c->max_pos;
+    if (max_len > c->max_pos) arg_die("--max-model-len %d exceeds max_position_embeddings = %d of %s", max_len, c->max_pos, model_dir);
+    char tok_path[1100];
+    Tokenizer *tok = tokenizer_for_model(model_dir, 0, tok_path, sizeof tok_path);
+    if (!tok) fprintf(stderr, "[llm serve] no %s: prompts must be token ids, and chat is off\n", tok_path);
+    ChatTemplate ct, *ctp = NULL;
+    if (tok && chat_template_load(model_dir, &ct, err, sizeof err) == 0) ctp = &ct;
+    else if (tok) fprintf(stderr, "[llm serve] /v1/chat/completions is off: %s\n", err);
+    const long rows = budget < (long)max_seqs * max_len ? budget : (long)max_seqs * max_len;
+    CpuModel cm = {0};
+    GpuModel *gm = NULL;
+    char qfmt[256];
+    if (use_cuda) {
+        gm = qmodel_gpu_load(&w, &qs, qfmt, sizeof qfmt, err, sizeof err);
+        if (!gm) die("%s: %s", model_dir, err);
+    } else if (qmodel_cpu_load(&w, &qs, &cm, qfmt, sizeof qfmt, err, sizeof err) != 0) {
+        die("%s: %s", model_dir, err);
+    }
+    // the KV pool, as llm bench sizes it: --num-blocks; --kv-gib at the runner's element size; on
+    // CUDA --gpu-memory-utilization (what is left of U x the memory once the weights and a probe
+    // runner's workspaces are in); else max_num_seqs x max_model_len positions
+    double kv_elem = use_cuda ? 2 : 4;
+    if (use_cuda && gpu_util > 0) {
+        double fr0, tot, fr1, tmp;
+        if (gpu_mem_info(&fr0, &tot) != 0) die("--gpu-memory-utilization: cannot read the device memory");
+        Runner *probe = runner_new_cuda_paged(gm, 2, block, max_len, (int)rows, err, sizeof err);
+        if (!probe) die("%s", err);
+        if (gpu_mem_info(&fr1, &tmp) != 0) die("--gpu-memory-utilization: cannot read the device memory");
+        const double ws = fr0 - fr1 - runner_kv_bytes(probe);
+        const double pe = round(runner_kv_bytes(probe) / (2.0 * c->n_layers * 2 * block * c->n_kv_heads * c->head_dim));
+        if (pe >= 1) kv_elem = pe;
+        runner_free(probe);
+        const double nb = floor((gpu_util * tot - (tot - fr0) - ws - 256.0 * 1048576) / (kv_bytes_per_token(c, kv_elem) * block));
+        if (nb < 2) arg_die("--gpu-memory-utilization %g: no room for a KV pool", gpu_util);
+        num_blocks = nb > (double)(1 << 30) ? 1 << 30 : (int)nb;
+    } else if (!num_blocks) {
+        const double nb = kv_gib > 0 ? floor(kv_gib * 1073741824.0 / (kv_bytes_per_token(c, kv_elem) * block))
+                                     : floor((double)max_seqs * max_len / block) + 1;
+        if (nb < 2 || nb > (double)(1 << 30)) arg_die("the KV pool would have %.0f blocks of %d tokens: need 2 .. 2^30", nb, block);
+        num_blocks = (int)nb;
+    }
+    Runner *run = use_cuda ? runner_new_cuda_paged(gm, num_blocks, block, max_len, (int)rows, err, sizeof err)
+                           : runner_new_cpu_paged(&cm, num_blocks, block, max_len, (int)rows, err, sizeof err);
+    if (!run) die("%s", err);
+    runner_set_graphs(run, !eager);
+    runner_set_prefill_attn(run, prefill_mode);
+    SchedConfig sc = {.policy = POLICY_CONTINUOUS, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len,
+                      .block_size = block, .num_blocks = num_blocks, .prefix_cache = prefix};
+    sc.n_eos = model_eos_ids(model_dir, c, sc.eos, 8);
+    EngineConfig ec = {.sched = sc, .queue_cap = max_seqs + max_queue + 16};
+    Engine *e = engine_new(run, c->vocab, &ec, err, sizeof err);
+    if (!e) die("%s", err);
+    fprintf(stderr, "[llm serve] loaded in %.2f s: %s (%s), %s; KV pool %d blocks of %d\n", now_sec() - t_load, model_dir, qfmt,
+            runner_describe(run), num_blocks, block);
+    const ServerConfig scfg = {.host = host, .port = port, .api_key = api_key, .model_name = served ? served : model_dir,
+                               .max_model_len = max_len, .max_num_seqs = max_seqs, .max_queue = max_queue, .max_body = max_body,
+                               .max_connections = max_conn};
+    const int rc = server_run(&scfg, e, tok, ctp, c->vocab);
+    engine_free(e);
+    runner_free(run);
+    if (gm) gpu_model_free(gm);
+    cpu_model_free(&cm);
+    model_free(&w);
+    if (ctp) chat_template_free(ctp);
+    if (tok) tokenizer_free(tok);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     if (argc < 2) {
@@ -364,6 +533,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 1, argv + 1);
     fprintf(stderr, "llm: '%s' is not a command\n", argv[1]);
     usage_top(stderr);
     return 2;
