@@ -223,6 +223,11 @@ static void *engine_main(void *arg) {
                                  : runner_forward(e->runner, &b, need_logits ? logits : NULL, argmax);
         if (rc != 0) die("engine: the forward failed");
         const double fwd = now_sec() - f0;
+        if (fwd < e->cfg.min_step_s) {
+            const double w = e->cfg.min_step_s - fwd;
+            struct timespec ts = {(time_t)w, (long)((w - (double)(time_t)w) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
         for (int i = 0, k = 0; i < plan.n; i++) {
             before[i] = s->reqs[plan.req[i]].num_tokens;
             if (!plan.samples[i]) continue;

@@ -26,6 +26,8 @@ extern "C" {
 typedef struct {
     SchedConfig sched;  // the step's limits, the KV layout, the EOS ids (scheduler.h)
     int queue_cap;      // submitted requests not yet taken in by the engine thread, at most (0: 256)
+    double min_step_s;  // a step that ran a forward lasts at least this long (0: off). For tests: with a tiny
+                        // model requests stay in flight long enough to be cancelled, to queue, to drain
 } EngineConfig;
 
 typedef struct {

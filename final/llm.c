@@ -365,7 +365,7 @@ static void usage_serve(FILE *f) {
             "                 [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N] [--max-num-batched-tokens N]\n"
             "                 [--block-size B] [--num-blocks N | --kv-gib G | --gpu-memory-utilization U] [--prefix-cache on|off]\n"
             "                 [--quant Q] [--enforce-eager] [--prefill-attn flash|fused|gather] [--max-queue N]\n"
-            "                 [--max-request-bytes N] [--max-connections N]\n"
+            "                 [--max-request-bytes N] [--max-connections N] [--min-step-ms MS]\n"
             "  serve           the OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions (stream or\n"
             "                  not), GET /v1/models, GET /health, GET /metrics (Prometheus, vLLM's names); SIGTERM drains\n"
             "  --model         a Hugging Face directory (config.json, *.safetensors; tokenizer.json for text prompts,\n"
@@ -389,7 +389,9 @@ static void usage_serve(FILE *f) {
             "The server's limits:\n"
             "  --max-queue     requests that may wait beyond --max-num-seqs; more get 503 with Retry-After (default 4096)\n"
             "  --max-request-bytes  larger request bodies get 413 (default 8388608)\n"
-            "  --max-connections    open connections at most, each with a thread (default 1024)\n");
+            "  --max-connections    open connections at most, each with a thread (default 1024)\n"
+            "  --min-step-ms   every engine step lasts at least this long (default 0; for tests and demos: a tiny model\n"
+            "                  keeps requests in flight long enough to see cancels, a full queue and draining)\n");
 }
 
 static int cmd_serve(int argc, char **argv) {
@@ -397,13 +399,14 @@ static int cmd_serve(int argc, char **argv) {
     int port = 8000, max_len = 0, max_seqs = 256, block = 16, num_blocks = 0, prefix = 1, eager = 0, prefill_mode = PREFILL_FLASH;
     int max_queue = 4096, max_conn = 1024;
     long budget = 8192, max_body = 8 << 20;
-    double kv_gib = 0, gpu_util = 0;
+    double kv_gib = 0, gpu_util = 0, min_step_ms = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
         if (!strcmp(a, "--enforce-eager")) eager = 1;
+        else if (!strcmp(a, "--min-step-ms") && more) min_step_ms = arg_float(a, argv[++i], 0, 1e5, 0);
         else if (!more) arg_help_or_unknown(a, usage_serve);
         else if (!strcmp(a, "--model")) model_dir = argv[++i];
         else if (!strcmp(a, "--device")) device = argv[++i];
@@ -502,7 +505,7 @@ static int cmd_serve(int argc, char **argv) {
     SchedConfig sc = {.policy = POLICY_CONTINUOUS, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len,
                       .block_size = block, .num_blocks = num_blocks, .prefix_cache = prefix};
     sc.n_eos = model_eos_ids(model_dir, c, sc.eos, 8);
-    EngineConfig ec = {.sched = sc, .queue_cap = max_seqs + max_queue + 16};
+    EngineConfig ec = {.sched = sc, .queue_cap = max_seqs + max_queue + 16, .min_step_s = min_step_ms / 1e3};
     Engine *e = engine_new(run, c->vocab, &ec, err, sizeof err);
     if (!e) die("%s", err);
     fprintf(stderr, "[llm serve] loaded in %.2f s: %s (%s), %s; KV pool %d blocks of %d\n", now_sec() - t_load, model_dir, qfmt,
