@@ -255,8 +255,11 @@ build/fuzz/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c common/tokenizer.c common
 build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c common/safetensors.c common/check.c common/safetensors.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ $(PKG_LIBS) -lpthread -lm
+build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c final/api.c common/tokenizer.c common/check.c final/api.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -I. $(filter %.c,$^) -o $@ $(PKG_LIBS) -lpthread -lm
 # FUZZ_TARGETS picks which to run: make fuzz FUZZ_TARGETS=safetensors (default: all of them).
-FUZZ_TARGETS ?= tokenizer safetensors
+FUZZ_TARGETS ?= tokenizer safetensors request
 fuzz: $(addprefix fuzz-,$(FUZZ_TARGETS))
 fuzz-tokenizer: build/fuzz/fuzz_tokenizer
 	@mkdir -p build/fuzz/corpus
@@ -267,8 +270,13 @@ fuzz-safetensors: build/fuzz/fuzz_safetensors
 	FUZZ_WRITE_SEEDS=build/fuzz/seeds_safetensors build/fuzz/fuzz_safetensors
 	build/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 -artifact_prefix=build/fuzz/safetensors- -dict=build/fuzz/seeds_safetensors.dict build/fuzz/corpus_safetensors build/fuzz/seeds_safetensors
 
+# The request parser of llm serve (final/api.c): the first byte picks the endpoint, the rest is the body.
+fuzz-request: build/fuzz/fuzz_request
+	@mkdir -p build/fuzz/corpus_request
+	build/fuzz/fuzz_request -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 -artifact_prefix=build/fuzz/request- build/fuzz/corpus_request tests/fuzz/seeds_request
+
 FORCE:
-.PHONY: all check test demo deps clean gpu-sanitize fuzz fuzz-tokenizer fuzz-safetensors bench-h200 FORCE
+.PHONY: all check test demo deps clean gpu-sanitize fuzz fuzz-tokenizer fuzz-safetensors fuzz-request bench-h200 FORCE
 .SECONDARY:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

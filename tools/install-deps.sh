@@ -5,6 +5,9 @@
 #   Debian/Ubuntu packages: gcc make pkg-config git, Criterion, jansson, Oniguruma, utf8proc, xxHash,
 #                           OpenBLAS, libmicrohttpd, OpenMPI (libopenmpi-dev + openmpi-bin: step08's
 #                           ranks under mpirun) (apt-get; sudo when not root)
+#   curl, python3 and the `openai` client (the server tests, always): openai has no Debian package,
+#     so it is pip-installed (with --break-system-packages into the system's Python, pip from
+#     python3-pip when missing).
 #   Python (notebook tests): python3 and numpy matplotlib nbclient nbformat ipykernel.
 #     When `python3` is the system's (or absent), they come from the distribution's packages
 #     (python3-numpy ...): Debian 12 / Ubuntu 24.04 mark the system Python "externally managed",
@@ -69,10 +72,28 @@ command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v make >/dev/null || missing+=(make)
 command -v git >/dev/null || missing+=(git)
 command -v mpirun >/dev/null || missing+=(openmpi-bin)
+command -v curl >/dev/null || missing+=(curl ca-certificates)
+command -v python3 >/dev/null || missing+=(python3)
 for mod in "${!PKG[@]}"; do
     if ! command -v pkg-config >/dev/null || ! pkg-config --exists "$mod"; then missing+=("${PKG[$mod]}"); fi
 done
 if ((${#missing[@]})); then apt_install "${missing[@]}"; fi
+
+# ---- the server tests: the openai client (tests/server_client.py drives `llm serve` with it)
+if ! python3 -c "import openai" 2>/dev/null; then
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        case "$(command -v python3)" in
+        /usr/bin/python3 | /bin/python3) apt_install python3-pip ;;
+        *) say "error: $(command -v python3) has no pip; install the openai package for it yourself" >&2; exit 1 ;;
+        esac
+    fi
+    say "pip installing openai into $(command -v python3)"
+    python3 -m pip install -q openai 2>/dev/null || python3 -m pip install -q --break-system-packages openai
+    if ! python3 -c "import openai" 2>/dev/null; then
+        say "error: python3 still cannot import openai" >&2
+        exit 1
+    fi
+fi
 
 # ---- Python for the notebook tests
 if ((want_python)); then
