@@ -196,6 +196,8 @@ static int parse_common(json_t *o, ApiRequest *r, ApiError *err) {
     v = 0;
     if (get_int(o, "top_k", -1, 1 << 30, &v, err) != 0) return -1;
     r->top_k = v < 0 ? 0 : (int)v;
+    r->given = (field(o, "temperature") ? API_GAVE_TEMPERATURE : 0) | (field(o, "top_p") ? API_GAVE_TOP_P : 0) |
+               (field(o, "top_k") ? API_GAVE_TOP_K : 0) | (field(o, "min_p") ? API_GAVE_MIN_P : 0);
     json_t *seed = field(o, "seed");
     if (seed) {
         if (!json_is_integer(seed)) return bad(err, "seed", "seed must be an integer");

@@ -35,6 +35,7 @@ extern "C" {
 typedef enum { API_COMPLETIONS = 0, API_CHAT } ApiKind;
 
 enum { API_MAX_STOP = 16, API_MAX_LOGPROBS = 20 };
+enum { API_GAVE_TEMPERATURE = 1, API_GAVE_TOP_P = 2, API_GAVE_TOP_K = 4, API_GAVE_MIN_P = 8 };
 
 // An error the way the OpenAI API returns it: {"error": {"message", "type", "param", "code"}}.
 typedef struct {
@@ -54,6 +55,7 @@ typedef struct {
     int max_tokens;              // -1: not given (the room left in the context)
     float temperature, top_p, min_p;  // defaults 1, 1, 0
     int top_k;                   // 0: off (-1 in a request means off too)
+    int given;                   // which of the four the request gave (API_GAVE_*): the server's defaults fill the others
     int has_seed;
     uint64_t seed;
     char *stop[API_MAX_STOP];    // stop strings (non-empty)

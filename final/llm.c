@@ -394,6 +394,26 @@ static void usage_serve(FILE *f) {
             "                  keeps requests in flight long enough to see cancels, a full queue and draining)\n");
 }
 
+// The sampling defaults of requests that do not say, as vLLM's server takes them: the model's
+// generation_config.json temperature, top_p, top_k and min_p where it has them.
+static void generation_defaults(const char *dir, ServerConfig *c) {
+    c->temperature = 1, c->top_p = 1, c->top_k = 0, c->min_p = 0;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    json_error_t je;
+    json_t *g = json_load_file(path, 0, &je), *v;
+    if (!g) return;
+    int any = 0;
+    if (json_is_number(v = json_object_get(g, "temperature"))) c->temperature = (float)json_number_value(v), any = 1;
+    if (json_is_number(v = json_object_get(g, "top_p"))) c->top_p = (float)json_number_value(v), any = 1;
+    if (json_is_integer(v = json_object_get(g, "top_k"))) c->top_k = json_integer_value(v) > 0 ? (int)json_integer_value(v) : 0, any = 1;
+    if (json_is_number(v = json_object_get(g, "min_p"))) c->min_p = (float)json_number_value(v), any = 1;
+    json_decref(g);
+    if (any)
+        fprintf(stderr, "[llm serve] requests that do not say sample with %s's temperature %g, top_p %g, top_k %d, min_p %g\n", path,
+                c->temperature, c->top_p, c->top_k, c->min_p);
+}
+
 static int cmd_serve(int argc, char **argv) {
     const char *model_dir = NULL, *device = NULL, *host = "127.0.0.1", *api_key = NULL, *served = NULL;
     int port = 8000, max_len = 0, max_seqs = 256, block = 16, num_blocks = 0, prefix = 1, eager = 0, prefill_mode = PREFILL_FLASH;
@@ -510,9 +530,10 @@ static int cmd_serve(int argc, char **argv) {
     if (!e) die("%s", err);
     fprintf(stderr, "[llm serve] loaded in %.2f s: %s (%s), %s; KV pool %d blocks of %d\n", now_sec() - t_load, model_dir, qfmt,
             runner_describe(run), num_blocks, block);
-    const ServerConfig scfg = {.host = host, .port = port, .api_key = api_key, .model_name = served ? served : model_dir,
+    ServerConfig scfg = {.host = host, .port = port, .api_key = api_key, .model_name = served ? served : model_dir,
                                .max_model_len = max_len, .max_num_seqs = max_seqs, .max_queue = max_queue, .max_body = max_body,
                                .max_connections = max_conn};
+    generation_defaults(model_dir, &scfg);
     const int rc = server_run(&scfg, e, tok, ctp, c->vocab);
     engine_free(e);
     runner_free(run);

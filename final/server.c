@@ -395,12 +395,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             continue;
         }
         if (client_gone(g->fd)) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (gen_pump(g, 0.25) < 0) {
+        const int k = gen_pump(g, 0.25);
+        if (k < 0) {
             g->lost = 1;
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        const size_t upto = gen_ready(g);
-        if (!g->done && (upto > g->sent || (g->r.logprobs >= 0 && g->n_toks > g->lp_sent))) sse_choice(g, upto, 0);
+        // a chunk whenever tokens came, as vLLM's (its text may be "": a character not complete yet,
+        // or text held back for a stop string); the last one carries finish_reason
+        if (!g->done && k > 0) sse_choice(g, gen_ready(g), 0);
     }
 }
 
@@ -490,6 +492,10 @@ static enum MHD_Result do_generate(Server *s, struct MHD_Connection *c, Conn *cn
         FAIL(503, "server_overloaded", NULL, draining ? "the server is shutting down" : "the server is busy (%d requests in flight): retry later",
              s->cfg.max_num_seqs + s->cfg.max_queue);
     }
+    if (!(r.given & API_GAVE_TEMPERATURE)) r.temperature = s->cfg.temperature;
+    if (!(r.given & API_GAVE_TOP_P)) r.top_p = s->cfg.top_p;
+    if (!(r.given & API_GAVE_TOP_K)) r.top_k = s->cfg.top_k;
+    if (!(r.given & API_GAVE_MIN_P)) r.min_p = s->cfg.min_p;
     SamplerParams sp = {.greedy = r.temperature < 1e-5f, .temperature = r.temperature, .top_k = r.top_k, .top_p = r.top_p,
                         .min_p = r.min_p, .seed = r.has_seed ? r.seed : s->seed};
     g->id = engine_submit_lp(s->e, r.has_seed ? 0 : -1, ids, n, max_tokens, &sp, r.ignore_eos, r.logprobs);

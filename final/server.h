@@ -33,6 +33,10 @@ typedef struct {
     int max_queue;           // requests beyond max_num_seqs that may wait; more get 503 + Retry-After
     long max_body;           // request bodies larger than this get 413
     int max_connections;     // open connections at most (each has a thread)
+    // sampling defaults for the requests that do not say (vLLM's rule: the model's
+    // generation_config.json temperature / top_p / top_k / min_p, else 1, 1, off, off)
+    float temperature, top_p, min_p;
+    int top_k;
 } ServerConfig;
 
 // Blocks SIGTERM, SIGINT and SIGPIPE in the calling thread and in every thread it starts after
