@@ -1,8 +1,10 @@
 # final: the engine of steps 04-07 put together. engine.c (engine.h): step04's loop on a thread of
 # its own, requests submitted from other threads through a bounded queue, tokens read back through
-# per-request streams, cancels, metrics; llm (llm.c): its command line, `llm generate` and `llm bench`.
+# per-request streams, cancels, metrics; llm (llm.c): its command line, `llm generate`, `llm bench` and
+# `llm serve`, the OpenAI-compatible server (server.c over libmicrohttpd, api.c: requests and responses).
 # Tests: run_tests --filter 'final_engine/*' (the CPU runner, against step04's offline loop and the
-# transformers goldens, and llm bench against batch_bench). CUDA graphs and the server come next.
+# transformers goldens, and llm bench against batch_bench) and 'final_server/*' (llm serve driven by
+# the openai client and curl).
 PROGS_final := llm
 
 FINAL_DEMO_MODEL ?= tests/data/models/llama_mha_bf16
