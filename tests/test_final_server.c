@@ -65,12 +65,20 @@ static void srv_start(Srv *s, const char *model, const char *extra) {
     cr_assert(s->port > 0, "llm serve did not listen within 30 s (%s)", cmd);
 }
 
+// The server's log has no sanitizer report (under SANITIZE=1 its stderr is the only place one shows).
+static void expect_clean_log(const Srv *s) {
+    char *log = test_slurp(s->log, NULL);
+    cr_expect(log && !strstr(log, "Sanitizer") && !strstr(log, "runtime error"), "llm serve's log:\n%s", log ? log : "(none)");
+    free(log);
+}
+
 // SIGTERM; the exit code (-1 when it did not exit within 30 s: then it is killed).
 static int srv_stop(Srv *s) {
     kill(s->pid, SIGTERM);
     int st = 0;
     for (int i = 0; i < 600; i++) {
         if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            expect_clean_log(s);
             unlink(s->log);
             return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
         }
@@ -514,6 +522,7 @@ Test(final_server, sigterm_drains_in_flight_streams, .timeout = 120) {
     cr_expect(strstr(t, "data: [DONE]") != NULL, "the stream got to [DONE]: %s", t);
     cr_expect(strstr(t, "\"completion_tokens\":40") != NULL, "all 40 tokens: %s", t);
     cr_expect(strstr(t, "\"finish_reason\":\"length\"") != NULL);
+    expect_clean_log(&s);
     char *log = test_slurp(s.log, NULL);
     cr_expect(log && strstr(log, "draining"), "the log says it drained");
     free(log), free(t);
