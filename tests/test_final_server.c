@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +218,26 @@ Test(final_server, greedy_completions_follow_the_goldens, .timeout = 300) {
         snprintf(what, sizeof what, "%s llm serve vs transformers", ck[c].name);
         const int agreed = vllm_expect(what, srv_ids, top5, gold.gen, gold.top5, gold.ng);
         fprintf(stderr, "[final server] %s: %d of %d tokens identical to transformers\n", ck[c].name, agreed, gold.ng);
+        // the logprob of each agreed token against transformers' (log_softmax of its raw logits)
+        char *gpath = NULL;
+        cr_assert(asprintf(&gpath, "%s/goldens/greedy.json", ck[c].dir) > 0);
+        json_error_t je;
+        json_t *gj = json_load_file(gpath, 0, &je);
+        cr_assert(gj, "%s: %s", gpath, je.text);
+        free(gpath);
+        const json_t *glp = json_object_get(gj, "top5_logprobs"), *slp = json_object_get(j, "token_logprobs");
+        // f32: the same math (measured: within 5e-6). bf16: transformers runs the whole forward in bf16 and
+        // the engine in fp32 over bf16 weights; logits of size ~16 at bf16's 2^-8 give up to ~0.08
+        const double tol = strstr(ck[c].name, "f32") ? 1e-4 : 0.15;
+        double worst = 0;
+        for (int i = 0; i < agreed; i++) {
+            const double want = json_number_value(json_array_get(json_array_get(glp, (size_t)i), 0)),
+                         got_lp = json_number_value(json_array_get(slp, (size_t)i));
+            if (fabs(got_lp - want) > worst) worst = fabs(got_lp - want);
+            cr_expect(fabs(got_lp - want) <= tol, "%s step %d: logprob %.6f, transformers %.6f", ck[c].name, i, got_lp, want);
+        }
+        fprintf(stderr, "[final server] %s: logprobs of %d tokens within %.2g of transformers'\n", ck[c].name, agreed, worst);
+        json_decref(gj);
         cr_expect_str_eq(jstr(j, "finish_reason"), "length");
         cr_expect_eq(jint(j, "usage.prompt_tokens"), gold.np);
         cr_expect_eq(jint(j, "usage.completion_tokens"), gold.ng);
@@ -287,12 +308,13 @@ Test(final_server, text_prompts_streams_stop_strings_and_seeds, .timeout = 120) 
 // A model directory with a chat template (ChatML, in tokenizer_config.json): chat completions give
 // `llm generate --chat`'s text over the same rendered prompt (usage.prompt_tokens = its ids), the
 // same text streamed (first delta: the assistant's role), and logprobs per token with top_logprobs.
+// Its generation_config.json says temperature 0: a request that gives none is greedy.
 Test(final_server, chat_completions_use_the_chat_template, .timeout = 120) {
     char dir[64], path[256], cwd[1024];
     cr_assert(getcwd(cwd, sizeof cwd));
     test_mkdtemp(dir, sizeof dir, "final_srv_chat");
-    static const char *files[] = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"};
-    for (int i = 0; i < 4; i++) {
+    static const char *files[] = {"config.json", "model.safetensors", "tokenizer.json"};
+    for (int i = 0; i < 3; i++) {
         char src[1400];
         snprintf(src, sizeof src, "%s/%s/%s", cwd, TOK_MODEL, files[i]);
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
@@ -306,6 +328,12 @@ Test(final_server, chat_completions_use_the_chat_template, .timeout = 120) {
     cr_assert_eq(json_dump_file(cfg, path, 0), 0);
     json_decref(cfg);
     free(tmpl);
+    // the model's sampling defaults: greedy (requests that give no temperature sample with these)
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("{\"bos_token_id\": 0, \"eos_token_id\": 1, \"temperature\": 0.0, \"top_k\": 20}\n", f);
+    fclose(f);
     Srv s;
     srv_start(&s, dir, NULL);
     json_t *j = py(&s, dir, "chat", "--content 'Why is the sky blue?' --max-tokens 12");
@@ -323,6 +351,17 @@ Test(final_server, chat_completions_use_the_chat_template, .timeout = 120) {
     cr_expect_str_eq(jstr(j, "stream.finish_reason"), "length");
     const json_t *roles = json_object_get(json_object_get(j, "stream"), "roles");
     cr_expect(json_array_size(roles) == 1 && !strcmp(json_string_value(json_array_get(roles, 0)), "assistant"));
+    // a completion that names no temperature is greedy here (generation_config.json's), as vLLM does
+    json_t *gt = llm_generate(dir, "--max-tokens 24 --prompt 'The quick brown fox'");
+    char *body;
+    cr_expect_eq(http(&s, "POST", "/v1/completions", "{\"prompt\": \"The quick brown fox\", \"max_tokens\": 24, \"ignore_eos\": true}", NULL, &body), 200);
+    json_error_t je;
+    json_t *jd = json_loads(body, 0, &je);
+    cr_assert(jd, "%s", body);
+    const char *dtext = json_string_value(json_object_get(json_array_get(json_object_get(jd, "choices"), 0), "text"));
+    cr_expect_str_eq(dtext ? dtext : "", jstr(gt, "text"), "the model's default temperature 0: greedy");
+    json_decref(jd), json_decref(gt);
+    free(body);
     cr_expect_eq(srv_stop(&s), 0);
     json_decref(j), json_decref(g);
     test_rmtree(dir);
