@@ -86,6 +86,7 @@ typedef struct {
     long id;                 // the engine's, -1 before submission
     int n_prompt;
     int *toks, n_toks, cap;  // generated ids
+    size_t *tok_end;         // (cap) the text's length once each token was decoded
     float *lp, *top_lp;      // logprobs: (cap), (cap, n_top)
     int *top_ids, n_top;
     TokStream *ts;
@@ -188,7 +189,7 @@ static void gen_free(Gen *g) {
     }
     if (g->ts) tokstream_free(g->ts);
     api_request_free(&g->r);
-    free(g->toks), free(g->lp), free(g->top_lp), free(g->top_ids), free(g->text), free(g->out);
+    free(g->toks), free(g->tok_end), free(g->lp), free(g->top_lp), free(g->top_ids), free(g->text), free(g->out);
     free(g);
 }
 
@@ -231,23 +232,30 @@ static int gen_pump(Gen *g, double timeout_s) {
             memcpy(g->top_ids + (size_t)n * g->n_top, top_ids + (size_t)i * g->n_top, (size_t)g->n_top * sizeof(int));
             memcpy(g->top_lp + (size_t)n * g->n_top, top_lp + (size_t)i * g->n_top, (size_t)g->n_top * sizeof(float));
         }
-        if (g->stopped) continue;
         size_t len = 0;
         const char *piece = g->ts ? tokstream_step(g->ts, ids[i], &len) : "";
         append(&g->text, &g->text_len, &g->text_cap, piece, len);
+        g->tok_end[n] = g->text_len;
     }
-    if (!g->stopped) g->n_toks += k;
-    if (fin != FINISH_NONE && !g->stopped) {
+    const int n0 = g->n_toks;
+    g->n_toks += k;
+    if (fin != FINISH_NONE) {
         size_t len = 0;
         const char *rest = g->ts ? tokstream_flush(g->ts, &len) : "";
         append(&g->text, &g->text_len, &g->text_cap, rest, len);
+        if (g->n_toks > 0) g->tok_end[g->n_toks - 1] = g->text_len;
     }
-    if (g->r.n_stop && !g->stopped && g->text_len > from) {
+    if (g->r.n_stop && g->text_len > from) {
         // a stop string cannot start inside text already sent (it was held back)
         const long p = api_stop_find(g->text, g->text_len, from, g->r.stop, g->r.n_stop);
         if (p >= 0) {
-            for (int i = 0; i < g->r.n_stop; i++)
-                if (!g->stop_hit && !strncmp(g->text + p, g->r.stop[i], strlen(g->r.stop[i]))) g->stop_hit = g->r.stop[i];
+            for (int i = 0; i < g->r.n_stop && !g->stop_hit; i++)
+                if (!strncmp(g->text + p, g->r.stop[i], strlen(g->r.stop[i]))) g->stop_hit = g->r.stop[i];
+            // the tokens after the one that completed the stop string are dropped (ids, logprobs, usage)
+            const size_t end = (size_t)p + strlen(g->stop_hit);
+            int last = n0;
+            while (last < g->n_toks - 1 && g->tok_end[last] < end) last++;
+            g->n_toks = last + 1;
             g->text_len = (size_t)p;
             g->text[p] = 0;
             g->stopped = 1;
@@ -510,7 +518,7 @@ static enum MHD_Result do_generate(Server *s, struct MHD_Connection *c, Conn *cn
         FAIL(503, "server_overloaded", NULL, "the engine's queue is full: retry later");
     }
     g->n_prompt = n, g->cap = max_tokens, g->n_top = r.logprobs > 0 ? r.logprobs : 0;
-    g->toks = xmalloc((size_t)max_tokens * sizeof(int));
+    g->toks = xmalloc((size_t)max_tokens * sizeof(int)), g->tok_end = xmalloc((size_t)max_tokens * sizeof(size_t));
     if (r.logprobs >= 0) {
         const size_t nt = (size_t)(g->n_top ? g->n_top : 1);
         g->lp = xmalloc((size_t)max_tokens * sizeof(float));
