@@ -497,7 +497,7 @@ Test(final_server, bad_requests_get_4xx_and_the_server_keeps_serving, .timeout =
 Test(final_server, a_full_server_answers_503_with_retry_after, .timeout = 120) {
     Srv s;
     srv_start(&s, TOK_MODEL, "--max-num-seqs 1 --max-queue 0 --min-step-ms 10");
-    json_t *j = py(&s, TOK_MODEL, "busy", "--n 6 --max-tokens 40");
+    json_t *j = py(&s, TOK_MODEL, "busy", "--n 6 --max-tokens 100");
     const json_t *r = json_object_get(j, "responses");
     int ok = 0, busy = 0;
     for (size_t i = 0; i < json_array_size(r); i++) {
