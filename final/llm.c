@@ -464,7 +464,7 @@ static int cmd_serve(int argc, char **argv) {
         arg_die("need --model");
     }
     if ((num_blocks > 0) + (kv_gib > 0) + (gpu_util > 0) > 1) arg_die("give one of --num-blocks, --kv-gib and --gpu-memory-utilization");
-    server_block_signals();  // before the engine's thread starts: only server_run takes SIGTERM
+    server_catch_signals();  // from here SIGTERM drains (once the server runs) instead of killing
     GpuInfo gi;
     const int use_cuda = choose_device(device, &gi, NULL);
     if (gpu_util > 0 && !use_cuda) arg_die("--gpu-memory-utilization sizes the KV pool in GPU memory: it needs --device cuda");

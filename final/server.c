@@ -23,6 +23,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -687,13 +688,23 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     *con_cls = NULL;
 }
 
-void server_block_signals(void) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+static sem_t g_stop;  // posted by the signal handler (sem_post is async-signal-safe)
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) {
+    g_signal = sig;
+    sem_post(&g_stop);
+}
+
+void server_catch_signals(void) {
+    sem_init(&g_stop, 0, 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }
 
 int server_run(const ServerConfig *c, Engine *e, Tokenizer *tok, const ChatTemplate *ct, int vocab) {
@@ -735,13 +746,9 @@ int server_run(const ServerConfig *c, Engine *e, Tokenizer *tok, const ChatTempl
     if (di && getsockname(di->listen_fd, (struct sockaddr *)&sa, &sl) == 0) bound = ntohs(sa.sin_port);
     fprintf(stderr, "[llm serve] listening on http://%s:%d (model %s, max_model_len %d, max_num_seqs %d)\n", c->host, bound,
             c->model_name, c->max_model_len, c->max_num_seqs);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    int sig = 0;
-    sigwait(&set, &sig);
-    fprintf(stderr, "[llm serve] %s: draining (no new requests; waiting for those in flight)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    while (sem_wait(&g_stop) != 0 && errno == EINTR) {
+    }
+    fprintf(stderr, "[llm serve] %s: draining (no new requests; waiting for those in flight)\n", g_signal == SIGTERM ? "SIGTERM" : "SIGINT");
     pthread_mutex_lock(&s->mu);
     s->draining = 1;
     pthread_mutex_unlock(&s->mu);

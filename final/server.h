@@ -1,5 +1,5 @@
 // server.h — `llm serve`: the OpenAI-compatible HTTP server in front of the engine (libmicrohttpd).
-// defines: ServerConfig, server_block_signals, server_run
+// defines: ServerConfig, server_catch_signals, server_run
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (stream or not), GET /v1/models,
 // GET /health, GET /metrics (Prometheus text, vLLM's metric names). Concurrency as ENGINE.md's
@@ -11,7 +11,7 @@
 // socket. A client that goes away (its socket closes: polled between reads, or a write fails)
 // gets its request cancelled and released: the engine frees its KV at its next step.
 //
-//   server_block_signals();            // before any thread starts (the engine's included)
+//   server_catch_signals();            // first: SIGTERM / SIGINT start the drain from then on
 //   ... load the model, engine_new ...
 //   server_run(&cfg, engine, tok, ct, vocab);   // returns after SIGTERM / SIGINT, drained
 #pragma once
@@ -39,9 +39,10 @@ typedef struct {
     int top_k;
 } ServerConfig;
 
-// Blocks SIGTERM, SIGINT and SIGPIPE in the calling thread and in every thread it starts after
-// (server_run takes SIGTERM/SIGINT with sigwait). Call before engine_new.
-void server_block_signals(void);
+// SIGTERM and SIGINT from now on ask server_run to drain (a handler posts a semaphore, whichever
+// thread takes the signal: OpenBLAS's and CUDA's threads included); SIGPIPE is ignored. Call it
+// before loading the model, so that a SIGTERM during the load is not fatal either.
+void server_catch_signals(void);
 // Serves until SIGTERM or SIGINT, then drains: stops accepting connections, answers 503 to new
 // requests on open ones, waits for the requests in flight to finish, and returns 0 (1 when the
 // server could not start, with a message on stderr). tok: NULL refuses text prompts; ct: NULL
