@@ -283,12 +283,14 @@ Test(final_server, text_prompts_streams_stop_strings_and_seeds, .timeout = 120) 
     snprintf(stop, sizeof stop, "%.*s", (int)(b - a), text + a);
     const size_t cut = (size_t)(strstr(text, stop) - text);
     char *want = strndup(text, cut);
-    FILE *f = fopen("/tmp/final_server_stop.txt", "w");  // the stop string may hold any byte: passed through a file
-    cr_assert(f);
-    fputs(stop, f);
-    fclose(f);
-    json_t *js = py(&s, TOK_MODEL, "text", "--prompt 'The quick brown fox' --max-tokens 24 --stop \"$(cat /tmp/final_server_stop.txt)\"");
-    unlink("/tmp/final_server_stop.txt");
+    char stop_file[64] = "/tmp/final_server_stop_XXXXXX", stop_arg[160];  // the stop string may hold any byte: passed through a file
+    const int sfd = mkstemp(stop_file);
+    cr_assert(sfd >= 0);
+    cr_assert_eq(write(sfd, stop, strlen(stop)), (ssize_t)strlen(stop));
+    close(sfd);
+    snprintf(stop_arg, sizeof stop_arg, "--prompt 'The quick brown fox' --max-tokens 24 --stop \"$(cat %s)\"", stop_file);
+    json_t *js = py(&s, TOK_MODEL, "text", stop_arg);
+    unlink(stop_file);
     cr_expect_str_eq(jstr(js, "text"), want, "cut before the stop string");
     cr_expect_str_eq(jstr(js, "finish_reason"), "stop");
     cr_expect_str_eq(jstr(js, "stop_reason"), stop);
