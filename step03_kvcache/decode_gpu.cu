@@ -376,30 +376,10 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
     const size_t es = esize(d->cdt), lstride = (size_t)d->max_seq * kd * es;
     const size_t attn_smem = attn_smem_bytes(gq, hd);
     cudaStream_t s = d->stream;
-    // y [+]= W rmsnorm(x, nw) (+ b) when nw != NULL, else y [+]= W in (+ b); a quantized W: step06's GEMV
+    // y [+]= W rmsnorm(x, nw) (+ b) when nw != NULL, else y [+]= W in (+ b) (decode_fused.cuh)
     auto proj = [&](const GpuQProj *q, const void *W, const float *nw, const float *in, const float *b, float *y,
                     int rows, int n_in, int acc) {
-        if (q->n == 0) {
-            if (nw) {
-                DISPATCH(dt, A, gemvf_launch<A, true, false>(pdl, s, (const A *)W, (const float *)d->x, nw, eps, b, y,
-                                                             rows, n_in, acc, 0));
-            } else {
-                DISPATCH(dt, A, gemvf_launch<A, false, false>(pdl, s, (const A *)W, in, (const float *)NULL, eps, b, y,
-                                                              rows, n_in, acc, 0));
-            }
-            return;
-        }
-        if (q->n == 1) {  // step06's one-kernel GEMV, with the norm folded in, where its rung has one
-            const int r = qlinear_gpu_gemv_fused(q->part[0], nw ? d->x : in, nw, eps, b, y, acc, 0, pdl, s);
-            if (r < 0) die("qlinear_gpu_gemv_fused failed (%s)", qlinear_gpu_describe(q->part[0]));
-            if (r == 1) return;
-        }
-        if (nw) {
-            k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, nw, dm, 1, dm, eps, d->xn);
-            CUDA_CHECK_LAST();
-            in = d->xn;
-        }
-        proj_gemv(dt, q, W, in, b, y, rows, n_in, acc, s);
+        fused_proj(pdl, s, dt, q, W, d->x, nw, eps, in, b, y, rows, n_in, acc, 0, d->xn, d->gu);
     };
     DISPATCH(dt, A, k_embed<A><<<1, 256, 0, s>>>((const A *)g->embed, d->d_tok, dm, d->x));
     CUDA_CHECK_LAST();
@@ -410,19 +390,8 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
         DISPATCH(d->cdt, C, attn_fused<C>(pdl, dim3(KV, d->nsplit), attn_smem, s, d->qkv, L, d, H, KV, hd, eps, scale,
                                           (C *)kc, (C *)vc));
         proj(&L->qo, L->wo, NULL, d->att, L->bo, d->x, dm, qd, 1);  // x += att Wo^T
-        if (L->qgu.n == 0) {  // h = swiglu(Wgu rmsnorm(x)): one kernel
-            DISPATCH(dt, A, gemvf_launch<A, true, true>(pdl, s, (const A *)L->wgu, (const float *)d->x,
-                                                        (const float *)L->mlp_norm, eps, (const float *)NULL, d->h, ff,
-                                                        dm, 0, ff));
-        } else if (L->qgu.n == 1 &&  // the quantized gate|up with its norm and SwiGLU: one kernel where it can
-                   qlinear_gpu_gemv_fused(L->qgu.part[0], d->x, L->mlp_norm, eps, NULL, d->h, 0, ff, pdl, s) == 1) {
-        } else {
-            k_rmsnorm<float><<<1, 1024, 0, s>>>(d->x, L->mlp_norm, dm, 1, dm, eps, d->xn);
-            CUDA_CHECK_LAST();
-            proj_gemv(dt, &L->qgu, L->wgu, d->xn, NULL, d->gu, 2 * ff, dm, 0, s);
-            k_swiglu_f32<<<(ff + 255) / 256, 256, 0, s>>>(d->gu, d->h, ff);
-            CUDA_CHECK_LAST();
-        }
+        // h = swiglu(Wgu rmsnorm(x)): one kernel where the projection allows
+        fused_proj(pdl, s, dt, &L->qgu, L->wgu, d->x, L->mlp_norm, eps, NULL, NULL, d->h, ff, dm, 0, 1, d->xn, d->gu);
         proj(&L->qdown, L->wdown, NULL, d->h, NULL, d->x, dm, ff, 1);  // x += h Wdown^T
     }
     // the lm_head with the argmax in it where the row loop takes it (a small model's), else the two

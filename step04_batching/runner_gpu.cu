@@ -39,8 +39,18 @@
 // KV memory: per layer K and V of (n_slots * max_len, KV*hd) in the weight dtype; the host
 // decides everything (paths, lengths, splits) from the Batch, which is on the host, and copies
 // the integer arrays the kernels read to the device once per step (one packed memcpy).
-// Everything is queued on the default stream, as step02's forward; one synchronization at the
-// end, where the argmax (or the logits) come back.
+// Everything is queued on the default stream, as step02's forward (graph steps and the lone decode
+// row: on the runner's own stream); one synchronization at the end, where the argmax (or the
+// logits) come back.
+//
+// The lone decode row (batch 1; gpu_runner_set_lone_decode) runs step07's batch-1 chain
+// (step07_kernels/decode_fused.cuh) instead of ~9 kernels a layer: the RMSNorm inside the qkv
+// GEMV, the RoPE/cache write, paged attention, the o GEMV, the RMSNorm and SwiGLU inside the
+// gate|up GEMV, the down GEMV: 6 kernels a layer; the final norm inside the lm_head and the argmax
+// across many blocks (inside the lm_head where its row loop runs). On sm_90 every kernel of the
+// chain is launched with programmatic dependent launch (common/pdl.cuh): it may start while the
+// previous one drains, issue its first weight loads, and wait for that kernel's results before
+// it reads them.
 //
 // Sampling on the device (gpu_runner_forward_sampled): k_sample_rows draws every logit row's token
 // by Gumbel-max (gumbel.h) from the logits where the lm_head GEMM left them; only the tokens come
@@ -74,6 +84,7 @@
 #include "step04_batching/runner_gpu.h"
 #include "step05_paged/paged_attention.h"
 #include "step05_paged/paged_prefill.h"
+#include "step07_kernels/decode_fused.cuh"  // fused_proj, gemv_rows_launch, k_argmax_fused: the lone decode row
 #include "step07_kernels/flash_attn.h"
 #include "step07_kernels/fused.h"
 
@@ -104,6 +115,8 @@ template <class A, class C>
 __global__ void k_qkv_rows(float *qkv, const float *bias, const float *q_norm, const float *k_norm,
                            const float *cos_t, const float *sin_t, const int *slot, int H, int KV, int hd, float eps,
                            A *q16, C *kc, C *vc) {
+    pdl_trigger();  // (no-ops unless launched with PDL: the lone decode row's chain, GpuRunner.pdl)
+    pdl_wait();
     const int t = blockIdx.x, h = blockIdx.y * blockDim.y + threadIdx.y, lane = threadIdx.x, half = hd / 2;
     if (h >= H + 2 * KV) return;
     const size_t kd = (size_t)KV * hd;
@@ -221,6 +234,8 @@ __global__ void k_gather_rows(const float *x, const int *rows, int d, float *out
 
 // out[r] = first index of the maximum of logits row r (vocab); grid (rows), 1024 threads.
 __global__ void k_argmax_rows(const float *logits, int vocab, int *out) {
+    pdl_trigger();
+    pdl_wait();
     const float *l = logits + (size_t)blockIdx.x * vocab;
     float best = -INFINITY;
     int bidx = INT_MAX;
@@ -264,6 +279,7 @@ struct AttnCtx {
     FlashAttn fa;        // PREFILL_FLASH: the step's flash_attn call (q, kc, vc, out set per layer); fa.ntiles > 0: run
     int flash_id, flash_tile_m;  // the flash version picked for this model at creation, and its tile_m
     int decode_v2;       // paged: always paged_decode_v2 (batch-invariant mode), not paged_decode's rule
+    int b1_part;         // paged, the lone decode row: > 0 paged_decode_v2 with partitions of this many keys
 };
 
 struct LongItem {
@@ -315,7 +331,7 @@ static void plan_add(AttnPlan *p, int small_ok, int small_max, int row0, int n, 
 // layer's cache; d_srow, d_slen, d_sbase the plan's decode items on the device. Returns launches.
 static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, const int *d_slen, const int *d_sbase,
                       const float *q, int ldq, const void *q16, const void *kc, const void *vc, void *out, int out_f32,
-                      cudaStream_t st) {
+                      cudaStream_t st, int pdl) {
     const int H = c->H, KV = c->KV, hd = c->hd, qd = H * hd, kd = KV * hd;
     const size_t es = esize(c->dt), oes = out_f32 ? 4 : es;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -326,8 +342,9 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
         a.block_tables = c->d_bt, a.bt_stride = c->bt_stride, a.block_size = c->block_size;
         a.rows = d_srow, a.seqs = d_sbase, a.lens = d_slen, a.n = p->ns, a.max_len = p->maxlen;
         a.out = out, a.ldo = qd, a.out_f32 = out_f32, a.part_o = c->part_o, a.part_ml = c->part_ml, a.part_cap = c->part_cap;
-        a.stream = st;
-        const int nl = c->decode_v2 ? paged_decode_v2(&a) : paged_decode(&a, c->num_sms);
+        a.stream = st, a.pdl = pdl;
+        if (c->b1_part > 0) a.part = c->b1_part;
+        const int nl = c->decode_v2 || c->b1_part > 0 ? paged_decode_v2(&a) : paged_decode(&a, c->num_sms);
         if (nl < 0) die("paged decode attention: launch refused (see above)");
         launches += nl;
     } else if (p->ns) {
@@ -416,6 +433,14 @@ struct GpuRunner {
     size_t lstride;  // bytes of one layer's K (or V)
     double kv_bytes;
     int small_max, use_gemv;
+    // A lone decode row (T = 1; gpu_runner_set_lone_decode): fused1 runs step07's batch-1 chain (the
+    // RMSNorms inside the qkv, gate|up and lm_head GEMVs, the SwiGLU inside gate|up, the argmax across
+    // many blocks, inside the lm_head where its row loop runs); pdl: those kernels, the RoPE/cache
+    // write and the paged attention launched with programmatic dependent launch (sm_90).
+    int fused1, pdl;
+    int b1_part;  // > 0 (LLM_B1_PART): the lone row's paged attention split into partitions of this many keys (v2)
+    float *arg_v;
+    int *arg_i, *arg_count;  // (1024, 1024, 1): the many-block argmax's partials and finished-block counter
     int batch_inv;  // gpu_runner_set_batch_invariant: GEMMs of BI_ROWS rows, no GEMV, decode always v2
     int prefill_ok, flash_ok;  // paged_prefill / a tensor-core flash version takes this model's shape here
     int prefill;               // the long path: PREFILL_GEMM, PREFILL_PAGED, PREFILL_FLASH
@@ -582,6 +607,12 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->lstride = lstride;
     r->small_max = DEFAULT_SMALL_CHUNK;
     r->use_gemv = 1;
+    {
+        const char *e = getenv("LLM_B1_FUSED"), *e2 = getenv("LLM_PDL");
+        gpu_runner_set_lone_decode(r, e && strcmp(e, "0") == 0 ? 0 : e2 && strcmp(e2, "0") == 0 ? 1 : 2);
+        const char *e3 = getenv("LLM_B1_PART");
+        r->b1_part = e3 ? atoi(e3) : 0;
+    }
     r->prefill_ok = paged && paged_prefill_supported(dt, H, KV, hd);
     size_t f0, f1;
     CUDA_CHECK(cudaMemGetInfo(&f0, &tot));
@@ -604,6 +635,10 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->xnf = (float *)dalloc_r(d * 4, NULL);
     r->attf = (float *)dalloc_r(qd * 4, NULL);
     r->hf = (float *)dalloc_r(ff * 4, NULL);
+    r->arg_v = (float *)dalloc_r(1024 * 4, NULL);
+    r->arg_i = (int *)dalloc_r(1024 * 4, NULL);
+    r->arg_count = (int *)dalloc_r(4, NULL);
+    CUDA_CHECK(cudaMemset(r->arg_count, 0, 4));
     r->cos_t = (float *)dalloc_r(T * half * 4, NULL);
     r->sin_t = (float *)dalloc_r(T * half * 4, NULL);
     r->inv_freq = (float *)dalloc_r(half * 4, NULL);
@@ -678,7 +713,7 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
     CUDA_CHECK(cudaDeviceSynchronize());
     void *ps[] = {r->kc, r->vc, r->x, r->xn, r->qkv, r->q16, r->att, r->gu, r->h, r->xg, r->logits, r->xnf, r->attf,
                   r->hf, r->cos_t, r->sin_t, r->inv_freq, r->d_pack, r->d_argmax, r->ac.S, r->ac.part_o, r->ac.part_ml,
-                  r->ac.gk, r->ac.gv};
+                  r->ac.gk, r->ac.gv, r->arg_v, r->arg_i, r->arg_count};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     if (r->ac.P != r->ac.S) CUDA_CHECK(cudaFree(r->ac.P));
     CUDA_CHECK(cudaFreeHost(r->h_pack));
@@ -755,6 +790,8 @@ extern "C" int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float 
 // k_argmax_rows and as sample_gumbel (the C reference).
 __global__ void k_sample_rows(const float *logits, int vocab, const float *temp, const unsigned long long *keys,
                               int *out) {
+    pdl_trigger();
+    pdl_wait();
     const float *l = logits + (size_t)blockIdx.x * vocab;
     const float t = temp[blockIdx.x];
     const uint64_t key = keys[blockIdx.x];
@@ -860,6 +897,13 @@ extern "C" int gpu_runner_set_graphs(GpuRunner *r, int on) {
     return r->graphs;
 }
 
+extern "C" int gpu_runner_set_lone_decode(GpuRunner *r, int mode) {
+    GpuInfo gi;
+    r->fused1 = mode >= 1;
+    r->pdl = mode >= 2 && gpu_info(&gi) == 0 && gi.cc_major >= 9;
+    return r->fused1 + r->pdl;
+}
+
 extern "C" void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures) {
     *replays = r->replays, *captures = r->captures;
 }
@@ -908,7 +952,6 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     // a decode step whose graph exists (or is captured now): padded to its bucket, on r->stream
     const int gi = logits || !out ? -1 : graph_bucket(r, b0);
     const Batch *b = gi >= 0 ? graph_pad(r, b0, r->gb[gi]) : b0;
-    const cudaStream_t st = gi >= 0 ? r->stream : 0;
     const int T = b->n_tokens, NL = b->n_logits, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
     const int ff = c->intermediate, V = c->vocab, qd = H * hd, kd = KV * hd, nqkv = qd + 2 * kd;
     const StDtype dt = g->wdt;
@@ -927,9 +970,13 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     }
     // a graph is recorded for one decode kernel: v2's grid then covers max_model_len (the
     // partitions past a row's keys exit at once), v1's does not depend on the lengths
-    const int gv = gi >= 0 ? paged_decode_choose(T, KV, p->maxlen, r->ac.num_sms) : 0;
-    if (gv == 2) p->maxlen = r->max_len;
     const int gemv1 = r->use_gemv && !r->batch_inv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
+    const int fused1 = gemv1 && r->fused1, pdl = fused1 && r->pdl;  // ... as step07's batch-1 chain
+    r->ac.b1_part = fused1 && paged ? r->b1_part : 0;
+    const int gv = gi < 0 ? 0 : r->ac.b1_part > 0 ? 2 : paged_decode_choose(T, KV, p->maxlen, r->ac.num_sms);
+    if (gv == 2) p->maxlen = r->max_len;
+    // graphs, and the batch-1 chain also when eager (programmatic launches need a stream of their own)
+    const cudaStream_t st = gi >= 0 || fused1 ? r->stream : 0;
     // ---- one packed upload: token ids, positions, slots, logit rows, decode items
     int *hp = r->h_pack;
     size_t o = 0;
@@ -1010,27 +1057,36 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
             const GpuLayer *L = &g->layers[l];
             void *kc = (char *)r->kc + (size_t)l * r->lstride, *vc = (char *)r->vc + (size_t)l * r->lstride;
             // ---- attention block
-            if (gemv1) {
+            if (fused1) {  // the RMSNorm inside the qkv GEMV (step07)
+                launches += fused_proj(pdl, st, dt, &L->qqkv, L->wqkv, r->x, L->attn_norm, eps, NULL, L->bqkv, r->qkv,
+                                       nqkv, d, 0, 0, r->xnf, NULL);
+            } else if (gemv1) {
                 k_rmsnorm<float><<<1, 1024, 0, st>>>(r->x, L->attn_norm, d, 1, d, eps, r->xnf);
                 CUDA_CHECK_LAST();
                 proj_gemv(dt, &L->qqkv, L->wqkv, r->xnf, L->bqkv, r->qkv, nqkv, d, 0, st);
+                launches += 2;
             } else {
                 DISPATCH(dt, A, k_rmsnorm<A><<<T, 256, 0, st>>>(r->x, L->attn_norm, d, 1, d, eps, (A *)r->xn));
                 CUDA_CHECK_LAST();
                 rproj(r, st, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
+                launches += 2;
             }
             DISPATCH(dt, A,
-                     k_qkv_rows<A, A><<<qkv_grid, qkv_block, 0, st>>>(r->qkv, gemv1 ? NULL : L->bqkv, L->q_norm, L->k_norm,
-                                                                     r->cos_t, r->sin_t, dp + o_slot, H, KV, hd, eps,
-                                                                     (A *)r->q16, (A *)kc, (A *)vc));
-            CUDA_CHECK_LAST();
-            launches += 3;
+                     pdl_launch(pdl, k_qkv_rows<A, A>, qkv_grid, qkv_block, 0, st, r->qkv,
+                                gemv1 ? (const float *)NULL : L->bqkv, L->q_norm, L->k_norm, r->cos_t, r->sin_t,
+                                dp + o_slot, H, KV, hd, eps, (A *)r->q16, (A *)kc, (A *)vc));
+            launches++;
             launches += attn_layer(&r->ac, p, dp + o_sr, dp + o_sl, dp + o_sb, r->qkv, nqkv, r->q16, kc, vc,
-                                   gemv1 ? (void *)r->attf : r->att, gemv1, st);
-            if (gemv1) {
+                                   gemv1 ? (void *)r->attf : r->att, gemv1, st, pdl);
+            if (fused1) {
+                launches += fused_proj(pdl, st, dt, &L->qo, L->wo, r->x, NULL, eps, r->attf, L->bo, r->x, d, qd, 1, 0,
+                                       r->xnf, NULL);  // x += att Wo^T + bo
+            } else if (gemv1) {
                 proj_gemv(dt, &L->qo, L->wo, r->attf, L->bo, r->x, d, qd, 1, st);  // x += att Wo^T + bo
+                launches++;
             } else {
                 rproj(r, st, dt, &L->qo, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
+                launches++;
                 if (L->bo) {
                     k_add_bias<<<grid_for((size_t)T * d, 256), 256, 0, st>>>(r->x, L->bo, T, d, d);
                     CUDA_CHECK_LAST();
@@ -1038,23 +1094,53 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 }
             }
             // ---- MLP block
-            if (gemv1) {
+            if (fused1) {  // the RMSNorm and the SwiGLU inside the gate|up GEMV (step07)
+                launches += fused_proj(pdl, st, dt, &L->qgu, L->wgu, r->x, L->mlp_norm, eps, NULL, NULL, r->hf, ff, d, 0, 1,
+                                       r->xnf, r->gu);
+                launches += fused_proj(pdl, st, dt, &L->qdown, L->wdown, r->x, NULL, eps, r->hf, NULL, r->x, d, ff, 1, 0,
+                                       r->xnf, NULL);
+            } else if (gemv1) {
                 k_rmsnorm<float><<<1, 1024, 0, st>>>(r->x, L->mlp_norm, d, 1, d, eps, r->xnf);
                 CUDA_CHECK_LAST();
                 proj_gemv(dt, &L->qgu, L->wgu, r->xnf, NULL, r->gu, 2 * ff, d, 0, st);
                 k_swiglu<float><<<(ff + 255) / 256, 256, 0, st>>>(r->gu, r->hf, 1, ff);
                 CUDA_CHECK_LAST();
                 proj_gemv(dt, &L->qdown, L->wdown, r->hf, NULL, r->x, d, ff, 1, st);
+                launches += 4;
             } else {
                 DISPATCH(dt, A, k_rmsnorm<A><<<T, 256, 0, st>>>(r->x, L->mlp_norm, d, 1, d, eps, (A *)r->xn));
                 CUDA_CHECK_LAST();
                 rproj(r, st, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
                 if (fused_swiglu(1, ST_F32, dt, r->gu, r->h, T, ff, st) != 1) die("fused_swiglu: refused (see above)");
                 rproj(r, st, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
+                launches += 4;
             }
-            launches += 6;
         }
         // ---- logits only for the rows that sample, lcap rows per lm_head GEMM
+        if (fused1) {  // the lone row: the final RMSNorm inside the lm_head GEMV, the argmax across many blocks
+            int done = 0;
+            if (out && !temps) {  // greedy: the argmax inside the lm_head's row loop where that runs
+                const ArgmaxOut am = {r->arg_v, r->arg_i, r->arg_count, r->d_argmax, NULL, NULL};
+                if (g->qlm.n == 0)
+                    DISPATCH(dt, A, done = gemv_rows_launch<A, true>(pdl, st, (const A *)g->lm_head, r->x, g->final_norm, eps,
+                                                                   (const float *)NULL, r->logits, V, d, 0, &am));
+            }
+            if (!done) launches += fused_proj(pdl, st, dt, &g->qlm, g->lm_head, r->x, g->final_norm, eps, NULL, NULL,
+                                              r->logits, V, d, 0, 0, r->xnf, NULL);
+            else launches++;
+            if (out && temps) {
+                pdl_launch(pdl, k_sample_rows, dim3(1), dim3(1024), 0, st, (const float *)r->logits, V,
+                           (const float *)(dp + o_tmp), (const unsigned long long *)(dp + o_key), r->d_argmax);
+                launches++;
+            } else if (out && !done) {
+                const int ab = (V + 1023) / 1024 < 1024 ? (V + 1023) / 1024 : 1024;
+                pdl_launch(pdl, k_argmax_fused, dim3(ab), dim3(1024), 0, st, (const float *)r->logits, V, r->arg_v,
+                           r->arg_i, r->arg_count, r->d_argmax, (int *)NULL, (int *)NULL);
+                launches++;
+            }
+            if (logits) CUDA_CHECK(cudaMemcpyAsync(logits, r->logits, (size_t)V * 4, cudaMemcpyDeviceToHost, st));
+            return launches;
+        }
         for (int o0 = 0; o0 < NL; o0 += r->lcap) {
             const int nl = NL - o0 < r->lcap ? NL - o0 : r->lcap;
             k_gather_rows<<<nl, 256, 0, st>>>(r->x, dp + o_lr + o0, d, r->xg);
@@ -1209,7 +1295,7 @@ static int attention_check(const float *q, const float *kc, const float *vc, int
         CUDA_CHECK(cudaMemcpy(dplan + 2 * p.ns, p.sbase, (size_t)p.ns * 4, cudaMemcpyHostToDevice));
     }
     CUDA_CHECK(cudaMemset(dout, 0xff, nq * es));  // poison (NaN): every row must be written
-    attn_layer(&a, &p, dplan, dplan + p.ns, dplan + 2 * p.ns, dq, qd, dq16, dk, dv, dout, 0, 0);
+    attn_layer(&a, &p, dplan, dplan + p.ns, dplan + 2 * p.ns, dq, qd, dq16, dk, dv, dout, 0, 0, 0);
     DISPATCH(dt, A, k_to_f32_rows<A><<<256, 256>>>((const A *)dout, tmp, nq));
     CUDA_CHECK_LAST();
     CUDA_CHECK(cudaMemcpy(out, tmp, nq * 4, cudaMemcpyDeviceToHost));
@@ -1250,7 +1336,7 @@ extern "C" int step04_decode_attention_dev(StDtype dt, const float *q, int ldq, 
     if (!a.small_ok || n < 1 || part_cap < (size_t)H * (nsplit < 1 ? 1 : nsplit) * hd) return -1;
     AttnPlan p = {};
     p.ns = n, p.nsplit = nsplit, p.maxlen = max_len;
-    return attn_layer(&a, &p, rows, lens, bases, q, ldq, NULL, kc, vc, out, 0, 0);
+    return attn_layer(&a, &p, rows, lens, bases, q, ldq, NULL, kc, vc, out, 0, 0, 0);
 }
 
 // ---------------------------------------------------------------- step05's long-chunk attention alone (its ladder)
@@ -1317,7 +1403,7 @@ extern "C" LongAttnBench *long_attn_bench_new(StDtype dt, int H, int KV, int hd,
 extern "C" int long_attn_bench_run(LongAttnBench *b, int fused) {
     if (fused && !paged_prefill_supported(b->ac.dt, b->ac.H, b->ac.KV, b->ac.hd)) return -1;
     b->plan.ntiles = fused ? b->ntiles : 0;
-    return attn_layer(&b->ac, &b->plan, NULL, NULL, NULL, b->q, b->ldq, b->q16, b->kc, b->vc, b->out, 0, 0);
+    return attn_layer(&b->ac, &b->plan, NULL, NULL, NULL, b->q, b->ldq, b->q16, b->kc, b->vc, b->out, 0, 0, 0);
 }
 
 extern "C" void long_attn_bench_free(LongAttnBench *b) {

@@ -1,7 +1,8 @@
 // runner_gpu.h — the CUDA half of the step04 runner (runner_gpu.cu; runner_gpu_none.c when built
 // without nvcc). runner.c wraps it behind batch.h's Runner; programs and tests use Runner.
 // defines: GpuRunner, gpu_runner_new, gpu_runner_new_paged, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
-//          gpu_runner_forward, gpu_runner_forward_sampled, gpu_runner_set_graphs, gpu_runner_graph_stats,
+//          gpu_runner_forward, gpu_runner_forward_sampled, gpu_runner_set_graphs, gpu_runner_set_lone_decode,
+//          gpu_runner_graph_stats,
 //          gumbel_sample_gpu_check, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
 //          gpu_runner_set_prefill_attn, gpu_runner_set_batch_invariant, gpu_runner_read_kv, batch_attention_gpu_check, batch_attention_gpu_check_paged,
 //          step04_decode_attention_dev, LongAttnBench, long_attn_bench_new, long_attn_bench_run,
@@ -45,6 +46,12 @@ int gpu_runner_forward_sampled(GpuRunner *r, const Batch *b, const float *temper
                                int *tokens);
 // CUDA graphs for decode steps (runner_set_graphs): 1 on (the default), 0 eager. Returns the state.
 int gpu_runner_set_graphs(GpuRunner *r, int on);
+// The lone decode row (a step of one sequence with one new row: batch-1 decode): 0 step02/03's
+// kernels one after the other (RMSNorm, GEMV, SwiGLU, argmax apart); 1 step07's fused chain (the
+// RMSNorms and the SwiGLU inside the GEMVs, the argmax across many blocks); 2 (the default) the chain
+// with programmatic dependent launch (sm_90; elsewhere as 1). LLM_B1_FUSED=0 / LLM_PDL=0 in the
+// environment lower the default. Returns the mode in effect.
+int gpu_runner_set_lone_decode(GpuRunner *r, int mode);
 void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures);
 // Row k of the last forward's logits (vocab floats, from the device buffer the lm_head wrote; a
 // graph step's too): for the tests, which check graph steps against eager ones by their top-5.

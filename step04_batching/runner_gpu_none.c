@@ -41,6 +41,10 @@ int gpu_runner_set_graphs(GpuRunner *r, int on) {
     (void)r, (void)on;
     return 0;
 }
+int gpu_runner_set_lone_decode(GpuRunner *r, int mode) {
+    (void)r, (void)mode;
+    return 0;
+}
 void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures) {
     (void)r;
     *replays = *captures = 0;

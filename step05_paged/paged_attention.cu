@@ -39,6 +39,7 @@
 
 #include "check.h"
 #include "cuda_check.h"
+#include "pdl.cuh"  // pdl_trigger, pdl_wait, pdl_launch
 #include "step03_kvcache/decode_gpu.cuh"  // Vec16; forward_gpu.cuh: tof, fromf, DISPATCH, block_sum/max
 #include "step05_paged/mma.cuh"  // PA_MMA_ARCH: pack2, mma16816
 #include "step05_paged/paged_attention.h"
@@ -120,6 +121,8 @@ __global__ void __launch_bounds__(PA_THREADS, MINB)
                    const int *__restrict__ bt, int bt_stride, int B, const int *rows, const int *seqs,
                    const int *lens, int H, int KV, int hd, float scale, int part, void *out, int ldo, int out_f32,
                    float *part_o, float *part_ml) {
+    pdl_trigger();  // (a no-op unless launched with PDL: PagedDecode.pdl)
+    pdl_wait();
     constexpr int N = Vec16<C>::N, RPW = 32 / LPR, NW = PA_THREADS / 32;
     constexpr int WR = U * RPW, CR = NW * WR;
     extern __shared__ float red[];  // (NW, g, hd) accumulators, then (NW, g, 2) m and l
@@ -260,6 +263,8 @@ __global__ void __launch_bounds__(PA_THREADS, MINB)
                        const int *lens, int H, int KV, float scale, int part, void *out, int ldo, int out_f32,
                        float *part_o, float *part_ml) {
 #ifdef PA_MMA_ARCH
+    pdl_trigger();
+    pdl_wait();
     constexpr int NW = PA_THREADS / 32, KS = HD / 16, NKV = HD / 32, NVV = HD / 64, MT = HD / 16;
     constexpr int TK = 16 * TPI;  // keys per warp iteration
     static_assert(HD % 64 == 0 && HD <= 256, "hd 64, 128 or 256");
@@ -393,6 +398,8 @@ __global__ void __launch_bounds__(PA_THREADS, MINB)
 template <class C>
 __global__ void k_paged_reduce(const float *part_o, const float *part_ml, const int *rows, const int *lens, int nparts,
                                int part, int H, int hd, void *out, int ldo, int out_f32) {
+    pdl_trigger();
+    pdl_wait();
     const int h = blockIdx.x, w = blockIdx.y, t = threadIdx.x;
     const int len = lens[w], ns = len > 0 ? (len + part - 1) / part : 0;
     const float *ml = part_ml + ((size_t)w * H + h) * nparts * 2, *po = part_o + ((size_t)w * H + h) * nparts * hd;
@@ -434,10 +441,10 @@ static void launch_decode_g(int lpr, int loop, dim3 grid, size_t smem, const Pag
     a->q, a->ldq, (const C *)a->kc, (const C *)a->vc, a->block_tables, a->bt_stride, a->block_size, rows, seqs, lens, \
         a->H, a->KV, a->hd, a->scale, part, a->out, a->ldo, a->out_f32, po, pm
 #define PA_CASE(L)                                                     \
-    case L: k_paged_decode<C, L, G><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_ARGS); break;
+    case L: pdl_launch(a->pdl, k_paged_decode<C, L, G>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_ARGS); break;
     // loop (decode_loop): the other loops exist for 16 lanes per row (hd 128 in bf16/fp16, 64 in fp32)
-    if (lpr == 16 && loop == 1) k_paged_decode<C, 16, G, 4, 4><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_ARGS);
-    else if (lpr == 16 && loop == 2) k_paged_decode<C, 16, G, 8, 1><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_ARGS);
+    if (lpr == 16 && loop == 1) pdl_launch(a->pdl, k_paged_decode<C, 16, G, 4, 4>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_ARGS);
+    else if (lpr == 16 && loop == 2) pdl_launch(a->pdl, k_paged_decode<C, 16, G, 8, 1>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_ARGS);
     else
         switch (lpr) {
             PA_CASE(2) PA_CASE(4) PA_CASE(8) PA_CASE(16) PA_CASE(32)
@@ -451,10 +458,10 @@ static void launch_decode_mma(int loop, dim3 grid, size_t smem, const PagedDecod
 #define PA_MMA_ARGS                                                                                                 \
     a->q, a->ldq, (const C *)a->kc, (const C *)a->vc, a->block_tables, a->bt_stride, a->block_size, rows, seqs, lens, \
         a->H, a->KV, a->scale, part, a->out, a->ldo, a->out_f32, po, pm
-    if (loop == 5) k_paged_decode_mma<C, HD, 2><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_MMA_ARGS);
-    else if (loop == 6) k_paged_decode_mma<C, HD, 1, 4><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_MMA_ARGS);
-    else if (loop == 7) k_paged_decode_mma<C, HD, 1, 1, true><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_MMA_ARGS);
-    else k_paged_decode_mma<C, HD, 1><<<grid, PA_THREADS, smem, (cudaStream_t)a->stream>>>(PA_MMA_ARGS);
+    if (loop == 5) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 2>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
+    else if (loop == 6) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 4>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
+    else if (loop == 7) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 1, true>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
+    else pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
 #undef PA_MMA_ARGS
 }
 template <class C>
@@ -548,9 +555,9 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
                                   part, a->part_o, a->part_ml));
         CUDA_CHECK_LAST();
         DISPATCH(a->dt, C,
-                 k_paged_reduce<C><<<dim3(a->H, n), 128, 0, (cudaStream_t)a->stream>>>(
-                     a->part_o, a->part_ml, a->rows + w0, a->lens + w0, nparts, part, a->H, a->hd, a->out, a->ldo,
-                     a->out_f32));
+                 pdl_launch(a->pdl, k_paged_reduce<C>, dim3(a->H, n), dim3(128), 0, (cudaStream_t)a->stream, a->part_o,
+                            a->part_ml, a->rows + w0, a->lens + w0, nparts, part, a->H, a->hd, a->out, a->ldo,
+                            a->out_f32));
         CUDA_CHECK_LAST();
         launches += 2;
     }

@@ -73,6 +73,9 @@ typedef struct {
                                  // 4 one 16-key tile per warp iteration, 5 two, 6 at most 128 registers,
                                  // 7 P rounded in two parts (paged_attn_bench's rungs)
     void *stream;                // cudaStream_t the kernels go on (NULL: the default stream)
+    int pdl;                     // sm_90: launched with programmatic dependent launch (common/pdl.cuh): the
+                                 // kernels may start while the previous kernel of the stream finishes, and
+                                 // wait for it before reading q or the cache
 } PagedDecode;
 
 // 0 on success (kernels queued on the default stream), -1 on bad arguments / a launch error.

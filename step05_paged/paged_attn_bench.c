@@ -454,7 +454,7 @@ int main(int argc, char **argv) {
 
     Ctx c = {0};
     c.pd = (PagedDecode){dt, H, KV, hd, scale, dq, qd, dk, dv, dbt, nb, B, ditem, ditem + batch, ditem + 2 * batch, batch,
-                         L, dout, qd, 0, po, pm, part_cap, part, 0, NULL};
+                         L, dout, qd, 0, po, pm, part_cap, part, 0, NULL, 0};
     c.nsms = nsms, c.dt = dt, c.ck = ck, c.cv = cv, c.rows = ditem, c.lens = ditem + 2 * batch, c.bases = ditem + 3 * batch;
     c.n = batch, c.L = L, c.H = H, c.KV = KV, c.hd = hd, c.out = dout, c.po = po, c.pm = pm, c.part_cap4 = part_cap;
     c.kc = dk, c.vc = dv, c.bt = dbt, c.bt_stride = nb, c.B = B, c.kd = kd, c.gk = ck, c.gv = cv;

@@ -1,6 +1,6 @@
 // decode_fused.cuh — step07's fusions inside step03's batch-1 decode graph (CUDA C++ only; included
 // by step03_kvcache/decode_gpu.cu, which chooses between this step and its own, gpu_decoder_set_fused).
-// defines: pdl_launch, k_gemv_fused, k_gemv_rows, argmax_blocks_finish, k_argmax_fused, k_rope_table,
+// defines: fused_proj, k_gemv_fused, k_gemv_rows, argmax_blocks_finish, k_argmax_fused, k_rope_table,
 //          k_attn_fused, k_attn_fused2
 //
 // At batch 1 a small model's decode step is ~10 small kernels per layer, each a few microseconds,
@@ -49,24 +49,7 @@
 #include "step03_kvcache/decode_gpu.cuh"
 
 // ---------------------------------------------------------------- programmatic dependent launch
-// (pdl_trigger, pdl_wait: common/pdl.cuh)
-
-// Launch k on s, allowed to overlap the previous kernel of the stream when pdl != 0 (sm_90: the
-// caller asks the device once; a kernel launched so must call pdl_wait before touching shared data).
-template <class... KArgs, class... Args>
-static void pdl_launch(int pdl, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...));
-}
+// (pdl_trigger, pdl_wait, pdl_launch: common/pdl.cuh)
 
 // ---------------------------------------------------------------- the fused GEMV
 #define GEMVF_WARPS 8  // warps per block; one output per warp
@@ -251,7 +234,8 @@ struct ArgmaxOut {
 };
 // The end of a many-block argmax, every thread of the block calling it with its (best, bi): the
 // block's argmax to am.pv / am.pi [blockIdx.x]; the last block to finish (am.count, reset by it)
-// reduces them and advances: *d_tok = the argmax, out_ids[*d_pos] = it, *d_pos += 1.
+// reduces them and advances: *d_tok = the argmax, out_ids[*d_pos] = it, *d_pos += 1 (d_pos NULL:
+// *d_tok only).
 __device__ inline void argmax_blocks_finish(float best, int bi, const ArgmaxOut &am) {
     block_argmax(best, bi);
     __shared__ int last;
@@ -268,10 +252,14 @@ __device__ inline void argmax_blocks_finish(float best, int bi, const ArgmaxOut 
     __syncthreads();  // block_argmax's shared arrays are reused
     block_argmax(best, bi);
     if (threadIdx.x == 0) {
-        const int p = *am.d_pos;
-        am.out_ids[p] = bi;
-        *am.d_tok = bi;
-        *am.d_pos = p + 1;
+        if (am.d_pos) {
+            const int p = *am.d_pos;
+            am.out_ids[p] = bi;
+            *am.d_tok = bi;
+            *am.d_pos = p + 1;
+        } else {
+            *am.d_tok = bi == 0x7fffffff ? 0 : bi;  // the token only (step04's runner; all NaN: 0, as k_argmax_rows)
+        }
         *am.count = 0;
     }
 }
@@ -462,6 +450,50 @@ static void gemvf_launch(int pdl, cudaStream_t s, const W *Wm, const float *x, c
 #undef GEMVF_LAUNCH
 }
 
+// ---------------------------------------------------------------- one batch-1 projection
+// y [+]= W rmsnorm(x, nw) (+ b) when nw != NULL, else y [+]= W in (+ b), for one token (x: the
+// residual, fp32, n_in): a dense W by gemvf_launch (the norm folded in); a quantized one (step06) by
+// its GEMV, the norm folded in where its rung has one (qlinear_gpu_gemv_fused), else a k_rmsnorm
+// into xn (n_in floats) first. swiglu (gate|up, nw required): y (rows) = silu(W[:rows] x') *
+// W[rows:] x'; a quantized gate|up without a fused rung goes through gu (2 rows) and k_swiglu.
+// Returns the kernels launched. Used by step03's fused decode step and step04's runner for a lone decode row.
+static int fused_proj(int pdl, cudaStream_t s, StDtype dt, const GpuQProj *q, const void *W, const float *x,
+                      const float *nw, float eps, const float *in, const float *b, float *y, int rows, int n_in,
+                      int acc, int swiglu, float *xn, float *gu) {
+    if (q->n == 0) {
+        if (swiglu) {
+            DISPATCH(dt, A, gemvf_launch<A, true, true>(pdl, s, (const A *)W, x, nw, eps, (const float *)NULL, y, rows,
+                                                        n_in, 0, rows));
+        } else if (nw) {
+            DISPATCH(dt, A, gemvf_launch<A, true, false>(pdl, s, (const A *)W, x, nw, eps, b, y, rows, n_in, acc, 0));
+        } else {
+            DISPATCH(dt, A, gemvf_launch<A, false, false>(pdl, s, (const A *)W, in, (const float *)NULL, eps, b, y,
+                                                          rows, n_in, acc, 0));
+        }
+        return 1;
+    }
+    if (q->n == 1) {  // step06's one-kernel GEMV, with the norm (and SwiGLU) folded in, where its rung has one
+        const int r = qlinear_gpu_gemv_fused(q->part[0], nw ? x : in, nw, eps, b, y, acc, swiglu ? rows : 0, pdl, s);
+        if (r < 0) die("qlinear_gpu_gemv_fused failed (%s)", qlinear_gpu_describe(q->part[0]));
+        if (r == 1) return 1;
+    }
+    int launches = q->n ? q->n : 1;
+    if (nw) {
+        k_rmsnorm<float><<<1, 1024, 0, s>>>(x, nw, n_in, 1, n_in, eps, xn);
+        CUDA_CHECK_LAST();
+        in = xn;
+        launches++;
+    }
+    if (swiglu) {
+        proj_gemv(dt, q, W, in, NULL, gu, 2 * rows, n_in, 0, s);
+        k_swiglu<float><<<(rows + 255) / 256, 256, 0, s>>>(gu, y, 1, rows);
+        CUDA_CHECK_LAST();
+        return launches + 1;
+    }
+    proj_gemv(dt, q, W, in, b, y, rows, n_in, acc, s);
+    return launches;
+}
+
 // ---------------------------------------------------------------- argmax over many blocks
 // The step's last kernel (step03's k_argmax_advance is one block of 1024 threads scanning the whole
 // vocabulary: 148 dependent loads per thread for 151936 logits, tens of microseconds). Here block b
@@ -469,7 +501,7 @@ static void gemvf_launch(int pdl, cudaStream_t s, const W *Wm, const float *x, c
 // counter, reset by it; argmax_blocks_finish) reduces those and advances: *d_tok = the argmax, out_ids[*d_pos] = it,
 // *d_pos += 1. Ties go to the lower index (argmax_pair, block_argmax: decode_gpu.cuh), so the
 // result is exact and the same as step03's. Grid: any number of blocks <= 1024, 1024 threads.
-__global__ void __launch_bounds__(1024)
+static __global__ void __launch_bounds__(1024)
     k_argmax_fused(const float *logits, int vocab, float *pv, int *pi, int *count, int *d_tok, int *d_pos,
                    int *out_ids) {
     pdl_trigger();
@@ -484,7 +516,7 @@ __global__ void __launch_bounds__(1024)
 // ---------------------------------------------------------------- RoPE table
 // cos_t, sin_t (max_seq, hd/2): the values k_rope_append computes per step (the fp32 angle
 // pos * inv_freq, its cos and sin in double, rounded to fp32), once at setup.
-__global__ void k_rope_table(const float *inv_freq, int max_seq, int half, float *cos_t, float *sin_t) {
+static __global__ void k_rope_table(const float *inv_freq, int max_seq, int half, float *cos_t, float *sin_t) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < max_seq * half; i += gridDim.x * blockDim.x) {
         const int p = i / half, j = i % half;
         const float ang = (float)p * inv_freq[j];

@@ -230,7 +230,7 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                     const int out_f32 = dt == ST_F32 || ((ver == 2 || ver == 10) && s == 1);
                     PagedDecode a = {dt, H, KV, hd, 1.0f / sqrtf((float)hd), dq, qd, dk, dv, dbt, p.stride, B,
                                      dit, dit + 16, dit + 32, n, maxlen, dout, qd, out_f32, po, pm, part_cap, 0,
-                                     variant, NULL};
+                                     variant, NULL, 0};
                     // the tensor-core loops round q and P to the cache dtype (as FlashAttention does): ~2.5e-3 of
                     // the largest output in fp32 (a numpy model of the loop); P in two parts (variant 7) restores 2e-3
                     const int mma_loop = paged_decode_mma_ok(dt, hd) && (variant == 0 || variant >= 4) && variant != 7;
@@ -728,8 +728,11 @@ Test(step05_gpu, paged_runner_refuses_bad_block_tables) {
 // ---------------------------------------------------------------- goldens, and block sizes vs each other
 
 // The prompt in two chunks (the first samples nothing), then one decode per step, through the
-// paged runner with block size B and a shuffled table.
-static void greedy_paged(CkptModels *L, const Golden *G, int B, int *ours, int *ours5) {
+// paged runner with block size B and a shuffled table. mode >= 0: the runner's lone-decode mode
+// (gpu_runner_set_lone_decode); feed: the tokens fed back (else the argmax); all_logits (ng, V):
+// every step's logits.
+static void greedy_paged(CkptModels *L, const Golden *G, int B, int mode, const int *feed, int *ours, int *ours5,
+                         float *all_logits) {
     const int np = G->np, ng = G->ng, V = L->cm.cfg.vocab, max_len = np + ng + 1;
     Rng r;
     rng_seed(&r, 31 + B);
@@ -743,6 +746,7 @@ static void greedy_paged(CkptModels *L, const Golden *G, int B, int *ours, int *
     char err[512];
     GpuRunner *g = gpu_runner_new_paged(L->gm, nblk, B, max_len, 64, err, sizeof err);
     cr_assert(g, "%s", err);
+    if (mode >= 0) gpu_runner_set_lone_decode(g, mode);
     int *seq = malloc((size_t)(np + ng) * sizeof(int));
     memcpy(seq, G->prompt, (size_t)np * sizeof(int));
     float *logits = malloc((size_t)V * 4);
@@ -770,7 +774,8 @@ static void greedy_paged(CkptModels *L, const Golden *G, int B, int *ours, int *
             if (want) {
                 forward_topk(logits, V, 5, ours5 + 5 * s);
                 ours[s] = am;
-                seq[np + s] = am;
+                seq[np + s] = feed ? feed[s] : am;
+                if (all_logits) memcpy(all_logits + (size_t)s * V, logits, (size_t)V * 4);
             }
         }
     }
@@ -795,7 +800,7 @@ Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeou
         int *ours[3], *ours5[3];
         for (int bi = 0; bi < 3; bi++) {
             ours[bi] = malloc((size_t)ng * sizeof(int)), ours5[bi] = malloc((size_t)ng * 5 * sizeof(int));
-            greedy_paged(&L, &G, Bs[bi], ours[bi], ours5[bi]);
+            greedy_paged(&L, &G, Bs[bi], -1, NULL, ours[bi], ours5[bi], NULL);
             char what[400];
             snprintf(what, sizeof what, "%s: paged GPU (B=%d) vs transformers", ck[i].name, Bs[bi]);
             const int first = vllm_expect(what, ours[bi], ours5[bi], G.gen, G.top5, ng);
@@ -809,6 +814,67 @@ Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeou
                     first, ng);
         }
         for (int bi = 0; bi < 3; bi++) free(ours[bi]), free(ours5[bi]);
+        golden_free(&G);
+        ckpt_models_free(&L);
+        tested++;
+    }
+    if (!tested) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
+}
+
+// ---------------------------------------------------------------- the lone decode row: step07's chain
+// Every decode step of the goldens' prompts three ways: step02/03's kernels one after the other
+// (mode 0), step07's fused chain (1: the RMSNorms and SwiGLU inside the GEMVs, the many-block
+// argmax), the chain under programmatic dependent launch (2; sm_90, else as 1), on the same inputs
+// (mode 0's tokens fed to all three). 1 agrees with 0 to rounding (the norm's scale applied after
+// the dot product instead of before); 2 equals 1 bit for bit (PDL only moves when a kernel starts);
+// every mode's device argmax is the first maximum of its own logits.
+#define TOL_CHAIN_F32 1e-4
+#define TOL_CHAIN_BF16 1e-2  // a K/V value may round to the next bf16
+Test(step05_gpu, lone_decode_fused_chain_matches_unfused, .timeout = 300) {
+    NEED_GPU();
+    Ckpt ck[64];
+    const int n = ckpt_list(ck, 64, "config.json");
+    int tested = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ck[i].has_golden) continue;
+        Golden G;
+        golden_load(ck[i].dir, &G);
+        CkptModels L;
+        ckpt_models_load(&ck[i], &L);
+        const int ng = G.ng, V = L.cm.cfg.vocab;
+        int *tok[3], *top5[3];
+        float *lg[3];
+        for (int m = 0; m < 3; m++) {
+            tok[m] = malloc((size_t)ng * sizeof(int)), top5[m] = malloc((size_t)ng * 5 * sizeof(int));
+            lg[m] = malloc((size_t)ng * V * sizeof(float));
+            greedy_paged(&L, &G, 16, m, m ? tok[0] : NULL, tok[m], top5[m], lg[m]);
+        }
+        double worst = 0;
+        for (int s = 0; s < ng; s++) {
+            const float *a = lg[1] + (size_t)s * V, *b = lg[0] + (size_t)s * V;
+            double dmax = 0, lmax = 0;
+            for (int v = 0; v < V; v++) {
+                dmax = fmax(dmax, fabs((double)a[v] - b[v]));
+                lmax = fmax(lmax, fabs((double)b[v]));
+                cr_assert(isfinite(a[v]), "%s step %d: fused logit %d is %f", ck[i].name, s, v, a[v]);
+            }
+            worst = fmax(worst, dmax / lmax);
+            for (int m = 0; m < 3; m++) {  // the device argmax = the first maximum of the same logits
+                const float *l = lg[m] + (size_t)s * V;
+                int best = 0;
+                for (int v = 1; v < V; v++)
+                    if (l[v] > l[best]) best = v;
+                cr_expect_eq(tok[m][s], best, "%s mode %d step %d: device argmax %d, first maximum %d", ck[i].name, m, s,
+                             tok[m][s], best);
+            }
+        }
+        const double tol = L.f32 ? TOL_CHAIN_F32 : TOL_CHAIN_BF16;
+        cr_expect(worst <= tol, "%s: fused chain vs unfused max|diff|/max|logit| = %.3g > %.0e", ck[i].name, worst, tol);
+        cr_expect(memcmp(lg[1], lg[2], (size_t)ng * V * sizeof(float)) == 0, "%s: the chain with PDL differs from without",
+                  ck[i].name);
+        fprintf(stderr, "[lone-decode] %s: fused chain vs unfused %.3g (tol %.0e) over %d steps; PDL bit-identical\n",
+                ck[i].name, worst, tol, ng);
+        for (int m = 0; m < 3; m++) free(tok[m]), free(top5[m]), free(lg[m]);
         golden_free(&G);
         ckpt_models_free(&L);
         tested++;
