@@ -731,9 +731,9 @@ Test(step05_gpu, paged_runner_refuses_bad_block_tables) {
 // paged runner with block size B and a shuffled table. mode >= 0: the runner's lone-decode mode
 // (gpu_runner_set_lone_decode); feed: the tokens fed back (else the argmax); all_logits (ng, V):
 // every step's logits.
-static void greedy_paged(CkptModels *L, const Golden *G, int B, int mode, const int *feed, int *ours, int *ours5,
+static void greedy_paged(GpuModel *gm, int V, const Golden *G, int B, int mode, const int *feed, int *ours, int *ours5,
                          float *all_logits) {
-    const int np = G->np, ng = G->ng, V = L->cm.cfg.vocab, max_len = np + ng + 1;
+    const int np = G->np, ng = G->ng, max_len = np + ng + 1;
     Rng r;
     rng_seed(&r, 31 + B);
     const int per = (max_len + B - 1) / B, nblk = per + 5;
@@ -744,7 +744,7 @@ static void greedy_paged(CkptModels *L, const Golden *G, int B, int mode, const 
         perm[i] = perm[j], perm[j] = t;
     }
     char err[512];
-    GpuRunner *g = gpu_runner_new_paged(L->gm, nblk, B, max_len, 64, err, sizeof err);
+    GpuRunner *g = gpu_runner_new_paged(gm, nblk, B, max_len, 64, err, sizeof err);
     cr_assert(g, "%s", err);
     if (mode >= 0) gpu_runner_set_lone_decode(g, mode);
     int *seq = malloc((size_t)(np + ng) * sizeof(int));
@@ -800,7 +800,7 @@ Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeou
         int *ours[3], *ours5[3];
         for (int bi = 0; bi < 3; bi++) {
             ours[bi] = malloc((size_t)ng * sizeof(int)), ours5[bi] = malloc((size_t)ng * 5 * sizeof(int));
-            greedy_paged(&L, &G, Bs[bi], -1, NULL, ours[bi], ours5[bi], NULL);
+            greedy_paged(L.gm, L.cm.cfg.vocab, &G, Bs[bi], -1, NULL, ours[bi], ours5[bi], NULL);
             char what[400];
             snprintf(what, sizeof what, "%s: paged GPU (B=%d) vs transformers", ck[i].name, Bs[bi]);
             const int first = vllm_expect(what, ours[bi], ours5[bi], G.gen, G.top5, ng);
@@ -830,6 +830,42 @@ Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeou
 // every mode's device argmax is the first maximum of its own logits.
 #define TOL_CHAIN_F32 1e-4
 #define TOL_CHAIN_BF16 1e-2  // a K/V value may round to the next bf16
+static void lone_decode_compare(const char *name, GpuModel *gm, int V, const Golden *G, double tol) {
+    const int ng = G->ng;
+    int *tok[3], *top5[3];
+    float *lg[3];
+    for (int m = 0; m < 3; m++) {
+        tok[m] = malloc((size_t)ng * sizeof(int)), top5[m] = malloc((size_t)ng * 5 * sizeof(int));
+        lg[m] = malloc((size_t)ng * V * sizeof(float));
+        greedy_paged(gm, V, G, 16, m, m ? tok[0] : NULL, tok[m], top5[m], lg[m]);
+    }
+    double worst = 0;
+    for (int s = 0; s < ng; s++) {
+        const float *a = lg[1] + (size_t)s * V, *b = lg[0] + (size_t)s * V;
+        double dmax = 0, lmax = 0;
+        for (int v = 0; v < V; v++) {
+            dmax = fmax(dmax, fabs((double)a[v] - b[v]));
+            lmax = fmax(lmax, fabs((double)b[v]));
+            cr_assert(isfinite(a[v]), "%s step %d: fused logit %d is %f", name, s, v, a[v]);
+        }
+        worst = fmax(worst, dmax / lmax);
+        for (int m = 0; m < 3; m++) {  // the device argmax = the first maximum of the same logits
+            const float *l = lg[m] + (size_t)s * V;
+            int best = 0;
+            for (int v = 1; v < V; v++)
+                if (l[v] > l[best]) best = v;
+            cr_expect_eq(tok[m][s], best, "%s mode %d step %d: device argmax %d, first maximum %d", name, m, s, tok[m][s],
+                         best);
+        }
+    }
+    cr_expect(worst <= tol, "%s: fused chain vs unfused max|diff|/max|logit| = %.3g > %.0e", name, worst, tol);
+    cr_expect(memcmp(lg[1], lg[2], (size_t)ng * V * sizeof(float)) == 0, "%s: the chain with PDL differs from without",
+              name);
+    fprintf(stderr, "[lone-decode] %s: fused chain vs unfused %.3g (tol %.0e) over %d steps; PDL bit-identical\n", name,
+            worst, tol, ng);
+    for (int m = 0; m < 3; m++) free(tok[m]), free(top5[m]), free(lg[m]);
+}
+static const char *FV_JSON;
 Test(step05_gpu, lone_decode_fused_chain_matches_unfused, .timeout = 300) {
     NEED_GPU();
     Ckpt ck[64];
@@ -841,45 +877,27 @@ Test(step05_gpu, lone_decode_fused_chain_matches_unfused, .timeout = 300) {
         golden_load(ck[i].dir, &G);
         CkptModels L;
         ckpt_models_load(&ck[i], &L);
-        const int ng = G.ng, V = L.cm.cfg.vocab;
-        int *tok[3], *top5[3];
-        float *lg[3];
-        for (int m = 0; m < 3; m++) {
-            tok[m] = malloc((size_t)ng * sizeof(int)), top5[m] = malloc((size_t)ng * 5 * sizeof(int));
-            lg[m] = malloc((size_t)ng * V * sizeof(float));
-            greedy_paged(&L, &G, 16, m, m ? tok[0] : NULL, tok[m], top5[m], lg[m]);
-        }
-        double worst = 0;
-        for (int s = 0; s < ng; s++) {
-            const float *a = lg[1] + (size_t)s * V, *b = lg[0] + (size_t)s * V;
-            double dmax = 0, lmax = 0;
-            for (int v = 0; v < V; v++) {
-                dmax = fmax(dmax, fabs((double)a[v] - b[v]));
-                lmax = fmax(lmax, fabs((double)b[v]));
-                cr_assert(isfinite(a[v]), "%s step %d: fused logit %d is %f", ck[i].name, s, v, a[v]);
-            }
-            worst = fmax(worst, dmax / lmax);
-            for (int m = 0; m < 3; m++) {  // the device argmax = the first maximum of the same logits
-                const float *l = lg[m] + (size_t)s * V;
-                int best = 0;
-                for (int v = 1; v < V; v++)
-                    if (l[v] > l[best]) best = v;
-                cr_expect_eq(tok[m][s], best, "%s mode %d step %d: device argmax %d, first maximum %d", ck[i].name, m, s,
-                             tok[m][s], best);
-            }
-        }
-        const double tol = L.f32 ? TOL_CHAIN_F32 : TOL_CHAIN_BF16;
-        cr_expect(worst <= tol, "%s: fused chain vs unfused max|diff|/max|logit| = %.3g > %.0e", ck[i].name, worst, tol);
-        cr_expect(memcmp(lg[1], lg[2], (size_t)ng * V * sizeof(float)) == 0, "%s: the chain with PDL differs from without",
-                  ck[i].name);
-        fprintf(stderr, "[lone-decode] %s: fused chain vs unfused %.3g (tol %.0e) over %d steps; PDL bit-identical\n",
-                ck[i].name, worst, tol, ng);
-        for (int m = 0; m < 3; m++) free(tok[m]), free(top5[m]), free(lg[m]);
+        lone_decode_compare(ck[i].name, L.gm, L.cm.cfg.vocab, &G, L.f32 ? TOL_CHAIN_F32 : TOL_CHAIN_BF16);
         golden_free(&G);
         ckpt_models_free(&L);
         tested++;
     }
     if (!tested) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
+    // a random bf16 model of head_dim 128: the paged decode's tensor-core loop (sm_80+), 150 prompt ids
+    // and 40 decode steps (contexts 151 .. 190)
+    if (gi_.cc_major < 8) return;
+    ModelConfig cfg;
+    char err[512];
+    cr_assert_eq(hf_config_parse(FV_JSON, "test model", &cfg, err, sizeof err), 0, "%s", err);
+    GpuModel *gm = gpu_model_random(&cfg, ST_BF16, 11, err, sizeof err);
+    cr_assert(gm, "%s", err);
+    int prompt[150];
+    Rng r;
+    rng_seed(&r, 515);
+    for (int j = 0; j < 150; j++) prompt[j] = (int)(rng_u32(&r) % (unsigned)cfg.vocab);
+    const Golden G = {150, 40, prompt, NULL, NULL};
+    lone_decode_compare("random qwen3 hd128 bf16", gm, cfg.vocab, &G, TOL_CHAIN_BF16);
+    gpu_model_free(gm);
 }
 
 // ---------------------------------------------------------------- fused vs gathered long chunks, tensor cores
