@@ -97,10 +97,22 @@ static int id_list(json_t *a, ApiRequest *r, ApiError *err) {
     return 0;
 }
 
+// A JSON string's bytes, NUL characters ("\u0000") included, NUL-terminated (malloc'ed).
+static char *xstrdup_json(json_t *s, size_t *len) {
+    *len = json_string_length(s);
+    char *d = xmalloc(*len + 1);
+    memcpy(d, json_string_value(s), *len);
+    d[*len] = 0;
+    return d;
+}
+// A string the C side reads up to its first NUL (chat roles and contents: the chat template
+// renders C strings; stop strings): one with "\u0000" in it is refused, not cut short.
+static int has_nul(json_t *s) { return strlen(json_string_value(s)) != json_string_length(s); }
+
 static int parse_prompt(json_t *p, ApiRequest *r, ApiError *err) {
     if (!p) return bad(err, "prompt", "prompt is required");
     if (json_is_string(p)) {
-        r->prompt = xstrdup(json_string_value(p));
+        r->prompt = xstrdup_json(p, &r->prompt_len);
         return 0;
     }
     if (!json_is_array(p)) return bad(err, "prompt", "prompt must be a string, a list of token ids, or a list of one of either");
@@ -109,7 +121,7 @@ static int parse_prompt(json_t *p, ApiRequest *r, ApiError *err) {
     if (json_is_integer(first)) return id_list(p, r, err);
     if (json_array_size(p) > 1) return bad(err, "prompt", "one prompt per request (a list of %zu prompts was given)", json_array_size(p));
     if (json_is_string(first)) {
-        r->prompt = xstrdup(json_string_value(first));
+        r->prompt = xstrdup_json(first, &r->prompt_len);
         return 0;
     }
     if (json_is_array(first)) return id_list(first, r, err);
@@ -123,6 +135,7 @@ static int content_text(json_t *c, size_t i, char **out, ApiError *err) {
         return 0;
     }
     if (json_is_string(c)) {
+        if (has_nul(c)) return bad(err, "messages", "messages[%zu].content holds a NUL character (\\u0000)", i);
         *out = xstrdup(json_string_value(c));
         return 0;
     }
@@ -132,6 +145,7 @@ static int content_text(json_t *c, size_t i, char **out, ApiError *err) {
         json_t *part = json_array_get(c, k), *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
         if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text))
             return bad(err, "messages", "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts are supported", i, k);
+        if (has_nul(text)) return bad(err, "messages", "messages[%zu].content[%zu] holds a NUL character (\\u0000)", i, k);
         len += json_string_length(text) + 1;
     }
     char *s = xmalloc(len + 1);
@@ -155,6 +169,7 @@ static int parse_messages(json_t *m, ApiRequest *r, ApiError *err) {
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(m, i), *role = json_object_get(x, "role");
         if (!json_is_object(x) || !json_is_string(role)) return bad(err, "messages", "messages[%zu] needs a role (a string)", i);
+        if (has_nul(role)) return bad(err, "messages", "messages[%zu].role holds a NUL character (\\u0000)", i);
         char *content = NULL;
         if (content_text(field(x, "content"), i, &content, err) != 0) return -1;
         r->msgs[i].role = xstrdup(json_string_value(role));
@@ -167,6 +182,7 @@ static int parse_messages(json_t *m, ApiRequest *r, ApiError *err) {
 static int parse_stop(json_t *s, ApiRequest *r, ApiError *err) {
     if (!s) return 0;
     if (json_is_string(s)) {
+        if (has_nul(s)) return bad(err, "stop", "a stop string holds a NUL character (\\u0000)");
         if (json_string_length(s) > 0) r->stop[r->n_stop++] = xstrdup(json_string_value(s));
         return 0;
     }
@@ -175,6 +191,7 @@ static int parse_stop(json_t *s, ApiRequest *r, ApiError *err) {
     for (size_t i = 0; i < json_array_size(s); i++) {
         json_t *x = json_array_get(s, i);
         if (!json_is_string(x)) return bad(err, "stop", "stop[%zu] is not a string", i);
+        if (has_nul(x)) return bad(err, "stop", "stop[%zu] holds a NUL character (\\u0000)", i);
         if (json_string_length(x) > 0) r->stop[r->n_stop++] = xstrdup(json_string_value(x));
     }
     return 0;
@@ -183,7 +200,7 @@ static int parse_stop(json_t *s, ApiRequest *r, ApiError *err) {
 // The options every request has.
 static int parse_common(json_t *o, ApiRequest *r, ApiError *err) {
     json_t *model = field(o, "model");
-    if (model && !json_is_string(model)) return bad(err, "model", "model must be a string");
+    if (model && (!json_is_string(model) || has_nul(model))) return bad(err, "model", "model must be a string (without NUL characters)");
     if (model) r->model = xstrdup(json_string_value(model));
     long long v = -1;
     const char *mt_key = r->kind == API_CHAT && field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -236,7 +253,7 @@ int api_parse_request(ApiKind kind, const char *body, size_t len, ApiRequest *r,
     memset(r, 0, sizeof *r);
     r->kind = kind, r->max_tokens = -1, r->temperature = 1, r->top_p = 1, r->logprobs = -1;
     json_error_t je;
-    json_t *o = json_loadb(body, len, 0, &je);
+    json_t *o = json_loadb(body, len, JSON_ALLOW_NUL, &je);  // "\u0000" in a prompt: a random-token prompt may hold it
     if (!o) return bad(err, NULL, "the body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
     int rc = -1;
     if (!json_is_object(o)) {

@@ -49,6 +49,7 @@ typedef struct {
     ApiKind kind;
     char *model;                 // NULL when not given
     char *prompt;                // completions: the prompt text, or NULL when given as ids
+    size_t prompt_len;           // its bytes (a text prompt may hold NUL characters: "\u0000")
     int *prompt_ids, n_prompt_ids;
     ChatMessage *msgs;           // chat: (n_msgs) role and content (both malloc'ed)
     int n_msgs;

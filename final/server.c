@@ -453,7 +453,7 @@ static enum MHD_Result do_generate(Server *s, struct MHD_Connection *c, Conn *cn
         // a chat prompt is encoded as rendered (the template writes BOS); a text prompt gets the
         // tokenizer's special tokens, as vLLM's completions do
         const char *src = text ? text : r.prompt;
-        const int erc = tokenizer_encode(s->tok, src, strlen(src), text == NULL, &v);
+        const int erc = tokenizer_encode(s->tok, src, text ? strlen(text) : r.prompt_len, text == NULL, &v);
         char tmsg[256];
         snprintf(tmsg, sizeof tmsg, "%s", erc ? tokenizer_error(s->tok) : "");
         pthread_mutex_unlock(&s->tok_mu);

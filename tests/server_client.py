@@ -187,6 +187,7 @@ def main():
     ap.add_argument("--api-key")
     ap.add_argument("--ids")
     ap.add_argument("--prompt")
+    ap.add_argument("--prompt-json", help="the prompt as a JSON string literal (for characters argv cannot carry, NUL)")
     ap.add_argument("--content")
     ap.add_argument("--stop", action="append")
     ap.add_argument("--seed", type=int)
@@ -194,6 +195,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--n", type=int, default=64)
     a = ap.parse_args()
+    if a.prompt_json is not None:
+        a.prompt = json.loads(a.prompt_json)
     {"greedy": cmd_greedy, "text": cmd_text, "chat": cmd_chat, "concurrent": cmd_concurrent, "drop": cmd_drop,
      "busy": cmd_busy}[a.cmd](a)
 

@@ -302,10 +302,21 @@ Test(final_server, text_prompts_streams_stop_strings_and_seeds, .timeout = 120) 
     json_t *jr = py(&s, TOK_MODEL, "text", "--prompt 'The quick brown fox' --max-tokens 16 --temperature 0.9 --seed 1234");
     cr_expect_str_eq(jstr(jr, "stream.text"), jstr(jr, "text"), "one seed, one text");
     cr_expect_eq(jint(jr, "usage.completion_tokens"), 16);
+    // a NUL character inside a text prompt (vLLM's random-token prompts can hold one): encoded with
+    // the rest, not refused and not cut short
+    json_t *jn = py(&s, TOK_MODEL, "text", "--prompt-json '\"The quick\\u0000 brown fox\"' --max-tokens 4");
+    static const char nulp[] = "The quick\0 brown fox";
+    TokIds nv = {0};
+    cr_assert_eq(tokenizer_encode(tok, nulp, sizeof nulp - 1, 1, &nv), 0);
+    cr_expect_eq(jint(jn, "usage.prompt_tokens"), (int)nv.n, "a prompt with a NUL: %d tokens, the tokenizer says %d",
+                 jint(jn, "usage.prompt_tokens"), (int)nv.n);
+    cr_expect((int)nv.n > np, "the NUL and what follows it are encoded too");
+    cr_expect_eq(jint(jn, "usage.completion_tokens"), 4);
     cr_expect_eq(srv_stop(&s), 0);
     free(want), free(ids);
+    tokids_free(&nv);
     tokenizer_free(tok);
-    json_decref(j), json_decref(g), json_decref(js), json_decref(jr);
+    json_decref(j), json_decref(g), json_decref(js), json_decref(jr), json_decref(jn);
 }
 
 // A model directory with a chat template (ChatML, in tokenizer_config.json): chat completions give
@@ -600,6 +611,12 @@ Test(final_server, request_parser_and_stop_strings) {
     cr_expect_eq(r.logprobs, 2);
     cr_expect_eq(r.max_tokens, 5);
     api_request_free(&r);
+    // a text prompt may hold NUL characters (vLLM's random-token prompts can): kept, with its length
+    const char *nul = "{\"prompt\": \"a\\u0000b\"}";
+    cr_assert_eq(api_parse_request(API_COMPLETIONS, nul, strlen(nul), &r, &err), 0, "%s", err.message);
+    cr_expect_eq(r.prompt_len, 3);
+    cr_expect(r.prompt[0] == 'a' && r.prompt[1] == 0 && r.prompt[2] == 'b');
+    api_request_free(&r);
     const struct {
         ApiKind k;
         const char *body, *param;
@@ -615,6 +632,13 @@ Test(final_server, request_parser_and_stop_strings) {
         {API_COMPLETIONS, "{\"prompt\": \"a\", \"presence_penalty\": 0.5}", "presence_penalty"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", "messages"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"top_logprobs\": 2}", "top_logprobs"},
+        // what the C side reads as C strings refuses NUL characters instead of cutting them short
+        {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}", "messages"},
+        {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"\\u0000\"}]}]}", "messages"},
+        {API_CHAT, "{\"messages\": [{\"role\": \"us\\u0000er\", \"content\": \"a\"}]}", "messages"},
+        {API_COMPLETIONS, "{\"prompt\": \"a\", \"stop\": \"x\\u0000\"}", "stop"},
+        {API_COMPLETIONS, "{\"prompt\": \"a\", \"stop\": [\"x\", \"\\u0000\"]}", "stop"},
+        {API_COMPLETIONS, "{\"prompt\": \"a\", \"model\": \"m\\u0000\"}", "model"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_expect_eq(api_parse_request(bad[i].k, bad[i].body, strlen(bad[i].body), &r, &err), -1, "case %zu accepted", i);
