@@ -336,7 +336,8 @@ static void attn_fused_g(int pdl, dim3 grid, size_t smem, cudaStream_t s, const 
         if (g_decode_attn == 2 && smem2 <= 48 * 1024) {                                                                   \
             pdl_launch(pdl, k_attn_fused2<C, P, G>, grid, dim3(S2::NW * 32), smem2, s, qkv, (const float *)L->q_norm,     \
                        (const float *)L->k_norm, (const float *)d->cos_t, (const float *)d->sin_t, (const int *)d->d_pos, \
-                       H, KV, hd, eps, scale, kc, vc, d->part_o, d->part_ml, d->count, d->att);                          \
+                       H, KV, hd, eps, scale, kc, vc, d->part_o, d->part_ml, d->count, d->att, (const int *)NULL, 0,  \
+                       (const int *)NULL);                                                                                \
         } else {                                                                                                          \
             ATTN_FUSED(P);                                                                                                \
         }                                                                                                                 \

@@ -438,6 +438,9 @@ struct GpuRunner {
     // many blocks, inside the lm_head where its row loop runs); pdl: those kernels, the RoPE/cache
     // write and the paged attention launched with programmatic dependent launch (sm_90).
     int fused1, pdl;
+    int b1_attn;      // the lone row's RoPE + K/V write + paged attention as one kernel (attn_fused2_paged)
+    int b1_nsplit;    // its grid's key splits: ceil(max_len / ATTN_CHUNK)
+    int *attn_count;  // (KV) its finished splits per kv head
     int b1_part;  // > 0 (LLM_B1_PART): the lone row's paged attention split into partitions of this many keys (v2)
     float *arg_v;
     int *arg_i, *arg_count;  // (1024, 1024, 1): the many-block argmax's partials and finished-block counter
@@ -609,7 +612,11 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->use_gemv = 1;
     {
         const char *e = getenv("LLM_B1_FUSED"), *e2 = getenv("LLM_PDL");
-        gpu_runner_set_lone_decode(r, e && strcmp(e, "0") == 0 ? 0 : e2 && strcmp(e2, "0") == 0 ? 1 : 2);
+        const char *e4 = getenv("LLM_B1_ATTN");
+        gpu_runner_set_lone_decode(r, e && strcmp(e, "0") == 0     ? 0
+                                      : e2 && strcmp(e2, "0") == 0 ? 1
+                                      : e4 && strcmp(e4, "1") == 0 ? 3
+                                                                   : 2);
         const char *e3 = getenv("LLM_B1_PART");
         r->b1_part = e3 ? atoi(e3) : 0;
     }
@@ -639,6 +646,9 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->arg_i = (int *)dalloc_r(1024 * 4, NULL);
     r->arg_count = (int *)dalloc_r(4, NULL);
     CUDA_CHECK(cudaMemset(r->arg_count, 0, 4));
+    r->b1_nsplit = (max_len + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    r->attn_count = (int *)dalloc_r((size_t)KV * 4, NULL);
+    CUDA_CHECK(cudaMemset(r->attn_count, 0, (size_t)KV * 4));
     r->cos_t = (float *)dalloc_r(T * half * 4, NULL);
     r->sin_t = (float *)dalloc_r(T * half * 4, NULL);
     r->inv_freq = (float *)dalloc_r(half * 4, NULL);
@@ -713,7 +723,7 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
     CUDA_CHECK(cudaDeviceSynchronize());
     void *ps[] = {r->kc, r->vc, r->x, r->xn, r->qkv, r->q16, r->att, r->gu, r->h, r->xg, r->logits, r->xnf, r->attf,
                   r->hf, r->cos_t, r->sin_t, r->inv_freq, r->d_pack, r->d_argmax, r->ac.S, r->ac.part_o, r->ac.part_ml,
-                  r->ac.gk, r->ac.gv, r->arg_v, r->arg_i, r->arg_count};
+                  r->ac.gk, r->ac.gv, r->arg_v, r->arg_i, r->arg_count, r->attn_count};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     if (r->ac.P != r->ac.S) CUDA_CHECK(cudaFree(r->ac.P));
     CUDA_CHECK(cudaFreeHost(r->h_pack));
@@ -901,7 +911,8 @@ extern "C" int gpu_runner_set_lone_decode(GpuRunner *r, int mode) {
     GpuInfo gi;
     r->fused1 = mode >= 1;
     r->pdl = mode >= 2 && gpu_info(&gi) == 0 && gi.cc_major >= 9;
-    return r->fused1 + r->pdl;
+    r->b1_attn = mode >= 3 && r->block_size > 0;
+    return r->b1_attn ? 3 : r->fused1 + r->pdl;
 }
 
 extern "C" void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures) {
@@ -1071,13 +1082,24 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 rproj(r, st, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
                 launches += 2;
             }
-            DISPATCH(dt, A,
-                     pdl_launch(pdl, k_qkv_rows<A, A>, qkv_grid, qkv_block, 0, st, r->qkv,
-                                gemv1 ? (const float *)NULL : L->bqkv, L->q_norm, L->k_norm, r->cos_t, r->sin_t,
-                                dp + o_slot, H, KV, hd, eps, (A *)r->q16, (A *)kc, (A *)vc));
-            launches++;
-            launches += attn_layer(&r->ac, p, dp + o_sr, dp + o_sl, dp + o_sb, r->qkv, nqkv, r->q16, kc, vc,
-                                   gemv1 ? (void *)r->attf : r->att, gemv1, st, pdl);
+            bool fattn = false;  // the lone row's RoPE, K/V write and attention in one kernel (mode 3)
+            if (fused1 && r->b1_attn && r->ac.part_cap >= (size_t)H * r->b1_nsplit * hd)
+                DISPATCH(dt, A,
+                         fattn = attn_fused2_paged<A>(pdl, st, r->b1_nsplit, r->qkv, L->q_norm, L->k_norm, r->cos_t,
+                                                      r->sin_t, dp + o_pos, dp + o_slot, dp + o_bt, r->block_size, H, KV,
+                                                      hd, eps, (A *)kc, (A *)vc, r->ac.part_o, r->ac.part_ml,
+                                                      r->attn_count, r->attf));
+            if (fattn) {
+                launches++;
+            } else {
+                DISPATCH(dt, A,
+                         pdl_launch(pdl, k_qkv_rows<A, A>, qkv_grid, qkv_block, 0, st, r->qkv,
+                                    gemv1 ? (const float *)NULL : L->bqkv, L->q_norm, L->k_norm, r->cos_t, r->sin_t,
+                                    dp + o_slot, H, KV, hd, eps, (A *)r->q16, (A *)kc, (A *)vc));
+                launches++;
+                launches += attn_layer(&r->ac, p, dp + o_sr, dp + o_sl, dp + o_sb, r->qkv, nqkv, r->q16, kc, vc,
+                                       gemv1 ? (void *)r->attf : r->att, gemv1, st, pdl);
+            }
             if (fused1) {
                 launches += fused_proj(pdl, st, dt, &L->qo, L->wo, r->x, NULL, eps, r->attf, L->bo, r->x, d, qd, 1, 0,
                                        r->xnf, NULL);  // x += att Wo^T + bo

@@ -1,7 +1,7 @@
 // decode_fused.cuh — step07's fusions inside step03's batch-1 decode graph (CUDA C++ only; included
 // by step03_kvcache/decode_gpu.cu, which chooses between this step and its own, gpu_decoder_set_fused).
 // defines: fused_proj, k_gemv_fused, k_gemv_rows, argmax_blocks_finish, k_argmax_fused, k_rope_table,
-//          k_attn_fused, k_attn_fused2
+//          k_attn_fused, k_attn_fused2, attn_fused2_paged
 //
 // At batch 1 a small model's decode step is ~10 small kernels per layer, each a few microseconds,
 // and the GPU spends much of the step between kernels: one kernel drains (its last blocks finish
@@ -631,11 +631,14 @@ static inline size_t attn2_smem_bytes(int g, int hd, int nw) {
     return (size_t)(g * hd + 2 * hd + g * ATTN_CHUNK + nw * g * hd) * sizeof(float);
 }
 
-template <class C, int LPR, int G>
+// PAGED (step04's runner over step05's block pool, a lone decode row): key p of the sequence is
+// cache row bt[p / bsz] * bsz + p % bsz, the new key goes to row *d_slot, and cos_t / sin_t are the
+// step's own row (the runner's per-row table) instead of a table by position.
+template <class C, int LPR, int G, bool PAGED = false>
 __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
     k_attn_fused2(const float *qkv, const float *q_norm, const float *k_norm, const float *cos_t, const float *sin_t,
                   const int *d_pos, int H, int KV, int hd, float eps, float scale, C *kc, C *vc, float *part_o,
-                  float *part_ml, int *count, float *att) {
+                  float *part_ml, int *count, float *att, const int *bt, int bsz, const int *d_slot) {
     using S = Attn2Shape<C, LPR, G>;
     constexpr int N = S::N, HD = S::HD, NW = S::NW, RPW = S::RPW, RPI = S::RPI, NIT = S::NIT, U = S::U;
     constexpr int HALF = HD / 2, NP = (HALF + 31) / 32, NE = (HD + 31) / 32;  // pairs and elements per lane
@@ -648,21 +651,32 @@ __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
     if (split * ATTN_CHUNK >= len) return;
     const int nact = (len + ATTN_CHUNK - 1) / ATTN_CHUNK, last_split = split == nact - 1;
     const int jn = min(ATTN_CHUNK, len - split * ATTN_CHUNK), jold = last_split ? jn - 1 : jn;  // jold: rows cached
-    const size_t kd = (size_t)KV * HD, r0 = (size_t)split * ATTN_CHUNK * kd + (size_t)kvh * HD + c * N;
+    const size_t kd = (size_t)KV * HD, r0 = (PAGED ? 0 : (size_t)split * ATTN_CHUNK * kd) + (size_t)kvh * HD + c * N;
+    // row j of this split's keys, in elements from r0 (PAGED: through the block table)
+    auto krow = [&](int j) -> size_t {
+        if constexpr (PAGED) {
+            const int p = split * ATTN_CHUNK + j;
+            return (size_t)(bt[p / bsz] * bsz + p % bsz) * kd;
+        } else {
+            return (size_t)j * kd;
+        }
+    };
+    const size_t new_row = (size_t)(PAGED ? *d_slot : pos) * kd + (size_t)kvh * HD;  // where key pos goes
+    const float *cos_p = cos_t + (PAGED ? 0 : (size_t)pos * HALF), *sin_p = sin_t + (PAGED ? 0 : (size_t)pos * HALF);
     float *qs = sm, *knew = qs + g * HD, *vnew = knew + HD, *ps = vnew + HD, *red = ps + g * ATTN_CHUNK;
     // before the wait: the first U rounds of cached K and V rows, and this position's cos / sin
     uint4 kr[U], vr[U];
 #pragma unroll
     for (int it = 0; it < U; it++) {
         const int j = it * RPI + warp * RPW + sub;
-        if (j < jold) kr[it] = *(const uint4 *)(kc + r0 + (size_t)j * kd), vr[it] = *(const uint4 *)(vc + r0 + (size_t)j * kd);
+        if (j < jold) kr[it] = *(const uint4 *)(kc + r0 + krow(j)), vr[it] = *(const uint4 *)(vc + r0 + krow(j));
     }
     float cs[NP], sn[NP];
 #pragma unroll
     for (int r = 0; r < NP; r++) {
         const int i = lane + 32 * r;
-        cs[r] = i < HALF ? __ldg(cos_t + (size_t)pos * HALF + i) : 0.0f;
-        sn[r] = i < HALF ? __ldg(sin_t + (size_t)pos * HALF + i) : 0.0f;
+        cs[r] = i < HALF ? __ldg(cos_p + i) : 0.0f;
+        sn[r] = i < HALF ? __ldg(sin_p + i) : 0.0f;
     }
     pdl_wait();
     // ---- one warp per item: the g query heads, then (the block holding key pos) its k and v
@@ -679,7 +693,7 @@ __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
             wv[k] = nw && e < HD ? __ldg(nw + e) : 1.0f;
         }
         if (kind == 2) {  // v: into the cache as it is
-            const size_t row = (size_t)pos * kd + (size_t)kvh * HD;
+            const size_t row = new_row;
 #pragma unroll
             for (int k = 0; k < NE; k++) {
                 const int e = lane + 32 * k;
@@ -715,7 +729,7 @@ __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
             if (kind == 0) {
                 out[i] = o1, out[i + HALF] = o2;
             } else {  // k: the cache row, and its rounded values for this block's own scores
-                const size_t row = (size_t)pos * kd + (size_t)kvh * HD;
+                const size_t row = new_row;
                 const C k1 = fromf<C>(o1), k2 = fromf<C>(o2);
                 kc[row + i] = k1, kc[row + i + HALF] = k2;
                 out[i] = tof(k1), out[i + HALF] = tof(k2);
@@ -738,7 +752,7 @@ __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
         if (j < jold) {
             uint4 u;
             if (it < U) u = kr[it];
-            else u = *(const uint4 *)(kc + r0 + (size_t)j * kd);
+            else u = *(const uint4 *)(kc + r0 + krow(j));
             Vec16<C>::unpack(u, kf);
         } else {
 #pragma unroll
@@ -778,7 +792,7 @@ __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
         if (j < jold) {
             uint4 u;
             if (it < U) u = vr[it];
-            else u = *(const uint4 *)(vc + r0 + (size_t)j * kd);
+            else u = *(const uint4 *)(vc + r0 + krow(j));
             Vec16<C>::unpack(u, vf);
         } else {
 #pragma unroll
@@ -806,4 +820,45 @@ __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
     if (t == 0) count[kvh] = 0;
     attn_combine_heads<float>(part_o + (size_t)kvh * g * nsplit * HD, part_ml + (size_t)kvh * g * nsplit * 2, nsplit, g,
                               len, HD, att + (size_t)kvh * g * HD);
+}
+
+// step04's runner, a lone decode row over step05's block pool: RoPE, the K/V write, the attention
+// and the split combine in one kernel (k_attn_fused2, PAGED), instead of k_qkv_rows + paged decode.
+// Grid (KV, nsplit): nsplit = ceil(max context / ATTN_CHUNK) (the splits past a row's keys return
+// at once, so one graph serves every position); part_o / part_ml hold H * nsplit * hd and 2 H *
+// nsplit floats, count KV ints (zero, and left zero). Taken for a 16-bit cache of head_dim 8 * 8 or
+// 8 * 16 (LPR 8, 16) with its shared memory in 48 KB; false (nothing launched) otherwise.
+template <class C>
+static bool attn_fused2_paged(int pdl, cudaStream_t s, int nsplit, const float *qkv, const float *q_norm,
+                              const float *k_norm, const float *cos_row, const float *sin_row, const int *d_pos,
+                              const int *d_slot, const int *bt, int bsz, int H, int KV, int hd, float eps, C *kc, C *vc,
+                              float *part_o, float *part_ml, int *count, float *att) {
+    if constexpr (sizeof(C) != 2) {
+        return false;
+    } else {
+        constexpr int N = Vec16<C>::N;
+        const int g = KV > 0 && H % KV == 0 ? H / KV : 0, lpr = hd % N ? 0 : hd / N;
+        if (g < 1 || g > ATTN_MAXG || (lpr != 8 && lpr != 16)) return false;
+        const float scale = 1.0f / sqrtf((float)hd);
+        bool ok = false;
+        auto go = [&](auto lpr_c, auto g_c) {
+            constexpr int P = decltype(lpr_c)::value, GG = decltype(g_c)::value;
+            using S2 = Attn2Shape<C, P, GG>;
+            const size_t smem = attn2_smem_bytes(g, hd, S2::NW);
+            if (smem > 48 * 1024) return;
+            pdl_launch(pdl, k_attn_fused2<C, P, GG, true>, dim3(KV, nsplit), dim3(S2::NW * 32), smem, s, qkv, q_norm,
+                       k_norm, cos_row, sin_row, d_pos, H, KV, hd, eps, scale, kc, vc, part_o, part_ml, count, att, bt,
+                       bsz, d_slot);
+            ok = true;
+        };
+        auto by_g = [&](auto lpr_c) {
+            if (g <= 1) go(lpr_c, std::integral_constant<int, 1>{});
+            else if (g <= 2) go(lpr_c, std::integral_constant<int, 2>{});
+            else if (g <= 4) go(lpr_c, std::integral_constant<int, 4>{});
+            else go(lpr_c, std::integral_constant<int, ATTN_MAXG>{});
+        };
+        if (lpr == 8) by_g(std::integral_constant<int, 8>{});
+        else by_g(std::integral_constant<int, 16>{});
+        return ok;
+    }
 }

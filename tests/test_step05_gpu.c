@@ -822,34 +822,39 @@ Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeou
 }
 
 // ---------------------------------------------------------------- the lone decode row: step07's chain
-// Every decode step of the goldens' prompts three ways: step02/03's kernels one after the other
+// Every decode step of the goldens' prompts four ways: step02/03's kernels one after the other
 // (mode 0), step07's fused chain (1: the RMSNorms and SwiGLU inside the GEMVs, the many-block
-// argmax), the chain under programmatic dependent launch (2; sm_90, else as 1), on the same inputs
-// (mode 0's tokens fed to all three). 1 agrees with 0 to rounding (the norm's scale applied after
-// the dot product instead of before); 2 equals 1 bit for bit (PDL only moves when a kernel starts);
+// argmax), the chain under programmatic dependent launch (2; sm_90, else as 1), and 2 with the
+// RoPE, K/V write and paged attention in one kernel (3, attn_fused2_paged; where it does not take
+// the shape, as 2), on the same inputs (mode 0's tokens fed to all four). 1 agrees with 0 to
+// rounding (the norm's scale applied after the dot product instead of before); 2 equals 1 bit for
+// bit (PDL only moves when a kernel starts); 3 agrees with 2 to rounding (other summation orders);
 // every mode's device argmax is the first maximum of its own logits.
 #define TOL_CHAIN_F32 1e-4
 #define TOL_CHAIN_BF16 1e-2  // a K/V value may round to the next bf16
+static double max_rel_diff(const float *a, const float *b, int V) {
+    double dmax = 0, lmax = 0;
+    for (int v = 0; v < V; v++) dmax = fmax(dmax, fabs((double)a[v] - b[v])), lmax = fmax(lmax, fabs((double)b[v]));
+    return dmax / lmax;
+}
 static void lone_decode_compare(const char *name, GpuModel *gm, int V, const Golden *G, double tol) {
     const int ng = G->ng;
-    int *tok[3], *top5[3];
-    float *lg[3];
-    for (int m = 0; m < 3; m++) {
+    int *tok[4], *top5[4];
+    float *lg[4];
+    for (int m = 0; m < 4; m++) {
         tok[m] = malloc((size_t)ng * sizeof(int)), top5[m] = malloc((size_t)ng * 5 * sizeof(int));
         lg[m] = malloc((size_t)ng * V * sizeof(float));
         greedy_paged(gm, V, G, 16, m, m ? tok[0] : NULL, tok[m], top5[m], lg[m]);
     }
-    double worst = 0;
+    double worst = 0, worst3 = 0;
     for (int s = 0; s < ng; s++) {
-        const float *a = lg[1] + (size_t)s * V, *b = lg[0] + (size_t)s * V;
-        double dmax = 0, lmax = 0;
-        for (int v = 0; v < V; v++) {
-            dmax = fmax(dmax, fabs((double)a[v] - b[v]));
-            lmax = fmax(lmax, fabs((double)b[v]));
-            cr_assert(isfinite(a[v]), "%s step %d: fused logit %d is %f", name, s, v, a[v]);
-        }
-        worst = fmax(worst, dmax / lmax);
-        for (int m = 0; m < 3; m++) {  // the device argmax = the first maximum of the same logits
+        for (int m = 1; m < 4; m++)
+            for (int v = 0; v < V; v++)
+                cr_assert(isfinite(lg[m][(size_t)s * V + v]), "%s mode %d step %d: logit %d is %f", name, m, s, v,
+                          lg[m][(size_t)s * V + v]);
+        worst = fmax(worst, max_rel_diff(lg[1] + (size_t)s * V, lg[0] + (size_t)s * V, V));
+        worst3 = fmax(worst3, max_rel_diff(lg[3] + (size_t)s * V, lg[2] + (size_t)s * V, V));
+        for (int m = 0; m < 4; m++) {  // the device argmax = the first maximum of the same logits
             const float *l = lg[m] + (size_t)s * V;
             int best = 0;
             for (int v = 1; v < V; v++)
@@ -861,9 +866,10 @@ static void lone_decode_compare(const char *name, GpuModel *gm, int V, const Gol
     cr_expect(worst <= tol, "%s: fused chain vs unfused max|diff|/max|logit| = %.3g > %.0e", name, worst, tol);
     cr_expect(memcmp(lg[1], lg[2], (size_t)ng * V * sizeof(float)) == 0, "%s: the chain with PDL differs from without",
               name);
-    fprintf(stderr, "[lone-decode] %s: fused chain vs unfused %.3g (tol %.0e) over %d steps; PDL bit-identical\n", name,
-            worst, tol, ng);
-    for (int m = 0; m < 3; m++) free(tok[m]), free(top5[m]), free(lg[m]);
+    cr_expect(worst3 <= tol, "%s: fused attention (mode 3) vs mode 2 max|diff|/max|logit| = %.3g > %.0e", name, worst3, tol);
+    fprintf(stderr, "[lone-decode] %s: fused chain vs unfused %.3g (tol %.0e) over %d steps; PDL bit-identical; "
+            "one-kernel attention vs two %.3g\n", name, worst, tol, ng, worst3);
+    for (int m = 0; m < 4; m++) free(tok[m]), free(top5[m]), free(lg[m]);
 }
 static const char *FV_JSON;
 Test(step05_gpu, lone_decode_fused_chain_matches_unfused, .timeout = 300) {

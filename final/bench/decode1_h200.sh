@@ -13,6 +13,8 @@
 #   fused_pdl    the default: the chain launched with programmatic dependent launch (sm_90)
 #   pdl_part64, pdl_part128   LLM_B1_PART=64 / 128: fused_pdl with the paged attention split into
 #                partitions of that many keys (paged_decode_v2: more CTAs, and a combine kernel)
+#   pdl_fattn    LLM_B1_ATTN=1: fused_pdl with the RoPE, the K/V write and the paged attention in
+#                one kernel (step07's attn_fused2_paged)
 # Then step03's own batch-1 decoder on the same directory (kv_bench, the contiguous cache, graphs),
 # and step01's roofline --quick for this machine's copy bandwidth in the same run.
 # Writes OUT_DIR/decode1_<variant>_<rep>.json, kv_bench.csv, roofline.txt, summary.txt.
@@ -24,9 +26,9 @@ BIN=${BIN:-build/bin}
 mkdir -p "$OUT"
 ids=$(python3 -c "import random; random.seed(0); print(','.join(str(random.randint(0, 9999)) for _ in range(128)))")
 declare -A VARS=([unfused]="LLM_B1_FUSED=0" [fused]="LLM_B1_FUSED=1 LLM_PDL=0" [fused_pdl]="LLM_B1_FUSED=1"
-                 [pdl_part64]="LLM_B1_PART=64" [pdl_part128]="LLM_B1_PART=128")
+                 [pdl_part64]="LLM_B1_PART=64" [pdl_part128]="LLM_B1_PART=128" [pdl_fattn]="LLM_B1_ATTN=1")
 : > "$OUT/summary.txt"
-for v in ${VARIANTS:-unfused fused fused_pdl pdl_part64 pdl_part128}; do
+for v in ${VARIANTS:-unfused fused fused_pdl pdl_part64 pdl_fattn}; do
     for r in $(seq 1 "$REPS"); do
         f="$OUT/decode1_${v}_$r.json"
         env ${VARS[$v]} "$BIN/llm" generate --model "$M" --ids "$ids" --max-tokens 256 --ignore-eos --device cuda \
