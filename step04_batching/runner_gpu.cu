@@ -718,6 +718,17 @@ extern "C" GpuRunner *gpu_runner_new_paged(GpuModel *g, int num_blocks, int bloc
                          errlen);
 }
 
+// Every captured decode graph destroyed (their buckets start over: a warm-up step, then a capture).
+static void graphs_drop(GpuRunner *r) {
+    CUDA_CHECK(cudaStreamSynchronize(r->stream));
+    for (int i = 0; i < r->ngb; i++)
+        for (int v = 0; v < 2; v++)
+            for (int m = 0; m < 2; m++) {
+                if (r->gexec[i][v][m]) CUDA_CHECK(cudaGraphExecDestroy(r->gexec[i][v][m]));
+                r->gexec[i][v][m] = NULL, r->gwarm[i][v][m] = 0;
+            }
+}
+
 extern "C" void gpu_runner_free(GpuRunner *r) {
     if (!r) return;
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -729,10 +740,7 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
     CUDA_CHECK(cudaFreeHost(r->h_pack));
     CUDA_CHECK(cudaEventDestroy(r->ev0));
     CUDA_CHECK(cudaEventDestroy(r->ev1));
-    for (int i = 0; i < r->ngb; i++)
-        for (int v = 0; v < 2; v++)
-            for (int m = 0; m < 2; m++)
-                if (r->gexec[i][v][m]) CUDA_CHECK(cudaGraphExecDestroy(r->gexec[i][v][m]));
+    graphs_drop(r);
     CUDA_CHECK(cudaStreamDestroy(r->stream));
     CUDA_CHECK(cudaFree(r->blas_ws));
     if (r->block_size > 0) r->gpad.block_tables = NULL, batch_free(&r->gpad);  // the tables were borrowed
@@ -909,10 +917,13 @@ extern "C" int gpu_runner_set_graphs(GpuRunner *r, int on) {
 
 extern "C" int gpu_runner_set_lone_decode(GpuRunner *r, int mode) {
     GpuInfo gi;
+    const int was = r->b1_attn ? 3 : r->fused1 + r->pdl;
     r->fused1 = mode >= 1;
     r->pdl = mode >= 2 && gpu_info(&gi) == 0 && gi.cc_major >= 9;
     r->b1_attn = mode >= 3 && r->block_size > 0;
-    return r->b1_attn ? 3 : r->fused1 + r->pdl;
+    const int now = r->b1_attn ? 3 : r->fused1 + r->pdl;
+    if (now != was && r->stream) graphs_drop(r);  // the batch-1 graph was captured in the other mode
+    return now;
 }
 
 extern "C" void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures) {

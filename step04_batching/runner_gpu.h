@@ -52,8 +52,8 @@ int gpu_runner_set_graphs(GpuRunner *r, int on);
 // with programmatic dependent launch (sm_90; elsewhere as 1); 3 as 2 with the RoPE, the K/V write and
 // the paged attention in one kernel (step07's attn_fused2_paged, where it takes the shape: a 16-bit
 // cache, head_dim 64 or 128; not yet measured, so not the default). LLM_B1_FUSED=0 / LLM_PDL=0 lower
-// the default, LLM_B1_ATTN=1 raises it to 3. Call it before the first forward (graphs captured
-// earlier keep the mode they were captured with). Returns the mode in effect.
+// the default, LLM_B1_ATTN=1 raises it to 3. A change of mode drops the captured decode graphs
+// (they hold the old mode's kernels). Returns the mode in effect.
 int gpu_runner_set_lone_decode(GpuRunner *r, int mode);
 void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures);
 // Row k of the last forward's logits (vocab floats, from the device buffer the lm_head wrote; a
