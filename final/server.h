@@ -2,8 +2,8 @@
 // defines: ServerConfig, server_catch_signals, server_run
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (stream or not), GET /v1/models,
-// GET /health, GET /metrics (Prometheus text, vLLM's metric names). Concurrency as ENGINE.md's
-// "Concurrency in final/": one engine thread runs the model (engine.h); every HTTP connection has
+// GET /health, GET /metrics (Prometheus text, vLLM's metric names). Concurrency: one engine thread
+// runs the model (engine.h); every HTTP connection has
 // a thread of its own (libmicrohttpd's thread-per-connection mode) that parses and validates the
 // body (api.h), tokenizes, submits to the engine's bounded queue, and then blocks in engine_read
 // with a timeout, turning the tokens into text (incremental detokenization, stop strings) and

@@ -117,3 +117,21 @@ void ckpt_models_free(CkptModels *L) {
     cpu_model_free(&L->cm);
     model_free(&L->w);
 }
+
+int each_golden_ckpt(void (*fn)(const Ckpt *ck, const Golden *G, CkptModels *L, void *arg), void *arg) {
+    Ckpt ck[64];
+    const int n = ckpt_list(ck, 64, "config.json");
+    int done = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ck[i].has_golden) continue;
+        Golden G;
+        golden_load(ck[i].dir, &G);
+        CkptModels L;
+        ckpt_models_load(&ck[i], &L);
+        fn(&ck[i], &G, &L, arg);
+        golden_free(&G);
+        ckpt_models_free(&L);
+        done++;
+    }
+    return done;
+}

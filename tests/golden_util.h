@@ -1,7 +1,7 @@
 // golden_util.h — what the model tests share: the checkpoints under tests/data/models/, their
 // greedy goldens (goldens/greedy.json, written by tools/make_goldens.py) and vLLM's rule.
 // defines: MODELS_DIR, Ckpt, ckpt_list, CkptModels, ckpt_models_load, ckpt_models_free, Golden,
-//          golden_read, golden_load, golden_free, in_top5,
+//          golden_read, golden_load, golden_free, each_golden_ckpt, in_top5,
 //          vllm_first_diff, vllm_expect
 //
 // vLLM's rule between two greedy runs a and b, each with its top-5 per step: identical until the
@@ -43,6 +43,11 @@ typedef struct {
 int golden_read(const char *dir, Golden *g, int required);
 static inline void golden_load(const char *dir, Golden *g) { golden_read(dir, g, 1); }
 void golden_free(Golden *g);
+
+// fn for every checkpoint under MODELS_DIR that has goldens (ckpt_list's order, TEST_MODELS
+// honoured), with its goldens and its models (GPU included) loaded and freed around the call.
+// Returns how many; the GPU tests skip when it is 0.
+int each_golden_ckpt(void (*fn)(const Ckpt *ck, const Golden *G, CkptModels *L, void *arg), void *arg);
 
 int in_top5(const int *top5, int id);  // id is one of the 5
 // The first step where a and b differ (n when identical); *ok = 0 when the rule is broken there.

@@ -273,64 +273,54 @@ Test(step04_gpu, kv_rows_written_through_slot_mapping, .timeout = 300) {
 
 // ---------------------------------------------------------------- goldens through the batched path
 
+static void goldens_batched(const Ckpt *ck, const Golden *G, CkptModels *L, void *arg) {
+    (void)arg;
+    char err[512];
+    const int np = G->np, ng = G->ng;
+    const int *gold = G->gen, *gold5 = G->top5;
+    int *seq = malloc((size_t)(np + ng) * sizeof(int)), *ours = malloc((size_t)ng * sizeof(int));
+    int *ours5 = malloc((size_t)ng * 5 * sizeof(int));
+    memcpy(seq, G->prompt, (size_t)np * sizeof(int));
+    const int V = L->cm.cfg.vocab, max_len = np + ng + 1;
+    GpuRunner *g = gpu_runner_new(L->gm, 2, max_len, 64, err, sizeof err);
+    cr_assert(g, "%s", err);
+    float *logits = malloc((size_t)V * 4);
+    int am;
+    // the prompt in two chunks (the first samples nothing), in slot 1; then one decode per step
+    const int c1 = np / 2;
+    int ncomp = 0;
+    for (int s = 0; s < ng; s++) {
+        TBatch t;
+        tb_init(&t);
+        if (s == 0) {
+            if (c1 > 0) {
+                tb_add(&t, 0, 1, 0, c1, seq, 0, max_len);
+                cr_assert_eq(gpu_runner_forward(g, &t.b, NULL, NULL), 0);
+                tb_init(&t);
+            }
+            tb_add(&t, 0, 1, c1, np - c1, seq + c1, 1, max_len);
+            ncomp = np;
+        } else {
+            tb_add(&t, 0, 1, ncomp, 1, seq + ncomp, 1, max_len);
+            ncomp++;
+        }
+        for (int v = 0; v < V; v++) logits[v] = NAN;
+        cr_assert_eq(gpu_runner_forward(g, &t.b, logits, &am), 0);
+        forward_topk(logits, V, 5, ours5 + 5 * s);
+        ours[s] = am;
+        cr_expect_eq(am, ours5[5 * s], "%s step %d: device argmax %d, host %d", ck->name, s, am, ours5[5 * s]);
+        seq[np + s] = am;
+    }
+    char what[400];
+    snprintf(what, sizeof what, "%s: batched GPU vs transformers", ck->name);
+    const int first = vllm_expect(what, ours, ours5, gold, gold5, ng);
+    fprintf(stderr, "[golden-batched] %s gpu: %d of %d tokens identical to transformers\n", ck->name, first, ng);
+    free(logits), free(seq), free(ours), free(ours5);
+    gpu_runner_free(g);
+}
 Test(step04_gpu, goldens_match_through_the_batched_path, .timeout = 300) {
     NEED_GPU();
-    Ckpt ck[64];
-    const int n = ckpt_list(ck, 64, "config.json");
-    int tested = 0;
-    for (int i = 0; i < n; i++) {
-        if (!ck[i].has_golden) continue;
-        char err[512];
-        Golden G;
-        golden_load(ck[i].dir, &G);
-        const int np = G.np, ng = G.ng;
-        const int *gold = G.gen, *gold5 = G.top5;
-        int *seq = malloc((size_t)(np + ng) * sizeof(int)), *ours = malloc((size_t)ng * sizeof(int));
-        int *ours5 = malloc((size_t)ng * 5 * sizeof(int));
-        memcpy(seq, G.prompt, (size_t)np * sizeof(int));
-        CkptModels L;
-        ckpt_models_load(&ck[i], &L);
-        const int V = L.cm.cfg.vocab, max_len = np + ng + 1;
-        GpuRunner *g = gpu_runner_new(L.gm, 2, max_len, 64, err, sizeof err);
-        cr_assert(g, "%s", err);
-        float *logits = malloc((size_t)V * 4);
-        int am;
-        // the prompt in two chunks (the first samples nothing), in slot 1; then one decode per step
-        const int c1 = np / 2;
-        int ncomp = 0;
-        for (int s = 0; s < ng; s++) {
-            TBatch t;
-            tb_init(&t);
-            if (s == 0) {
-                if (c1 > 0) {
-                    tb_add(&t, 0, 1, 0, c1, seq, 0, max_len);
-                    cr_assert_eq(gpu_runner_forward(g, &t.b, NULL, NULL), 0);
-                    tb_init(&t);
-                }
-                tb_add(&t, 0, 1, c1, np - c1, seq + c1, 1, max_len);
-                ncomp = np;
-            } else {
-                tb_add(&t, 0, 1, ncomp, 1, seq + ncomp, 1, max_len);
-                ncomp++;
-            }
-            for (int v = 0; v < V; v++) logits[v] = NAN;
-            cr_assert_eq(gpu_runner_forward(g, &t.b, logits, &am), 0);
-            forward_topk(logits, V, 5, ours5 + 5 * s);
-            ours[s] = am;
-            cr_expect_eq(am, ours5[5 * s], "%s step %d: device argmax %d, host %d", ck[i].name, s, am, ours5[5 * s]);
-            seq[np + s] = am;
-        }
-        char what[400];
-        snprintf(what, sizeof what, "%s: batched GPU vs transformers", ck[i].name);
-        const int first = vllm_expect(what, ours, ours5, gold, gold5, ng);
-        fprintf(stderr, "[golden-batched] %s gpu: %d of %d tokens identical to transformers\n", ck[i].name, first, ng);
-        tested++;
-        free(logits), free(seq), free(ours), free(ours5);
-        golden_free(&G);
-        gpu_runner_free(g);
-        ckpt_models_free(&L);
-    }
-    if (!tested) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
+    if (!each_golden_ckpt(goldens_batched, NULL)) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
 }
 
 // ---------------------------------------------------------------- output invariance

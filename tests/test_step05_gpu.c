@@ -784,41 +784,31 @@ static void greedy_paged(GpuModel *gm, int V, const Golden *G, int B, int mode, 
     gpu_runner_free(g);
 }
 
+static void block_sizes_agree(const Ckpt *ck, const Golden *G, CkptModels *L, void *arg) {
+    (void)arg;
+    const int ng = G->ng, Bs[] = {1, 16, 256};
+    int *ours[3], *ours5[3];
+    for (int bi = 0; bi < 3; bi++) {
+        ours[bi] = malloc((size_t)ng * sizeof(int)), ours5[bi] = malloc((size_t)ng * 5 * sizeof(int));
+        greedy_paged(L->gm, L->cm.cfg.vocab, G, Bs[bi], -1, NULL, ours[bi], ours5[bi], NULL);
+        char what[400];
+        snprintf(what, sizeof what, "%s: paged GPU (B=%d) vs transformers", ck->name, Bs[bi]);
+        const int first = vllm_expect(what, ours[bi], ours5[bi], G->gen, G->top5, ng);
+        fprintf(stderr, "[golden-paged] %s B=%d: %d of %d tokens identical to transformers\n", ck->name, Bs[bi], first, ng);
+    }
+    for (int bi = 1; bi < 3; bi++) {
+        char what[400];
+        snprintf(what, sizeof what, "%s: paged GPU B=%d vs B=1", ck->name, Bs[bi]);
+        const int first = vllm_expect(what, ours[bi], ours5[bi], ours[0], ours5[0], ng);
+        fprintf(stderr, "[block-sizes] %s: B=%d and B=1 give %d of %d identical greedy tokens\n", ck->name, Bs[bi],
+                first, ng);
+    }
+    for (int bi = 0; bi < 3; bi++) free(ours[bi]), free(ours5[bi]);
+}
 Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeout = 300) {
     NEED_GPU();
-    Ckpt ck[64];
-    const int n = ckpt_list(ck, 64, "config.json");
-    int tested = 0;
-    const int Bs[] = {1, 16, 256};
-    for (int i = 0; i < n; i++) {
-        if (!ck[i].has_golden) continue;
-        Golden G;
-        golden_load(ck[i].dir, &G);
-        CkptModels L;
-        ckpt_models_load(&ck[i], &L);
-        const int ng = G.ng;
-        int *ours[3], *ours5[3];
-        for (int bi = 0; bi < 3; bi++) {
-            ours[bi] = malloc((size_t)ng * sizeof(int)), ours5[bi] = malloc((size_t)ng * 5 * sizeof(int));
-            greedy_paged(L.gm, L.cm.cfg.vocab, &G, Bs[bi], -1, NULL, ours[bi], ours5[bi], NULL);
-            char what[400];
-            snprintf(what, sizeof what, "%s: paged GPU (B=%d) vs transformers", ck[i].name, Bs[bi]);
-            const int first = vllm_expect(what, ours[bi], ours5[bi], G.gen, G.top5, ng);
-            fprintf(stderr, "[golden-paged] %s B=%d: %d of %d tokens identical to transformers\n", ck[i].name, Bs[bi], first, ng);
-        }
-        for (int bi = 1; bi < 3; bi++) {
-            char what[400];
-            snprintf(what, sizeof what, "%s: paged GPU B=%d vs B=1", ck[i].name, Bs[bi]);
-            const int first = vllm_expect(what, ours[bi], ours5[bi], ours[0], ours5[0], ng);
-            fprintf(stderr, "[block-sizes] %s: B=%d and B=1 give %d of %d identical greedy tokens\n", ck[i].name, Bs[bi],
-                    first, ng);
-        }
-        for (int bi = 0; bi < 3; bi++) free(ours[bi]), free(ours5[bi]);
-        golden_free(&G);
-        ckpt_models_free(&L);
-        tested++;
-    }
-    if (!tested) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
+    if (!each_golden_ckpt(block_sizes_agree, NULL))
+        cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
 }
 
 // ---------------------------------------------------------------- the lone decode row: step07's chain
@@ -832,11 +822,6 @@ Test(step05_gpu, goldens_and_block_sizes_agree_through_the_paged_runner, .timeou
 // every mode's device argmax is the first maximum of its own logits.
 #define TOL_CHAIN_F32 1e-4
 #define TOL_CHAIN_BF16 1e-2  // a K/V value may round to the next bf16
-static double max_rel_diff(const float *a, const float *b, int V) {
-    double dmax = 0, lmax = 0;
-    for (int v = 0; v < V; v++) dmax = fmax(dmax, fabs((double)a[v] - b[v])), lmax = fmax(lmax, fabs((double)b[v]));
-    return dmax / lmax;
-}
 static void lone_decode_compare(const char *name, GpuModel *gm, int V, const Golden *G, double tol) {
     const int ng = G->ng;
     int *tok[4], *top5[4];
@@ -846,14 +831,10 @@ static void lone_decode_compare(const char *name, GpuModel *gm, int V, const Gol
         lg[m] = malloc((size_t)ng * V * sizeof(float));
         greedy_paged(gm, V, G, 16, m, m ? tok[0] : NULL, tok[m], top5[m], lg[m]);
     }
-    double worst = 0, worst3 = 0;
+    double worst = 0, worst3 = 0;  // max|diff| / max|logit| per step (compare.h: a NaN or Inf makes it infinite)
     for (int s = 0; s < ng; s++) {
-        for (int m = 1; m < 4; m++)
-            for (int v = 0; v < V; v++)
-                cr_assert(isfinite(lg[m][(size_t)s * V + v]), "%s mode %d step %d: logit %d is %f", name, m, s, v,
-                          lg[m][(size_t)s * V + v]);
-        worst = fmax(worst, max_rel_diff(lg[1] + (size_t)s * V, lg[0] + (size_t)s * V, V));
-        worst3 = fmax(worst3, max_rel_diff(lg[3] + (size_t)s * V, lg[2] + (size_t)s * V, V));
+        worst = fmax(worst, compare_f32(lg[1] + (size_t)s * V, lg[0] + (size_t)s * V, (size_t)V).max_rel);
+        worst3 = fmax(worst3, compare_f32(lg[3] + (size_t)s * V, lg[2] + (size_t)s * V, (size_t)V).max_rel);
         for (int m = 0; m < 4; m++) {  // the device argmax = the first maximum of the same logits
             const float *l = lg[m] + (size_t)s * V;
             int best = 0;
@@ -872,23 +853,13 @@ static void lone_decode_compare(const char *name, GpuModel *gm, int V, const Gol
     for (int m = 0; m < 4; m++) free(tok[m]), free(top5[m]), free(lg[m]);
 }
 static const char *FV_JSON;
+static void lone_decode_ckpt(const Ckpt *ck, const Golden *G, CkptModels *L, void *arg) {
+    (void)arg;
+    lone_decode_compare(ck->name, L->gm, L->cm.cfg.vocab, G, L->f32 ? TOL_CHAIN_F32 : TOL_CHAIN_BF16);
+}
 Test(step05_gpu, lone_decode_fused_chain_matches_unfused, .timeout = 300) {
     NEED_GPU();
-    Ckpt ck[64];
-    const int n = ckpt_list(ck, 64, "config.json");
-    int tested = 0;
-    for (int i = 0; i < n; i++) {
-        if (!ck[i].has_golden) continue;
-        Golden G;
-        golden_load(ck[i].dir, &G);
-        CkptModels L;
-        ckpt_models_load(&ck[i], &L);
-        lone_decode_compare(ck[i].name, L.gm, L.cm.cfg.vocab, &G, L.f32 ? TOL_CHAIN_F32 : TOL_CHAIN_BF16);
-        golden_free(&G);
-        ckpt_models_free(&L);
-        tested++;
-    }
-    if (!tested) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
+    if (!each_golden_ckpt(lone_decode_ckpt, NULL)) cr_skip_test("no checkpoints with goldens/greedy.json under %s", MODELS_DIR);
     // a random bf16 model of head_dim 128: the paged decode's tensor-core loop (sm_80+), 150 prompt ids
     // and 40 decode steps (contexts 151 .. 190)
     if (gi_.cc_major < 8) return;
