@@ -10,8 +10,11 @@ ignore_eos), so that this engine, vLLM and transformers run exactly the same req
   fixed  1000 requests of exactly 1024 prompt ids (randint(0, 10000), random.seed(0)) and 128
          output tokens, temperature 0.6, ignore EOS: the 1024-in / 128-out shape of the serving
          benchmark, offline.
+  prefill  1000 requests of 1024 prompt ids (the same draws as fixed) and 1 output token: every step
+         of the run is a prompt-chunk step, so the runner's prefill time and TFLOP/s are measured
+         apart from decode (prefill_flops.py turns `llm bench --json`'s prefill_device_s into TFLOP/s).
 
-usage: python3 final/bench/workloads.py nano|fixed OUT.jsonl [--vocab N]
+usage: python3 final/bench/workloads.py nano|fixed|prefill OUT.jsonl [--vocab N]
 --vocab N keeps ids below N (an id >= N is replaced by one drawn from random.Random(1); only for
 models with fewer than 10001 ids, such as the test checkpoints: the benchmarks' models have more).
 """
@@ -34,9 +37,9 @@ def fixed(n=1000, n_in=1024, n_out=128):
 
 
 def main(argv):
-    if len(argv) < 3 or argv[1] not in ("nano", "fixed"):
+    if len(argv) < 3 or argv[1] not in ("nano", "fixed", "prefill"):
         sys.exit(__doc__)
-    reqs = nano() if argv[1] == "nano" else fixed()
+    reqs = nano() if argv[1] == "nano" else fixed() if argv[1] == "fixed" else fixed(n_out=1)
     if "--vocab" in argv:
         v = int(argv[argv.index("--vocab") + 1])
         rng = random.Random(1)
