@@ -286,7 +286,8 @@ Test(final_server, text_prompts_streams_stop_strings_and_seeds, .timeout = 120) 
     char stop_file[64] = "/tmp/final_server_stop_XXXXXX", stop_arg[160];  // the stop string may hold any byte: passed through a file
     const int sfd = mkstemp(stop_file);
     cr_assert(sfd >= 0);
-    cr_assert_eq(write(sfd, stop, strlen(stop)), (ssize_t)strlen(stop));
+    const ssize_t wrote = write(sfd, stop, strlen(stop));
+    cr_assert(wrote == (ssize_t)strlen(stop), "wrote %zd of %zu bytes", wrote, strlen(stop));
     close(sfd);
     snprintf(stop_arg, sizeof stop_arg, "--prompt 'The quick brown fox' --max-tokens 24 --stop \"$(cat %s)\"", stop_file);
     json_t *js = py(&s, TOK_MODEL, "text", stop_arg);
@@ -308,7 +309,7 @@ Test(final_server, text_prompts_streams_stop_strings_and_seeds, .timeout = 120) 
     static const char nulp[] = "The quick\0 brown fox";
     TokIds nv = {0};
     cr_assert_eq(tokenizer_encode(tok, nulp, sizeof nulp - 1, 1, &nv), 0);
-    cr_expect_eq(jint(jn, "usage.prompt_tokens"), (int)nv.n, "a prompt with a NUL: %d tokens, the tokenizer says %d",
+    cr_expect_eq(jint(jn, "usage.prompt_tokens"), (int)nv.n, "a prompt with a NUL: %ld tokens, the tokenizer says %d",
                  jint(jn, "usage.prompt_tokens"), (int)nv.n);
     cr_expect((int)nv.n > np, "the NUL and what follows it are encoded too");
     cr_expect_eq(jint(jn, "usage.completion_tokens"), 4);

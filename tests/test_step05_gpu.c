@@ -744,7 +744,8 @@ static void greedy_paged(GpuModel *gm, int V, const Golden *G, int B, int mode, 
         perm[i] = perm[j], perm[j] = t;
     }
     char err[512];
-    GpuRunner *g = gpu_runner_new_paged(gm, nblk, B, max_len, 64, err, sizeof err);
+    const int step_tokens = np - np / 2 > 64 ? np - np / 2 : 64;  // the longer prompt chunk fits one step
+    GpuRunner *g = gpu_runner_new_paged(gm, nblk, B, max_len, step_tokens, err, sizeof err);
     cr_assert(g, "%s", err);
     if (mode >= 0) gpu_runner_set_lone_decode(g, mode);
     int *seq = malloc((size_t)(np + ng) * sizeof(int));

@@ -9,7 +9,8 @@
 #        SERVER (llm, or vllm: `vllm serve MODEL_DIR --max-model-len 4096` with the extra options instead,
 #        measured by the same client loop; results vllm_serve_c<C>.json, log vllm_serve.log)
 # It starts `llm serve --model MODEL_DIR --device $DEVICE` (or `vllm serve`) on 127.0.0.1:$PORT,
-# waits for /health, runs the client once per concurrency (results: RESULT_DIR/<server>_serve_c<C>.json,
+# waits for /health, runs the client once per concurrency (TTFT, TPOT, ITL and end-to-end latency, p50 and
+# p99 of each; results: RESULT_DIR/<server>_serve_c<C>.json,
 # the client's --save-result files), keeps the server's /metrics, then SIGTERMs the server (which
 # drains) and waits for it. The server's log is RESULT_DIR/<server>_serve.log. MODEL_DIR needs a
 # tokenizer: the client makes its prompts with it. Both servers, one after the other, on one GPU:
@@ -64,6 +65,7 @@ for C in $CONCURRENCY; do
         --base-url "http://127.0.0.1:$PORT" --model "$MODEL" \
         --dataset-name random --random-input-len "${IN_LEN:-1024}" --random-output-len "${OUT_LEN:-128}" \
         --num-prompts "$N" --max-concurrency "$C" --ignore-eos \
+        --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 \
         --save-result --result-dir "$OUT" --result-filename "${SERVER}_serve_c$C.json" || rc=$?
 done
 curl -s "http://127.0.0.1:$PORT/metrics" >"$OUT/${SERVER}_serve_metrics.txt"
