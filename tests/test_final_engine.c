@@ -5,6 +5,7 @@
 // transformers goldens.
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -460,5 +461,101 @@ Test(final_engine, llm_bench_equals_batch_bench, .timeout = 300) {
         cr_expect(strstr(a, bad[i][1]) != NULL, "%s: %s", cmd, a);
         free(a);
     }
+    test_rmtree(dir);
+}
+
+// ---------------------------------------------------------------- the prefill measurement
+
+// A prompt-only run (max_tokens 1): `llm bench` reports no decode step and the prompt steps' time,
+// and final/bench/prefill_flops.py counts the FLOPs the checkpoint's own tensors imply (2 per
+// weight of the layers' seven projections per prompt token, the causal attention's pairs, the
+// lm_head once a request); a run with decode steps is refused by it. workloads.py's `prefill`
+// file is 1000 requests of 1024 ids and 1 token out.
+Test(final_engine, prefill_run_and_its_flops, .timeout = 240) {
+    char dir[64], reqs[128], out[128], reqs2[128], out2[128], cmd[2048], *o;
+    test_mkdtemp(dir, sizeof dir, "final_prefill");
+    snprintf(reqs, sizeof reqs, "%s/prefill.jsonl", dir), snprintf(out, sizeof out, "%s/bench.json", dir);
+    snprintf(reqs2, sizeof reqs2, "%s/decode.jsonl", dir), snprintf(out2, sizeof out2, "%s/bench2.json", dir);
+    static const int lens[] = {3, 17, 40, 9, 30, 25};
+    enum { NQ = sizeof lens / sizeof lens[0] };
+    Rng g;
+    rng_seed(&g, 77);
+    FILE *f = fopen(reqs, "w"), *f2 = fopen(reqs2, "w");
+    cr_assert(f && f2);
+    long tokens = 0;
+    for (int i = 0; i < NQ; i++) {
+        for (int k = 0; k < 2; k++) {
+            FILE *ff = k ? f2 : f;
+            fprintf(ff, "{\"prompt_ids\": [");
+            for (int j = 0; j < lens[i]; j++) fprintf(ff, "%s%u", j ? ", " : "", rng_u32(&g) % 400);
+            fprintf(ff, "], \"max_tokens\": %d, \"ignore_eos\": true}\n", k ? 3 : 1);
+        }
+        tokens += lens[i];
+    }
+    fclose(f), fclose(f2);
+    const char *model = MODELS_DIR "/qwen3_qknorm_f32";
+    const char *opts = "--device cpu --json --max-num-seqs 4 --max-num-batched-tokens 32 --max-model-len 64 --block-size 4";
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/llm bench --model %s %s --requests %s > %s 2>/dev/null", BUILD_BIN_DIR, model,
+             opts, reqs, out);
+    cr_assert_eq(run_cmd(cmd, &o), 0, "%s failed", cmd);
+    free(o);
+    json_error_t je;
+    json_t *jb = json_load_file(out, 0, &je);
+    cr_assert(jb, "%s: %s", out, je.text);
+    const json_t *sum = json_object_get(jb, "summary");
+    cr_expect_eq(json_integer_value(json_object_get(sum, "decode_steps")), 0, "a prompt-only run has no decode step");
+    cr_expect_eq(json_integer_value(json_object_get(sum, "prompt_tokens")), tokens);
+    cr_expect_eq(json_integer_value(json_object_get(sum, "output_tokens")), NQ);
+    cr_expect_geq(json_integer_value(json_object_get(sum, "steps")), (tokens + 31) / 32, "32 tokens a step at most");
+    const double pf = json_number_value(json_object_get(sum, "prefill_forward_s"));
+    cr_expect_gt(pf, 0.0);
+    cr_expect_leq(pf, json_number_value(json_object_get(sum, "duration_s")) * 1.001);
+    json_decref(jb);
+
+    // the FLOPs from the checkpoint's tensors, independently of the script's config.json arithmetic
+    ModelWeights w;
+    char err[512];
+    cr_assert_eq(model_load(model, &w, err, sizeof err), 0, "%s", err);
+    const ModelConfig *c = &w.cfg;
+    double layer_w = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerTensors *t = &w.layers[l];
+        const StTensor *p[] = {t->wq, t->wk, t->wv, t->wo, t->w_gate, t->w_up, t->w_down};
+        for (int k = 0; k < 7; k++) layer_w += (double)p[k]->numel;
+    }
+    double attn = 0;
+    for (int i = 0; i < NQ; i++) attn += 2.0 * c->n_layers * c->n_heads * c->head_dim * lens[i] * (lens[i] + 1.0);
+    const double want = 2.0 * layer_w * tokens + attn + 2.0 * (double)w.lm_head->numel * NQ;
+    model_free(&w);
+    snprintf(cmd, sizeof cmd, "python3 final/bench/prefill_flops.py --config %s/config.json --requests %s --bench %s", model, reqs, out);
+    cr_assert_eq(run_cmd(cmd, &o), 0, "%s failed: %s", cmd, o);
+    json_t *jf = json_loads(o, 0, &je);
+    cr_assert(jf, "not JSON: %s", o);
+    free(o);
+    const double total = json_number_value(json_object_get(jf, "flop_total"));
+    cr_expect(fabs(total - want) <= 1e-9 * want, "prefill_flops.py counts %.0f FLOP, the tensors say %.0f", total, want);
+    cr_expect_eq(json_integer_value(json_object_get(jf, "prompt_tokens")), tokens);
+    cr_expect(json_is_null(json_object_get(jf, "tflops_device")), "no device time on the CPU");
+    const double tf = json_number_value(json_object_get(jf, "tflops_forward"));
+    cr_expect(fabs(tf - want / pf / 1e12) <= 1e-6 * tf, "tflops_forward %g, want %g", tf, want / pf / 1e12);
+    json_decref(jf);
+
+    // a run with decode steps is not a prefill measurement
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/llm bench --model %s %s --requests %s > %s 2>/dev/null && "
+             "python3 final/bench/prefill_flops.py --config %s/config.json --requests %s --bench %s 2>&1",
+             BUILD_BIN_DIR, model, opts, reqs2, out2, model, reqs2, out2);
+    const int rc = run_cmd(cmd, &o);
+    cr_expect_neq(rc, 0, "prefill_flops.py took a run with decode steps");
+    cr_expect(strstr(o, "decode-only steps") != NULL, "%s", o);
+    free(o);
+
+    // workloads.py prefill: 1000 x (1024 ids, max_tokens 1)
+    snprintf(cmd, sizeof cmd, "python3 final/bench/workloads.py prefill %s/pf.jsonl 2>&1 && python3 -c \"import json, sys; "
+             "r = [json.loads(l) for l in open(sys.argv[1])]; "
+             "print(len(r), min(len(x['prompt_ids']) for x in r), max(len(x['prompt_ids']) for x in r), "
+             "sorted(set(x['max_tokens'] for x in r)))\" %s/pf.jsonl", dir, dir);
+    cr_assert_eq(run_cmd(cmd, &o), 0, "%s", o);
+    cr_expect(strstr(o, "1000 1024 1024 [1]") != NULL, "%s", o);
+    free(o);
     test_rmtree(dir);
 }
