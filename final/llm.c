@@ -42,6 +42,7 @@
 #include "prompt.h"
 #include "step04_batching/batch.h"
 #include "step04_batching/bench_main.h"
+#include "step05_paged/kv_blocks.h"
 #include "step06_quant/qmodel.h"
 #include "timer.h"
 #include "tokenizer.h"
@@ -381,7 +382,8 @@ static void usage_serve(FILE *f) {
             "  --block-size    KV block size in positions (default 16)\n"
             "  --num-blocks    the KV pool in blocks; or --kv-gib G; or --gpu-memory-utilization U (CUDA: the pool takes\n"
             "                  U x the device memory minus what the weights and workspaces use; default 0.9 on CUDA; on the\n"
-            "                  CPU the default pool holds max_num_seqs x max_model_len positions)\n"
+            "                  CPU the default pool holds max_num_seqs x max_model_len positions, at least one whole\n"
+            "                  sequence)\n"
             "  --prefix-cache  on (default) or off\n"
             "  --quant         none (default), rtn-int8, rtn-int4, or either +lm_head: quantize at load (step06)\n"
             "  --enforce-eager CUDA: no CUDA graphs\n"
@@ -513,7 +515,7 @@ static int cmd_serve(int argc, char **argv) {
         num_blocks = nb > (double)(1 << 30) ? 1 << 30 : (int)nb;
     } else if (!num_blocks) {
         const double nb = kv_gib > 0 ? floor(kv_gib * 1073741824.0 / (kv_bytes_per_token(c, kv_elem) * block))
-                                     : floor((double)max_seqs * max_len / block) + 1;
+                                     : kvb_default_blocks(max_seqs, max_len, block);
         if (nb < 2 || nb > (double)(1 << 30)) arg_die("the KV pool would have %.0f blocks of %d tokens: need 2 .. 2^30", nb, block);
         num_blocks = (int)nb;
     }

@@ -91,7 +91,8 @@ static void usage(FILE *f) {
             "                  of blocks; --block-size, --num-blocks, --kv-gib and --prefix-cache imply it)\n"
             "  --block-size    positions per KV block (default 16)\n"
             "  --num-blocks    the block pool, the null block included (default: the KV tokens of step04's\n"
-            "                  max_num_seqs x max_model_len slots, + 1; llm bench on a GPU: --gpu-memory-utilization 0.9)\n"
+            "                  max_num_seqs x max_model_len slots, at least one whole sequence, + 1; llm bench on a GPU:\n"
+            "                  --gpu-memory-utilization 0.9)\n"
             "  --kv-gib        the block pool as GiB of K/V memory instead (2 x layers x kv_heads x head_dim x\n"
             "                  element bytes per token)\n"
             "  --gpu-memory-utilization  CUDA: the block pool gets this share of the device memory minus what the\n"
@@ -404,11 +405,12 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
     }
     long rows = budget < (long)max_seqs * max_len ? budget : (long)max_seqs * max_len;
     // the KV pool of a paged run: --num-blocks, or --kv-gib at the element size the runner
-    // allocates (checked below), or by default step04's max_num_seqs x max_model_len tokens
+    // allocates (checked below), or by default step04's max_num_seqs x max_model_len tokens (kvb_default_blocks:
+    // at least one whole sequence)
     double kv_elem = use_cuda ? 2 : 4;
     if (paged && !num_blocks) {
         const double nb = kv_gib > 0 ? floor(kv_gib * 1073741824.0 / (kv_bytes_per_token(&cfg, kv_elem) * block_size))
-                                     : floor((double)max_seqs * max_len / block_size) + 1;
+                                     : kvb_default_blocks(max_seqs, max_len, block_size);
         if (nb < 2 || nb > (double)(1 << 30))
             arg_die("the KV pool would have %.0f blocks of %d tokens: need 2 .. 2^30", nb, block_size);
         num_blocks = (int)nb;
@@ -550,7 +552,10 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
     for (int i = 0; i < rl.n; i++) {
         const Request *r = &rl.r[i];
         if (r->finish == FINISH_ERROR) {
-            n_err++;
+            if (!n_err++)  // said once, with the first one: the JSON and the table count them
+                fprintf(stderr, "[bench] request %d (%d prompt + %d output tokens) could not run: the prompt must be shorter "
+                                "than max_model_len = %d and the request must fit the KV cache alone\n",
+                        i, r->num_prompt, r->max_tokens, max_len);
             continue;
         }
         const int g = r->num_tokens - r->num_prompt;

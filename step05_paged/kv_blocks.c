@@ -4,6 +4,7 @@
 #include "kv_blocks.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -76,6 +77,11 @@ static void lru_unlink(KvBlocks *kv, int b) {
 }
 
 // ---------------------------------------------------------------- pool
+double kvb_default_blocks(int max_num_seqs, int max_len, int block_size) {
+    const double all = floor((double)max_num_seqs * max_len / block_size), one = ceil((double)max_len / block_size);
+    return (all > one ? all : one) + 1;
+}
+
 int kvb_init(KvBlocks *kv, int num_blocks, int block_size, int prefix_cache, char *err, int errlen) {
     memset(kv, 0, sizeof *kv);
     if (num_blocks < 2) return errf(err, errlen, "num_blocks = %d: need >= 2 (block 0 is the null block)", num_blocks);

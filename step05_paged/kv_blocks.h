@@ -100,6 +100,11 @@ typedef struct {
     KvBlockStats st;
 } KvBlocks;
 
+// The default pool when none is asked for: max_num_seqs x max_len tokens in blocks of block_size
+// (rounded down), but never fewer than one sequence of max_len needs (rounded up: with one seat
+// and a max_len that is not a multiple of the block size, the rounded-down pool could not hold
+// the one request it is for), plus the null block 0. A double: the caller checks the range.
+double kvb_default_blocks(int max_num_seqs, int max_len, int block_size);
 // 0, or -1 + err (num_blocks < 2, block_size < 1).
 int kvb_init(KvBlocks *kv, int num_blocks, int block_size, int prefix_cache, char *err, int errlen);
 void kvb_free(KvBlocks *kv);

@@ -559,3 +559,33 @@ Test(final_engine, prefill_run_and_its_flops, .timeout = 240) {
     free(o);
     test_rmtree(dir);
 }
+
+// One seat (--max-num-seqs 1) and a length that is not a whole number of blocks (20 + 43 = 63 positions
+// in blocks of 16): the default pool holds that one request (it once had 3 usable blocks: an error).
+Test(final_engine, one_seat_default_pool_fits_its_request, .timeout = 120) {
+    char dir[64], reqs[128], out[128], cmd[1024], *o;
+    test_mkdtemp(dir, sizeof dir, "final_seat");
+    snprintf(reqs, sizeof reqs, "%s/one.jsonl", dir), snprintf(out, sizeof out, "%s/bench.json", dir);
+    const char *model = MODELS_DIR "/qwen3_qknorm_f32";
+    FILE *f = fopen(reqs, "w");
+    cr_assert(f);
+    fprintf(f, "{\"prompt_ids\": [");
+    for (int j = 0; j < 20; j++) fprintf(f, "%s%d", j ? ", " : "", 5 + 7 * j);
+    fprintf(f, "], \"max_tokens\": 43, \"ignore_eos\": true}\n");
+    fclose(f);
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/%s --model %s --device cpu --json --max-num-seqs 1 --block-size 16 --requests %s 2>&1 > %s",
+                 BUILD_BIN_DIR, k ? "batch_bench --kv paged" : "llm bench", model, reqs, out);
+        cr_assert_eq(run_cmd(cmd, &o), 0, "%s: %s", cmd, o);
+        cr_expect(strstr(o, "could not run") == NULL, "%s: %s", cmd, o);
+        free(o);
+        json_error_t je;
+        json_t *jb = json_load_file(out, 0, &je);
+        cr_assert(jb, "%s: %s", out, je.text);
+        const json_t *r0 = json_array_get(json_object_get(jb, "requests"), 0);
+        cr_expect_str_eq(json_string_value(json_object_get(r0, "finish_reason")), "length", "%s", cmd);
+        cr_expect_eq(json_array_size(json_object_get(r0, "output_ids")), 43, "%s", cmd);
+        json_decref(jb);
+    }
+    test_rmtree(dir);
+}

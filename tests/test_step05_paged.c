@@ -115,6 +115,27 @@ Test(step05, init_rejects_bad_sizes) {
     kvb_free(&kv);
 }
 
+// The default pool (no --num-blocks): max_num_seqs x max_len tokens rounded down to blocks, never
+// fewer blocks than one whole sequence needs (rounded up), + the null block.
+Test(step05, default_pool_holds_one_whole_sequence) {
+    cr_expect_eq(kvb_default_blocks(1, 220, 16), 15.0, "14 blocks hold 220 positions, + the null block");
+    cr_expect_eq(kvb_default_blocks(1, 256, 16), 17.0);
+    cr_expect_eq(kvb_default_blocks(8, 64, 16), 33.0);
+    cr_expect_eq(kvb_default_blocks(3, 100, 16), 19.0, "floor(300 / 16) = 18 >= ceil(100 / 16) = 7");
+    cr_expect_eq(kvb_default_blocks(24, 64, 256), 7.0, "floor(1536 / 256) = 6 >= 1");
+    cr_expect_eq(kvb_default_blocks(1, 300, 256), 3.0, "ceil(300 / 256) = 2 > floor(300 / 256) = 1");
+    for (int seqs = 1; seqs <= 9; seqs++)
+        for (int len = 2; len <= 70; len++)
+            for (int B = 1; B <= 33; B += 4) {
+                const int nb = (int)kvb_default_blocks(seqs, len, B);
+                const long tok = (long)(nb - 1) * B, all = (long)seqs * len;  // usable positions (block 0 is null)
+                cr_assert_geq(tok, len, "%d seqs, max_len %d, B %d: %d blocks do not hold one sequence", seqs, len, B, nb);
+                cr_assert_gt(tok + B, all, "%d seqs, max_len %d, B %d: %d blocks, over a block short", seqs, len, B, nb);
+                cr_assert_leq(tok, all > len + B - 1 ? all : len + B - 1, "%d seqs, max_len %d, B %d: %d blocks, too many", seqs,
+                              len, B, nb);
+            }
+}
+
 Test(step05, null_block_is_never_handed_out) {
     for (size_t bi = 0; bi < 3; bi++) {
         const int B = BLOCK_SIZES[bi];
