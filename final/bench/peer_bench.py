@@ -8,7 +8,8 @@ What is measured
     vllm  LLM(model=DIR, dtype of config.json, seed 0, token ids in and out: no tokenizer is
           loaded); one warm-up generate of a short id prompt, then ONE llm.generate() of all the
           requests (each with its own SamplingParams(temperature, ignore_eos, max_tokens);
-          temperature 0 is greedy), timed with time.perf_counter around that call. vLLM's own
+          temperature 0 is greedy), timed with time.perf_counter around that call (--repeat N: N such
+          calls, the median's numbers reported and every run's listed). vLLM's own
           scheduler batches them (continuous batching, paged KV, CUDA graphs unless
           --enforce-eager).
     hf    the naive baseline: AutoModelForCausalLM on --device, static batches of --batch-size
@@ -37,7 +38,7 @@ printed. Nothing is downloaded: the model directory must hold config.json and th
 usage: python3 final/bench/peer_bench.py --engine vllm|hf --model-dir DIR
            (--requests FILE.jsonl | --decode1) --out FILE.json
            [--gpu-memory-utilization 0.9] [--max-model-len 4096] [--max-num-seqs N] [--enforce-eager]
-           [--batch-size N] [--device cuda|cpu] [--limit N] [--max-tokens-cap N] [--decode-tokens N]
+           [--batch-size N] [--device cuda|cpu] [--limit N] [--max-tokens-cap N] [--decode-tokens N] [--repeat N]
 
   python3 final/bench/workloads.py nano /tmp/nano.jsonl
   python3 final/bench/peer_bench.py --engine vllm --model-dir /tmp/m/q3 --requests /tmp/nano.jsonl --out vllm_nano.json
@@ -272,11 +273,17 @@ def run_vllm(a, cfg, reqs, res):
         llm.generate([warm], sp(1.0, 16, False), use_tqdm=False)
         prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in reqs]
         params = [sp(r["temperature"], r["max_tokens"], r["ignore_eos"], r) for r in reqs]
-        t = time.perf_counter()
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        dt = time.perf_counter() - t
-        returned = sum(len(o.outputs[0].token_ids) for o in outs)
+        runs = []
+        for _ in range(a.repeat):  # --repeat N: N timed generate() calls, the median one reported
+            t = time.perf_counter()
+            outs = llm.generate(prompts, params, use_tqdm=False)
+            dt = time.perf_counter() - t
+            runs.append((dt, sum(len(o.outputs[0].token_ids) for o in outs)))
+        dt, returned = sorted(runs)[(len(runs) - 1) // 2]
         res["results"] = throughput(reqs, dt, returned)
+        if a.repeat > 1:
+            res["results"]["runs_duration_s"] = [round(d, 6) for d, _ in runs]
+            res["results"]["runs_output_tok_s"] = [round(sum(r["max_tokens"] for r in reqs) / d, 3) for d, _ in runs]
     else:
         prompt = {"prompt_token_ids": decode1_prompt(cfg["vocab_size"])}
 
@@ -517,6 +524,8 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=16, help="hf: requests per static batch (default 16)")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="hf (default cuda)")
     ap.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N requests of the file")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="vllm --requests: N timed generate() calls after the warm-up, the median reported (default 1)")
     ap.add_argument("--max-tokens-cap", type=int, default=None, metavar="N",
                     help="for smoke tests only: min(max_tokens, N) for every request (not a benchmark)")
     ap.add_argument("--decode-tokens", type=int, default=DECODE1_TOKENS, metavar="N",
@@ -524,13 +533,16 @@ def main(argv=None):
     a = ap.parse_args(argv)
     for name, v, lo in (("--batch-size", a.batch_size, 1), ("--limit", a.limit, 1),
                         ("--max-tokens-cap", a.max_tokens_cap, 1), ("--decode-tokens", a.decode_tokens, 2),
-                        ("--max-model-len", a.max_model_len, 2), ("--max-num-seqs", a.max_num_seqs, 1)):
+                        ("--max-model-len", a.max_model_len, 2), ("--max-num-seqs", a.max_num_seqs, 1),
+                        ("--repeat", a.repeat, 1)):
         if v is not None and v < lo:
             ap.error(f"{name} must be at least {lo}")
     if not 0 < a.gpu_memory_utilization <= 1:
         ap.error("--gpu-memory-utilization must be in (0, 1]")
     if a.decode1 and (a.limit is not None or a.max_tokens_cap is not None):
         ap.error("--limit and --max-tokens-cap go with --requests")
+    if a.repeat > 1 and (a.engine != "vllm" or a.decode1):
+        ap.error("--repeat goes with --engine vllm --requests")
 
     try:
         cfg = read_config(a.model_dir)
@@ -540,7 +552,7 @@ def main(argv=None):
             if a.max_tokens_cap is not None:
                 for r in reqs:
                     r["max_tokens"] = min(r["max_tokens"], a.max_tokens_cap)
-        keys = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "enforce_eager") if a.engine == "vllm" \
+        keys = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "enforce_eager", "repeat") if a.engine == "vllm" \
             else ("batch_size", "device") if reqs is not None else ("device",)
         keys += ("limit", "max_tokens_cap") if reqs is not None else ("decode_tokens",)
         opts = {k: getattr(a, k) for k in keys}
