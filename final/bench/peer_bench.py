@@ -17,7 +17,8 @@ What is measured
           batch (the default dynamic KV cache) with max_new_tokens = min_new_tokens = the batch's
           largest max_tokens, so EOS never ends a row early and every row runs to that length.
           One warm-up batch (the first batch, at most 32 new tokens) before the clock;
-          torch.cuda.synchronize() before starting and before stopping it. The tokens a row
+          torch.cuda.synchronize() before starting and before stopping it; peak_gpu_memory_gib is
+          torch.cuda.max_memory_allocated() over the timed batches (weights included: weights_gib). The tokens a row
           generates past its request's own max_tokens are padding work: they are counted in
           padded_output_tokens, not in output_tokens.
     output_tokens  = sum of the requests' max_tokens (what nano-vllm's bench.py counts; with
@@ -420,6 +421,8 @@ def run_hf(a, cfg, reqs, res):
                  w[0]["temperature"])
         per_batch, outs, returned, padded_out, padded_in = [], [], 0, 0, 0
         sync()
+        if cuda:  # the timed batches' peak: weights + cache + activations, as torch's allocator saw them
+            torch.cuda.reset_peak_memory_stats(dev)
         t = time.perf_counter()
         for b in batches:
             tb = time.perf_counter()
@@ -441,6 +444,9 @@ def run_hf(a, cfg, reqs, res):
                               "padded_output_tokens are generated past a request's own max_tokens and are not counted "
                               "in output_tokens; padded_prompt_tokens are the left-padding positions",
                  warmup="the first batch with at most %d new tokens" % HF_WARMUP_TOKENS, batches=per_batch)
+        if cuda:
+            r["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 3)
+            r["weights_gib"] = round(sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30, 3)
         if notes:
             r["notes"] = notes
         res["results"] = r
