@@ -6,11 +6,13 @@
 //           and tabs between the start of a line and a block tag go; {%- -%} {{- -}} strip all
 //           whitespace on their side); inside a tag: names, literals, operators.
 //   parse   tokens -> a list of statements (text, {{ expr }}, if/elif/else, for, set, break,
-//           continue) holding expression trees; recursive descent with Jinja's precedence.
+//           continue, macro) holding expression trees; recursive descent with Jinja's precedence.
 //   render  walk the statements with a chain of scopes. As in Jinja, each loop iteration has a
-//           scope of its own, so a `set` inside a loop is gone after it (hence namespace()).
+//           scope of its own, so a `set` inside a loop is gone after it (hence namespace()); a
+//           macro call renders its body into a buffer of its own, in a scope above the one the
+//           macro was defined in, and that text is the call's value.
 // Values are what Python values look like from Jinja: undefined, none, bool, int, float, str,
-// list, dict, a namespace, a builtin function, a loop object. Printing one is Python's str():
+// list, dict, a namespace, a builtin function, a loop object, a macro. Printing one is Python's str():
 // lists print as ['a', 1], floats as repr() does; undefined prints as nothing and is false.
 //
 // Memory: everything (tokens, tree, values, output) lives in one arena freed at the end, and an
@@ -44,7 +46,7 @@ typedef struct {
     size_t n;
 } Str;
 
-typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_FUNC, V_LOOP } VKind;
+typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_FUNC, V_LOOP, V_MACRO } VKind;
 typedef enum { FN_RANGE, FN_NAMESPACE, FN_RAISE, FN_STRFTIME, FN_DICT } Builtin;
 typedef struct Value Value;
 typedef struct {
@@ -72,6 +74,7 @@ struct Value {
         Dict *d;      // V_DICT, V_NS (a namespace: the one mutable value)
         Builtin fn;   // V_FUNC
         Loop *loop;   // V_LOOP
+        const struct MacroDef *mac;  // V_MACRO
     };
 };
 
@@ -99,7 +102,7 @@ struct Expr {
     int negate;    // E_TEST: `is not`; E_NEG: unary + (not -); E_LIST: a tuple
 };
 
-typedef enum { S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_BREAK, S_CONTINUE, S_BLOCK } SKind;
+typedef enum { S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_BREAK, S_CONTINUE, S_BLOCK, S_MACRO } SKind;
 typedef struct Stmt Stmt;
 struct Stmt {
     SKind k;
@@ -109,8 +112,18 @@ struct Stmt {
     Expr *cond;        // S_FOR: `for x in xs if cond`
     Str var[2];        // S_FOR: the loop variable(s); S_SET: the name and, for `set ns.attr`, attr
     int nvars;
-    Stmt *body, *orelse;  // S_IF: then / elif or else; S_FOR: body / else; S_BLOCK: body
+    Stmt *body, *orelse;  // S_IF: then / elif or else; S_FOR: body / else; S_BLOCK, S_MACRO: body
     Stmt *next;
+    Str *params;          // S_MACRO: the parameters' names (var[0] the macro's), ...
+    Expr **defaults;      //   ... their default values (NULL: none), nvars of them
+};
+
+typedef struct Scope Scope;
+// A macro as {% macro %} defines it when it runs: its statement and the scope it was defined in
+// (the names it reads beside its parameters are looked up from there, as Jinja's closures do).
+struct MacroDef {
+    const Stmt *def;
+    Scope *scope;
 };
 
 typedef struct {
@@ -118,10 +131,10 @@ typedef struct {
     size_t n, cap;
 } Buf;
 
-typedef struct Scope {
+struct Scope {
     Dict vars;  // this scope's names and values
     struct Scope *up;
-} Scope;
+};
 
 typedef struct Chunk {
     struct Chunk *next;
@@ -140,6 +153,7 @@ typedef struct {
     int depth, loops;   // parser: expression / block nesting; enclosing for loops
     Scope *scope;       // renderer: the innermost scope
     int ctl;            // renderer: 1 a break, 2 a continue on its way to the loop
+    int calls;          // renderer: macro calls in progress (recursion is bounded by MAX_DEPTH)
     Buf out;
 } Ctx;
 
@@ -293,7 +307,7 @@ static void dict_set(Ctx *c, Dict *d, Str key, Value v) {
 
 static const char *type_name(Value v) {  // Python's names, for messages
     static const char *const names[] = {"Undefined", "NoneType", "bool", "int", "float", "str",
-                                        "list", "dict", "Namespace", "function", "LoopContext"};
+                                        "list", "dict", "Namespace", "function", "LoopContext", "Macro"};
     return v.k == V_LIST && v.l->tuple ? "tuple" : names[v.k];
 }
 static int is_num(Value v) { return v.k == V_BOOL || v.k == V_INT || v.k == V_FLOAT; }
@@ -333,6 +347,7 @@ static int equal(Value a, Value b) {  // Python's ==
         return 1;
     case V_NS: return a.d == b.d;
     case V_FUNC: return a.fn == b.fn;
+    case V_MACRO: return a.mac == b.mac;
     default: return a.loop == b.loop;
     }
 }
@@ -435,6 +450,7 @@ static void put_value(Ctx *c, Buf *b, Value v, int repr) {
     case V_NS: puts_(c, b, "<Namespace "), put_items(c, b, (Value){.k = V_DICT, .d = v.d}), puts_(c, b, ">"); break;
     case V_FUNC: putf(c, b, "<function %s>", fn_names[v.fn]); break;
     case V_LOOP: putf(c, b, "<LoopContext %ld/%ld>", v.loop->index0 + 1, v.loop->length); break;
+    case V_MACRO: putf(c, b, "<Macro '%.*s'>", (int)v.mac->def->var[0].n, v.mac->def->var[0].s); break;
     }
 }
 
@@ -1114,6 +1130,32 @@ static Stmt *parse_body(Ctx *c, const char *const *ends, int *which, const char 
                 if (!c->loops) fail(c, kw->pos, "'%.*s' outside of a for loop", (int)name.n, name.s);
                 s = stmt(c, str_eq(name, "break") ? S_BREAK : S_CONTINUE, t->pos);
                 expect_end(c, T_BLOCK_END);
+            } else if (str_eq(name, "macro")) {  // {% macro name(a, b=default) %} ... {% endmacro %}
+                static const char *const macro_ends[] = {"endmacro", NULL};
+                s = stmt(c, S_MACRO, t->pos);
+                s->var[0] = expect_var(c, "a macro name");
+                s->params = alloc(c, MAX_ARGS * sizeof *s->params);
+                s->defaults = alloc(c, MAX_ARGS * sizeof *s->defaults);
+                expect_op(c, "(");
+                while (!accept_op(c, ")")) {
+                    if (s->nvars && !accept_op(c, ",")) unexpected(c, "',' or ')'");  // (no trailing comma, as in Jinja)
+                    if (s->nvars == MAX_ARGS) fail(c, peek(c)->pos, "a macro with more than %d parameters", MAX_ARGS);
+                    const Token *pt = peek(c);
+                    const Str pn = expect_var(c, "a parameter name");
+                    for (int i = 0; i < s->nvars; i++)
+                        if (str_same(s->params[i], pn)) fail(c, pt->pos, "duplicate parameter '%.*s'", (int)pn.n, pn.s);
+                    s->params[s->nvars] = pn;
+                    s->defaults[s->nvars] = accept_op(c, "=") ? parse_expr(c) : NULL;
+                    if (!s->defaults[s->nvars] && s->nvars && s->defaults[s->nvars - 1])
+                        fail(c, pt->pos, "a parameter without a default follows one with a default");
+                    s->nvars++;
+                }
+                expect_end(c, T_BLOCK_END);
+                int w = 0, loops = c->loops;
+                c->loops = 0;  // a break in the macro's body cannot reach a loop around the definition
+                s->body = parse_body(c, macro_ends, &w, "macro", t->pos);
+                c->loops = loops;
+                expect_end(c, T_BLOCK_END);
             } else if (str_eq(name, "generation")) {  // transformers' tag marking the assistant's text
                 static const char *const gen_ends[] = {"endgeneration", NULL};
                 int w = 0;
@@ -1121,11 +1163,11 @@ static Stmt *parse_body(Ctx *c, const char *const *ends, int *which, const char 
                 (s = stmt(c, S_BLOCK, t->pos))->body = parse_body(c, gen_ends, &w, "generation", t->pos);
                 expect_end(c, T_BLOCK_END);
             } else {
-                static const char *const known[] = {"macro", "call", "filter", "raw", "include", "import", "from",
+                static const char *const known[] = {"call", "filter", "raw", "include", "import", "from",
                                                     "extends", "block", "with", "autoescape", "do", NULL};
                 for (int i = 0; known[i]; i++)
                     if (str_eq(name, known[i])) fail(c, kw->pos, "'%s' tags are not supported by this renderer", known[i]);
-                static const char *const closers[] = {"elif", "else", "endif", "endfor", "endgeneration", NULL};
+                static const char *const closers[] = {"elif", "else", "endif", "endfor", "endgeneration", "endmacro", NULL};
                 for (int i = 0; closers[i]; i++) {
                     if (!str_eq(name, closers[i])) continue;
                     if (!ends) fail(c, kw->pos, "unexpected '%s' (no block is open)", closers[i]);
@@ -1654,6 +1696,8 @@ static Value call_method(Ctx *c, Value o, Str m, const Args *a, size_t pos) {
     fail(c, pos, "%s is not a method this renderer has", what);
 }
 
+static Value call_macro(Ctx *c, const struct MacroDef *m, const Args *a, size_t pos);
+
 static Value call(Ctx *c, const Expr *e) {
     Args a = {0};
     if (e->a->k == E_ATTR) {  // obj.method(...)
@@ -1663,9 +1707,9 @@ static Value call(Ctx *c, const Expr *e) {
     }
     const Value f = eval(c, e->a);
     need_defined(c, f, e->a->pos);
-    if (f.k != V_FUNC) fail(c, e->pos, "'%s' object is not callable", type_name(f));
+    if (f.k != V_FUNC && f.k != V_MACRO) fail(c, e->pos, "'%s' object is not callable", type_name(f));
     eval_args(c, e, &a);
-    return call_builtin(c, f.fn, &a, e->pos);
+    return f.k == V_MACRO ? call_macro(c, f.mac, &a, e->pos) : call_builtin(c, f.fn, &a, e->pos);
 }
 
 static int apply_test(Ctx *c, Str t, Value v, const Args *a, size_t pos);
@@ -2015,8 +2059,57 @@ static void exec(Ctx *c, const Stmt *s) {
         case S_BREAK: c->ctl = 1; break;
         case S_CONTINUE: c->ctl = 2; break;
         case S_BLOCK: exec(c, s->body); break;
+        case S_MACRO: {
+            struct MacroDef *m = alloc(c, sizeof *m);
+            m->def = s, m->scope = c->scope;
+            assign(c, c->scope, s->var[0], (Value){.k = V_MACRO, .mac = m});
+            break;
+        }
         }
     }
+}
+
+// A macro call: its parameters bound (positional, then by name, then the defaults, evaluated in
+// the call's scope in order so that a default may use the parameters before it; one missing with
+// no default is undefined, as in Jinja) in a scope above the one the macro was defined in; the
+// body rendered into a buffer of its own, which is the call's value.
+static Value call_macro(Ctx *c, const struct MacroDef *m, const Args *a, size_t pos) {
+    const Stmt *d = m->def;
+    const Str name = d->var[0];
+    Value bound[MAX_ARGS];
+    int have[MAX_ARGS] = {0};
+    for (int k = 0, npos = 0; k < a->n; k++) {
+        int i = -1;
+        if (!a->kw[k].n) {
+            if ((i = npos++) >= d->nvars)
+                fail(c, pos, "macro '%.*s' takes not more than %d argument(s)", (int)name.n, name.s, d->nvars);
+        } else {
+            for (int j = 0; j < d->nvars; j++)
+                if (str_same(d->params[j], a->kw[k])) i = j;
+            if (i < 0) fail(c, pos, "macro '%.*s' takes no keyword argument '%.*s'", (int)name.n, name.s, (int)a->kw[k].n, a->kw[k].s);
+            if (have[i]) fail(c, pos, "macro '%.*s' got multiple values for argument '%.*s'", (int)name.n, name.s, (int)a->kw[k].n, a->kw[k].s);
+        }
+        bound[i] = a->v[k], have[i] = 1;
+    }
+    if (++c->calls > MAX_DEPTH) fail(c, pos, "macro calls nested more than %d deep", MAX_DEPTH);
+    Scope sc = {.up = m->scope}, *const saved_scope = c->scope;
+    const Buf saved_out = c->out;
+    const int saved_ctl = c->ctl;
+    c->scope = &sc, c->out = (Buf){0}, c->ctl = 0;
+    for (int i = 0; i < d->nvars; i++) {
+        if (!have[i] && d->defaults[i]) bound[i] = eval(c, d->defaults[i]);
+        else if (!have[i]) {
+            char *msg = alloc(c, d->params[i].n + 32);
+            snprintf(msg, d->params[i].n + 32, "'%.*s' is undefined", (int)d->params[i].n, d->params[i].s);
+            bound[i] = v_undef(cstr(msg));
+        }
+        assign(c, &sc, d->params[i], bound[i]);
+    }
+    exec(c, d->body);
+    const Str r = buf_str(&c->out);
+    c->scope = saved_scope, c->out = saved_out, c->ctl = saved_ctl;
+    c->calls--;
+    return v_str(r);
 }
 
 // ---------------------------------------------------------------- the API

@@ -1,7 +1,8 @@
 // test_chat_template.c — common/chat_template: chat templates rendered in C give, byte for byte,
 // what transformers' apply_chat_template gives (tests/data/chat_templates/goldens.json, written by
 // tools/make_chat_goldens.py: the own templates of Llama-3.1-8B-Instruct, Llama-3.2-3B-Instruct,
-// Qwen2.5-7B-Instruct and Qwen3, and hand-written Llama-3, ChatML, Mistral and Zephyr layouts,
+// Qwen2.5-7B-Instruct, Qwen3 and twelve more families (tests/data/chat_templates/README.md), and
+// hand-written Llama-3, ChatML, Mistral and Zephyr layouts,
 // over 18 conversations with and without the generation prompt; and one small template per Jinja
 // feature); errors come back as messages, not crashes; tokenizer_config.json is read in its forms;
 // and `llm generate --chat` renders and encodes the prompt.
@@ -153,7 +154,11 @@ Test(chat_template, syntax_errors_say_where_and_what) {
         {"{% endif %}", "line 1, column 4", "unexpected 'endif' (no block is open)"},
         {"{% for x in y %}{% endif %}{% endfor %}", "line 1, column 20", "unexpected 'endif' inside 'for'"},
         {"{% frobnicate %}", "line 1, column 4", "unknown tag 'frobnicate'"},
-        {"{% macro f() %}{% endmacro %}", "line 1, column 4", "'macro' tags are not supported"},
+        {"{% call f() %}{% endcall %}", "line 1, column 4", "'call' tags are not supported"},
+        {"{% macro f() %}x", "line 1, column 1", "'macro' is not closed (no 'endmacro'"},
+        {"{% macro f(a, a) %}{% endmacro %}", "line 1, column 15", "duplicate parameter 'a'"},
+        {"{% macro f(a=1, b) %}{% endmacro %}", "line 1, column 17", "a parameter without a default follows one with a default"},
+        {"{% for x in y %}{% macro f() %}{% break %}{% endmacro %}{% endfor %}", "line 1, column 35", "'break' outside of a for loop"},
         {"{{ x|nosuch }}", "line 1, column 5", "no filter named 'nosuch'"},
         {"{{ x is nosuch }}", "line 1, column 6", "no test named 'nosuch'"},
         {"{{ x is divisibleby }}", "line 1, column 6", "test 'divisibleby' takes 1 argument(s), not 0"},
@@ -228,6 +233,16 @@ Test(chat_template, render_errors_and_odd_inputs) {
     free(out);
     out = chat_template_render(NULL, NULL, 0, 1, NULL, NULL, err, sizeof err);
     cr_expect(out == NULL && strstr(err, "no template"));
+    // a macro that calls itself forever is stopped, not a stack overflow; one whose text grows
+    // past the output limit is stopped too
+    out = chat_template_render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}\n{{ f(0) }}", NULL, 0, 1, NULL, NULL, err, sizeof err);
+    cr_expect(out == NULL && strstr(err, "macro calls nested more than"), "message \"%s\"", err);
+    free(out);
+    out = chat_template_render("{% macro f(s) %}{{ s ~ s }}{% endmacro %}{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+                               "{% set ns.s = f(ns.s) %}{% endfor %}{{ ns.s|length }}",
+                               NULL, 0, 1, NULL, NULL, err, sizeof err);
+    cr_expect(out == NULL && strstr(err, "MiB"), "message \"%s\"", err);
+    free(out);
 }
 
 // tokenizer_config.json in its forms: chat_template a string or a list of named templates

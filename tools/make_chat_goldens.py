@@ -49,9 +49,9 @@ HERE = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 TOKENIZER = os.path.join(HERE, "..", "tokenizers", "tiny-tokenizer.json")
 FIXED_TIME = 1721995200  # 2024-07-26 12:00:00 UTC
 
-# The template files and the special tokens of the tokenizers they come with. The first four are
-# the models' own (tests/data/chat_templates/README.md says where each comes from); the others are
-# short hand-written templates in the layouts of other model families.
+# The template files and the special tokens of the tokenizers they come with: the models' own
+# (tests/data/chat_templates/README.md says where each comes from), except llama3, chatml, mistral
+# and zephyr, short hand-written templates in the layouts of those families.
 TEMPLATES = {
     "qwen3.jinja": (None, "<|im_end|>"),
     "qwen2.5-7b-instruct.jinja": (None, "<|im_end|>"),
@@ -61,6 +61,18 @@ TEMPLATES = {
     "chatml.jinja": (None, "<|im_end|>"),
     "mistral.jinja": ("<s>", "</s>"),
     "zephyr.jinja": ("<s>", "</s>"),
+    "gemma-2-2b-it.jinja": ("<bos>", "<eos>"),
+    "phi-3.5-mini-instruct.jinja": ("<s>", "<|endoftext|>"),
+    "mistral-nemo-instruct-2407.jinja": ("<s>", "</s>"),
+    "mistral-small-3.2-24b-instruct-2506.jinja": ("<s>", "</s>"),
+    "deepseek-r1-distill-qwen-32b.jinja": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "smollm3-3b.jinja": (None, "<|im_end|>"),
+    "granite-3.3-2b-instruct.jinja": ("<|end_of_text|>", "<|end_of_text|>"),
+    "qwq-32b.jinja": (None, "<|im_end|>"),
+    "qwen3-coder.jinja": (None, "<|im_end|>"),
+    "qwen3.5-4b.jinja": (None, "<|im_end|>"),
+    "hermes-3-llama-3.1-8b.jinja": ("<|begin_of_text|>", "<|im_end|>"),
+    "gpt-oss-120b.jinja": (None, "<|return|>"),
 }
 
 CONVERSATIONS = {
@@ -256,7 +268,32 @@ SNIPPETS = [
     ("error_ns_attr_on_non_namespace", "{% set x = 1 %}{% set x.y = 2 %}"),
     ("error_tojson_undefined", "{{ nothing|tojson }}"),
     ("error_length_of_none", "{{ none|length }}"),
+    # macros (Qwen3-Coder's, Qwen3.5's and gpt-oss's templates define them)
+    ("macro_basic", "{% macro greet(name) %}Hi {{ name }}!{% endmacro %}{{ greet('a') }}|{{ greet(messages[0].content) }}"),
+    ("macro_defaults_kwargs", "{% macro f(a, b=2, c='x') %}{{ a }}-{{ b }}-{{ c }}{% endmacro %}"
+                              "{{ f(1) }} {{ f(1, 3) }} {{ f(1, c='y') }} {{ f(a=5, b=none) }} {{ f(c=1, a=2) }}"),
+    ("macro_default_uses_param", "{% macro f(a, b=a * 2) %}{{ b }}{% endmacro %}{{ f(4) }}{{ f(4, 1) }}"),
+    ("macro_missing_arg", "{% macro f(a, b) %}[{{ b }}]{{ b is defined }}{% endmacro %}{{ f(1) }}"),
+    ("macro_whitespace", "{%- macro f(x) -%}\n  <{{ x }}>\n{%- endmacro -%}\n{{ f(1) }}{{ f(2)|trim }}\n{% macro g() %}\n  k\n{% endmacro %}[{{ g() }}]"),
+    ("macro_recursive", "{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n }}*{{ fact(n - 1) }}{% endif %}{% endmacro %}{{ fact(5) }}"),
+    ("macro_sees_globals", "{% set sep = '|' %}{% macro j(xs) %}{% for x in xs %}{{ x.role }}{{ sep }}{% endfor %}{{ bos_token }}{% endmacro %}{{ j(messages) }}"),
+    ("macro_called_in_loop", "{% macro r(m, i) %}{{ i }}.{{ m.role|upper }}:{{ m.content }}{% endmacro %}"
+                             "{% for m in messages %}{{ r(m, loop.index) }};{% endfor %}"),
+    ("macro_value_in_expressions", "{% macro f() %} x {% endmacro %}{{ (f() ~ 'y')|trim }}{{ f()|length }}{{ f() == ' x ' }}"
+                                   "{% if f() %}T{% endif %}{% set v = f() %}[{{ v }}]"),
+    ("macro_namespace_mutation", "{% set ns = namespace(n=0) %}{% macro bump() %}{% set ns.n = ns.n + 1 %}{% endmacro %}"
+                                 "{{ bump() }}{{ bump() }}{{ ns.n }}"),
+    ("macro_set_stays_inside", "{% set x = 1 %}{% macro f() %}{% set x = 2 %}{{ x }}{% endmacro %}{{ f() }}{{ x }}"),
+    ("macro_calls_macro", "{% macro a(x) %}<{{ x }}>{% endmacro %}{% macro b(y) %}{{ a(y) ~ a(y * 2) }}{% endmacro %}{{ b(3) }}"),
+    ("macro_loop_inside", "{% macro each(xs) %}{% for x in xs %}{% if loop.first %}[{% endif %}{{ x }}{% if not loop.last %},{% endif %}"
+                          "{% if x == 3 %}{% break %}{% endif %}{% endfor %}]{% endmacro %}{{ each([1, 2, 3, 4]) }}{{ each([]) }}"),
+    ("macro_trailing_comma", "{% macro f(a, b=1,) %}{{ a + b }}{% endmacro %}{{ f(1) }}"),
+    ("error_macro_too_many_args", "{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}"),
+    ("error_macro_unknown_kwarg", "{% macro f(a) %}{% endmacro %}{{ f(b=1) }}"),
+    ("error_macro_raises", "{% macro f(a) %}{{ raise_exception('bad ' ~ a) }}{% endmacro %}x{{ f(7) }}"),
+    ("error_macro_not_defined_yet", "{{ f(1) }}{% macro f(a) %}{{ a }}{% endmacro %}"),
     # syntax errors
+    ("syntax_unclosed_macro", "{% macro f() %}never closed"),
     ("syntax_unclosed_if", "{% if true %}never closed"),
     ("syntax_unclosed_for", "{% for m in messages %}{{ m }}"),
     ("syntax_stray_endif", "text {% endif %}"),
