@@ -1119,13 +1119,18 @@ static Stmt *parse_body(Ctx *c, const char *const *ends, int *which, const char 
                 s = stmt(c, S_SET, t->pos);
                 s->var[s->nvars++] = expect_var(c, "a variable name");
                 if (accept_op(c, ".")) s->var[s->nvars++] = expect_name(c, "an attribute name");
-                if (!is_op(peek(c), "=")) {
-                    if (peek(c)->k == T_BLOCK_END) fail(c, peek(c)->pos, "block assignments ({%% set x %%}...{%% endset %%}) are not supported by this renderer");
-                    unexpected(c, "'='");
+                if (peek(c)->k == T_BLOCK_END) {  // {% set x %}...{% endset %}: x is the text the body renders
+                    static const char *const set_ends[] = {"endset", NULL};
+                    int w = 0;
+                    take(c);
+                    s->body = parse_body(c, set_ends, &w, "set", t->pos);
+                    expect_end(c, T_BLOCK_END);
+                } else {
+                    if (!is_op(peek(c), "=")) unexpected(c, "'='");
+                    take(c);
+                    s->e = parse_expr(c);
+                    expect_end(c, T_BLOCK_END);
                 }
-                take(c);
-                s->e = parse_expr(c);
-                expect_end(c, T_BLOCK_END);
             } else if (str_eq(name, "break") || str_eq(name, "continue")) {
                 if (!c->loops) fail(c, kw->pos, "'%.*s' outside of a for loop", (int)name.n, name.s);
                 s = stmt(c, str_eq(name, "break") ? S_BREAK : S_CONTINUE, t->pos);
@@ -1167,7 +1172,7 @@ static Stmt *parse_body(Ctx *c, const char *const *ends, int *which, const char 
                                                     "extends", "block", "with", "autoescape", "do", NULL};
                 for (int i = 0; known[i]; i++)
                     if (str_eq(name, known[i])) fail(c, kw->pos, "'%s' tags are not supported by this renderer", known[i]);
-                static const char *const closers[] = {"elif", "else", "endif", "endfor", "endgeneration", "endmacro", NULL};
+                static const char *const closers[] = {"elif", "else", "endif", "endfor", "endgeneration", "endmacro", "endset", NULL};
                 for (int i = 0; closers[i]; i++) {
                     if (!str_eq(name, closers[i])) continue;
                     if (!ends) fail(c, kw->pos, "unexpected '%s' (no block is open)", closers[i]);
@@ -1238,7 +1243,7 @@ static Value get_item(Ctx *c, Value o, Value key, size_t pos) {
         long long i = inum(key);
         if (i < 0) i += n;
         if (i >= 0 && i < n) return o.k == V_LIST ? o.l->v[i] : str_char(c, o.s, off, (size_t)i);
-        return v_undef(strf(c, "%s index %lld out of range", type_name(o), inum(key)));
+        return v_undef(strf(c, "%s object has no element %lld", type_name(o), inum(key)));  // jinja2's words
     }
     Buf b = {0};
     put_value(c, &b, key, 1);
@@ -1718,6 +1723,7 @@ static Value apply_filter(Ctx *c, Str f, const Args *a, size_t pos);
 // select / reject (items passing a test, or true), selectattr / rejectattr (items whose attribute
 // passes it): Jinja's generators, as lists.
 static Value select_items(Ctx *c, Str f, const Args *a, size_t pos, const char *what) {
+    if (!truthy(a->v[0])) return v_list(c, 0);  // Jinja selects nothing from a false value (none, '', [])
     const int attr = f.n > 4 && !memcmp(f.s + f.n - 4, "attr", 4), keep = f.s[0] == 's', first = attr ? 2 : 1;
     const Value *name = attr ? arg(a, 1, "attribute") : NULL, *t = arg(a, first, "test");
     if (attr && (!name || name->k != V_STR)) fail(c, pos, "%s: the attribute must be a string", what);
@@ -1736,6 +1742,7 @@ static Value select_items(Ctx *c, Str f, const Args *a, size_t pos, const char *
 
 // map(attribute='name'), or map('filter', args...): each item through it.
 static Value map_items(Ctx *c, const Args *a, size_t pos, const char *what) {
+    if (!truthy(a->v[0])) return v_list(c, 0);  // Jinja maps nothing over a false value (none, '', [])
     const Value *attr = arg(a, 99, "attribute"), *dflt = arg(a, 99, "default");
     const List *l = iterate(c, a->v[0], pos);
     Value r = v_list(c, l->n);
@@ -2037,6 +2044,16 @@ static void exec_for(Ctx *c, const Stmt *s) {
     if (!items->n && s->orelse) exec(c, s->orelse);
 }
 
+// The text statements render, into a buffer of their own (a block set's value; a macro call's).
+static Str capture(Ctx *c, const Stmt *body) {
+    const Buf saved = c->out;
+    c->out = (Buf){0};
+    exec(c, body);
+    const Str r = buf_str(&c->out);
+    c->out = saved;
+    return r;
+}
+
 static void exec(Ctx *c, const Stmt *s) {
     for (; s && !c->ctl; s = s->next) {
         switch (s->k) {
@@ -2045,7 +2062,7 @@ static void exec(Ctx *c, const Stmt *s) {
         case S_IF: exec(c, truthy(eval(c, s->e)) ? s->body : s->orelse); break;
         case S_FOR: exec_for(c, s); break;
         case S_SET: {
-            const Value v = eval(c, s->e);
+            const Value v = s->body ? v_str(capture(c, s->body)) : eval(c, s->e);
             if (s->nvars == 1) {
                 assign(c, c->scope, s->var[0], v);
                 break;
@@ -2093,9 +2110,8 @@ static Value call_macro(Ctx *c, const struct MacroDef *m, const Args *a, size_t 
     }
     if (++c->calls > MAX_DEPTH) fail(c, pos, "macro calls nested more than %d deep", MAX_DEPTH);
     Scope sc = {.up = m->scope}, *const saved_scope = c->scope;
-    const Buf saved_out = c->out;
     const int saved_ctl = c->ctl;
-    c->scope = &sc, c->out = (Buf){0}, c->ctl = 0;
+    c->scope = &sc, c->ctl = 0;
     for (int i = 0; i < d->nvars; i++) {
         if (!have[i] && d->defaults[i]) bound[i] = eval(c, d->defaults[i]);
         else if (!have[i]) {
@@ -2105,9 +2121,8 @@ static Value call_macro(Ctx *c, const struct MacroDef *m, const Args *a, size_t 
         }
         assign(c, &sc, d->params[i], bound[i]);
     }
-    exec(c, d->body);
-    const Str r = buf_str(&c->out);
-    c->scope = saved_scope, c->out = saved_out, c->ctl = saved_ctl;
+    const Str r = capture(c, d->body);
+    c->scope = saved_scope, c->ctl = saved_ctl;
     c->calls--;
     return v_str(r);
 }

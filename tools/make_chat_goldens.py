@@ -73,6 +73,9 @@ TEMPLATES = {
     "qwen3.5-4b.jinja": (None, "<|im_end|>"),
     "hermes-3-llama-3.1-8b.jinja": ("<|begin_of_text|>", "<|im_end|>"),
     "gpt-oss-120b.jinja": (None, "<|return|>"),
+    "minicpm5-1b.jinja": ("<s>", "<|im_end|>"),
+    "apriel-1.5.jinja": ("<s>", "<|end|>"),
+    "functionary-medium-v3.1.jinja": ("<|begin_of_text|>", "<|eot_id|>"),
 }
 
 CONVERSATIONS = {
@@ -288,6 +291,14 @@ SNIPPETS = [
     ("macro_loop_inside", "{% macro each(xs) %}{% for x in xs %}{% if loop.first %}[{% endif %}{{ x }}{% if not loop.last %},{% endif %}"
                           "{% if x == 3 %}{% break %}{% endif %}{% endfor %}]{% endmacro %}{{ each([1, 2, 3, 4]) }}{{ each([]) }}"),
     ("macro_trailing_comma", "{% macro f(a, b=1,) %}{{ a + b }}{% endmacro %}{{ f(1) }}"),
+    # block assignments, and select / map over a false value (nothing, as Jinja's filters check first)
+    ("set_block", "{% set x %}  {{ messages|length }} turns, {{ bos_token }}\n{% endset %}[{{ x }}]{{ x|trim|length }}"),
+    ("set_block_in_loop", "{% for m in messages %}{% set t %}{{ m.role }}!{% endset %}{{ t|upper }}{% endfor %}[{{ t }}]"),
+    ("set_block_namespace", "{% set ns = namespace(s='') %}{% for m in messages %}{% set ns.s %}{{ ns.s }}{{ m.role[0] }}{% endset %}"
+                            "{% endfor %}{{ ns.s }}"),
+    ("set_block_whitespace", "{%- set x -%}\n  a  \n{%- endset -%}\n({{ x }})"),
+    ("filters_on_none", "{{ none|selectattr('type', 'equalto', 'x')|list }}{{ none|rejectattr('a')|list|length }}"
+                        "{{ ''|select|list }}{{ none|map(attribute='a')|list }}{{ []|map('upper')|list }}"),
     ("error_macro_too_many_args", "{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}"),
     ("error_macro_unknown_kwarg", "{% macro f(a) %}{% endmacro %}{{ f(b=1) }}"),
     ("error_macro_raises", "{% macro f(a) %}{{ raise_exception('bad ' ~ a) }}{% endmacro %}x{{ f(7) }}"),
