@@ -1705,9 +1705,12 @@ static Value call_macro(Ctx *c, const struct MacroDef *m, const Args *a, size_t 
 
 static Value call(Ctx *c, const Expr *e) {
     Args a = {0};
-    if (e->a->k == E_ATTR) {  // obj.method(...)
+    if (e->a->k == E_ATTR) {  // obj.method(...), or a macro or function kept in a namespace or dict
         const Value o = eval(c, e->a->a);
+        const Value *f = o.k == V_NS || o.k == V_DICT ? dict_get(o.d, e->a->name) : NULL;
         eval_args(c, e, &a);
+        if (f && f->k == V_MACRO) return call_macro(c, f->mac, &a, e->pos);
+        if (f && f->k == V_FUNC) return call_builtin(c, f->fn, &a, e->pos);
         return call_method(c, o, e->a->name, &a, e->pos);
     }
     const Value f = eval(c, e->a);
@@ -2016,14 +2019,15 @@ static void bind_loop_vars(Ctx *c, Scope *sc, const Stmt *s, Value item) {
 
 static void exec_for(Ctx *c, const Stmt *s) {
     const List *items = iterate(c, eval(c, s->e), s->e->pos);
-    Scope sc = {.up = c->scope};
-    c->scope = &sc;
+    Scope *sc = alloc(c, sizeof *sc);  // in the arena: a macro defined in the loop may outlive it (in a namespace)
+    sc->up = c->scope;
+    c->scope = sc;
     if (s->cond) {  // `for x in xs if cond`: the items that pass, before loop.length is known
         List *kept = v_list(c, items->n).l;
         kept->n = 0;
         for (size_t i = 0; i < items->n; i++) {
-            sc.vars.n = 0;
-            bind_loop_vars(c, &sc, s, items->v[i]);
+            sc->vars.n = 0;
+            bind_loop_vars(c, sc, s, items->v[i]);
             if (truthy(eval(c, s->cond))) kept->v[kept->n++] = items->v[i];
         }
         items = kept;
@@ -2031,16 +2035,16 @@ static void exec_for(Ctx *c, const Stmt *s) {
     Loop *loop = alloc(c, sizeof *loop);  // not on the stack: a namespace may keep `loop`
     loop->length = (long)items->n, loop->items = items;
     for (size_t i = 0; i < items->n; i++) {
-        sc.vars.n = 0;  // a fresh scope for each iteration
+        sc->vars.n = 0;  // a fresh scope for each iteration
         loop->index0 = (long)i;
-        bind_loop_vars(c, &sc, s, items->v[i]);
-        assign(c, &sc, cstr("loop"), (Value){.k = V_LOOP, .loop = loop});
+        bind_loop_vars(c, sc, s, items->v[i]);
+        assign(c, sc, cstr("loop"), (Value){.k = V_LOOP, .loop = loop});
         exec(c, s->body);
         const int ctl = c->ctl;
         c->ctl = 0;
         if (ctl == 1) break;
     }
-    c->scope = sc.up;
+    c->scope = sc->up;
     if (!items->n && s->orelse) exec(c, s->orelse);
 }
 
@@ -2109,9 +2113,10 @@ static Value call_macro(Ctx *c, const struct MacroDef *m, const Args *a, size_t 
         bound[i] = a->v[k], have[i] = 1;
     }
     if (++c->calls > MAX_DEPTH) fail(c, pos, "macro calls nested more than %d deep", MAX_DEPTH);
-    Scope sc = {.up = m->scope}, *const saved_scope = c->scope;
+    Scope *sc = alloc(c, sizeof *sc), *const saved_scope = c->scope;  // in the arena, as a loop's
+    sc->up = m->scope;
     const int saved_ctl = c->ctl;
-    c->scope = &sc, c->ctl = 0;
+    c->scope = sc, c->ctl = 0;
     for (int i = 0; i < d->nvars; i++) {
         if (!have[i] && d->defaults[i]) bound[i] = eval(c, d->defaults[i]);
         else if (!have[i]) {
@@ -2119,7 +2124,7 @@ static Value call_macro(Ctx *c, const struct MacroDef *m, const Args *a, size_t 
             snprintf(msg, d->params[i].n + 32, "'%.*s' is undefined", (int)d->params[i].n, d->params[i].s);
             bound[i] = v_undef(cstr(msg));
         }
-        assign(c, &sc, d->params[i], bound[i]);
+        assign(c, sc, d->params[i], bound[i]);
     }
     const Str r = capture(c, d->body);
     c->scope = saved_scope, c->ctl = saved_ctl;

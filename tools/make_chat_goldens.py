@@ -299,6 +299,10 @@ SNIPPETS = [
     ("set_block_whitespace", "{%- set x -%}\n  a  \n{%- endset -%}\n({{ x }})"),
     ("filters_on_none", "{{ none|selectattr('type', 'equalto', 'x')|list }}{{ none|rejectattr('a')|list|length }}"
                         "{{ ''|select|list }}{{ none|map(attribute='a')|list }}{{ []|map('upper')|list }}"),
+    ("macro_outlives_its_loop", "{% set ns = namespace(f=none) %}{% for i in [1, 2] %}{% macro g(x) %}<{{ x }}{{ bos_token }}{{ i is defined }}>{% endmacro %}"
+                                "{% set ns.f = g %}{% endfor %}{{ ns.f(7) }}"),
+    ("macro_outlives_its_macro", "{% set ns = namespace(f=none) %}{% macro outer() %}{% macro inner(y) %}[{{ y }}{{ eos_token }}]{% endmacro %}"
+                                 "{% set ns.f = inner %}{% endmacro %}{{ outer() }}{{ ns.f(3) }}"),
     ("error_macro_too_many_args", "{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}"),
     ("error_macro_unknown_kwarg", "{% macro f(a) %}{% endmacro %}{{ f(b=1) }}"),
     ("error_macro_raises", "{% macro f(a) %}{{ raise_exception('bad ' ~ a) }}{% endmacro %}x{{ f(7) }}"),
