@@ -258,8 +258,11 @@ build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c common/safetensors.c 
 build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c final/api.c common/tokenizer.c common/check.c final/api.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -I. $(filter %.c,$^) -o $@ $(PKG_LIBS) -lpthread -lm
+build/fuzz/fuzz_chat: tests/fuzz/fuzz_chat_template.c common/chat_template.c common/chat_template.h
+	@mkdir -p build/fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ $(PKG_LIBS) -lpthread -lm
 # FUZZ_TARGETS picks which to run: make fuzz FUZZ_TARGETS=safetensors (default: all of them).
-FUZZ_TARGETS ?= tokenizer safetensors request
+FUZZ_TARGETS ?= tokenizer safetensors request chat
 fuzz: $(addprefix fuzz-,$(FUZZ_TARGETS))
 fuzz-tokenizer: build/fuzz/fuzz_tokenizer
 	@mkdir -p build/fuzz/corpus
@@ -275,8 +278,13 @@ fuzz-request: build/fuzz/fuzz_request
 	@mkdir -p build/fuzz/corpus_request
 	build/fuzz/fuzz_request -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 -artifact_prefix=build/fuzz/request- build/fuzz/corpus_request tests/fuzz/seeds_request
 
+# The chat-template renderer: the input is the template; the seeds are the real ones under tests/data.
+fuzz-chat: build/fuzz/fuzz_chat
+	@mkdir -p build/fuzz/corpus_chat
+	build/fuzz/fuzz_chat -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=10 -print_final_stats=1 -artifact_prefix=build/fuzz/chat- build/fuzz/corpus_chat tests/data/chat_templates
+
 FORCE:
-.PHONY: all check test demo deps clean gpu-sanitize fuzz fuzz-tokenizer fuzz-safetensors fuzz-request bench-h200 FORCE
+.PHONY: all check test demo deps clean gpu-sanitize fuzz fuzz-tokenizer fuzz-safetensors fuzz-request fuzz-chat bench-h200 FORCE
 .SECONDARY:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
