@@ -259,7 +259,7 @@ build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c final/api.c common/tokenizer.
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -I. $(filter %.c,$^) -o $@ $(PKG_LIBS) -lpthread -lm
 build/fuzz/fuzz_chat: tests/fuzz/fuzz_chat_template.c common/chat_template.c common/chat_template.h
-	@mkdir -p build/fuzz
+	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ $(PKG_LIBS) -lpthread -lm
 # FUZZ_TARGETS picks which to run: make fuzz FUZZ_TARGETS=safetensors (default: all of them).
 FUZZ_TARGETS ?= tokenizer safetensors request chat

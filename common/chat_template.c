@@ -2119,11 +2119,7 @@ static Value call_macro(Ctx *c, const struct MacroDef *m, const Args *a, size_t 
     c->scope = sc, c->ctl = 0;
     for (int i = 0; i < d->nvars; i++) {
         if (!have[i] && d->defaults[i]) bound[i] = eval(c, d->defaults[i]);
-        else if (!have[i]) {
-            char *msg = alloc(c, d->params[i].n + 32);
-            snprintf(msg, d->params[i].n + 32, "'%.*s' is undefined", (int)d->params[i].n, d->params[i].s);
-            bound[i] = v_undef(cstr(msg));
-        }
+        else if (!have[i]) bound[i] = v_undef(strf(c, "'%.*s' is undefined", (int)d->params[i].n, d->params[i].s));
         assign(c, sc, d->params[i], bound[i]);
     }
     const Str r = capture(c, d->body);

@@ -3,8 +3,8 @@
 // kvb_validate walks the whole pool.
 #include "kv_blocks.h"
 
-#include <stdio.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>

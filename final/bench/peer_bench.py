@@ -9,7 +9,8 @@ What is measured
           loaded); one warm-up generate of a short id prompt, then ONE llm.generate() of all the
           requests (each with its own SamplingParams(temperature, ignore_eos, max_tokens);
           temperature 0 is greedy), timed with time.perf_counter around that call (--repeat N: N such
-          calls, the median's numbers reported and every run's listed). vLLM's own
+          calls, the median run's numbers reported, the lower middle one for an even N, and every
+          run's listed). vLLM's own
           scheduler batches them (continuous batching, paged KV, CUDA graphs unless
           --enforce-eager).
     hf    the naive baseline: AutoModelForCausalLM on --device, static batches of --batch-size
