@@ -589,3 +589,43 @@ Test(final_engine, one_seat_default_pool_fits_its_request, .timeout = 120) {
     }
     test_rmtree(dir);
 }
+
+// The benchmark scripts' own logic on the CPU: serve_table.py's table and ratios from two servers'
+// result files; peer_bench.py and offline_pair.sh refusing what they do not take.
+Test(final_engine, bench_scripts_table_and_refusals, .timeout = 60) {
+    char dir[64], path[160], cmd[1024], *o;
+    test_mkdtemp(dir, sizeof dir, "final_scripts");
+    static const struct {
+        const char *srv;
+        int c;
+        double tok_s, ttft99;
+    } runs[] = {{"llm", 4, 300.0, 20.5}, {"vllm", 4, 200.0, 40.25}, {"llm", 1, 90.0, 5.0}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s_serve_c%d.json", dir, runs[i].srv, runs[i].c);
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fprintf(f, "{\"num_prompts\": 8, \"completed\": 8, \"failed\": 0, \"output_throughput\": %g, \"median_ttft_ms\": 1.5, "
+                   "\"p99_ttft_ms\": %g, \"p50_e2el_ms\": 7.25, \"p99_e2el_ms\": 9.0}\n", runs[i].tok_s, runs[i].ttft99);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd, "python3 final/bench/serve_table.py %s 2>&1", dir);
+    cr_assert_eq(run_cmd(cmd, &o), 0, "%s: %s", cmd, o);
+    cr_expect(strstr(o, "| 4 | 8 | llm | 300 | 1.50 / 20.50 | - / - | - / - | 7.25 / 9.00 | 8 | 0 |") != NULL, "%s", o);
+    cr_expect(strstr(o, "| 4 | 8 | vllm | 200 | 1.50 / 40.25 |") != NULL, "%s", o);
+    cr_expect(strstr(o, "output tok/s against vllm: C=4: llm 1.50x") != NULL, "%s", o);
+    cr_expect(strstr(o, "C=1:") == NULL, "C=1 has no vllm run to divide by: %s", o);
+    free(o);
+    snprintf(cmd, sizeof cmd, "python3 final/bench/serve_table.py %s/none 2>&1", dir);
+    cr_expect_neq(run_cmd(cmd, &o), 0, "an empty directory gave a table: %s", o);
+    free(o);
+    snprintf(cmd, sizeof cmd, "python3 final/bench/peer_bench.py --engine hf --model-dir %s --requests x.jsonl --out %s/o.json "
+                              "--repeat 2 2>&1", dir, dir);
+    cr_expect_neq(run_cmd(cmd, &o), 0, "peer_bench took --repeat with hf");
+    cr_expect(strstr(o, "--repeat goes with --engine vllm --requests") != NULL, "%s", o);
+    free(o);
+    snprintf(cmd, sizeof cmd, "bash final/bench/offline_pair.sh %s %s/nofile.jsonl %s/op 0 2>&1", dir, dir, dir);
+    cr_expect_eq(run_cmd(cmd, &o), 2, "offline_pair.sh with N = 0: %s", o);
+    cr_expect(strstr(o, "N must be a positive integer") != NULL, "%s", o);
+    free(o);
+    test_rmtree(dir);
+}
