@@ -524,6 +524,10 @@ static int cmd_serve(int argc, char **argv) {
     if (!run) die("%s", err);
     runner_set_graphs(run, !eager);
     runner_set_prefill_attn(run, prefill_mode);
+    const double t_graphs = now_sec();
+    const int ngraphs = runner_capture_graphs(run);  // before the first request, as vLLM at startup
+    if (ngraphs < 0) die("capturing the decode-step graphs failed (see above)");
+    if (ngraphs > 0) fprintf(stderr, "[llm serve] %d decode-step graphs captured in %.2f s\n", ngraphs, now_sec() - t_graphs);
     SchedConfig sc = {.policy = POLICY_CONTINUOUS, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len,
                       .block_size = block, .num_blocks = num_blocks, .prefix_cache = prefix};
     sc.n_eos = model_eos_ids(model_dir, c, sc.eos, 8);

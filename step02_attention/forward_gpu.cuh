@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "forward.h"
+#include "pdl.cuh"  // pdl_trigger, pdl_wait (no-ops unless a kernel is launched with PDL)
 #include "step06_quant/qlinear_gpu.h"  // QLinearGpu: step06's quantized projections (optional)
 
 // ---------------------------------------------------------------- element conversions
@@ -74,8 +75,11 @@ template <class W> __global__ void k_embed(const W *table, const int *ids, int d
 // RMSNorm over rows of length n. Row r starts at (r / per) * ld + (r % per) * n, in x and y:
 // per = 1, ld = n for the hidden norm (T, d); per = heads, ld = row width for the per-head
 // q/k norm (Qwen3) inside the (T, (H+2KV)*hd) qkv buffer. y may alias x. Grid (rows).
+// Launched with PDL (step04's graph steps) it waits for the kernel before it first thing.
 template <class O>
 __global__ void k_rmsnorm(const float *x, const float *w, int n, int per, size_t ld, float eps, O *y) {
+    pdl_trigger();
+    pdl_wait();
     const size_t off = (size_t)(blockIdx.x / per) * ld + (size_t)(blockIdx.x % per) * n;
     float ss = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[off + i] * x[off + i];

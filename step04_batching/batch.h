@@ -133,6 +133,11 @@ int runner_set_graphs(Runner *r, int on);
 double runner_last_device_ms(const Runner *r);
 // Graph replays and captures since the runner was made (0 on the CPU).
 void runner_graph_stats(const Runner *r, long *replays, long *captures);
+// CUDA runners: capture every decode-step graph now (each batch-size bucket, each decode kernel,
+// argmax and sampler), as vLLM does at startup, so that no step of a run pays for a capture.
+// Before the first real step only (its dummy steps write into KV block 1). Returns the graphs made
+// (0 on the CPU or with graphs off), -1 on failure.
+int runner_capture_graphs(Runner *r);
 
 // ---------------------------------------------------------------- sampling, keyed
 // One token from logits (vocab) with step03's filters; the uniform draw comes from a PCG32

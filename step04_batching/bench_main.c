@@ -38,6 +38,7 @@
 #include "step05_paged/kv_blocks.h"
 #include "step06_quant/qmodel.h"  // --quant and quantized checkpoints
 #include "table.h"
+#include "timer.h"
 
 // A small Qwen3-style model (q/k norm, GQA) for CPU runs and CI: seconds for a scaled-down trace.
 static const char *TINY_JSON =
@@ -528,6 +529,13 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
             free(am);
             batch_free(&b);
         }
+        // every decode-step graph captured now (vLLM captures its graphs at startup too), so that no
+        // timed step pays for a capture (LLM_GRAPHS_UPFRONT=0: as buckets come, inside the run)
+        const char *up = getenv("LLM_GRAPHS_UPFRONT");
+        const double tg = now_sec();
+        const int ng = up && strcmp(up, "0") == 0 ? 0 : runner_capture_graphs(run);
+        if (ng < 0) die("capturing the decode-step graphs failed (see above)");
+        if (ng > 0) fprintf(stderr, "[warm-up] %d decode-step graphs captured in %.2f s\n", ng, now_sec() - tg);
     }
 
     // ---- the run

@@ -253,6 +253,8 @@ double runner_last_device_ms(const Runner *r) { return r->cuda ? gpu_runner_last
 
 int runner_set_graphs(Runner *r, int on) { return r->cuda ? gpu_runner_set_graphs(r->gpu, on) : 0; }
 
+int runner_capture_graphs(Runner *r) { return r->cuda ? gpu_runner_capture_graphs(r->gpu) : 0; }
+
 void runner_graph_stats(const Runner *r, long *replays, long *captures) {
     *replays = *captures = 0;
     if (r->cuda) gpu_runner_graph_stats(r->gpu, replays, captures);

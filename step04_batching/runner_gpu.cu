@@ -67,6 +67,17 @@
 // A bucket's first step runs eagerly (it loads modules and grows scratch buffers, which a capture
 // may not do), its second is captured on the runner's stream and replayed from then on. v2's
 // grid is sized for max_model_len in a graph (its partitions past a row's keys return at once).
+// gpu_runner_capture_graphs does both for every bucket up front, on dummy steps (keys read from
+// block 1, nothing written), so a run's steps only replay: vLLM captures its graphs at startup
+// too, and a capture (host work while the GPU waits) would otherwise land inside the first step
+// of each batch size.
+// Inside a graph step the kernels of this file and step07's SwiGLU are launched with
+// programmatic dependent launch (LLM_BATCH_PDL=0: not): each may be scheduled while the kernel
+// before it (a cuBLAS GEMM or one of ours) drains, and waits for it before reading its output.
+// The decode work items go to the attention kernel longest first (LLM_ATTN_LPT=0: in batch
+// order): its CTAs start in grid order, so a long context started last would run alone at the
+// end of the kernel while the other SMs idle. The order changes which CTA does what, not a row's
+// result.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -442,6 +453,9 @@ struct GpuRunner {
     int b1_nsplit;    // its grid's key splits: ceil(max_len / ATTN_CHUNK)
     int *attn_count;  // (KV) its finished splits per kv head
     int b1_part;  // > 0 (LLM_B1_PART): the lone row's paged attention split into partitions of this many keys (v2)
+    int bpdl;     // graph steps of several rows: PDL launches (LLM_BATCH_PDL, on by default on sm_90)
+    int lpt;      // decode items longest first (LLM_ATTN_LPT, on by default)
+    int *sort_tmp;  // (3 T) the sort's scratch
     float *arg_v;
     int *arg_i, *arg_count;  // (1024, 1024, 1): the many-block argmax's partials and finished-block counter
     int batch_inv;  // gpu_runner_set_batch_invariant: GEMMs of BI_ROWS rows, no GEMV, decode always v2
@@ -619,6 +633,9 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
                                                                    : 2);
         const char *e3 = getenv("LLM_B1_PART");
         r->b1_part = e3 ? atoi(e3) : 0;
+        const char *e5 = getenv("LLM_BATCH_PDL"), *e6 = getenv("LLM_ATTN_LPT");
+        r->bpdl = !(e5 && strcmp(e5, "0") == 0) && gi.cc_major >= 9;
+        r->lpt = !(e6 && strcmp(e6, "0") == 0);
     }
     r->prefill_ok = paged && paged_prefill_supported(dt, H, KV, hd);
     size_t f0, f1;
@@ -677,6 +694,7 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     p->pad0 = (int *)xmalloc(T * 4), p->padn = (int *)xmalloc(T * 4);
     p->pc = (PrefillChunk *)xmalloc(T * sizeof(PrefillChunk));
     p->long_seq = (int *)xmalloc(T * 4);
+    r->sort_tmp = (int *)xmalloc(3 * T * 4);
     // the flash call's constant part; a tensor-core version must take it (the SIMT fallback would
     // be slower than the GEMM path), asked with the buffers it will read for their alignment
     FlashAttn *fa = &a->fa;
@@ -746,6 +764,7 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
     if (r->block_size > 0) r->gpad.block_tables = NULL, batch_free(&r->gpad);  // the tables were borrowed
     free(r->plan.srow), free(r->plan.slen), free(r->plan.sbase), free(r->plan.lg), free(r->plan.pad0),
         free(r->plan.padn), free(r->plan.pc), free(r->plan.long_seq);
+    free(r->sort_tmp);
     free(r);
 }
 
@@ -930,6 +949,51 @@ extern "C" void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *
     *replays = r->replays, *captures = r->captures;
 }
 
+static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const float *temps, const uint64_t *keys);
+
+// Every decode graph made before the first real step (the file's top comment). For each bucket B:
+// each decode kernel paged_decode_choose gives B rows (v1; v2 where max_model_len exceeds a
+// partition and B rows are too few CTAs for v1), ending in the argmax and in the sampler. The
+// dummy step: B sequences of token 0 with a context of 1 (v1) or PA_PART + 1 (v2) keys, every one
+// in block 1, each writing its new K/V row into block 1 (the pool holds nothing yet; a block is
+// written before any real step reads it). Its outputs are dropped. Returns the graphs made (0
+// when the runner makes none), -1 when a step fails.
+extern "C" int gpu_runner_capture_graphs(GpuRunner *r) {
+    if (!r->graphs || r->batch_inv || !r->ac.small_ok || r->ngb < 1 || r->num_blocks < 2) return 0;
+    const int Bmax = r->gb[r->ngb - 1], KV = r->g->cfg.n_kv_heads, bs = r->block_size;
+    const int long_len = r->max_len > PA_PART ? PA_PART + 1 : 0;
+    Batch b;
+    batch_alloc_paged(&b, Bmax, Bmax, bs, r->nbt);
+    for (size_t i = 0; i < (size_t)Bmax * r->nbt; i++) b.block_tables[i] = 1;
+    float *temps = (float *)xcalloc((size_t)Bmax, sizeof(float));
+    uint64_t *keys = (uint64_t *)xcalloc((size_t)Bmax, sizeof(uint64_t));
+    int *out = (int *)xmalloc((size_t)Bmax * sizeof(int));
+    for (int i = 0; i < Bmax; i++) temps[i] = 1.0f, keys[i] = (uint64_t)i;
+    const long before = r->captures;
+    int rc = 0;
+    for (int k = 0; k < r->ngb && rc == 0; k++) {
+        const int B = r->gb[k];
+        for (int v = 1; v <= 2 && rc == 0; v++) {
+            const int L = v == 1 ? 1 : long_len;
+            if (L < 1 || paged_decode_choose(B, KV, L, r->ac.num_sms) != v) continue;
+            b.n_seqs = b.n_tokens = b.n_logits = B;
+            for (int i = 0; i < B; i++) {
+                b.cu_seqlens_q[i] = i, b.seq_lens_k[i] = L, b.logit_rows[i] = i;
+                b.token_ids[i] = 0, b.positions[i] = L - 1, b.slot_mapping[i] = bs + (L - 1) % bs;
+            }
+            b.cu_seqlens_q[B] = B;
+            for (int sm = 0; sm < 2 && rc == 0; sm++) {  // argmax, then the sampler
+                const long c0 = r->captures;
+                for (int pass = 0; pass < 2 && r->captures == c0 && rc == 0; pass++)  // eager, then the capture
+                    rc = sm ? forward(r, &b, NULL, out, temps, keys) : forward(r, &b, NULL, out, NULL, NULL);
+            }
+        }
+    }
+    batch_free(&b);
+    free(temps), free(keys), free(out);
+    return rc ? -1 : (int)(r->captures - before);
+}
+
 // The graph bucket of a decode step, or -1 when the step is not one a graph takes: paged KV, not
 // batch-invariant, every sequence exactly one new row over a context of >= 1 keys, its logit row
 // its own row, a batch-size bucket that holds it, and the decode kernel taking the shape.
@@ -965,6 +1029,16 @@ static const Batch *graph_pad(GpuRunner *r, const Batch *b, int B) {
     return g;
 }
 
+// A decode work item while the plan sorts them, longest context first (ties: batch row order).
+struct DecItem {
+    int len, row, base;
+};
+static int dec_item_cmp(const void *a, const void *b) {
+    const DecItem *x = (const DecItem *)a, *y = (const DecItem *)b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return (x->row > y->row) - (x->row < y->row);
+}
+
 // The forward of gpu_runner_forward / gpu_runner_forward_sampled: logits to the host when logits,
 // tokens (argmax, or drawn when temps) to the host when out.
 static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const float *temps, const uint64_t *keys) {
@@ -990,10 +1064,23 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                  b->seq_lens_k[i], paged ? i : b->seq_lens_k[i] > 0 ? b->seq_slot[i] * r->max_len : 0);
         if (p->nlg > nlg0) p->long_seq[nlg0] = i;  // sequence i is a long item
     }
+    if (r->lpt && paged && p->ns > 1) {  // the decode items longest first (the file's top comment)
+        DecItem *it = (DecItem *)r->sort_tmp;
+        int sorted = 1;
+        for (int i = 0; i < p->ns; i++) {
+            it[i] = DecItem{p->slen[i], p->srow[i], p->sbase[i]};
+            if (i && p->slen[i] > p->slen[i - 1]) sorted = 0;
+        }
+        if (!sorted) {
+            qsort(it, (size_t)p->ns, sizeof *it, dec_item_cmp);
+            for (int i = 0; i < p->ns; i++) p->slen[i] = it[i].len, p->srow[i] = it[i].row, p->sbase[i] = it[i].base;
+        }
+    }
     // a graph is recorded for one decode kernel: v2's grid then covers max_model_len (the
     // partitions past a row's keys exit at once), v1's does not depend on the lengths
     const int gemv1 = r->use_gemv && !r->batch_inv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
     const int fused1 = gemv1 && r->fused1, pdl = fused1 && r->pdl;  // ... as step07's batch-1 chain
+    const int bp = gi >= 0 && !gemv1 && r->bpdl;  // a graph step of several rows: PDL launches too
     r->ac.b1_part = fused1 && paged ? r->b1_part : 0;
     const int gv = gi < 0 ? 0 : r->ac.b1_part > 0 ? 2 : paged_decode_choose(T, KV, p->maxlen, r->ac.num_sms);
     if (gv == 2) p->maxlen = r->max_len;
@@ -1088,8 +1175,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 proj_gemv(dt, &L->qqkv, L->wqkv, r->xnf, L->bqkv, r->qkv, nqkv, d, 0, st);
                 launches += 2;
             } else {
-                DISPATCH(dt, A, k_rmsnorm<A><<<T, 256, 0, st>>>(r->x, L->attn_norm, d, 1, d, eps, (A *)r->xn));
-                CUDA_CHECK_LAST();
+                DISPATCH(dt, A, pdl_launch(bp, k_rmsnorm<A>, dim3(T), dim3(256), 0, st, r->x, L->attn_norm, d, 1, (size_t)d, eps, (A *)r->xn));
                 rproj(r, st, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
                 launches += 2;
             }
@@ -1104,12 +1190,12 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 launches++;
             } else {
                 DISPATCH(dt, A,
-                         pdl_launch(pdl, k_qkv_rows<A, A>, qkv_grid, qkv_block, 0, st, r->qkv,
+                         pdl_launch(pdl || bp, k_qkv_rows<A, A>, qkv_grid, qkv_block, 0, st, r->qkv,
                                     gemv1 ? (const float *)NULL : L->bqkv, L->q_norm, L->k_norm, r->cos_t, r->sin_t,
                                     dp + o_slot, H, KV, hd, eps, (A *)r->q16, (A *)kc, (A *)vc));
                 launches++;
                 launches += attn_layer(&r->ac, p, dp + o_sr, dp + o_sl, dp + o_sb, r->qkv, nqkv, r->q16, kc, vc,
-                                       gemv1 ? (void *)r->attf : r->att, gemv1, st, pdl);
+                                       gemv1 ? (void *)r->attf : r->att, gemv1, st, pdl || bp);
             }
             if (fused1) {
                 launches += fused_proj(pdl, st, dt, &L->qo, L->wo, r->x, NULL, eps, r->attf, L->bo, r->x, d, qd, 1, 0,
@@ -1141,10 +1227,9 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 proj_gemv(dt, &L->qdown, L->wdown, r->hf, NULL, r->x, d, ff, 1, st);
                 launches += 4;
             } else {
-                DISPATCH(dt, A, k_rmsnorm<A><<<T, 256, 0, st>>>(r->x, L->mlp_norm, d, 1, d, eps, (A *)r->xn));
-                CUDA_CHECK_LAST();
+                DISPATCH(dt, A, pdl_launch(bp, k_rmsnorm<A>, dim3(T), dim3(256), 0, st, r->x, L->mlp_norm, d, 1, (size_t)d, eps, (A *)r->xn));
                 rproj(r, st, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
-                if (fused_swiglu(1, ST_F32, dt, r->gu, r->h, T, ff, st) != 1) die("fused_swiglu: refused (see above)");
+                if (fused_swiglu_pdl(1, ST_F32, dt, r->gu, r->h, T, ff, st, bp) != 1) die("fused_swiglu: refused (see above)");
                 rproj(r, st, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
                 launches += 4;
             }
@@ -1183,17 +1268,16 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 CUDA_CHECK_LAST();
                 proj_gemv(dt, &g->qlm, g->lm_head, r->xnf, NULL, r->logits, V, d, 0, st);
             } else {
-                DISPATCH(dt, A, k_rmsnorm<A><<<nl, 256, 0, st>>>(r->xg, g->final_norm, d, 1, d, eps, (A *)r->xn));
-                CUDA_CHECK_LAST();
+                DISPATCH(dt, A, pdl_launch(bp, k_rmsnorm<A>, dim3(nl), dim3(256), 0, st, (const float *)r->xg, g->final_norm, d, 1, (size_t)d, eps, (A *)r->xn));
                 // batch-invariant: always lcap rows (the rows past nl are stale and ignored)
                 proj_gemm(g->blas, dt, &g->qlm, r->batch_inv ? r->lcap : nl, V, d, r->xn, d, g->lm_head, r->logits, V, 0.0f,
                           st);
             }
             launches += 3;
             if (out && temps) {
-                k_sample_rows<<<nl, 1024, 0, st>>>(r->logits, V, (const float *)(dp + o_tmp) + o0,
-                                                   (const unsigned long long *)(dp + o_key) + o0, r->d_argmax + o0);
-                CUDA_CHECK_LAST();
+                pdl_launch(bp, k_sample_rows, dim3(nl), dim3(1024), 0, st, (const float *)r->logits, V,
+                           (const float *)(dp + o_tmp) + o0, (const unsigned long long *)(dp + o_key) + o0,
+                           r->d_argmax + o0);
                 launches++;
             } else if (out) {
                 k_argmax_rows<<<nl, 1024, 0, st>>>(r->logits, V, r->d_argmax + o0);

@@ -2,7 +2,7 @@
 // without nvcc). runner.c wraps it behind batch.h's Runner; programs and tests use Runner.
 // defines: GpuRunner, gpu_runner_new, gpu_runner_new_paged, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
 //          gpu_runner_forward, gpu_runner_forward_sampled, gpu_runner_set_graphs, gpu_runner_set_lone_decode,
-//          gpu_runner_graph_stats,
+//          gpu_runner_graph_stats, gpu_runner_capture_graphs,
 //          gumbel_sample_gpu_check, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
 //          gpu_runner_set_prefill_attn, gpu_runner_set_batch_invariant, gpu_runner_read_kv, batch_attention_gpu_check, batch_attention_gpu_check_paged,
 //          step04_decode_attention_dev, LongAttnBench, long_attn_bench_new, long_attn_bench_run,
@@ -57,6 +57,10 @@ int gpu_runner_set_graphs(GpuRunner *r, int on);
 // (they hold the old mode's kernels). Returns the mode in effect.
 int gpu_runner_set_lone_decode(GpuRunner *r, int mode);
 void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures);
+// Every decode-step graph captured now, on dummy steps (runner_capture_graphs): the number made, 0
+// when graphs are off or the runner makes none, -1 when a step failed. Call it before the first
+// real step: its dummy steps write K/V rows into block 1.
+int gpu_runner_capture_graphs(GpuRunner *r);
 // Row k of the last forward's logits (vocab floats, from the device buffer the lm_head wrote; a
 // graph step's too): for the tests, which check graph steps against eager ones by their top-5.
 // 0, or -1 when k is not one of the last forward's logit rows (or they took several GEMMs).

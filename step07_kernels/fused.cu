@@ -458,7 +458,10 @@ template <class I, class O> __global__ void k_swiglu_hf(const I *gu, O *h, int T
 }
 
 // v1: grid (column blocks, rows); thread j of the row handles columns j*VW .. j*VW+VW-1.
+// Launched with PDL (fused_swiglu_pdl) it waits for the kernel before it first thing.
 template <class I, class O, int VW> __global__ void k_swiglu_vec(const I *__restrict__ gu, O *__restrict__ h, int T, int ff) {
+    pdl_trigger();
+    pdl_wait();
     const int nvec = ff / VW, j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= nvec) return;
     for (int t = blockIdx.y; t < T; t += gridDim.y) {
@@ -472,7 +475,7 @@ template <class I, class O, int VW> __global__ void k_swiglu_vec(const I *__rest
     }
 }
 
-template <class I, class O> static int swiglu_typed(int version, const I *gu, O *h, int T, int ff, cudaStream_t s) {
+template <class I, class O> static int swiglu_typed(int version, const I *gu, O *h, int T, int ff, cudaStream_t s, int pdl) {
     if (version == 0) {
         if constexpr (std::is_same<I, float>::value)
             k_swiglu<O><<<grid_for((size_t)T * ff, 256), 256, 0, s>>>(gu, h, T, ff);
@@ -485,13 +488,17 @@ template <class I, class O> static int swiglu_typed(int version, const I *gu, O 
     const int vec = ff % VW == 0 && aligned16(gu) && aligned16(h);
     const int nvec = vec ? ff / VW : ff, threads = 128;
     const dim3 grid((nvec + threads - 1) / threads, T < 65535 ? T : 65535);
-    if (vec) k_swiglu_vec<I, O, VW><<<grid, threads, 0, s>>>(gu, h, T, ff);
-    else k_swiglu_vec<I, O, 1><<<grid, threads, 0, s>>>(gu, h, T, ff);
-    CUDA_CHECK_LAST();
+    if (vec) pdl_launch(pdl, k_swiglu_vec<I, O, VW>, grid, dim3(threads), 0, s, gu, h, T, ff);
+    else pdl_launch(pdl, k_swiglu_vec<I, O, 1>, grid, dim3(threads), 0, s, gu, h, T, ff);
     return 1;
 }
 
 extern "C" int fused_swiglu(int version, StDtype idt, StDtype odt, const void *gu, void *h, int T, int ff, void *stream) {
+    return fused_swiglu_pdl(version, idt, odt, gu, h, T, ff, stream, 0);
+}
+
+extern "C" int fused_swiglu_pdl(int version, StDtype idt, StDtype odt, const void *gu, void *h, int T, int ff, void *stream,
+                                int pdl) {
     if (version < 0 || version >= FUSED_SWIGLU_VERSIONS || !float_dtype(idt) || !float_dtype(odt) || T < 0 || ff < 1 ||
         !gu || !h) {
         fprintf(stderr, "fused_swiglu: bad arguments (version %d, T %d, ff %d)\n", version, T, ff);
@@ -499,7 +506,7 @@ extern "C" int fused_swiglu(int version, StDtype idt, StDtype odt, const void *g
     }
     if (T == 0) return 0;
     int r = -1;
-    DISPATCH(idt, I, DISPATCH(odt, O, r = swiglu_typed<I, O>(version, (const I *)gu, (O *)h, T, ff, (cudaStream_t)stream)));
+    DISPATCH(idt, I, DISPATCH(odt, O, r = swiglu_typed<I, O>(version, (const I *)gu, (O *)h, T, ff, (cudaStream_t)stream, version == 1 && pdl)));
     return r;
 }
 

@@ -3,7 +3,7 @@
 // built, which CI tests).
 // defines: FUSED_ADDNORM_VERSIONS, FUSED_SWIGLU_VERSIONS, FUSED_ROPE_VERSIONS, FusedVersion,
 //          fused_addnorm_ladder, fused_swiglu_ladder, fused_rope_ladder, fused_add_rmsnorm,
-//          fused_swiglu, fused_rope_kv_write, fused_round, fused_add_rmsnorm_cpu, fused_swiglu_cpu,
+//          fused_swiglu, fused_swiglu_pdl, fused_rope_kv_write, fused_round, fused_add_rmsnorm_cpu, fused_swiglu_cpu,
 //          fused_rope_kv_write_cpu
 //
 // The three ops of a Llama layer that move bytes and do almost no math, each as a ladder of
@@ -64,6 +64,9 @@ int fused_add_rmsnorm(int version, StDtype rdt, StDtype odt, const void *x, void
                       int n, float eps, void *out, void *stream);
 // h (T, ff) in odt = silu(gate) * up; gu (T, 2*ff) in idt: gate columns 0..ff-1, up ff..2ff-1.
 int fused_swiglu(int version, StDtype idt, StDtype odt, const void *gu, void *h, int T, int ff, void *stream);
+// The same, v1 launched with programmatic dependent launch when pdl (sm_90, a non-default stream: it
+// may be scheduled while the kernel before it drains, and waits for it before reading gu).
+int fused_swiglu_pdl(int version, StDtype idt, StDtype odt, const void *gu, void *h, int T, int ff, void *stream, int pdl);
 // qkv (T, (H + 2*KV) * hd) fp32: q heads rotated in place; k heads rotated into kc row slots[t],
 // v heads into vc row slots[t] (kc, vc: (rows, KV*hd) in cdt); cos_t, sin_t (T, hd/2); hd even.
 // v0 also leaves the rotated k in qkv (the engine's k_rope rotates q and k in place).

@@ -19,6 +19,10 @@ int fused_swiglu(int version, StDtype idt, StDtype odt, const void *gu, void *h,
     (void)version, (void)idt, (void)odt, (void)gu, (void)h, (void)T, (void)ff, (void)stream;
     return no_cuda("fused_swiglu");
 }
+int fused_swiglu_pdl(int version, StDtype idt, StDtype odt, const void *gu, void *h, int T, int ff, void *stream, int pdl) {
+    (void)pdl;
+    return fused_swiglu(version, idt, odt, gu, h, T, ff, stream);
+}
 int fused_rope_kv_write(int version, StDtype cdt, float *qkv, int T, int H, int KV, int hd, const float *cos_t,
                         const float *sin_t, const int *slots, void *kc, void *vc, void *stream) {
     (void)version, (void)cdt, (void)qkv, (void)T, (void)H, (void)KV, (void)hd, (void)cos_t, (void)sin_t, (void)slots;

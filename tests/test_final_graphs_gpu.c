@@ -75,6 +75,7 @@ Test(final_graphs_gpu, device_sampler_matches_the_c_reference, .timeout = 120) {
 typedef struct {
     int tok[GS][GMAXG], top5[GS][GMAXG * 5], n[GS];
     long replays, captures;
+    long pre_replays, pre_captures;  // graphs 2: what gpu_runner_capture_graphs left before the first step
     int decode_steps, sampled_checked, sampled_same;
 } GRun;
 
@@ -82,6 +83,7 @@ typedef struct {
 // steps of every sequence not yet at ngen[s] tokens, one row each: 13 rows, then fewer as they end
 // (buckets 16, 8, 4, 2, 1). sampled 1: temperature 0.8 rows (keyed) instead of greedy; 2: sampled
 // and greedy steps alternate on one runner (a graph ends in the sampler or in the argmax).
+// graphs: 0 eager, 1 graphs captured as buckets come, 2 every graph captured before the first step.
 static void graph_run(GpuModel *gm, int V, int glen, int graphs, int sampled, GRun *out) {
     static const int plen0[GS] = {5, 1100, 17, 33, 2, 64, 9, 120, 48, 3, 77, 15, 250};
     static const int ngen[GS] = {40, 24, 3, 7, 12, 40, 1, 18, 30, 5, 9, 36, 2};
@@ -91,7 +93,14 @@ static void graph_run(GpuModel *gm, int V, int glen, int graphs, int sampled, GR
     char err[512];
     GpuRunner *g = gpu_runner_new_paged(gm, nblk, GB, glen, 2048, err, sizeof err);
     cr_assert(g, "%s", err);
-    cr_assert_eq(gpu_runner_set_graphs(g, graphs), graphs);
+    cr_assert_eq(gpu_runner_set_graphs(g, graphs != 0), graphs != 0);
+    out->pre_replays = out->pre_captures = 0;
+    if (graphs == 2) {
+        const int made = gpu_runner_capture_graphs(g);
+        gpu_runner_graph_stats(g, &out->pre_replays, &out->pre_captures);
+        cr_assert(made > 0 && made == out->pre_captures, "capture_graphs made %d graphs, the runner counts %ld", made,
+                  out->pre_captures);
+    }
     Batch b;
     batch_alloc_paged(&b, GS, 2048, GB, per);
     Rng r;
@@ -148,10 +157,27 @@ static void graph_run(GpuModel *gm, int V, int glen, int graphs, int sampled, GR
 }
 
 static void graphs_vs_eager(GpuModel *gm, int V, int glen, const char *name) {
-    static GRun eager, graph;
+    static GRun eager, graph, pre;
     for (int sampled = 0; sampled < 3; sampled++) {
         graph_run(gm, V, glen, 0, sampled, &eager);
         graph_run(gm, V, glen, 1, sampled, &graph);
+        graph_run(gm, V, glen, 2, sampled, &pre);
+        // captured up front: no step of the run captures, every decode step replays, and the
+        // tokens agree with the lazily captured run's by the top-5 rule (there, each bucket's
+        // first step ran eagerly at its own row count, which can change cuBLAS's kernel)
+        cr_expect_eq(pre.captures, pre.pre_captures, "%s: %ld graphs captured during the run after %ld up front", name,
+                     pre.captures - pre.pre_captures, pre.pre_captures);
+        cr_expect_eq(pre.replays - pre.pre_replays, pre.decode_steps, "%s: %ld of %d decode steps replayed a pre-captured graph",
+                     name, pre.replays - pre.pre_replays, pre.decode_steps);
+        for (int s = 0; s < GS && !sampled; s++) {
+            char what[200];
+            snprintf(what, sizeof what, "%s sequence %d: graphs captured up front vs as buckets come", name, s);
+            cr_assert_eq(pre.n[s], graph.n[s]);
+            vllm_expect(what, pre.tok[s], pre.top5[s], graph.tok[s], graph.top5[s], graph.n[s]);
+        }
+        if (sampled)
+            cr_expect_eq(pre.sampled_same, pre.sampled_checked, "%s up front: %d of %d graph-step draws are the C reference's",
+                         name, pre.sampled_same, pre.sampled_checked);
         cr_expect_eq(eager.replays + eager.captures, 0, "%s: the eager runner used graphs", name);
         // every decode step is a graph's: its bucket's first runs eagerly, the second is captured and
         // replayed, the others replay
