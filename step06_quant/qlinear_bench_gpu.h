@@ -32,10 +32,10 @@ void qlinear_gemv_set_pdl(int on);
 // the fewest rounds, 1 the grid whose busiest SM holds the fewest strips. Any grid computes the same
 // outputs (a block takes strips blockIdx.x, + gridDim.x, ...); only the balance over the SMs changes.
 void qlinear_gemv_set_grid(int policy);
-// qlinear_gpu_gemm's INT4 kernel for T <= 16 on sm_90a: 1 k_qtmat (the bulk-copied weight ring of
-// the TMA GEMV rungs, 8 or 16 tokens as the mma's B operand), 0 k_qgemm4 (the default); unset, the
-// environment's QLINEAR_QTMAT=1 turns it on. Off by default until compute-sanitizer's racecheck
-// passes on it (it reports the ring's bulk copies against the consumers' reads; memcheck is clean).
+// qlinear_gpu_gemm's INT4 kernel for T <= 16 on sm_90a: 1 k_qtmat (the default: the bulk-copied
+// weight ring of the TMA GEMV rungs, 8 or 16 tokens as the mma's B operand), 0 k_qgemm4; unset, the
+// environment's QLINEAR_QTMAT=0 turns it off. (It was off by default until compute-sanitizer's
+// racecheck passed on it, which it does since every consumer thread releases a ring stage.)
 void qlinear_gemm_set_qtmat(int on);
 
 #ifdef __cplusplus

@@ -99,13 +99,13 @@ struct QLinearGpu {
     char base[64], desc[192];
 };
 
-// k_qtmat for INT4 GEMMs of T <= 16 on sm_90a (qlinear_gemm_set_qtmat; QLINEAR_QTMAT=1), and the
-// least number of column chunks it cuts x into (QLINEAR_QTMAT_NC, for measuring).
+// k_qtmat for INT4 GEMMs of T <= 16 on sm_90a (the default; qlinear_gemm_set_qtmat, QLINEAR_QTMAT=0:
+// k_qgemm4 instead), and the least number of column chunks it cuts x into (QLINEAR_QTMAT_NC, for measuring).
 static int g_qtmat = -1, g_qtmat_nc = 0;
 static bool qtmat_on(void) {
     if (g_qtmat < 0) {
         const char *e = getenv("QLINEAR_QTMAT"), *n = getenv("QLINEAR_QTMAT_NC");
-        g_qtmat = e && atoi(e) != 0;
+        g_qtmat = !e || atoi(e) != 0;
         g_qtmat_nc = n ? atoi(n) : 0;
     }
     return g_qtmat > 0;
@@ -958,7 +958,9 @@ __global__ void __launch_bounds__(W * 32)
 //     (NORM: x' = x * inv * nw with inv = 1 / sqrt(mean(x^2) + eps), the step's norm fused);
 //   - one producer thread (an extra warp) streams each strip's weights, scales (and zeros) with
 //     bulk copies (cp.async.bulk, counted on an mbarrier by bytes) into a ring of shared-memory
-//     stages of TS 64-column tiles, so the bytes in flight do not cost registers;
+//     stages of TS 64-column tiles, so the bytes in flight do not cost registers; a stage goes
+//     back to the producer on its "empty" mbarrier, on which every consumer thread arrives once it
+//     has read the stage (W x 32 arrivals: an arrive releases only its own thread's reads);
 //   - the W consumer warps split a stage's tiles and multiply with the weights as the A operand
 //     of mma.m16n8k16 (16 rows x 16 columns: one INT4 word is exactly lane (g, t)'s A fragment,
 //     rows g and g + 8) and x as B (all 8 columns the same x), so one mma covers 256 weights
@@ -1037,8 +1039,8 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
     float *red = ct + 2 * nk;                                   // [2][W][R][16]
     float *ssr = red + 2 * W * R * 16;                          // [W]
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
-    if (threadIdx.x == 0)
-        for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W);
+    if (threadIdx.x == 0)  // full: the producer's expect_tx arrival; empty: every consumer thread
+        for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W * 32);
     __syncthreads();
     pdl_trigger();
     if (warp == W) {  // the producer: weights and scales are constants, so it starts before pdl_wait
@@ -1254,7 +1256,7 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
             else  // a layer's last, partial stage
                 for (int kcl = warp; kcl < k1 - k0; kcl += W) tiles(stg, k0, g0, kcl, std::integral_constant<int, 1>{});
             __syncwarp();
-            if (lane == 0) mbar_arrive(bar0 + 8 * (ns + slot));  // this warp is done with the stage
+            mbar_arrive(bar0 + 8 * (ns + slot));  // this thread is done with the stage (it releases its own reads)
         }
         // the strip's outputs: lane (g, 0) holds rows g and g + 8 (C's columns are all the same)
         float *rb = red + (nu & 1) * W * R * 16;
@@ -1326,8 +1328,8 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
     uint32_t *xs = (uint32_t *)(ring + (size_t)ns * G::STAGE);  // [NTOK][XS] fp16 pairs of the chunk
     float *red = (float *)(xs + (size_t)NTOK * XS);             // [2][W][16 tokens][16 rows]
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
-    if (threadIdx.x == 0)
-        for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W);
+    if (threadIdx.x == 0)  // as k_qtma's: empty counts every consumer thread (W x 32)
+        for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W * 32);
     __syncthreads();
     pdl_trigger();
     if (warp == W) {  // the producer, as k_qtma's over this block's chunk
@@ -1450,10 +1452,10 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
             else
                 for (int kcl = warp; kcl < k1 - k0; kcl += W) tiles(stg, k0, g0, kcl, std::integral_constant<int, 1>{});
             __syncwarp();
-            if (lane == 0) {  // the warp's reads of the stage before the producer's next bulk copy into it
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                mbar_arrive(bar0 + 8 * (ns + slot));
-            }
+            // this thread's reads of the stage before the producer's next bulk copy into it: each
+            // thread fences and arrives, as each releases only its own reads
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            mbar_arrive(bar0 + 8 * (ns + slot));
         }
         // C's (row g / g + 8, token 2t, 2t + 1 (+ 8 n)) of every warp meet in red [token][row]
         float *rb = red + (nu & 1) * W * 256 + warp * 256;
