@@ -623,6 +623,14 @@ Test(final_engine, bench_scripts_table_and_refusals, .timeout = 60) {
     cr_expect_neq(run_cmd(cmd, &o), 0, "peer_bench took --repeat with hf");
     cr_expect(strstr(o, "--repeat goes with --engine vllm --requests") != NULL, "%s", o);
     free(o);
+    // the transformers baseline's latency percentiles: linear interpolation between sorted values,
+    // as llm bench's pctl (numpy's default): [1..4] at 0.5 is 2.5; 1..100 at 0.99 is 99.01
+    snprintf(cmd, sizeof cmd, "python3 -c \"import sys; sys.path.insert(0, 'final/bench'); import peer_bench as p; "
+                              "print('%%g %%g %%g' %% (p.percentile([4, 1, 3, 2], 0.5), p.percentile([10], 0.99), "
+                              "p.percentile(list(range(100, 0, -1)), 0.99)))\" 2>&1");
+    cr_assert_eq(run_cmd(cmd, &o), 0, "%s: %s", cmd, o);
+    cr_expect(strncmp(o, "2.5 10 99.01", 12) == 0, "peer_bench.percentile: %s", o);
+    free(o);
     snprintf(cmd, sizeof cmd, "bash final/bench/offline_pair.sh %s %s/nofile.jsonl %s/op 0 2>&1", dir, dir, dir);
     cr_expect_eq(run_cmd(cmd, &o), 2, "offline_pair.sh with N = 0: %s", o);
     cr_expect(strstr(o, "N must be a positive integer") != NULL, "%s", o);

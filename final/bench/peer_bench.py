@@ -18,7 +18,11 @@ What is measured
           batch (the default dynamic KV cache) with max_new_tokens = min_new_tokens = the batch's
           largest max_tokens, so EOS never ends a row early and every row runs to that length.
           One warm-up batch (the first batch, at most 32 new tokens) before the clock;
-          torch.cuda.synchronize() before starting and before stopping it; peak_gpu_memory_gib is
+          torch.cuda.synchronize() before starting and before stopping it. Per-request latency
+          (ttft/tpot/e2e_ms_p50/p99, llm bench's names): a streamer notes when each step's tokens
+          reach the host; a request's TTFT is its batch's first step, its E2E its own last token
+          (every request arrives at time 0, so later batches' TTFT include the batches before).
+          peak_gpu_memory_gib is
           torch.cuda.max_memory_allocated() over the timed batches (weights included: weights_gib). The tokens a row
           generates past its request's own max_tokens are padding work: they are counted in
           padded_output_tokens, not in output_tokens.
@@ -197,6 +201,15 @@ def throughput(reqs, dt, returned):
     return dict(num_requests=len(reqs), prompt_tokens=n_in, output_tokens=n_out, output_tokens_returned=returned,
                 duration_s=round(dt, 6), output_tok_s=round(n_out / dt, 3), total_tok_s=round((n_out + n_in) / dt, 3),
                 requests_s=round(len(reqs) / dt, 4))
+
+
+def percentile(v, q):
+    """q-quantile of v with linear interpolation between the sorted values (numpy's default; llm bench's)."""
+    s = sorted(v)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def decode1_summary(times, times1, n_out, returned):
@@ -380,7 +393,23 @@ def run_hf(a, cfg, reqs, res):
         if cuda:
             torch.cuda.synchronize(dev)
 
-    def generate(rows, n_new, temperature):
+    class StepClock:
+        """A transformers streamer that only notes when each step's tokens reach the host: generate()
+        puts the prompt first, then every step's new tokens (already copied to the host, which waits
+        for the step, as generate's own stop check does every step)."""
+
+        def __init__(self):
+            self.times, self.prompt_seen = [], False
+
+        def put(self, value):
+            if self.prompt_seen:
+                self.times.append(time.perf_counter())
+            self.prompt_seen = True
+
+        def end(self):
+            pass
+
+    def generate(rows, n_new, temperature, clock=None):
         L = max(len(p) for p in rows)
         ids = torch.full((len(rows), L), pad, dtype=torch.long)
         mask = torch.zeros((len(rows), L), dtype=torch.long)
@@ -393,6 +422,8 @@ def run_hf(a, cfg, reqs, res):
             kw.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
         else:
             kw.update(do_sample=False)
+        if clock is not None:
+            kw["streamer"] = clock
         with torch.inference_mode():
             out = model.generate(input_ids=ids, attention_mask=mask, **kw)
         return L, out[:, L:]  # the new tokens, every row as long as the longest
@@ -421,6 +452,7 @@ def run_hf(a, cfg, reqs, res):
         generate([r["prompt_ids"] for r in w], min(HF_WARMUP_TOKENS, max(r["max_tokens"] for r in w)),
                  w[0]["temperature"])
         per_batch, outs, returned, padded_out, padded_in = [], [], 0, 0, 0
+        ttft, tpot, e2e = [], [], []  # per request, ms, every request arriving at the run's start
         sync()
         if cuda:  # the timed batches' peak: weights + cache + activations, as torch's allocator saw them
             torch.cuda.reset_peak_memory_stats(dev)
@@ -428,7 +460,17 @@ def run_hf(a, cfg, reqs, res):
         for b in batches:
             tb = time.perf_counter()
             n_new = max(r["max_tokens"] for r in b)
-            L, new = generate([r["prompt_ids"] for r in b], n_new, b[0]["temperature"])
+            clock = StepClock()
+            L, new = generate([r["prompt_ids"] for r in b], n_new, b[0]["temperature"], clock)
+            if len(clock.times) != n_new:
+                raise BenchError(f"--engine hf: the streamer saw {len(clock.times)} steps of a batch of {n_new} new "
+                                 "tokens (this transformers streams differently)")
+            for q in b:  # a request's own tokens are its row's first max_tokens (the rest is padding)
+                first, last = clock.times[0] - t, clock.times[q["max_tokens"] - 1] - t
+                ttft.append(first * 1e3)
+                e2e.append(last * 1e3)
+                if q["max_tokens"] > 1:
+                    tpot.append((last - first) / (q["max_tokens"] - 1) * 1e3)
             outs.append((b, new))
             returned += new.shape[0] * new.shape[1]
             padded_out += sum(n_new - r["max_tokens"] for r in b)
@@ -445,6 +487,12 @@ def run_hf(a, cfg, reqs, res):
                               "padded_output_tokens are generated past a request's own max_tokens and are not counted "
                               "in output_tokens; padded_prompt_tokens are the left-padding positions",
                  warmup="the first batch with at most %d new tokens" % HF_WARMUP_TOKENS, batches=per_batch)
+        for name, v in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+            for q in (50, 99):
+                r[f"{name}_ms_p{q}"] = round(percentile(v, q / 100), 3) if v else None
+        r["latency_note"] = ("per request, every request arriving when the run starts: TTFT = when its batch's first "
+                             "token reached the host; E2E = when its own last token did (its row's token max_tokens); "
+                             "TPOT = (E2E - TTFT) / (max_tokens - 1); p50 / p99 interpolated linearly, as llm bench's")
         if cuda:
             r["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 3)
             r["weights_gib"] = round(sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30, 3)
