@@ -67,8 +67,8 @@
 // A bucket's first step runs eagerly (it loads modules and grows scratch buffers, which a capture
 // may not do), its second is captured on the runner's stream and replayed from then on. v2's
 // grid is sized for max_model_len in a graph (its partitions past a row's keys return at once).
-// gpu_runner_capture_graphs does both for every bucket up front, on dummy steps (keys read from
-// block 1, nothing written), so a run's steps only replay: vLLM captures its graphs at startup
+// gpu_runner_capture_graphs does both for every bucket up front, on dummy steps (their keys read
+// from and their K/V rows written into block 1, before any request holds it), so a run's steps only replay: vLLM captures its graphs at startup
 // too, and a capture (host work while the GPU waits) would otherwise land inside the first step
 // of each batch size.
 // Inside a graph step the kernels of this file and step07's SwiGLU are launched with
