@@ -1029,16 +1029,6 @@ static const Batch *graph_pad(GpuRunner *r, const Batch *b, int B) {
     return g;
 }
 
-// A decode work item while the plan sorts them, longest context first (ties: batch row order).
-struct DecItem {
-    int len, row, base;
-};
-static int dec_item_cmp(const void *a, const void *b) {
-    const DecItem *x = (const DecItem *)a, *y = (const DecItem *)b;
-    if (x->len != y->len) return x->len > y->len ? -1 : 1;
-    return (x->row > y->row) - (x->row < y->row);
-}
-
 // The forward of gpu_runner_forward / gpu_runner_forward_sampled: logits to the host when logits,
 // tokens (argmax, or drawn when temps) to the host when out.
 static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const float *temps, const uint64_t *keys) {
@@ -1064,18 +1054,8 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                  b->seq_lens_k[i], paged ? i : b->seq_lens_k[i] > 0 ? b->seq_slot[i] * r->max_len : 0);
         if (p->nlg > nlg0) p->long_seq[nlg0] = i;  // sequence i is a long item
     }
-    if (r->lpt && paged && p->ns > 1) {  // the decode items longest first (the file's top comment)
-        DecItem *it = (DecItem *)r->sort_tmp;
-        int sorted = 1;
-        for (int i = 0; i < p->ns; i++) {
-            it[i] = DecItem{p->slen[i], p->srow[i], p->sbase[i]};
-            if (i && p->slen[i] > p->slen[i - 1]) sorted = 0;
-        }
-        if (!sorted) {
-            qsort(it, (size_t)p->ns, sizeof *it, dec_item_cmp);
-            for (int i = 0; i < p->ns; i++) p->slen[i] = it[i].len, p->srow[i] = it[i].row, p->sbase[i] = it[i].base;
-        }
-    }
+    if (r->lpt && paged && p->ns > 1)  // the decode items longest first (the file's top comment)
+        paged_decode_order(p->srow, p->sbase, p->slen, p->ns, r->sort_tmp);
     // a graph is recorded for one decode kernel: v2's grid then covers max_model_len (the
     // partitions past a row's keys exit at once), v1's does not depend on the lengths
     const int gemv1 = r->use_gemv && !r->batch_inv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers

@@ -2,7 +2,7 @@
 // pointers (paged_attention.cu; paged_attention_none.c when built without nvcc: every call fails),
 // and their fp32 CPU references (paged_attention_cpu.c, always built).
 // defines: PA_PART, PA_THREADS, PA_V1_CTAS_PER_SM, PagedDecode, paged_kv_write, paged_decode_supported,
-//          paged_decode_v1, paged_decode_v2, paged_decode_choose, paged_decode, paged_gather,
+//          paged_decode_v1, paged_decode_v2, paged_decode_choose, paged_decode, paged_decode_order, paged_gather,
 //          pa_dev_alloc, pa_dev_free, pa_upload, pa_download, pa_upload_as, pa_download_f32,
 //          pa_sync, pa_num_sms, paged_kv_write_cpu, paged_decode_cpu, paged_gather_cpu
 //
@@ -102,6 +102,13 @@ int paged_decode(const PagedDecode *a, int num_sms);               // as the rul
 // device. 0 or -1.
 int paged_gather(StDtype dt, const void *kc, const void *vc, const int *block_tables, int bt_stride, int block_size,
                  int seq, int L, int kd, void *dk, void *dv);
+
+// The work items (rows, seqs, lens: n of each, host arrays) reordered in place, longest context
+// first (ties: smaller row first), so that the decode kernels, whose CTAs start in grid order,
+// do not start a long context last while the other SMs run out of work. A row's result does
+// not depend on the order. tmp: 3 n ints of scratch. Returns 1 if it moved anything, else 0.
+// (paged_attention_cpu.c: host code, built with or without CUDA.)
+int paged_decode_order(int *rows, int *seqs, int *lens, int n, int *tmp);
 
 // ---- small device helpers for C callers (tests, the benchmark)
 void *pa_dev_alloc(size_t bytes);  // NULL on failure (message on stderr)

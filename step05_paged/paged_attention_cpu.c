@@ -17,6 +17,27 @@ void paged_kv_write_cpu(const float *k, const float *v, int ld, const int *slots
     }
 }
 
+// A work item while paged_decode_order sorts them.
+typedef struct {
+    int len, row, seq;
+} OrderItem;
+static int order_cmp(const void *a, const void *b) {
+    const OrderItem *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return (x->row > y->row) - (x->row < y->row);
+}
+
+int paged_decode_order(int *rows, int *seqs, int *lens, int n, int *tmp) {
+    int sorted = 1;
+    for (int i = 1; i < n && sorted; i++) sorted = lens[i] <= lens[i - 1] && (lens[i] < lens[i - 1] || rows[i] > rows[i - 1]);
+    if (sorted) return 0;
+    OrderItem *it = (OrderItem *)tmp;  // 3 ints each
+    for (int i = 0; i < n; i++) it[i] = (OrderItem){lens[i], rows[i], seqs[i]};
+    qsort(it, (size_t)n, sizeof *it, order_cmp);
+    for (int i = 0; i < n; i++) lens[i] = it[i].len, rows[i] = it[i].row, seqs[i] = it[i].seq;
+    return 1;
+}
+
 // The pool row of position p of sequence seq.
 static size_t pool_row(const int *bt, int bt_stride, int B, int seq, int p) {
     return (size_t)bt[(size_t)seq * bt_stride + p / B] * B + p % B;

@@ -30,7 +30,9 @@
 // every --steps-csv row's blocks adding up, and the memory comparison at one KV budget.
 // The fused prefill (paged_prefill.h): its tile plan, its CPU reference against the per-row decode
 // reference, and its tensor-core kernel emulated lane by lane (ldmatrix and mma.sync from the PTX
-// ISA's fragment tables, the kernel's own index formulas) against that reference.
+// ISA's fragment tables, the kernel's own index formulas) against that reference. The decode
+// kernels' work order (paged_decode_order, longest context first): sorted, ties by row, every
+// item kept whole.
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -1645,4 +1647,62 @@ Test(step05, prefill_mma_kernel_emulated_matches_cpu, .timeout = 120) {
         free(bt), free(perm), free(kc), free(vc), free(q), free(ref), free(out), free(tiles);
     }
     cr_expect_eq(emu_layout_bad, 0, "a fragment table does not cover its matrix exactly once");
+}
+
+// paged_decode_order: the decode work items longest context first, ties by row. Checked by its
+// properties, not by another sort: the output is non-increasing in length with ties in increasing
+// row order, every (row, seq, len) triple of the input is there exactly once (rows are distinct,
+// so a row finds its triple), an already ordered input is left alone (return 0), and a reordered
+// input reports 1. Lengths drawn from few values, so that ties are many.
+Test(step05, decode_order_longest_first_keeps_each_item) {
+    Rng r;
+    rng_seed(&r, 99);
+    static const int ns[] = {0, 1, 2, 3, 7, 64, 300};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        for (int trial = 0; trial < 20; trial++) {
+            const int n = ns[k];
+            int *rows = malloc((size_t)(n + 1) * sizeof(int)), *seqs = malloc((size_t)(n + 1) * sizeof(int));
+            int *lens = malloc((size_t)(n + 1) * sizeof(int)), *tmp = malloc((size_t)(3 * n + 1) * sizeof(int));
+            int *r0 = malloc((size_t)(n + 1) * sizeof(int)), *s0 = malloc((size_t)(n + 1) * sizeof(int));
+            int *l0 = malloc((size_t)(n + 1) * sizeof(int));
+            for (int i = 0; i < n; i++) {  // distinct rows in a shuffled order, sequences and lengths at random
+                rows[i] = 3 * i + 1;
+                const int j = (int)(rng_u32(&r) % (unsigned)(i + 1)), t = rows[i];
+                rows[i] = rows[j], rows[j] = t;
+            }
+            for (int i = 0; i < n; i++) {
+                seqs[i] = (int)(rng_u32(&r) % 1000u);
+                lens[i] = trial % 4 == 0 ? 5 : (int)(rng_u32(&r) % (trial % 2 ? 4u : 2000u));  // all equal, few values, many
+            }
+            memcpy(r0, rows, (size_t)n * sizeof(int)), memcpy(s0, seqs, (size_t)n * sizeof(int));
+            memcpy(l0, lens, (size_t)n * sizeof(int));
+            const int moved = paged_decode_order(rows, seqs, lens, n, tmp);
+            int in_order = 1;
+            for (int i = 1; i < n; i++)
+                in_order &= l0[i] < l0[i - 1] || (l0[i] == l0[i - 1] && r0[i] > r0[i - 1]);
+            cr_expect_eq(moved, !in_order, "n %d trial %d: returned %d for an input %s in order", n, trial, moved,
+                         in_order ? "already" : "not");
+            for (int i = 1; i < n; i++) {
+                cr_assert(lens[i] <= lens[i - 1], "n %d trial %d: item %d has %d keys after %d", n, trial, i, lens[i],
+                          lens[i - 1]);
+                if (lens[i] == lens[i - 1])
+                    cr_assert(rows[i] > rows[i - 1], "n %d trial %d: tie at %d keys not in row order (%d after %d)", n,
+                              trial, lens[i], rows[i], rows[i - 1]);
+            }
+            for (int i = 0; i < n; i++) {  // each input item once in the output, whole
+                int found = 0;
+                for (int j = 0; j < n; j++) {
+                    if (rows[j] != r0[i]) continue;
+                    found++;
+                    cr_expect(seqs[j] == s0[i] && lens[j] == l0[i], "n %d: row %d came out with seq %d len %d, went in with %d %d",
+                              n, r0[i], seqs[j], lens[j], s0[i], l0[i]);
+                }
+                cr_assert_eq(found, 1, "n %d trial %d: row %d is in the output %d times", n, trial, r0[i], found);
+            }
+            if (in_order)
+                cr_expect(memcmp(rows, r0, (size_t)n * sizeof(int)) == 0 && memcmp(lens, l0, (size_t)n * sizeof(int)) == 0,
+                          "n %d: an ordered input was changed", n);
+            free(rows), free(seqs), free(lens), free(tmp), free(r0), free(s0), free(l0);
+        }
+    }
 }
