@@ -136,7 +136,8 @@ void runner_graph_stats(const Runner *r, long *replays, long *captures);
 // CUDA runners: capture every decode-step graph now (each batch-size bucket, each decode kernel,
 // argmax and sampler), as vLLM does at startup, so that no step of a run pays for a capture.
 // Before the first real step only (its dummy steps write into KV block 1). Returns the graphs made
-// (0 on the CPU or with graphs off), -1 on failure.
+// (0 on the CPU, with graphs off, or with LLM_GRAPHS_UPFRONT=0 in the environment: the graphs are
+// then captured as each bucket's steps come), -1 on failure.
 int runner_capture_graphs(Runner *r);
 
 // ---------------------------------------------------------------- sampling, keyed

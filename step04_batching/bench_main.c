@@ -530,10 +530,9 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
             batch_free(&b);
         }
         // every decode-step graph captured now (vLLM captures its graphs at startup too), so that no
-        // timed step pays for a capture (LLM_GRAPHS_UPFRONT=0: as buckets come, inside the run)
-        const char *up = getenv("LLM_GRAPHS_UPFRONT");
+        // timed step pays for a capture
         const double tg = now_sec();
-        const int ng = up && strcmp(up, "0") == 0 ? 0 : runner_capture_graphs(run);
+        const int ng = runner_capture_graphs(run);
         if (ng < 0) die("capturing the decode-step graphs failed (see above)");
         if (ng > 0) fprintf(stderr, "[warm-up] %d decode-step graphs captured in %.2f s\n", ng, now_sec() - tg);
     }

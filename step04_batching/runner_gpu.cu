@@ -67,10 +67,11 @@
 // A bucket's first step runs eagerly (it loads modules and grows scratch buffers, which a capture
 // may not do), its second is captured on the runner's stream and replayed from then on. v2's
 // grid is sized for max_model_len in a graph (its partitions past a row's keys return at once).
-// gpu_runner_capture_graphs does both for every bucket up front, on dummy steps (their keys read
-// from and their K/V rows written into block 1, before any request holds it), so a run's steps only replay: vLLM captures its graphs at startup
-// too, and a capture (host work while the GPU waits) would otherwise land inside the first step
-// of each batch size.
+// gpu_runner_capture_graphs does both for every bucket up front (LLM_GRAPHS_UPFRONT=0: it does
+// nothing), on dummy steps (their keys read from and their K/V rows written into block 1, before
+// any request holds it), so a run's steps only replay: vLLM captures its graphs at startup too,
+// and a capture (host work while the GPU waits) would otherwise land inside the first step of
+// each batch size.
 // Inside a graph step the kernels of this file and step07's SwiGLU are launched with
 // programmatic dependent launch (LLM_BATCH_PDL=0: not): each may be scheduled while the kernel
 // before it (a cuBLAS GEMM or one of ours) drains, and waits for it before reading its output.
@@ -455,6 +456,7 @@ struct GpuRunner {
     int b1_part;  // > 0 (LLM_B1_PART): the lone row's paged attention split into partitions of this many keys (v2)
     int bpdl;     // graph steps of several rows: PDL launches (LLM_BATCH_PDL, on by default on sm_90)
     int lpt;      // decode items longest first (LLM_ATTN_LPT, on by default)
+    int upfront;  // gpu_runner_capture_graphs captures (LLM_GRAPHS_UPFRONT, on by default; off: buckets as they come)
     int *sort_tmp;  // (3 T) the sort's scratch
     float *arg_v;
     int *arg_i, *arg_count;  // (1024, 1024, 1): the many-block argmax's partials and finished-block counter
@@ -633,9 +635,10 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
                                                                    : 2);
         const char *e3 = getenv("LLM_B1_PART");
         r->b1_part = e3 ? atoi(e3) : 0;
-        const char *e5 = getenv("LLM_BATCH_PDL"), *e6 = getenv("LLM_ATTN_LPT");
+        const char *e5 = getenv("LLM_BATCH_PDL"), *e6 = getenv("LLM_ATTN_LPT"), *e7 = getenv("LLM_GRAPHS_UPFRONT");
         r->bpdl = !(e5 && strcmp(e5, "0") == 0) && gi.cc_major >= 9;
         r->lpt = !(e6 && strcmp(e6, "0") == 0);
+        r->upfront = !(e7 && strcmp(e7, "0") == 0);
     }
     r->prefill_ok = paged && paged_prefill_supported(dt, H, KV, hd);
     size_t f0, f1;
@@ -959,7 +962,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
 // written before any real step reads it). Its outputs are dropped. Returns the graphs made (0
 // when the runner makes none), -1 when a step fails.
 extern "C" int gpu_runner_capture_graphs(GpuRunner *r) {
-    if (!r->graphs || r->batch_inv || !r->ac.small_ok || r->ngb < 1 || r->num_blocks < 2) return 0;
+    if (!r->upfront || !r->graphs || r->batch_inv || !r->ac.small_ok || r->ngb < 1 || r->num_blocks < 2) return 0;
     const int Bmax = r->gb[r->ngb - 1], KV = r->g->cfg.n_kv_heads, bs = r->block_size;
     const int long_len = r->max_len > PA_PART ? PA_PART + 1 : 0;
     Batch b;

@@ -51,14 +51,14 @@ int gpu_runner_set_graphs(GpuRunner *r, int on);
 // RMSNorms and the SwiGLU inside the GEMVs, the argmax across many blocks); 2 (the default) the chain
 // with programmatic dependent launch (sm_90; elsewhere as 1); 3 as 2 with the RoPE, the K/V write and
 // the paged attention in one kernel (step07's attn_fused2_paged, where it takes the shape: a 16-bit
-// cache, head_dim 64 or 128; 3-4% faster than 2 on an H100 for the Llama-3.1-8B shape, not the
-// default until its head-dim-128 test has run on a GPU). LLM_B1_FUSED=0 / LLM_PDL=0 lower
+// cache, head_dim 64 or 128; 3-4% faster than 2 on an H100 for the Llama-3.1-8B shape; its
+// head-dim-128 test passes on the H100, and it stays opt-in until it is timed as the default). LLM_B1_FUSED=0 / LLM_PDL=0 lower
 // the default, LLM_B1_ATTN=1 raises it to 3. A change of mode drops the captured decode graphs
 // (they hold the old mode's kernels). Returns the mode in effect.
 int gpu_runner_set_lone_decode(GpuRunner *r, int mode);
 void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures);
 // Every decode-step graph captured now, on dummy steps (runner_capture_graphs): the number made, 0
-// when graphs are off or the runner makes none, -1 when a step failed. Call it before the first
+// when graphs are off, LLM_GRAPHS_UPFRONT=0 or the runner makes none, -1 when a step failed. Call it before the first
 // real step: its dummy steps write K/V rows into block 1.
 int gpu_runner_capture_graphs(GpuRunner *r);
 // Row k of the last forward's logits (vocab floats, from the device buffer the lm_head wrote; a

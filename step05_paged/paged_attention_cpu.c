@@ -28,11 +28,13 @@ static int order_cmp(const void *a, const void *b) {
 }
 
 int paged_decode_order(int *rows, int *seqs, int *lens, int n, int *tmp) {
-    int sorted = 1;
-    for (int i = 1; i < n && sorted; i++) sorted = lens[i] <= lens[i - 1] && (lens[i] < lens[i - 1] || rows[i] > rows[i - 1]);
-    if (sorted) return 0;
     OrderItem *it = (OrderItem *)tmp;  // 3 ints each
-    for (int i = 0; i < n; i++) it[i] = (OrderItem){lens[i], rows[i], seqs[i]};
+    int sorted = 1;
+    for (int i = 0; i < n; i++) {
+        it[i] = (OrderItem){lens[i], rows[i], seqs[i]};
+        if (i && order_cmp(&it[i - 1], &it[i]) > 0) sorted = 0;
+    }
+    if (sorted) return 0;
     qsort(it, (size_t)n, sizeof *it, order_cmp);
     for (int i = 0; i < n; i++) lens[i] = it[i].len, rows[i] = it[i].row, seqs[i] = it[i].seq;
     return 1;

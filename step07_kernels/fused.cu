@@ -506,7 +506,7 @@ extern "C" int fused_swiglu_pdl(int version, StDtype idt, StDtype odt, const voi
     }
     if (T == 0) return 0;
     int r = -1;
-    DISPATCH(idt, I, DISPATCH(odt, O, r = swiglu_typed<I, O>(version, (const I *)gu, (O *)h, T, ff, (cudaStream_t)stream, version == 1 && pdl)));
+    DISPATCH(idt, I, DISPATCH(odt, O, r = swiglu_typed<I, O>(version, (const I *)gu, (O *)h, T, ff, (cudaStream_t)stream, pdl)));
     return r;
 }
 
