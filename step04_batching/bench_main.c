@@ -686,6 +686,10 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
         JINT("peak_kv_reserved_tokens", st->peak_reserved);
         JNUM("kv_bytes_per_token", kv_tok);
         JNUM("kv_bytes_allocated", runner_kv_bytes(run));
+        if (use_cuda) {  // device memory in use at the end of the run (total - free: context, weights, pool, workspaces)
+            double fr_end, tot_end;
+            JNUM("gpu_memory_used_gib", gpu_mem_info(&fr_end, &tot_end) == 0 ? (tot_end - fr_end) / 1073741824.0 : NAN);
+        }
         JNUM("kv_reserved_unused_frac", unused_res);
         JNUM("kv_allocated_unused_frac", unused_alloc);
         JNUM("forward_share", os.forward_s / dur);

@@ -23,7 +23,9 @@ What is measured
           reach the host; a request's TTFT is its batch's first step, its E2E its own last token
           (every request arrives at time 0, so later batches' TTFT include the batches before).
           peak_gpu_memory_gib is
-          torch.cuda.max_memory_allocated() over the timed batches (weights included: weights_gib). The tokens a row
+          torch.cuda.max_memory_allocated() over the timed batches (weights included: weights_gib);
+          gpu_memory_used_gib is the device's total - free at the end (the CUDA context and torch's
+          cached blocks included), as llm bench --json reports it. The tokens a row
           generates past its request's own max_tokens are padding work: they are counted in
           padded_output_tokens, not in output_tokens.
     output_tokens  = sum of the requests' max_tokens (what nano-vllm's bench.py counts; with
@@ -495,6 +497,8 @@ def run_hf(a, cfg, reqs, res):
                              "TPOT = (E2E - TTFT) / (max_tokens - 1); p50 / p99 interpolated linearly, as llm bench's")
         if cuda:
             r["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 3)
+            free_b, total_b = torch.cuda.mem_get_info(dev)  # as llm bench's gpu_memory_used_gib: total - free at the end
+            r["gpu_memory_used_gib"] = round((total_b - free_b) / 2**30, 3)
             r["weights_gib"] = round(sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30, 3)
         if notes:
             r["notes"] = notes
