@@ -672,6 +672,7 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
         JNUM("tpot_ms_p50", pctl(tpot, n_tpot, 0.5));
         JNUM("tpot_ms_p99", pctl(tpot, n_tpot, 0.99));
         JNUM("e2e_ms_p50", pctl(e2e, n_ttft, 0.5));
+        JNUM("e2e_ms_p99", pctl(e2e, n_ttft, 0.99));
         JNUM("itl_ms_p50", pctl(os.itl_ms, (int)os.n_itl, 0.5));
         JNUM("itl_ms_p99", pctl(os.itl_ms, (int)os.n_itl, 0.99));
         JNUM("idle_slot_share", idle_share);
