@@ -3,7 +3,8 @@
 // (kvcache.h gemv_gpu_bench_gbps).
 // defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
 //          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_grid,
-//          qlinear_gpu_gemv_version, qlinear_gemm_set_qtmat
+//          qlinear_gpu_gemv_version, qlinear_gemm_set_qtmat,
+//          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -37,6 +38,13 @@ void qlinear_gemv_set_grid(int policy);
 // environment's QLINEAR_QTMAT=0 turns it off. (It was off by default until compute-sanitizer's
 // racecheck passed on it, which it does since every consumer thread releases a ring stage.)
 void qlinear_gemm_set_qtmat(int on);
+// k_qtmat's weight tiles a ring stage: 16 (the default) or 32 (4 tiles of a stage in flight per
+// consumer warp); anything else: the default (the environment's QLINEAR_QTMAT_TS, else 16).
+void qlinear_gemm_set_qtmat_ts(int ts);
+// qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
+// time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's
+// QLINEAR_DEQ_T, else 128 rows for INT4 and 64 for INT8, where the tensor-core kernels fall behind).
+void qlinear_gemm_set_deq_rows(int t);
 
 #ifdef __cplusplus
 }

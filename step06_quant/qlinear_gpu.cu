@@ -75,6 +75,7 @@ struct QLinearGpu {
     int fast;        // 1: the packed layout below; 0: the naive kernels on the QWeight as stored
     int mma;         // INT4 on sm_80+: the tensor-core GEMM
     int mma_ok;      // the device and kind allow it (qlinear_gpu_set_gemm_path can turn it off)
+    int simt_forced; // qlinear_gpu_set_gemm_path(SIMT): no tensor cores, no cuBLAS path either
     int tc_gm;       // k_qmma's group mode (0 one group, 1 per 64 columns, 2 per 32), -1: k_qmma cannot run
     int sms, major;
     uint32_t *qw;    // qlinear_pack.h's words
@@ -96,7 +97,7 @@ struct QLinearGpu {
     size_t scr_bytes;
     void *part;      // k_qtmat's chunk sums
     size_t part_bytes;
-    char base[64], desc[192];
+    char base[64], desc[240];
 };
 
 // k_qtmat for INT4 GEMMs of T <= 16 on sm_90a (the default; qlinear_gemm_set_qtmat, QLINEAR_QTMAT=0:
@@ -114,12 +115,15 @@ extern "C" void qlinear_gemm_set_qtmat(int on) {
     qtmat_on();  // the environment read first, so it cannot undo this later
     g_qtmat = on ? 1 : 0;
 }
+static int deq_rows(const QLinearGpu *q);  // below: the fewest rows that go through dequantize + cuBLAS
 static void set_desc(QLinearGpu *q) {
-    snprintf(q->desc, sizeof q->desc, "%s: tiled GEMV, %s", q->base,
+    char deq[48] = "";
+    if (!q->simt_forced && deq_rows(q) > 0) snprintf(deq, sizeof deq, "; >= %d rows: dequantized + cuBLAS", deq_rows(q));
+    snprintf(q->desc, sizeof q->desc, "%s: tiled GEMV, %s%s", q->base,
              !q->mma ? "SIMT GEMM (8 tokens a pass)"
              : q->kind == QK_INT4 ? (q->qt && qtmat_on() ? "tensor-core GEMM (mma.sync m16n8k16; <= 16 rows: bulk-copied weights, k_qtmat)"
                                                          : "tensor-core GEMM (mma.sync m16n8k16)")
-                                  : "tensor-core GEMM (mma.sync m16n8k16, 16 tokens a pass)");
+                                  : "tensor-core GEMM (mma.sync m16n8k16, 16 tokens a pass)", deq);
 }
 
 // ---------------------------------------------------------------- helpers
@@ -1310,15 +1314,15 @@ struct QTmatArgs {
     float beta;
     int units, nc, kct, ns;  // strips; column chunks, tiles per chunk; ring stages
 };
-#define QTT_TS 16  // tiles a stage
+#define QTT_TS 16  // tiles a stage (the default; QLINEAR_QTMAT_TS=32 or qlinear_gemm_set_qtmat_ts: 32)
 #define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
 __host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so the 8 g rows fall on distinct banks
 
-template <class X, int GM, bool ZP, int NT>
+template <class X, int GM, bool ZP, int NT, int TS>
 __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
 #ifdef WGMMA_ARCH
-    using G = QTmaGeom<4, QTT_TS, GM, ZP, false>;
-    constexpr int TS = QTT_TS, W = QTT_W, NTOK = 8 * NT;
+    using G = QTmaGeom<4, TS, GM, ZP, false>;
+    constexpr int W = QTT_W, NTOK = 8 * NT;
     extern __shared__ __align__(128) unsigned char sm[];
     const int ns = a.ns, nk = a.kp / 64, nc = a.nc, gpc = gridDim.x / nc;
     const int chunk = blockIdx.x % nc, kc0 = chunk * a.kct, kc1 = min(nk, kc0 + a.kct);
@@ -1681,6 +1685,7 @@ extern "C" int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path) {
     if (!q || (path != QLINEAR_GEMM_AUTO && path != QLINEAR_GEMM_SIMT)) return -1;
     if (!q->fast) return 0;  // the naive kernels have one path
     q->mma = path == QLINEAR_GEMM_AUTO && q->mma_ok;
+    q->simt_forced = path == QLINEAR_GEMM_SIMT;
     set_desc(q);
     return 0;
 }
@@ -2045,9 +2050,9 @@ static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) { return grow(
 
 // Launch k_qtmat, or (setup, at the layer's creation: not while a stream is being captured) allow
 // it its shared memory.
-template <class X, int GM, bool ZP, int NT>
+template <class X, int GM, bool ZP, int NT, int TS>
 static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
-    auto k = k_qtmat<X, GM, ZP, NT>;
+    auto k = k_qtmat<X, GM, ZP, NT, TS>;
     if (setup) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX);
         cudaGetLastError();
@@ -2055,21 +2060,35 @@ static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t 
     }
     launch_ex(k, dim3(grid), (QTT_W + 1) * 32, smem, s, pdl, a);
 }
-template <class X, int NT>
+template <class X, int NT, int TS>
 static void qtmat_kind(int gm, bool zp, const QTmatArgs &a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
-    if (gm == 0) zp ? qtmat_go<X, 0, true, NT>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 0, false, NT>(a, smem, grid, pdl, s, setup);
-    else if (gm == 1) zp ? qtmat_go<X, 1, true, NT>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT>(a, smem, grid, pdl, s, setup);
-    else zp ? qtmat_go<X, 2, true, NT>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT>(a, smem, grid, pdl, s, setup);
+    if (gm == 0) zp ? qtmat_go<X, 0, true, NT, TS>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 0, false, NT, TS>(a, smem, grid, pdl, s, setup);
+    else if (gm == 1) zp ? qtmat_go<X, 1, true, NT, TS>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT, TS>(a, smem, grid, pdl, s, setup);
+    else zp ? qtmat_go<X, 2, true, NT, TS>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT, TS>(a, smem, grid, pdl, s, setup);
+}
+// k_qtmat's tiles a stage: 16 (QTT_TS) or 32 (each consumer warp then has 4 tiles of a stage in flight).
+static int g_qtmat_ts = 0;
+extern "C" void qlinear_gemm_set_qtmat_ts(int ts) { g_qtmat_ts = ts == 16 || ts == 32 ? ts : 0; }
+static int qtmat_ts(void) {
+    if (g_qtmat_ts == 0) {
+        const char *e = getenv("QLINEAR_QTMAT_TS");
+        g_qtmat_ts = e && atoi(e) == 32 ? 32 : e && atoi(e) == 16 ? 16 : QTT_TS;
+    }
+    return g_qtmat_ts;
 }
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 static void qtmat_prepare(const QLinearGpu *q) {
     if (!q->qt || q->kind != QK_INT4) return;  // (per layer, as qtma_prepare: the current device's allowance)
     const QTmatArgs a = {};
     const bool zp = q->zeros != NULL;
-    qtmat_kind<__half, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__half, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 1, 16>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 2, 16>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 1, 16>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 2, 16>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 1, 32>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 2, 32>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 1, 32>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 2, 32>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
 }
 // k_qtmat over T <= 16 rows of A (lda % 8 == 0, 16-byte aligned, kp valid columns). 1 launched, 0
 // not this layer (not INT4 on sm_90a, or off: qlinear_gemm_set_qtmat), -1 out of scratch.
@@ -2077,7 +2096,7 @@ template <class X>
 static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s) {
     if (!qtmat_on() || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
-    const int stage = qtma_part(4, QTT_TS, gm, zp);
+    const int ts = qtmat_ts(), stage = qtma_part(4, ts, gm, zp);
     const int ns = qtma_ring_stages(stage);
     const size_t fixed = (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + 2 * QTT_W * 256 * 4;
     // the most tiles a chunk of x can hold, then as many chunks as that needs (or QLINEAR_QTMAT_NC)
@@ -2099,11 +2118,158 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
                    A, lda, T, P, ldy, beta, units, nc, kct, ns};
     const bool pdl = pdl_on(q);
-    if (NT == 2) qtmat_kind<X, 2>(gm, zp, a, smem, grid, pdl, s, false);
-    else qtmat_kind<X, 1>(gm, zp, a, smem, grid, pdl, s, false);
+    if (ts == 32) NT == 2 ? qtmat_kind<X, 2, 32>(gm, zp, a, smem, grid, pdl, s, false)
+                          : qtmat_kind<X, 1, 32>(gm, zp, a, smem, grid, pdl, s, false);
+    else NT == 2 ? qtmat_kind<X, 2, 16>(gm, zp, a, smem, grid, pdl, s, false)
+                 : qtmat_kind<X, 1, 16>(gm, zp, a, smem, grid, pdl, s, false);
     if (nc > 1) {
         const size_t n = (size_t)T * q->rows;
         k_qtmat_sum<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(P, nc, T, q->rows, Y, ldy, beta);
+    }
+    return 1;
+}
+
+// ---------------------------------------------------------------- many rows: dequantize, then cuBLAS
+// From some tens of rows on (a prompt chunk, a large decode batch) a GEMM stops being bound by its
+// weights' bytes and becomes bound by the tensor cores, where cuBLAS's bf16/fp16 GEMM is far ahead of
+// k_qgemm4 and k_qmma (measured 3x at 2,048 rows). So for T >= deq_rows() the weights are expanded to
+// X's type, a chunk of rows at a time, into a scratch shared by every layer (64 MiB at most), and
+// cuBLAS multiplies X by each chunk: the extra cost is one write and one read of the 16-bit weights,
+// small beside the GEMM's FLOPs at those row counts. Each weight is (q - z) * s computed in fp32 and
+// rounded once to X's type (the tensor-core kernels round the scale and that product, so the two
+// paths agree to the 16-bit rounding).
+#define DEQ_WARPS 8
+#define DEQ_CHUNK_BYTES ((size_t)64 << 20)
+#define DEQ_BLAS_WS ((size_t)32 << 20)
+
+// INT4 strips s0 .. s0 + nstrips - 1 (16 rows each) into W (nstrips * 16, kp) row-major: one warp a
+// 16 x 64 tile. Lane L's word i holds rows n = L / 4 and n + 8, columns k = 16 i + 2 (L % 4), k + 1,
+// k + 8, k + 9 (qlinear_pack.h); the tile goes through shared memory so each row is written with
+// 16-byte stores.
+template <class X>
+__global__ void __launch_bounds__(DEQ_WARPS * 32)
+    k_deq4(const uint4 *__restrict__ qw, const float *__restrict__ scales, const uint8_t *__restrict__ zeros, int np,
+           int kp, int gs, int glog, int ng, int s0, int nstrips, X *__restrict__ W) {
+    __shared__ __align__(16) X tile[DEQ_WARPS][16][64 + 8];  // +8: a row's 16-byte pieces on other banks
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, nk = kp / 64;
+    const long ntiles = (long)nstrips * nk;
+    for (long ti = (long)blockIdx.x * DEQ_WARPS + warp; ti < ntiles; ti += (long)gridDim.x * DEQ_WARPS) {
+        const int sl = (int)(ti / nk), kc = (int)(ti % nk), strip = s0 + sl;
+        const uint4 v = __ldg(qw + ((size_t)strip * nk + kc) * 32 + lane);
+        const uint32_t wd[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int grp = group_of(kc * 64 + 16 * i, gs, glog, ng), k = 16 * i + 2 * t;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {  // rows g (nibbles 0, 4, 1, 5) and g + 8 (2, 6, 3, 7)
+                const int row = strip * 16 + g + 8 * h;
+                const float sc = __ldg(scales + (size_t)grp * np + row);
+                const float z = zeros ? (float)__ldg(zeros + (size_t)grp * np + row) : 8.0f;
+                const uint32_t w = wd[i] >> (8 * h);
+                X *r = &tile[warp][g + 8 * h][0];
+                r[k] = fromf<X>(((float)(w & 15u) - z) * sc);
+                r[k + 1] = fromf<X>(((float)((w >> 16) & 15u) - z) * sc);
+                r[k + 8] = fromf<X>(((float)((w >> 4) & 15u) - z) * sc);
+                r[k + 9] = fromf<X>(((float)((w >> 20) & 15u) - z) * sc);
+            }
+        }
+        __syncwarp();
+        const int row = lane >> 1, half = lane & 1;  // 64 bytes (32 columns) of one row a lane
+        const uint4 *src = (const uint4 *)&tile[warp][row][32 * half];
+        uint4 *dst = (uint4 *)(W + ((size_t)sl * 16 + row) * kp + (size_t)kc * 64 + 32 * half);
+#pragma unroll
+        for (int j = 0; j < 4; j++) dst[j] = src[j];
+        __syncwarp();
+    }
+}
+
+// INT8 rows r0 .. r0 + nr - 1 (row-major bytes, kp a row) into W (nr, kp): 16 weights a thread.
+template <class X>
+__global__ void k_deq8(const uint8_t *__restrict__ qb, const float *__restrict__ scales,
+                       const uint8_t *__restrict__ zeros, int np, int kp, int gs, int glog, int ng, int r0, int nr,
+                       X *__restrict__ W) {
+    const int per = kp / 16;
+    const long n = (long)nr * per;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        const int rl = (int)(i / per), c16 = (int)(i % per), row = r0 + rl, grp = group_of(c16 * 16, gs, glog, ng);
+        const uint4 v = __ldg((const uint4 *)(qb + (size_t)row * kp) + c16);
+        const float sc = __ldg(scales + (size_t)grp * np + row);
+        const float z = zeros ? (float)__ldg(zeros + (size_t)grp * np + row) : 128.0f;
+        const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+        __align__(16) X o[16];
+#pragma unroll
+        for (int j = 0; j < 16; j++) o[j] = fromf<X>(((float)((w4[j / 4] >> (8 * (j % 4))) & 255u) - z) * sc);
+        uint4 *dst = (uint4 *)(W + (size_t)rl * kp + (size_t)c16 * 16);
+        dst[0] = ((const uint4 *)o)[0], dst[1] = ((const uint4 *)o)[1];
+    }
+}
+
+// The process-wide pieces of the path: the dequantized chunk, cuBLAS's handle and its workspace
+// (set, so that a captured GEMM allocates nothing). Layers run one after another on one stream.
+static void *g_deq_w = NULL;
+static size_t g_deq_cap = 0;
+static cublasHandle_t g_deq_blas = NULL;
+static void *g_deq_ws = NULL;
+static int g_deq_t = -2;  // qlinear_gemm_set_deq_rows; -2: not set (QLINEAR_DEQ_T, else per kind)
+extern "C" void qlinear_gemm_set_deq_rows(int t) { g_deq_t = t < 0 ? -2 : t; }
+// The fewest rows that take this path for layer q (0: never).
+static int deq_rows(const QLinearGpu *q) {
+    int t = g_deq_t;
+    if (t == -2) {
+        const char *e = getenv("QLINEAR_DEQ_T");
+        t = e ? atoi(e) : -1;
+        if (t < 0) t = q->kind == QK_INT4 ? 128 : 64;  // INT8's GEMM loses to cuBLAS earlier
+    }
+    return t;
+}
+// Y (T, ldy) = A (T, kp; lda) W^T + beta Y through the dequantized chunks. 1 done, 0 not taken (too
+// few rows, bf16 before sm_80, or the scratch / handle missing while the stream is being captured).
+template <class X>
+static int deq_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s) {
+    const int t0 = deq_rows(q);
+    if (t0 <= 0 || T < t0 || q->simt_forced || (std::is_same<X, __nv_bfloat16>::value && q->major < 8)) return 0;
+    const size_t rowb = (size_t)q->kp * sizeof(X);
+    int rc = (int)(DEQ_CHUNK_BYTES / rowb) / 16 * 16;  // rows a chunk (whole strips)
+    if (rc < 16) rc = 16;
+    if (rc > q->np) rc = q->np;
+    const size_t need = (size_t)rc * rowb;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &cs) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (cs != cudaStreamCaptureStatusNone && (!g_deq_blas || g_deq_cap < need)) return 0;  // nothing may be made now
+    if (!g_deq_blas) {
+        if (cublasCreate(&g_deq_blas) != CUBLAS_STATUS_SUCCESS) return 0;
+        if (cudaMalloc(&g_deq_ws, DEQ_BLAS_WS) != cudaSuccess ||
+            cublasSetWorkspace(g_deq_blas, g_deq_ws, DEQ_BLAS_WS) != CUBLAS_STATUS_SUCCESS) {
+            cudaGetLastError();
+            cublasDestroy(g_deq_blas), g_deq_blas = NULL;
+            cudaFree(g_deq_ws), g_deq_ws = NULL;
+            return 0;
+        }
+    }
+    if (!grow(&g_deq_w, &g_deq_cap, need, s)) return -1;
+    CUBLAS_CHECK(cublasSetStream(g_deq_blas, s));
+    const StDtype dt = std::is_same<X, __nv_bfloat16>::value ? ST_BF16 : ST_F16;
+    X *Wd = (X *)g_deq_w;
+    for (int r0 = 0; r0 < q->rows; r0 += rc) {
+        const int nr = q->rows - r0 < rc ? q->rows - r0 : rc;  // output rows of this chunk
+        if (q->kind == QK_INT4) {
+            const int ns = (nr + 15) / 16;
+            const long tiles = (long)ns * (q->kp / 64);
+            const int grid = (int)((tiles + DEQ_WARPS - 1) / DEQ_WARPS < 8L * q->sms ? (tiles + DEQ_WARPS - 1) / DEQ_WARPS
+                                                                                      : 8L * q->sms);
+            k_deq4<X><<<grid, DEQ_WARPS * 32, 0, s>>>((const uint4 *)q->qw, q->scales, q->zeros, q->np, q->kp, q->gs,
+                                                      q->glog, q->ng, r0 / 16, ns, Wd);
+        } else {
+            const long n = (long)nr * (q->kp / 16);
+            const int grid = (int)((n + 255) / 256 < 8L * q->sms ? (n + 255) / 256 : 8L * q->sms);
+            k_deq8<X><<<grid, 256, 0, s>>>((const uint8_t *)q->qw, q->scales, q->zeros, q->np, q->kp, q->gs, q->glog,
+                                           q->ng, r0, nr, Wd);
+        }
+        if (launch_ok("qlinear_gpu_gemm (dequantize)") != 0) return -1;
+        gemm_xwt(g_deq_blas, dt, T, nr, q->kp, A, lda, Wd, Y + r0, ldy, beta);
     }
     return 1;
 }
@@ -2114,6 +2280,18 @@ static int gemm_t(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy,
         k_qnaive_gemm<X><<<dim3((q->rows + 127) / 128, T), 128, 0, s>>>(view(q), T, Xm, ldx, Y, ldy, beta);
         return launch_ok("qlinear_gpu_gemm");
     }
+    if (!q->simt_forced && deq_rows(q) > 0 && T >= deq_rows(q)) {  // many rows: dequantize + cuBLAS
+        const X *A = Xm;
+        int lda = ldx;
+        if (q->perm || q->kp != q->cols || ldx % 8 != 0 || ((uintptr_t)Xm & 15)) {
+            X *xa = (X *)scratch(q, (size_t)T * q->kp * sizeof(X), s);
+            if (!xa) return -1;
+            gather<X, X>(Xm, ldx, T, q->perm, q->cols, q->kp, xa, s);
+            A = xa, lda = q->kp;
+        }
+        const int dq = deq_gemm<X>(q, T, A, lda, Y, ldy, beta, s);
+        if (dq != 0) return dq < 0 ? -1 : launch_ok("qlinear_gpu_gemm");
+    }  // not taken (a capture before the first such call): the kernels below
     if (!q->mma) {  // fallback: X gathered to fp32, then the SIMT kernels 8 tokens a pass
         float *xf = (float *)scratch(q, (size_t)T * q->kp * sizeof(float), s);
         if (!xf) return -1;

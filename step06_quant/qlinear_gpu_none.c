@@ -68,6 +68,8 @@ int qlinear_gemv_version_fp16(int version) {
 void qlinear_gemv_set_pdl(int on) { (void)on; }
 void qlinear_gemv_set_grid(int policy) { (void)policy; }
 void qlinear_gemm_set_qtmat(int on) { (void)on; }
+void qlinear_gemm_set_deq_rows(int t) { (void)t; }
+void qlinear_gemm_set_qtmat_ts(int ts) { (void)ts; }
 int qlinear_gpu_gemv_version(const struct QLinearGpu *q) {
     (void)q;
     return -1;

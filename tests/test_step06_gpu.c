@@ -13,7 +13,10 @@
 //     kernel (on sm_80+ it must be the tensor-core one for INT4) and the SIMT fallback forced;
 //     tolerance ERR_TOL_HALF of max|ref|, since the tensor-core path rounds the dequantized
 //     weights to 16 bits;
-//   - the GEMM's optional T <= 16 kernel on sm_90 (k_qtmat, qlinear_gemm_set_qtmat) on every case
+//   - the GEMM's path for many rows (the weights expanded to X's type, then cuBLAS), forced from one
+//     row on over every case and T above (by default it starts at 128 rows for INT4, 64 for INT8, so
+//     INT8's T = 64 and 100 take it in the default pass too);
+//   - the GEMM's T <= 16 kernel on sm_90 (k_qtmat, qlinear_gemm_set_qtmat), 16 and 32 tiles a stage, on every case
 //     above, and with k_qgemm4 over layers wide enough that k_qtmat cuts x into column chunks
 //     (summed by a second kernel): groups of 32 asymmetric, per channel, act-order, a last chunk and
 //     stage shorter than the others, T = 3, 9, 16;
@@ -212,15 +215,21 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
         char what[160];
         QWeight w;
         QLinearGpu *q = case_layer(&r, c, &w, what, sizeof what);
-        for (int path = 0; path < 3; path++) {  // the default kernel, the SIMT fallback forced, then k_qtmat on
+        // the default kernel, the SIMT fallback forced, k_qtmat on (16 tiles a stage), dequantize + cuBLAS
+        // from one row on, k_qtmat with 32 tiles a stage
+        for (int path = 0; path < 5; path++) {
             cr_assert_eq(qlinear_gpu_set_gemm_path(q, path == 1 ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO), 0);
-            qlinear_gemm_set_qtmat(path == 2);
+            qlinear_gemm_set_qtmat(path == 2 || path == 4);
+            qlinear_gemm_set_qtmat_ts(path == 4 ? 32 : 16);
+            qlinear_gemm_set_deq_rows(path == 3 ? 1 : path == 2 || path == 4 ? 0 : -1);
             const char *desc = qlinear_gpu_describe(q);
             // INT8 takes the tensor cores when its groups are whole 64-column tiles (or one per row)
             const int tc = c->kind == QK_INT4 || c->group < 0 || c->group % 64 == 0;
             if (path != 1 && tc && gi_.cc_major >= 8 && !strstr(desc, "naive"))  // else nothing tests it
                 cr_expect(strstr(desc, "tensor-core") != NULL, "%s on sm_%d%d: not the tensor-core GEMM (%s)", what,
                           gi_.cc_major, gi_.cc_minor, desc);
+            if (path == 3 && !strstr(desc, "naive"))  // every T below goes through the expanded weights
+                cr_expect(strstr(desc, ">= 1 rows: dequantized + cuBLAS") != NULL, "%s: %s", what, desc);
             for (int ti = 0; ti < nT; ti++) {  // dtype, beta and the X row stride vary so every pair meets every T
                 const int ldx = c->cols + ((ti + path) % 3 == 2 ? 3 : 8);  // an odd stride takes the gather
                 check_gemm(&r, &w, q, (ti + ci + path) % 2 ? ST_F16 : ST_BF16, Ts[ti], (float)((ti / 2 + ci) % 2), ldx,
@@ -228,6 +237,8 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
             }
         }
         qlinear_gemm_set_qtmat(0);
+        qlinear_gemm_set_qtmat_ts(0);
+        qlinear_gemm_set_deq_rows(-1);
         qlinear_gpu_free(q);
         qweight_free(&w);
     }
@@ -342,8 +353,9 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         char what[160];
         QWeight w;
         QLinearGpu *q = case_layer(&r, &cases[ci], &w, what, sizeof what);
-        for (int on = 0; on < 2; on++) {  // k_qgemm4, then k_qtmat
-            qlinear_gemm_set_qtmat(on);
+        for (int on = 0; on < 3; on++) {  // k_qgemm4, then k_qtmat with 16 and with 32 tiles a stage
+            qlinear_gemm_set_qtmat(on > 0);
+            qlinear_gemm_set_qtmat_ts(on == 2 ? 32 : 16);
             if (on && gi_.cc_major == 9)
                 cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
                           qlinear_gpu_describe(q));
@@ -351,6 +363,7 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
                 check_gemm(&r, &w, q, (ti + ci + on) % 2 ? ST_F16 : ST_BF16, Ts[ti], (float)((ti + ci) % 2),
                            cases[ci].cols + 8, what);
         }
+        qlinear_gemm_set_qtmat_ts(0);
         qlinear_gemm_set_qtmat(0);
         qlinear_gpu_free(q);
         qweight_free(&w);
