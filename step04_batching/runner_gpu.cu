@@ -631,8 +631,8 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
         const char *e4 = getenv("LLM_B1_ATTN");
         gpu_runner_set_lone_decode(r, e && strcmp(e, "0") == 0     ? 0
                                       : e2 && strcmp(e2, "0") == 0 ? 1
-                                      : e4 && strcmp(e4, "1") == 0 ? 3
-                                                                   : 2);
+                                      : e4 && strcmp(e4, "0") == 0 ? 2
+                                                                   : 3);
         const char *e3 = getenv("LLM_B1_PART");
         r->b1_part = e3 ? atoi(e3) : 0;
         const char *e5 = getenv("LLM_BATCH_PDL"), *e6 = getenv("LLM_ATTN_LPT"), *e7 = getenv("LLM_GRAPHS_UPFRONT");

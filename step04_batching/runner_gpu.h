@@ -48,12 +48,12 @@ int gpu_runner_forward_sampled(GpuRunner *r, const Batch *b, const float *temper
 int gpu_runner_set_graphs(GpuRunner *r, int on);
 // The lone decode row (a step of one sequence with one new row: batch-1 decode): 0 step02/03's
 // kernels one after the other (RMSNorm, GEMV, SwiGLU, argmax apart); 1 step07's fused chain (the
-// RMSNorms and the SwiGLU inside the GEMVs, the argmax across many blocks); 2 (the default) the chain
-// with programmatic dependent launch (sm_90; elsewhere as 1); 3 as 2 with the RoPE, the K/V write and
-// the paged attention in one kernel (step07's attn_fused2_paged, where it takes the shape: a 16-bit
-// cache, head_dim 64 or 128; 3-4% faster than 2 on an H100 for the Llama-3.1-8B shape; its
-// head-dim-128 test passes on the H100, and it stays opt-in until it is timed as the default). LLM_B1_FUSED=0 / LLM_PDL=0 lower
-// the default, LLM_B1_ATTN=1 raises it to 3. A change of mode drops the captured decode graphs
+// RMSNorms and the SwiGLU inside the GEMVs, the argmax across many blocks); 2 the chain with
+// programmatic dependent launch (sm_90; elsewhere as 1); 3 (the default) as 2 with the RoPE, the K/V
+// write and the paged attention in one kernel (step07's attn_fused2_paged, where it takes the shape:
+// a 16-bit cache, head_dim 64 or 128; elsewhere the two kernels of 2; 3-4% faster than 2 on an H100
+// for the Llama-3.1-8B shape, in two leases). LLM_B1_FUSED=0 / LLM_PDL=0 / LLM_B1_ATTN=0 lower the
+// default to 0 / 1 / 2. A change of mode drops the captured decode graphs
 // (they hold the old mode's kernels). Returns the mode in effect.
 int gpu_runner_set_lone_decode(GpuRunner *r, int mode);
 void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *captures);

@@ -10,10 +10,10 @@
 # runner's switches, step04_batching/runner_gpu.cu):
 #   unfused      LLM_B1_FUSED=0: the lone decode row as ~9 kernels a layer (RMSNorm, GEMV, SwiGLU apart)
 #   fused        LLM_B1_FUSED=1 LLM_PDL=0: step07's batch-1 chain (norms and SwiGLU inside the GEMVs)
-#   fused_pdl    the default: the chain launched with programmatic dependent launch (sm_90)
-#   pdl_part64, pdl_part128   LLM_B1_PART=64 / 128: fused_pdl with the paged attention split into
-#                partitions of that many keys (paged_decode_v2: more CTAs, and a combine kernel)
-#   pdl_fattn    LLM_B1_ATTN=1: fused_pdl with the RoPE, the K/V write and the paged attention in
+#   fused_pdl    LLM_B1_ATTN=0: the chain launched with programmatic dependent launch (sm_90)
+#   pdl_part64, pdl_part128   LLM_B1_ATTN=0 LLM_B1_PART=64 / 128: fused_pdl with the paged attention
+#                split into partitions of that many keys (paged_decode_v2: more CTAs, and a combine kernel)
+#   pdl_fattn    the default: fused_pdl with the RoPE, the K/V write and the paged attention in
 #                one kernel (step07's attn_fused2_paged)
 # Then step03's own batch-1 decoder on the same directory (kv_bench, the contiguous cache, graphs),
 # and step01's roofline --quick for this machine's copy bandwidth in the same run.
@@ -25,8 +25,9 @@ REPS=${3:-2}
 BIN=${BIN:-build/bin}
 mkdir -p "$OUT"
 ids=$(python3 -c "import random; random.seed(0); print(','.join(str(random.randint(0, 9999)) for _ in range(128)))")
-declare -A VARS=([unfused]="LLM_B1_FUSED=0" [fused]="LLM_B1_FUSED=1 LLM_PDL=0" [fused_pdl]="LLM_B1_FUSED=1"
-                 [pdl_part64]="LLM_B1_PART=64" [pdl_part128]="LLM_B1_PART=128" [pdl_fattn]="LLM_B1_ATTN=1")
+declare -A VARS=([unfused]="LLM_B1_FUSED=0" [fused]="LLM_B1_FUSED=1 LLM_PDL=0" [fused_pdl]="LLM_B1_ATTN=0"
+                 [pdl_part64]="LLM_B1_ATTN=0 LLM_B1_PART=64" [pdl_part128]="LLM_B1_ATTN=0 LLM_B1_PART=128"
+                 [pdl_fattn]="LLM_B1_ATTN=1")
 : > "$OUT/summary.txt"
 for v in ${VARIANTS:-unfused fused fused_pdl pdl_part64 pdl_fattn}; do
     for r in $(seq 1 "$REPS"); do
