@@ -2241,8 +2241,7 @@ static int deq_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy
     if (cs != cudaStreamCaptureStatusNone && (!g_deq_blas || g_deq_cap < need)) return 0;  // nothing may be made now
     if (!g_deq_blas) {
         if (cublasCreate(&g_deq_blas) != CUBLAS_STATUS_SUCCESS) return 0;
-        if (cudaMalloc(&g_deq_ws, DEQ_BLAS_WS) != cudaSuccess ||
-            cublasSetWorkspace(g_deq_blas, g_deq_ws, DEQ_BLAS_WS) != CUBLAS_STATUS_SUCCESS) {
+        if (cudaMalloc(&g_deq_ws, DEQ_BLAS_WS) != cudaSuccess) {
             cudaGetLastError();
             cublasDestroy(g_deq_blas), g_deq_blas = NULL;
             cudaFree(g_deq_ws), g_deq_ws = NULL;
@@ -2250,7 +2249,8 @@ static int deq_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy
         }
     }
     if (!grow(&g_deq_w, &g_deq_cap, need, s)) return -1;
-    CUBLAS_CHECK(cublasSetStream(g_deq_blas, s));
+    CUBLAS_CHECK(cublasSetStream(g_deq_blas, s));  // (which puts the default workspace back: set ours again)
+    CUBLAS_CHECK(cublasSetWorkspace(g_deq_blas, g_deq_ws, DEQ_BLAS_WS));
     const StDtype dt = std::is_same<X, __nv_bfloat16>::value ? ST_BF16 : ST_F16;
     X *Wd = (X *)g_deq_w;
     for (int r0 = 0; r0 < q->rows; r0 += rc) {
