@@ -43,7 +43,7 @@ void qlinear_gemm_set_qtmat(int on);
 void qlinear_gemm_set_qtmat_ts(int ts);
 // qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
 // time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's
-// QLINEAR_DEQ_T, else 128 rows for INT4 and 64 for INT8, where the tensor-core kernels fall behind).
+// QLINEAR_DEQ_T, else 512 rows for INT4 and 64 for INT8, where the tensor-core kernels fall behind).
 void qlinear_gemm_set_deq_rows(int t);
 
 #ifdef __cplusplus
