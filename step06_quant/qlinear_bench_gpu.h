@@ -38,8 +38,8 @@ void qlinear_gemv_set_grid(int policy);
 // environment's QLINEAR_QTMAT=0 turns it off. (It was off by default until compute-sanitizer's
 // racecheck passed on it, which it does since every consumer thread releases a ring stage.)
 void qlinear_gemm_set_qtmat(int on);
-// k_qtmat's weight tiles a ring stage: 16 (the default) or 32 (4 tiles of a stage in flight per
-// consumer warp); anything else: the default (the environment's QLINEAR_QTMAT_TS, else 16).
+// k_qtmat's weight tiles a ring stage: 16 or 32 (4 tiles of a stage in flight per consumer warp);
+// anything else: the default (the environment's QLINEAR_QTMAT_TS, else 16 up to 4 rows, 32 above).
 void qlinear_gemm_set_qtmat_ts(int ts);
 // qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
 // time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's

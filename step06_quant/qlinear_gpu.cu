@@ -1314,7 +1314,7 @@ struct QTmatArgs {
     float beta;
     int units, nc, kct, ns;  // strips; column chunks, tiles per chunk; ring stages
 };
-#define QTT_TS 16  // tiles a stage (the default; QLINEAR_QTMAT_TS=32 or qlinear_gemm_set_qtmat_ts: 32)
+#define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
 #define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
 __host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so the 8 g rows fall on distinct banks
 
@@ -2066,15 +2066,18 @@ static void qtmat_kind(int gm, bool zp, const QTmatArgs &a, size_t smem, int gri
     else if (gm == 1) zp ? qtmat_go<X, 1, true, NT, TS>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT, TS>(a, smem, grid, pdl, s, setup);
     else zp ? qtmat_go<X, 2, true, NT, TS>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT, TS>(a, smem, grid, pdl, s, setup);
 }
-// k_qtmat's tiles a stage: 16 (QTT_TS) or 32 (each consumer warp then has 4 tiles of a stage in flight).
-static int g_qtmat_ts = 0;
-extern "C" void qlinear_gemm_set_qtmat_ts(int ts) { g_qtmat_ts = ts == 16 || ts == 32 ? ts : 0; }
-static int qtmat_ts(void) {
-    if (g_qtmat_ts == 0) {
+// k_qtmat's tiles a stage: 16 or 32 (each consumer warp then has 4 tiles of a stage in flight).
+// Unset (0), 16 up to 4 rows and 32 above: on an H100 (7ba5693) 32 was faster at 8 and 16 rows
+// (the four 8B layers 72.1 vs 73.0 us at 8, 98.1 vs 99.5 at 16; batch 16 in the engine +2.8%) and
+// slower at 2 (68.5 vs 66.6).
+static int g_qtmat_ts = -1;
+extern "C" void qlinear_gemm_set_qtmat_ts(int ts) { g_qtmat_ts = ts == 16 || ts == 32 ? ts : -1; }
+static int qtmat_ts(int T) {
+    if (g_qtmat_ts < 0) {
         const char *e = getenv("QLINEAR_QTMAT_TS");
-        g_qtmat_ts = e && atoi(e) == 32 ? 32 : e && atoi(e) == 16 ? 16 : QTT_TS;
+        g_qtmat_ts = e && atoi(e) == 32 ? 32 : e && atoi(e) == 16 ? 16 : 0;
     }
-    return g_qtmat_ts;
+    return g_qtmat_ts ? g_qtmat_ts : T <= 4 ? QTT_TS : 32;
 }
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 static void qtmat_prepare(const QLinearGpu *q) {
@@ -2096,7 +2099,7 @@ template <class X>
 static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s) {
     if (!qtmat_on() || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
-    const int ts = qtmat_ts(), stage = qtma_part(4, ts, gm, zp);
+    const int ts = qtmat_ts(T), stage = qtma_part(4, ts, gm, zp);
     const int ns = qtma_ring_stages(stage);
     const size_t fixed = (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + 2 * QTT_W * 256 * 4;
     // the most tiles a chunk of x can hold, then as many chunks as that needs (or QLINEAR_QTMAT_NC)
