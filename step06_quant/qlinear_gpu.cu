@@ -2132,6 +2132,20 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     return 1;
 }
 
+// X as the tensor-core paths read it: packed column order, kp columns, 16-byte aligned rows. X
+// itself when it already is (no permutation or padding, aligned), else gathered into the layer's
+// scratch. 0, or -1 out of scratch.
+template <class X>
+static int x_packed(QLinearGpu *q, int T, const X *Xm, int ldx, cudaStream_t s, const X **A, int *lda) {
+    *A = Xm, *lda = ldx;
+    if (!q->perm && q->kp == q->cols && ldx % 8 == 0 && !((uintptr_t)Xm & 15)) return 0;
+    X *xa = (X *)scratch(q, (size_t)T * q->kp * sizeof(X), s);
+    if (!xa) return -1;
+    gather<X, X>(Xm, ldx, T, q->perm, q->cols, q->kp, xa, s);
+    *A = xa, *lda = q->kp;
+    return 0;
+}
+
 // ---------------------------------------------------------------- many rows: dequantize, then cuBLAS
 // From some tens of rows on (a prompt chunk, a large decode batch) a GEMM stops being bound by its
 // weights' bytes and becomes bound by the tensor cores, where cuBLAS's bf16/fp16 GEMM is far ahead of
@@ -2214,21 +2228,23 @@ static size_t g_deq_cap = 0;
 static cublasHandle_t g_deq_blas = NULL;
 static void *g_deq_ws = NULL;
 static int g_deq_t = -2;  // qlinear_gemm_set_deq_rows; -2: not set (QLINEAR_DEQ_T, else per kind)
+static int g_deq_env = -2;  // QLINEAR_DEQ_T as read once (-1: absent)
 extern "C" void qlinear_gemm_set_deq_rows(int t) { g_deq_t = t < 0 ? -2 : t; }
 // The fewest rows that take this path for layer q (0: never).
 static int deq_rows(const QLinearGpu *q) {
-    int t = g_deq_t;
-    if (t == -2) {
+    if (g_deq_t != -2) return g_deq_t;
+    if (g_deq_env == -2) {
         const char *e = getenv("QLINEAR_DEQ_T");
-        t = e ? atoi(e) : -1;
-        if (t < 0) t = q->kind == QK_INT4 ? 512 : 64;  // measured crossovers (H100): INT4 256-512 rows, INT8 64
+        g_deq_env = e && atoi(e) >= 0 ? atoi(e) : -1;
     }
-    return t;
+    if (g_deq_env >= 0) return g_deq_env;
+    return q->kind == QK_INT4 ? 512 : 64;  // measured crossovers (H100): INT4 256-512 rows, INT8 64
 }
-// Y (T, ldy) = A (T, kp; lda) W^T + beta Y through the dequantized chunks. 1 done, 0 not taken (too
-// few rows, bf16 before sm_80, or the scratch / handle missing while the stream is being captured).
+// Y (T, ldy) = X (T, cols; ldx) W^T + beta Y through the dequantized chunks. 1 done, 0 not taken (too
+// few rows, the SIMT path forced, bf16 before sm_80, or the scratch / handle missing while the stream
+// is being captured), -1 error.
 template <class X>
-static int deq_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s) {
+static int deq_gemm(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy, float beta, cudaStream_t s) {
     const int t0 = deq_rows(q);
     if (t0 <= 0 || T < t0 || q->simt_forced || (std::is_same<X, __nv_bfloat16>::value && q->major < 8)) return 0;
     const size_t rowb = (size_t)q->kp * sizeof(X);
@@ -2252,6 +2268,9 @@ static int deq_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy
         }
     }
     if (!grow(&g_deq_w, &g_deq_cap, need, s)) return -1;
+    const X *A;
+    int lda;
+    if (x_packed(q, T, Xm, ldx, s, &A, &lda) != 0) return -1;
     CUBLAS_CHECK(cublasSetStream(g_deq_blas, s));  // (which puts the default workspace back: set ours again)
     CUBLAS_CHECK(cublasSetWorkspace(g_deq_blas, g_deq_ws, DEQ_BLAS_WS));
     const StDtype dt = std::is_same<X, __nv_bfloat16>::value ? ST_BF16 : ST_F16;
@@ -2283,18 +2302,8 @@ static int gemm_t(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy,
         k_qnaive_gemm<X><<<dim3((q->rows + 127) / 128, T), 128, 0, s>>>(view(q), T, Xm, ldx, Y, ldy, beta);
         return launch_ok("qlinear_gpu_gemm");
     }
-    if (!q->simt_forced && deq_rows(q) > 0 && T >= deq_rows(q)) {  // many rows: dequantize + cuBLAS
-        const X *A = Xm;
-        int lda = ldx;
-        if (q->perm || q->kp != q->cols || ldx % 8 != 0 || ((uintptr_t)Xm & 15)) {
-            X *xa = (X *)scratch(q, (size_t)T * q->kp * sizeof(X), s);
-            if (!xa) return -1;
-            gather<X, X>(Xm, ldx, T, q->perm, q->cols, q->kp, xa, s);
-            A = xa, lda = q->kp;
-        }
-        const int dq = deq_gemm<X>(q, T, A, lda, Y, ldy, beta, s);
-        if (dq != 0) return dq < 0 ? -1 : launch_ok("qlinear_gpu_gemm");
-    }  // not taken (a capture before the first such call): the kernels below
+    const int dq = deq_gemm<X>(q, T, Xm, ldx, Y, ldy, beta, s);  // many rows: dequantize + cuBLAS
+    if (dq != 0) return dq < 0 ? -1 : launch_ok("qlinear_gpu_gemm");
     if (!q->mma) {  // fallback: X gathered to fp32, then the SIMT kernels 8 tokens a pass
         float *xf = (float *)scratch(q, (size_t)T * q->kp * sizeof(float), s);
         if (!xf) return -1;
@@ -2302,14 +2311,9 @@ static int gemm_t(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy,
         launch_simt(q, xf, q->kp, T, NULL, Y, ldy, beta, s);
         return launch_ok("qlinear_gpu_gemm");
     }
-    const X *A = Xm;
-    int lda = ldx;
-    if (q->perm || q->kp != q->cols || ldx % 8 != 0 || ((uintptr_t)Xm & 15)) {
-        X *xa = (X *)scratch(q, (size_t)T * q->kp * sizeof(X), s);
-        if (!xa) return -1;
-        gather<X, X>(Xm, ldx, T, q->perm, q->cols, q->kp, xa, s);
-        A = xa, lda = q->kp;
-    }
+    const X *A;
+    int lda;
+    if (x_packed(q, T, Xm, ldx, s, &A, &lda) != 0) return -1;
     const int tm = qtmat_gemm<X>(q, T, A, lda, Y, ldy, beta, s);
     if (tm != 0) return tm < 0 ? -1 : launch_ok("qlinear_gpu_gemm");
     if (q->kind == QK_INT8) {  // k_qmma, 16 tokens a pass (each pass reads the weights once); for INT4 at
