@@ -497,15 +497,40 @@ extern "C" int paged_decode_mma_ok(StDtype dt, int hd) {
     return ok && dt != ST_F32 && (hd == 64 || hd == 128 || hd == 256);
 }
 
+// Environment knobs, read once (paged_attention.h): PAGED_DECODE_SIMT_G, PAGED_DECODE_SIMT_CTAS.
+static int env_int(const char *name, int dflt, int lo, int hi) {
+    const char *e = getenv(name);
+    if (!e || !*e) return dflt;
+    char *end;
+    const long v = strtol(e, &end, 10);
+    if (*end || v < lo || v > hi) {
+        fprintf(stderr, "%s=%s: not an integer in [%d, %d]; using %d\n", name, e, lo, hi, dflt);
+        return dflt;
+    }
+    return (int)v;
+}
+extern "C" int paged_decode_simt_max_g(void) {
+    static int v = -1;
+    if (v < 0) v = env_int("PAGED_DECODE_SIMT_G", PA_SIMT_MAX_G, 0, 256);
+    return v;
+}
+static int simt_ctas_per_sm(void) {
+    static int v = -1;
+    if (v < 0) v = env_int("PAGED_DECODE_SIMT_CTAS", PA_V1_CTAS_PER_SM_SIMT, 1, 1 << 20);
+    return v;
+}
+
 // The loop a->variant asks for (0 the first loop, 1 at most 128 registers, 2 eight rows per lane,
 // 4 the tensor-core loop, 5 the same with two tiles per iteration, 6 at most 128 registers, 7 P
-// rounded in two parts); variant 0 takes the default:
-// the tensor-core loop where paged_decode_mma_ok, else v1 the first loop, v2 the 128-register one
-// (64.9 / 74.1% of copy at contexts 4096 / 32768 against the first loop's 57.7 / 66.1% in the
+// rounded in two parts); variant 0 takes the default: the SIMT loop for a GQA group of at most
+// paged_decode_simt_max_g() heads or where the tensor-core loop does not apply (!paged_decode_mma_ok),
+// else the tensor-core loop. The SIMT default is the first loop in v1 and the 128-register one in
+// v2 (64.9 / 74.1% of copy at contexts 4096 / 32768 against the first loop's 57.7 / 66.1% in the
 // same run, results/paged_attn_ladder_a4918b7_*_h200.csv); variant 3 is the first loop by name.
 // Variants 4 .. 7 on a shape the tensor-core loop does not take run the SIMT default.
 static int decode_loop(const PagedDecode *a, int v2) {
     const int simt = v2 ? 1 : 0;
+    if (a->variant == 0 && a->H / a->KV <= paged_decode_simt_max_g()) return simt;
     if (a->variant == 0 || a->variant >= 4) return paged_decode_mma_ok(a->dt, a->hd) ? (a->variant ? a->variant : 4) : simt;
     return a->variant == 3 ? 0 : a->variant;
 }
@@ -564,14 +589,15 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
     return launches;
 }
 
-extern "C" int paged_decode_choose(int n, int KV, int max_len, int num_sms) {
+extern "C" int paged_decode_choose(int n, int H, int KV, int max_len, int num_sms) {
     if (max_len <= PA_PART) return 1;
-    if ((long)n * KV >= (long)PA_V1_CTAS_PER_SM * (num_sms > 0 ? num_sms : 1)) return 1;
+    const int per_sm = KV > 0 && H / KV <= paged_decode_simt_max_g() ? simt_ctas_per_sm() : PA_V1_CTAS_PER_SM;
+    if ((long)n * KV >= (long)per_sm * (num_sms > 0 ? num_sms : 1)) return 1;
     return 2;
 }
 
 extern "C" int paged_decode(const PagedDecode *a, int num_sms) {
-    return paged_decode_choose(a->n, a->KV, a->max_len, num_sms) == 1 ? paged_decode_v1(a) : paged_decode_v2(a);
+    return paged_decode_choose(a->n, a->H, a->KV, a->max_len, num_sms) == 1 ? paged_decode_v1(a) : paged_decode_v2(a);
 }
 
 // ---------------------------------------------------------------- gather (chunked prefill's input)

@@ -1,8 +1,8 @@
 // paged_attention.h — step05's CUDA kernels over a paged K/V pool, callable from C, on device
 // pointers (paged_attention.cu; paged_attention_none.c when built without nvcc: every call fails),
 // and their fp32 CPU references (paged_attention_cpu.c, always built).
-// defines: PA_PART, PA_THREADS, PA_V1_CTAS_PER_SM, PagedDecode, paged_kv_write, paged_decode_supported,
-//          paged_decode_v1, paged_decode_v2, paged_decode_choose, paged_decode, paged_decode_order, paged_gather,
+// defines: PA_PART, PA_THREADS, PA_V1_CTAS_PER_SM(_SIMT), PA_SIMT_MAX_G, PagedDecode, paged_kv_write, paged_decode_supported,
+//          paged_decode_v1, paged_decode_v2, paged_decode_simt_max_g, paged_decode_choose, paged_decode, paged_decode_order, paged_gather,
 //          pa_dev_alloc, pa_dev_free, pa_upload, pa_download, pa_upload_as, pa_download_f32,
 //          pa_sync, pa_num_sms, paged_kv_write_cpu, paged_decode_cpu, paged_gather_cpu
 //
@@ -24,7 +24,8 @@
 //                     takes its own rows with its own online softmax in registers (no barrier in
 //                     the loop); the warps are merged at the end and the output written directly.
 //                     The loop's arithmetic: tensor cores (mma.sync, the GQA group as the M rows)
-//                     for bf16/fp16 caches with hd 64/128/256 on sm_80+, else fp32 FMAs (SIMT).
+//                     for bf16/fp16 caches with hd 64/128/256 on sm_80+ and groups of more than
+//                     PA_SIMT_MAX_G heads, else fp32 FMAs (SIMT).
 //   paged_decode_v2   split-K: the context in partitions of PA_PART keys, one CTA per (item, kv
 //                     head, partition) writes an unnormalized partial (o, max m, sum l); a reduce
 //                     kernel rescales the partials by exp(m_i - M) and divides by the sum.
@@ -93,10 +94,21 @@ int paged_decode_mma_ok(StDtype dt, int hd);
 int paged_decode_v1(const PagedDecode *a);
 int paged_decode_v2(const PagedDecode *a);
 // The rule: v1 when the longest item fits one partition (nothing to split), or when the items
-// alone give every SM at least PA_V1_CTAS_PER_SM CTAs (n * KV >= that * num_sms: the machine is
-// full without splitting, and v2's partial writes and extra launch buy nothing); else v2.
+// alone give every SM enough CTAs (n * KV >= that many * num_sms: the machine is full without
+// splitting, and v2's partial writes and extra launch buy nothing); else v2. "Enough" depends on
+// the loop: PA_V1_CTAS_PER_SM for the tensor-core loop, PA_V1_CTAS_PER_SM_SIMT for the SIMT loop.
+// The default loop (variant 0) is the SIMT one where the GQA group is small, g = H / KV <=
+// PA_SIMT_MAX_G: the MMA's 16 M rows then hold only g heads, and the FMA loop reads the same
+// bytes with fewer instructions (on the H100, Qwen3-0.6B's g = 2 at batch 256 / 128 / 64: v1 SIMT
+// 102 / 100 / 98% of the copy bandwidth against the tensor-core rule's 99 / 95 / 90%;
+// step05_paged/README.md). Elsewhere the tensor-core loop wherever paged_decode_mma_ok.
+// The environment can move both (read once): PAGED_DECODE_SIMT_G (the largest g that takes the
+// SIMT loop; 0: tensor cores for every g) and PAGED_DECODE_SIMT_CTAS (PA_V1_CTAS_PER_SM_SIMT).
 #define PA_V1_CTAS_PER_SM 8
-int paged_decode_choose(int n, int KV, int max_len, int num_sms);  // 1 or 2
+#define PA_V1_CTAS_PER_SM_SIMT 3
+#define PA_SIMT_MAX_G 2
+int paged_decode_simt_max_g(void);  // PA_SIMT_MAX_G or PAGED_DECODE_SIMT_G
+int paged_decode_choose(int n, int H, int KV, int max_len, int num_sms);  // 1 or 2
 int paged_decode(const PagedDecode *a, int num_sms);               // as the rule says
 // Rows 0 .. L-1 of sequence `seq`'s context into dk, dv (L, KV*hd) contiguous; table on the
 // device. 0 or -1.

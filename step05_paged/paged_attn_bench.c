@@ -137,6 +137,8 @@ static const struct {
 } LADDER[] = {
     {"step04_contiguous", K_STEP04, 0, 0, "step04 split decode kernel, contiguous slots (baseline)"},
     {"paged_v1", K_DECODE, 1, 3, "one CTA per (sequence, kv head), whole context, the first (SIMT) loop"},
+    {"paged_v1_lb4", K_DECODE, 1, 1, "v1, SIMT, at most 128 registers a thread: 4 CTAs per SM (16 lanes per row only)"},
+    {"paged_v1_u8", K_DECODE, 1, 2, "v1, SIMT, 8 rows per lane per iteration (16 lanes per row only)"},
     {"paged_v1_mma", K_DECODE, 1, 4, "v1, the tensor-core loop (bf16/fp16, hd 64/128/256, sm_80+; else the SIMT loop)"},
     {"paged_v2", K_DECODE, 2, 3, "split-K partitions (--part keys) + rescaling reduce, the first (SIMT) loop"},
     {"paged_v2_lb4", K_DECODE, 2, 1, "v2, SIMT, at most 128 registers a thread: 4 CTAs per SM (16 lanes per row only)"},
@@ -405,13 +407,16 @@ int main(int argc, char **argv) {
     copy_gbps = roofline_copy_gbps(copy_gbps, &copy_src, &rd);
     table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps, copy_src);
     if (rd > 0) table_meta(t, "read_gbps", "%.1f (read-only, same measurement)", rd);
-    const int rule = paged_decode_choose(batch, KV, L, nsms);
+    const int rule = paged_decode_choose(batch, H, KV, L, nsms);
+    const int simt = H / KV <= paged_decode_simt_max_g() || !paged_decode_mma_ok(dt, hd);
     table_meta(t, "rule", "v%d: %s", rule,
                L <= PA_PART ? "the context fits one partition"
-               : rule == 1 ? "batch * kv_heads >= 8 CTAs per SM" : "batch * kv_heads < 8 CTAs per SM and the context spans partitions");
+               : rule == 1 ? (simt ? "batch * kv_heads >= the SIMT loop's CTAs per SM" : "batch * kv_heads >= 8 CTAs per SM")
+                           : "batch * kv_heads under the CTAs per SM its loop needs, and the context spans partitions");
     table_meta(t, "v2_partition", "%d keys", part);
-    table_meta(t, "default_loop", "%s", paged_decode_mma_ok(dt, hd) ? "tensor cores (mma.sync m16n8k16, variant 4)"
-                                                                   : "SIMT (the tensor-core loop does not take this dtype / hd / device)");
+    table_meta(t, "default_loop", "%s", !simt ? "tensor cores (mma.sync m16n8k16, variant 4)"
+                                        : paged_decode_mma_ok(dt, hd) ? "SIMT (the GQA group is at most paged_decode_simt_max_g() heads)"
+                                                                      : "SIMT (the tensor-core loop does not take this dtype / hd / device)");
     table_meta(t, "timing", "CUDA events, %d warm-up runs, median of %d", warmup, reps);
     if (dec_bytes < 2.0 * gi.l2_bytes)
         table_meta(t, "note", "the K/V (%.1f MB) is under twice the L2 (%.1f MB): timings are partly cache-resident",

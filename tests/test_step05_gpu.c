@@ -159,7 +159,7 @@ typedef struct {
 
 Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
     NEED_GPU();
-    const Shape shapes[] = {{4, 4, 64}, {6, 2, 128}, {32, 8, 128}, {14, 2, 128}, {16, 2, 64}, {8, 2, 256}};
+    const Shape shapes[] = {{4, 4, 64}, {6, 2, 128}, {32, 8, 128}, {14, 2, 128}, {16, 2, 64}, {8, 2, 256}, {16, 8, 128}};
     // sequences: contexts; items: sequence 5 gives a causal 3-row chunk, sequence 6 is padding (0 keys)
     const int lens[] = {1, 17, 130, 513, 1000, 2049, 0};
     const int NS = 7, B_[] = {1, 16, 256};
@@ -175,9 +175,17 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
     for (int w = 0; w < n; w++) maxlen = ilen[w] > maxlen ? ilen[w] : maxlen;
     const int nsms = pa_num_sms();
     cr_assert(nsms > 0);
-    cr_expect_eq(paged_decode_choose(32, 8, 4096, 132), 2, "the rule: batch 32 x 8 kv heads at 4k splits on 132 SMs");
-    cr_expect_eq(paged_decode_choose(256, 8, 4096, 132), 1, "the rule: 2048 CTAs fill 132 SMs without splitting");
-    cr_expect_eq(paged_decode_choose(1, 1, PA_PART, 132), 1, "the rule: one partition needs no split");
+    cr_expect_eq(paged_decode_choose(32, 32, 8, 4096, 132), 2, "the rule: batch 32 x 8 kv heads at 4k splits on 132 SMs");
+    cr_expect_eq(paged_decode_choose(256, 32, 8, 4096, 132), 1, "the rule: 2048 CTAs fill 132 SMs without splitting");
+    cr_expect_eq(paged_decode_choose(1, 1, 1, PA_PART, 132), 1, "the rule: one partition needs no split");
+    if (paged_decode_simt_max_g() == PA_SIMT_MAX_G) {  // (PAGED_DECODE_SIMT_G not set)
+        // g = 2 takes the SIMT loop and its own threshold; g = 4 the tensor-core loop's 8 CTAs per SM
+        const int n_simt = (PA_V1_CTAS_PER_SM_SIMT * 132 + 7) / 8;  // the fewest 8-kv-head items that fill it
+        cr_expect_eq(paged_decode_choose(n_simt, 16, 8, 4096, 132), 1, "the rule: g = 2, %d items stay whole", n_simt);
+        cr_expect_eq(paged_decode_choose(n_simt - 1, 16, 8, 4096, 132), 2, "the rule: g = 2, %d items split", n_simt - 1);
+        if (PA_V1_CTAS_PER_SM_SIMT < PA_V1_CTAS_PER_SM)
+            cr_expect_eq(paged_decode_choose(n_simt, 32, 8, 4096, 132), 2, "the rule: g = 4 needs %d CTAs per SM", PA_V1_CTAS_PER_SM);
+    }
     Rng r;
     rng_seed(&r, 5005);
     int runs = 0;
@@ -233,7 +241,9 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                                      variant, NULL, 0};
                     // the tensor-core loops round q and P to the cache dtype (as FlashAttention does): ~2.5e-3 of
                     // the largest output in fp32 (a numpy model of the loop); P in two parts (variant 7) restores 2e-3
-                    const int mma_loop = paged_decode_mma_ok(dt, hd) && (variant == 0 || variant >= 4) && variant != 7;
+                    // (variant 0: the SIMT loop for a GQA group of at most paged_decode_simt_max_g() heads)
+                    const int mma_loop = paged_decode_mma_ok(dt, hd) &&
+                                         ((variant == 0 && H / KV > paged_decode_simt_max_g()) || (variant >= 4 && variant != 7));
                     for (size_t i = 0; i < (size_t)n * qd; i++) out[i] = NAN;
                     pa_upload_as(out_f32 ? ST_F32 : dt, dout, out, (size_t)n * qd);
                     const int nl = ver == 1 || ver >= 11 ? paged_decode_v1(&a) : ver == 3 ? paged_decode(&a, nsms)
