@@ -514,9 +514,25 @@ extern "C" int paged_decode_simt_max_g(void) {
     if (v < 0) v = env_int("PAGED_DECODE_SIMT_G", PA_SIMT_MAX_G, 0, 256);
     return v;
 }
-static int simt_ctas_per_sm(void) {
-    static int v = -1;
-    if (v < 0) v = env_int("PAGED_DECODE_SIMT_CTAS", PA_V1_CTAS_PER_SM_SIMT, 1, 1 << 20);
+static double env_num(const char *name, double dflt) {
+    const char *e = getenv(name);
+    if (!e || !*e) return dflt;
+    char *end;
+    const double v = strtod(e, &end);
+    if (*end || !(v > 0) || v > 1e6) {
+        fprintf(stderr, "%s=%s: not a positive number; using %g\n", name, e, dflt);
+        return dflt;
+    }
+    return v;
+}
+static double simt_ctas_per_sm(void) {
+    static double v = -1;
+    if (v < 0) v = env_num("PAGED_DECODE_SIMT_CTAS", PA_V1_CTAS_PER_SM_SIMT);
+    return v;
+}
+static double mma_ctas_per_sm(void) {
+    static double v = -1;
+    if (v < 0) v = env_num("PAGED_DECODE_V1_CTAS", PA_V1_CTAS_PER_SM);
     return v;
 }
 
@@ -591,8 +607,8 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
 
 extern "C" int paged_decode_choose(int n, int H, int KV, int max_len, int num_sms) {
     if (max_len <= PA_PART) return 1;
-    const int per_sm = KV > 0 && H / KV <= paged_decode_simt_max_g() ? simt_ctas_per_sm() : PA_V1_CTAS_PER_SM;
-    if ((long)n * KV >= (long)per_sm * (num_sms > 0 ? num_sms : 1)) return 1;
+    const double per_sm = KV > 0 && H / KV <= paged_decode_simt_max_g() ? simt_ctas_per_sm() : mma_ctas_per_sm();
+    if ((double)n * KV >= per_sm * (num_sms > 0 ? num_sms : 1)) return 1;
     return 2;
 }
 

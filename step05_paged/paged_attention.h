@@ -106,7 +106,7 @@ int paged_decode_v2(const PagedDecode *a);
 // SIMT loop; 0: tensor cores for every g) and PAGED_DECODE_SIMT_CTAS (PA_V1_CTAS_PER_SM_SIMT).
 #define PA_V1_CTAS_PER_SM 8
 #define PA_V1_CTAS_PER_SM_SIMT 3
-#define PA_SIMT_MAX_G 2
+#define PA_SIMT_MAX_G 0
 int paged_decode_simt_max_g(void);  // PA_SIMT_MAX_G or PAGED_DECODE_SIMT_G
 int paged_decode_choose(int n, int H, int KV, int max_len, int num_sms);  // 1 or 2
 int paged_decode(const PagedDecode *a, int num_sms);               // as the rule says

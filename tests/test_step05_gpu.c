@@ -178,7 +178,7 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
     cr_expect_eq(paged_decode_choose(32, 32, 8, 4096, 132), 2, "the rule: batch 32 x 8 kv heads at 4k splits on 132 SMs");
     cr_expect_eq(paged_decode_choose(256, 32, 8, 4096, 132), 1, "the rule: 2048 CTAs fill 132 SMs without splitting");
     cr_expect_eq(paged_decode_choose(1, 1, 1, PA_PART, 132), 1, "the rule: one partition needs no split");
-    if (paged_decode_simt_max_g() == PA_SIMT_MAX_G) {  // (PAGED_DECODE_SIMT_G not set)
+    if (PA_SIMT_MAX_G >= 2 && paged_decode_simt_max_g() == PA_SIMT_MAX_G) {  // (PAGED_DECODE_SIMT_G not set)
         // g = 2 takes the SIMT loop and its own threshold; g = 4 the tensor-core loop's 8 CTAs per SM
         const int n_simt = (PA_V1_CTAS_PER_SM_SIMT * 132 + 7) / 8;  // the fewest 8-kv-head items that fill it
         cr_expect_eq(paged_decode_choose(n_simt, 16, 8, 4096, 132), 1, "the rule: g = 2, %d items stay whole", n_simt);
