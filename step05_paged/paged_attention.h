@@ -94,17 +94,17 @@ int paged_decode_mma_ok(StDtype dt, int hd);
 int paged_decode_v1(const PagedDecode *a);
 int paged_decode_v2(const PagedDecode *a);
 // The rule: v1 when the longest item fits one partition (nothing to split), or when the items
-// alone give every SM enough CTAs (n * KV >= that many * num_sms: the machine is full without
-// splitting, and v2's partial writes and extra launch buy nothing); else v2. "Enough" depends on
-// the loop: PA_V1_CTAS_PER_SM for the tensor-core loop, PA_V1_CTAS_PER_SM_SIMT for the SIMT loop.
-// The default loop (variant 0) is the SIMT one where the GQA group is small, g = H / KV <=
-// PA_SIMT_MAX_G: the MMA's 16 M rows then hold only g heads, and the FMA loop reads the same
-// bytes with fewer instructions (on the H100, Qwen3-0.6B's g = 2 at batch 256 / 128 / 64: v1 SIMT
-// 102 / 100 / 98% of the copy bandwidth against the tensor-core rule's 99 / 95 / 90%;
-// step05_paged/README.md). Elsewhere the tensor-core loop wherever paged_decode_mma_ok.
-// The environment can move both (read once): PAGED_DECODE_SIMT_G (the largest g that takes the
-// SIMT loop; 0: tensor cores for every g) and PAGED_DECODE_SIMT_CTAS (PA_V1_CTAS_PER_SM_SIMT).
-#define PA_V1_CTAS_PER_SM 8
+// alone give the SMs enough CTAs (n * KV >= that many per SM * num_sms); else v2. "Enough" depends
+// on the loop: PA_V1_CTAS_PER_SM for the tensor-core loop, PA_V1_CTAS_PER_SM_SIMT for the SIMT
+// loop. On an H100 the tensor-core v1 beat v2 by 7-13 points of the copy bandwidth from 256 to
+// 1,024 CTAs (GQA groups of 2 and 4), and v2 led from 192 down, hence 1.5 per SM (it was 8; nano
+// on Qwen3-0.6B: decode 0.9% shorter; step05_paged/README.md).
+// The default loop (variant 0) is the tensor-core one wherever paged_decode_mma_ok, for every GQA
+// group size: PA_SIMT_MAX_G (the largest group g = H / KV that takes the SIMT loop instead) is 0.
+// The SIMT loop at g = 2 was faster in the kernel bench and 1.8% slower on nano in the engine.
+// The environment can move all three (read once): PAGED_DECODE_V1_CTAS, PAGED_DECODE_SIMT_G,
+// PAGED_DECODE_SIMT_CTAS.
+#define PA_V1_CTAS_PER_SM 1.5
 #define PA_V1_CTAS_PER_SM_SIMT 3
 #define PA_SIMT_MAX_G 0
 int paged_decode_simt_max_g(void);  // PA_SIMT_MAX_G or PAGED_DECODE_SIMT_G

@@ -411,7 +411,7 @@ int main(int argc, char **argv) {
     const int simt = H / KV <= paged_decode_simt_max_g() || !paged_decode_mma_ok(dt, hd);
     table_meta(t, "rule", "v%d: %s", rule,
                L <= PA_PART ? "the context fits one partition"
-               : rule == 1 ? (simt ? "batch * kv_heads >= the SIMT loop's CTAs per SM" : "batch * kv_heads >= 8 CTAs per SM")
+               : rule == 1 ? (simt ? "batch * kv_heads >= the SIMT loop's CTAs per SM" : "batch * kv_heads >= the tensor-core loop's CTAs per SM")
                            : "batch * kv_heads under the CTAs per SM its loop needs, and the context spans partitions");
     table_meta(t, "v2_partition", "%d keys", part);
     table_meta(t, "default_loop", "%s", !simt ? "tensor cores (mma.sync m16n8k16, variant 4)"

@@ -175,16 +175,14 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
     for (int w = 0; w < n; w++) maxlen = ilen[w] > maxlen ? ilen[w] : maxlen;
     const int nsms = pa_num_sms();
     cr_assert(nsms > 0);
-    cr_expect_eq(paged_decode_choose(32, 32, 8, 4096, 132), 2, "the rule: batch 32 x 8 kv heads at 4k splits on 132 SMs");
-    cr_expect_eq(paged_decode_choose(256, 32, 8, 4096, 132), 1, "the rule: 2048 CTAs fill 132 SMs without splitting");
-    cr_expect_eq(paged_decode_choose(1, 1, 1, PA_PART, 132), 1, "the rule: one partition needs no split");
-    if (PA_SIMT_MAX_G >= 2 && paged_decode_simt_max_g() == PA_SIMT_MAX_G) {  // (PAGED_DECODE_SIMT_G not set)
-        // g = 2 takes the SIMT loop and its own threshold; g = 4 the tensor-core loop's 8 CTAs per SM
-        const int n_simt = (PA_V1_CTAS_PER_SM_SIMT * 132 + 7) / 8;  // the fewest 8-kv-head items that fill it
-        cr_expect_eq(paged_decode_choose(n_simt, 16, 8, 4096, 132), 1, "the rule: g = 2, %d items stay whole", n_simt);
-        cr_expect_eq(paged_decode_choose(n_simt - 1, 16, 8, 4096, 132), 2, "the rule: g = 2, %d items split", n_simt - 1);
-        if (PA_V1_CTAS_PER_SM_SIMT < PA_V1_CTAS_PER_SM)
-            cr_expect_eq(paged_decode_choose(n_simt, 32, 8, 4096, 132), 2, "the rule: g = 4 needs %d CTAs per SM", PA_V1_CTAS_PER_SM);
+    if (!getenv("PAGED_DECODE_V1_CTAS") && !getenv("PAGED_DECODE_SIMT_G") && !getenv("PAGED_DECODE_SIMT_CTAS")) {
+        // the defaults: the tensor-core loop for every group, v1 from PA_V1_CTAS_PER_SM (1.5) CTAs per SM
+        cr_expect_eq(paged_decode_choose(256, 32, 8, 4096, 132), 1, "the rule: 2048 CTAs fill 132 SMs without splitting");
+        cr_expect_eq(paged_decode_choose(32, 32, 8, 4096, 132), 1, "the rule: 256 CTAs on 132 SMs stay whole");
+        cr_expect_eq(paged_decode_choose(24, 16, 8, 4096, 132), 2, "the rule: 192 CTAs on 132 SMs split at 4k");
+        cr_expect_eq(paged_decode_choose(4, 32, 8, 32768, 132), 2, "the rule: 32 CTAs split");
+        cr_expect_eq(paged_decode_choose(24, 16, 8, PA_PART, 132), 1, "the rule: one partition needs no split");
+        cr_expect_eq(paged_decode_choose(1, 1, 1, PA_PART, 132), 1, "the rule: one partition needs no split");
     }
     Rng r;
     rng_seed(&r, 5005);
