@@ -98,7 +98,7 @@ int paged_decode_v2(const PagedDecode *a);
 // on the loop: PA_V1_CTAS_PER_SM for the tensor-core loop, PA_V1_CTAS_PER_SM_SIMT for the SIMT
 // loop. On an H100 the tensor-core v1 beat v2 by 7-13 points of the copy bandwidth from 256 to
 // 1,024 CTAs (GQA groups of 2 and 4), and v2 led from 192 down, hence 1.5 per SM (it was 8; nano
-// on Qwen3-0.6B: decode 0.9% shorter; step05_paged/README.md).
+// on Qwen3-0.6B: decode 1.0% shorter; step05_paged/README.md).
 // The default loop (variant 0) is the tensor-core one wherever paged_decode_mma_ok, for every GQA
 // group size: PA_SIMT_MAX_G (the largest group g = H / KV that takes the SIMT loop instead) is 0.
 // The SIMT loop at g = 2 was faster in the kernel bench and 1.8% slower on nano in the engine.
