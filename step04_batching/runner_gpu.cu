@@ -978,7 +978,7 @@ extern "C" int gpu_runner_capture_graphs(GpuRunner *r) {
         const int B = r->gb[k];
         for (int v = 1; v <= 2 && rc == 0; v++) {
             const int L = v == 1 ? 1 : long_len;
-            if (L < 1 || paged_decode_choose(B, r->g->cfg.n_heads, KV, L, r->ac.num_sms) != v) continue;
+            if (L < 1 || paged_decode_choose(B, KV, L, r->ac.num_sms) != v) continue;
             b.n_seqs = b.n_tokens = b.n_logits = B;
             for (int i = 0; i < B; i++) {
                 b.cu_seqlens_q[i] = i, b.seq_lens_k[i] = L, b.logit_rows[i] = i;
@@ -1065,7 +1065,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     const int fused1 = gemv1 && r->fused1, pdl = fused1 && r->pdl;  // ... as step07's batch-1 chain
     const int bp = gi >= 0 && !gemv1 && r->bpdl;  // a graph step of several rows: PDL launches too
     r->ac.b1_part = fused1 && paged ? r->b1_part : 0;
-    const int gv = gi < 0 ? 0 : r->ac.b1_part > 0 ? 2 : paged_decode_choose(T, r->g->cfg.n_heads, KV, p->maxlen, r->ac.num_sms);
+    const int gv = gi < 0 ? 0 : r->ac.b1_part > 0 ? 2 : paged_decode_choose(T, KV, p->maxlen, r->ac.num_sms);
     if (gv == 2) p->maxlen = r->max_len;
     // graphs, and the batch-1 chain also when eager (programmatic launches need a stream of their own)
     const cudaStream_t st = gi >= 0 || fused1 ? r->stream : 0;

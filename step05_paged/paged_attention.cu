@@ -497,42 +497,26 @@ extern "C" int paged_decode_mma_ok(StDtype dt, int hd) {
     return ok && dt != ST_F32 && (hd == 64 || hd == 128 || hd == 256);
 }
 
-// Environment knobs, read once (paged_attention.h): PAGED_DECODE_SIMT_G, PAGED_DECODE_SIMT_CTAS.
-static int env_int(const char *name, int dflt, int lo, int hi) {
-    const char *e = getenv(name);
-    if (!e || !*e) return dflt;
-    char *end;
-    const long v = strtol(e, &end, 10);
-    if (*end || v < lo || v > hi) {
-        fprintf(stderr, "%s=%s: not an integer in [%d, %d]; using %d\n", name, e, lo, hi, dflt);
-        return dflt;
-    }
-    return (int)v;
-}
-extern "C" int paged_decode_simt_max_g(void) {
-    static int v = -1;
-    if (v < 0) v = env_int("PAGED_DECODE_SIMT_G", PA_SIMT_MAX_G, 0, 256);
-    return v;
-}
-static double env_num(const char *name, double dflt) {
+// The environment's knobs (paged_attention.h), each read once: a number in [lo, 1e6], else dflt.
+static double env_num(const char *name, double dflt, double lo) {
     const char *e = getenv(name);
     if (!e || !*e) return dflt;
     char *end;
     const double v = strtod(e, &end);
-    if (*end || !(v > 0) || v > 1e6) {
-        fprintf(stderr, "%s=%s: not a positive number; using %g\n", name, e, dflt);
+    if (*end || !(v >= lo) || v > 1e6) {
+        fprintf(stderr, "%s=%s: not a number in [%g, 1e6]; using %g\n", name, e, lo, dflt);
         return dflt;
     }
     return v;
 }
-static double simt_ctas_per_sm(void) {
-    static double v = -1;
-    if (v < 0) v = env_num("PAGED_DECODE_SIMT_CTAS", PA_V1_CTAS_PER_SM_SIMT);
+extern "C" int paged_decode_simt_max_g(void) {
+    static int v = -1;
+    if (v < 0) v = (int)env_num("PAGED_DECODE_SIMT_G", PA_SIMT_MAX_G, 0);
     return v;
 }
-static double mma_ctas_per_sm(void) {
+static double v1_ctas_per_sm(void) {
     static double v = -1;
-    if (v < 0) v = env_num("PAGED_DECODE_V1_CTAS", PA_V1_CTAS_PER_SM);
+    if (v < 0) v = env_num("PAGED_DECODE_V1_CTAS", PA_V1_CTAS_PER_SM, 1e-3);
     return v;
 }
 
@@ -605,15 +589,13 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
     return launches;
 }
 
-extern "C" int paged_decode_choose(int n, int H, int KV, int max_len, int num_sms) {
+extern "C" int paged_decode_choose(int n, int KV, int max_len, int num_sms) {
     if (max_len <= PA_PART) return 1;
-    const double per_sm = KV > 0 && H / KV <= paged_decode_simt_max_g() ? simt_ctas_per_sm() : mma_ctas_per_sm();
-    if ((double)n * KV >= per_sm * (num_sms > 0 ? num_sms : 1)) return 1;
-    return 2;
+    return (double)n * KV >= v1_ctas_per_sm() * (num_sms > 0 ? num_sms : 1) ? 1 : 2;
 }
 
 extern "C" int paged_decode(const PagedDecode *a, int num_sms) {
-    return paged_decode_choose(a->n, a->H, a->KV, a->max_len, num_sms) == 1 ? paged_decode_v1(a) : paged_decode_v2(a);
+    return paged_decode_choose(a->n, a->KV, a->max_len, num_sms) == 1 ? paged_decode_v1(a) : paged_decode_v2(a);
 }
 
 // ---------------------------------------------------------------- gather (chunked prefill's input)

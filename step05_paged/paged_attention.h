@@ -1,7 +1,7 @@
 // paged_attention.h — step05's CUDA kernels over a paged K/V pool, callable from C, on device
 // pointers (paged_attention.cu; paged_attention_none.c when built without nvcc: every call fails),
 // and their fp32 CPU references (paged_attention_cpu.c, always built).
-// defines: PA_PART, PA_THREADS, PA_V1_CTAS_PER_SM(_SIMT), PA_SIMT_MAX_G, PagedDecode, paged_kv_write, paged_decode_supported,
+// defines: PA_PART, PA_THREADS, PA_V1_CTAS_PER_SM, PA_SIMT_MAX_G, PagedDecode, paged_kv_write, paged_decode_supported,
 //          paged_decode_v1, paged_decode_v2, paged_decode_simt_max_g, paged_decode_choose, paged_decode, paged_decode_order, paged_gather,
 //          pa_dev_alloc, pa_dev_free, pa_upload, pa_download, pa_upload_as, pa_download_f32,
 //          pa_sync, pa_num_sms, paged_kv_write_cpu, paged_decode_cpu, paged_gather_cpu
@@ -94,21 +94,19 @@ int paged_decode_mma_ok(StDtype dt, int hd);
 int paged_decode_v1(const PagedDecode *a);
 int paged_decode_v2(const PagedDecode *a);
 // The rule: v1 when the longest item fits one partition (nothing to split), or when the items
-// alone give the SMs enough CTAs (n * KV >= that many per SM * num_sms); else v2. "Enough" depends
-// on the loop: PA_V1_CTAS_PER_SM for the tensor-core loop, PA_V1_CTAS_PER_SM_SIMT for the SIMT
-// loop. On an H100 the tensor-core v1 beat v2 by 7-13 points of the copy bandwidth from 256 to
-// 1,024 CTAs (GQA groups of 2 and 4), and v2 led from 192 down, hence 1.5 per SM (it was 8; nano
-// on Qwen3-0.6B: decode 1.0% shorter; step05_paged/README.md).
+// alone give the SMs at least PA_V1_CTAS_PER_SM CTAs each (n * KV >= that * num_sms: the chip is
+// busy without splitting, and v2's partial writes and extra launch buy nothing); else v2. On an
+// H100 the tensor-core v1 beat v2 by 7-13 points of the copy bandwidth from 256 to 1,024 CTAs (GQA
+// groups of 2 and 4) and v2 led from 192 down, hence 1.5 (it was 8; nano on Qwen3-0.6B: decode
+// 1.0% shorter; step05_paged/README.md). PAGED_DECODE_V1_CTAS (a number, read once) moves it.
 // The default loop (variant 0) is the tensor-core one wherever paged_decode_mma_ok, for every GQA
-// group size: PA_SIMT_MAX_G (the largest group g = H / KV that takes the SIMT loop instead) is 0.
-// The SIMT loop at g = 2 was faster in the kernel bench and 1.8% slower on nano in the engine.
-// The environment can move all three (read once): PAGED_DECODE_V1_CTAS, PAGED_DECODE_SIMT_G,
-// PAGED_DECODE_SIMT_CTAS.
+// group size: PA_SIMT_MAX_G, the largest group g = H / KV that takes the SIMT loop instead, is 0.
+// The SIMT loop at g = 2 was faster in the kernel bench and 1.8% slower on nano in the engine;
+// PAGED_DECODE_SIMT_G (read once) sets that largest group for a run.
 #define PA_V1_CTAS_PER_SM 1.5
-#define PA_V1_CTAS_PER_SM_SIMT 3
 #define PA_SIMT_MAX_G 0
-int paged_decode_simt_max_g(void);  // PA_SIMT_MAX_G or PAGED_DECODE_SIMT_G
-int paged_decode_choose(int n, int H, int KV, int max_len, int num_sms);  // 1 or 2
+int paged_decode_simt_max_g(void);                                // PA_SIMT_MAX_G or PAGED_DECODE_SIMT_G
+int paged_decode_choose(int n, int KV, int max_len, int num_sms);  // 1 or 2
 int paged_decode(const PagedDecode *a, int num_sms);               // as the rule says
 // Rows 0 .. L-1 of sequence `seq`'s context into dk, dv (L, KV*hd) contiguous; table on the
 // device. 0 or -1.

@@ -27,10 +27,9 @@ int paged_decode_v2(const PagedDecode *a) {
     return -1;
 }
 int paged_decode_simt_max_g(void) { return PA_SIMT_MAX_G; }
-int paged_decode_choose(int n, int H, int KV, int max_len, int num_sms) {  // the rule of paged_attention.cu, defaults only
+int paged_decode_choose(int n, int KV, int max_len, int num_sms) {  // the rule of paged_attention.cu, defaults only
     if (max_len <= PA_PART) return 1;
-    const double per_sm = KV > 0 && H / KV <= PA_SIMT_MAX_G ? PA_V1_CTAS_PER_SM_SIMT : PA_V1_CTAS_PER_SM;
-    return (double)n * KV >= per_sm * (num_sms > 0 ? num_sms : 1) ? 1 : 2;
+    return (double)n * KV >= PA_V1_CTAS_PER_SM * (num_sms > 0 ? num_sms : 1) ? 1 : 2;
 }
 int paged_decode(const PagedDecode *a, int num_sms) {
     (void)a, (void)num_sms;

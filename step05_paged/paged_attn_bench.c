@@ -407,12 +407,12 @@ int main(int argc, char **argv) {
     copy_gbps = roofline_copy_gbps(copy_gbps, &copy_src, &rd);
     table_meta(t, "copy_gbps", "%.1f (%s)", copy_gbps, copy_src);
     if (rd > 0) table_meta(t, "read_gbps", "%.1f (read-only, same measurement)", rd);
-    const int rule = paged_decode_choose(batch, H, KV, L, nsms);
+    const int rule = paged_decode_choose(batch, KV, L, nsms);
     const int simt = H / KV <= paged_decode_simt_max_g() || !paged_decode_mma_ok(dt, hd);
     table_meta(t, "rule", "v%d: %s", rule,
                L <= PA_PART ? "the context fits one partition"
-               : rule == 1 ? (simt ? "batch * kv_heads >= the SIMT loop's CTAs per SM" : "batch * kv_heads >= the tensor-core loop's CTAs per SM")
-                           : "batch * kv_heads under the CTAs per SM its loop needs, and the context spans partitions");
+               : rule == 1 ? "batch * kv_heads >= PA_V1_CTAS_PER_SM CTAs per SM (or PAGED_DECODE_V1_CTAS)"
+                           : "batch * kv_heads < PA_V1_CTAS_PER_SM CTAs per SM (or PAGED_DECODE_V1_CTAS) and the context spans partitions");
     table_meta(t, "v2_partition", "%d keys", part);
     table_meta(t, "default_loop", "%s", !simt ? "tensor cores (mma.sync m16n8k16, variant 4)"
                                         : paged_decode_mma_ok(dt, hd) ? "SIMT (the GQA group is at most paged_decode_simt_max_g() heads)"

@@ -2075,7 +2075,8 @@ extern "C" void qlinear_gemm_set_qtmat_ts(int ts) { g_qtmat_ts = ts == 16 || ts 
 static int qtmat_ts(int T) {
     if (g_qtmat_ts < 0) {
         const char *e = getenv("QLINEAR_QTMAT_TS");
-        g_qtmat_ts = e && atoi(e) == 32 ? 32 : e && atoi(e) == 16 ? 16 : 0;
+        const int v = e ? atoi(e) : 0;
+        g_qtmat_ts = v == 16 || v == 32 ? v : 0;
     }
     return g_qtmat_ts ? g_qtmat_ts : T <= 4 ? QTT_TS : 32;
 }
@@ -2262,8 +2263,7 @@ static int deq_gemm(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ld
         if (cublasCreate(&g_deq_blas) != CUBLAS_STATUS_SUCCESS) return 0;
         if (cudaMalloc(&g_deq_ws, DEQ_BLAS_WS) != cudaSuccess) {
             cudaGetLastError();
-            cublasDestroy(g_deq_blas), g_deq_blas = NULL;
-            cudaFree(g_deq_ws), g_deq_ws = NULL;
+            cublasDestroy(g_deq_blas), g_deq_blas = NULL, g_deq_ws = NULL;
             return 0;
         }
     }

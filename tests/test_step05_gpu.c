@@ -175,14 +175,13 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
     for (int w = 0; w < n; w++) maxlen = ilen[w] > maxlen ? ilen[w] : maxlen;
     const int nsms = pa_num_sms();
     cr_assert(nsms > 0);
-    if (!getenv("PAGED_DECODE_V1_CTAS") && !getenv("PAGED_DECODE_SIMT_G") && !getenv("PAGED_DECODE_SIMT_CTAS")) {
-        // the defaults: the tensor-core loop for every group, v1 from PA_V1_CTAS_PER_SM (1.5) CTAs per SM
-        cr_expect_eq(paged_decode_choose(256, 32, 8, 4096, 132), 1, "the rule: 2048 CTAs fill 132 SMs without splitting");
-        cr_expect_eq(paged_decode_choose(32, 32, 8, 4096, 132), 1, "the rule: 256 CTAs on 132 SMs stay whole");
-        cr_expect_eq(paged_decode_choose(24, 16, 8, 4096, 132), 2, "the rule: 192 CTAs on 132 SMs split at 4k");
-        cr_expect_eq(paged_decode_choose(4, 32, 8, 32768, 132), 2, "the rule: 32 CTAs split");
-        cr_expect_eq(paged_decode_choose(24, 16, 8, PA_PART, 132), 1, "the rule: one partition needs no split");
-        cr_expect_eq(paged_decode_choose(1, 1, 1, PA_PART, 132), 1, "the rule: one partition needs no split");
+    if (!getenv("PAGED_DECODE_V1_CTAS")) {  // the default: v1 from PA_V1_CTAS_PER_SM (1.5) CTAs per SM
+        cr_expect_eq(paged_decode_choose(256, 8, 4096, 132), 1, "the rule: 2048 CTAs fill 132 SMs without splitting");
+        cr_expect_eq(paged_decode_choose(32, 8, 4096, 132), 1, "the rule: 256 CTAs on 132 SMs stay whole");
+        cr_expect_eq(paged_decode_choose(24, 8, 4096, 132), 2, "the rule: 192 CTAs on 132 SMs split at 4k");
+        cr_expect_eq(paged_decode_choose(4, 8, 32768, 132), 2, "the rule: 32 CTAs split");
+        cr_expect_eq(paged_decode_choose(24, 8, PA_PART, 132), 1, "the rule: one partition needs no split");
+        cr_expect_eq(paged_decode_choose(1, 1, PA_PART, 132), 1, "the rule: one partition needs no split");
     }
     Rng r;
     rng_seed(&r, 5005);
