@@ -990,8 +990,8 @@ struct QTmaArgs {
     float beta;
     int units, pair, out_rows, ns;  // strips to do; SWIGLU: up strip = gate strip + pair, outputs < out_rows; ring stages
     // L2 prefetch of the next layer's weights (qlinear_gpu_set_l2_prefetch): two ranges (16-byte
-    // aligned, multiples of 16 bytes; 0 bytes: none), shared out over the blocks; pf_at 0: once the
-    // producer has filled its ring, 1: after its last copy
+    // aligned, multiples of 16 bytes; 0 bytes: none), shared out over the blocks; pf_at bit 0: 0 once
+    // the producer has filled its ring, 1 after its last copy; bit 1: the evict_last policy
     const char *pf[2];
     uint32_t pf_bytes[2];
     int pf_at;
@@ -1021,12 +1021,21 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
 __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory"); }
 // This block's share of [p, p + bytes) asked into L2 (cp.async.bulk.prefetch: no shared memory, no
 // registers, nothing to wait on; a hint the memory system may drop), in pieces of 32 KB.
-__device__ __forceinline__ void l2_prefetch_share(const char *p, uint32_t bytes) {
+// last: with the L2 policy evict_last (kept before lines of no policy when L2 must make room).
+__device__ __forceinline__ void l2_prefetch_share(const char *p, uint32_t bytes, bool last) {
     if (!p || !bytes) return;
     const uint32_t per = ((bytes + gridDim.x - 1) / gridDim.x + 15u) & ~15u;
     const uint32_t b0 = blockIdx.x * per, b1 = min(bytes, b0 + per);
-    for (uint32_t o = b0; o < b1; o += 32768u)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + o), "r"(min(32768u, b1 - o)) : "memory");
+    uint64_t pol = 0;
+    if (last) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+    for (uint32_t o = b0; o < b1; o += 32768u) {
+        if (last)
+            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(p + o),
+                         "r"(min(32768u, b1 - o)), "l"(pol)
+                         : "memory");
+        else
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + o), "r"(min(32768u, b1 - o)) : "memory");
+    }
 }
 #endif
 
@@ -1070,12 +1079,13 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
         int issued = 0;
         bool pf_done = a.pf_bytes[0] == 0 && a.pf_bytes[1] == 0;
         auto prefetch = [&]() {
-            l2_prefetch_share(a.pf[0], a.pf_bytes[0]), l2_prefetch_share(a.pf[1], a.pf_bytes[1]);
+            const bool last = a.pf_at & 2;
+            l2_prefetch_share(a.pf[0], a.pf_bytes[0], last), l2_prefetch_share(a.pf[1], a.pf_bytes[1], last);
             pf_done = true;
         };
         for (int u = blockIdx.x; u < a.units; u += gridDim.x)
             for (int st = 0; st < nst; st++, rp.next(ns)) {
-                if (!pf_done && a.pf_at == 0 && issued++ == ns) prefetch();  // the ring is full: its copies go first
+                if (!pf_done && !(a.pf_at & 1) && issued++ == ns) prefetch();  // the ring is full: its copies go first
                 const int slot = rp.slot;
                 const uint32_t full = bar0 + 8 * slot;
                 mbar_wait(bar0 + 8 * (ns + slot), rp.ph ^ 1u);  // the consumers are done with it
@@ -1875,14 +1885,15 @@ static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream
 // swiglu > 0: the layer is gate|up stacked (2 swiglu rows, swiglu % 16 == 0), y = silu(gate) * up.
 // The L2 prefetch of the next layer's weights during k_qtma: at most QLINEAR_L2PF_MB MB of them
 // (the first strips; 0: none) and the same share of its scales; QLINEAR_L2PF_AT 0 (default):
-// issued once a block's producer has filled its ring, 1: after its last copy.
+// issued once a block's producer has filled its ring, 1: after its last copy; QLINEAR_L2PF_LAST=1:
+// with the L2 policy evict_last.
 static int g_l2pf_kb = -1, g_l2pf_at = 0;
 static void l2pf_env(void) {
     if (g_l2pf_kb >= 0) return;
-    const char *e = getenv("QLINEAR_L2PF_MB"), *at = getenv("QLINEAR_L2PF_AT");
+    const char *e = getenv("QLINEAR_L2PF_MB"), *at = getenv("QLINEAR_L2PF_AT"), *la = getenv("QLINEAR_L2PF_LAST");
     g_l2pf_kb = e ? (int)(atof(e) * 1024) : QLINEAR_L2PF_KB_DEFAULT;
     if (g_l2pf_kb < 0) g_l2pf_kb = 0;
-    g_l2pf_at = at && atoi(at) == 1;
+    g_l2pf_at = (at && atoi(at) == 1) | (la && atoi(la) == 1 ? 2 : 0);
 }
 extern "C" void qlinear_gemv_set_l2_prefetch(int kb, int at) {
     if (kb < 0) {  // back to the environment's (or the default)
@@ -1890,7 +1901,7 @@ extern "C" void qlinear_gemv_set_l2_prefetch(int kb, int at) {
         return;
     }
     l2pf_env();  // the environment read first, so it cannot undo this later
-    g_l2pf_kb = kb, g_l2pf_at = at == 1;
+    g_l2pf_kb = kb, g_l2pf_at = at & 3;
 }
 extern "C" void qlinear_gpu_set_l2_prefetch(QLinearGpu *q, const QLinearGpu *next) { q->pf_next = next; }
 static void l2pf_args(const QLinearGpu *q, QTmaArgs *a) {

@@ -132,7 +132,7 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
         qlinear_gemv_set_pdl(mode & 1);  // the tensor-core rungs with and without dependent launch (sm_90)
         qlinear_gemv_set_grid((mode >> 1) & 1);  // the TMA rungs' grid: fewest rounds, balanced over the SMs
         // the TMA rungs' L2 prefetch of the next layer (here the layer itself): on where bit 1 is, early or late
-        qlinear_gemv_set_l2_prefetch(mode & 2 ? 1 + mode % 3 * 512 : 0, (mode >> 2) & 1);
+        qlinear_gemv_set_l2_prefetch(mode & 2 ? 1 + mode % 3 * 512 : 0, (mode >> 2) & 3);
         linear_q_cpu(x, w, use_b ? b : NULL, 1, ref);
         if (acc)
             for (int i = 0; i < rows; i++) ref[i] += y0[i];
@@ -151,8 +151,8 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
     // the prefetch is a hint: the default rung's outputs with it (all of the layer, early and late)
     // are bit for bit those without it
     float *y1 = malloc((size_t)rows * sizeof(float));
-    for (int pf = 0; pf < 3; pf++) {
-        qlinear_gemv_set_l2_prefetch(pf ? 1 << 20 : 0, pf == 2);
+    for (int pf = 0; pf < 4; pf++) {
+        qlinear_gemv_set_l2_prefetch(pf ? 1 << 20 : 0, pf ? pf - 1 : 0);  // off; early; late; early with evict_last
         cr_assert_eq(qlinear_gpu_gemv(q, dx, db, dy, 0, NULL), 0, "%s", what);
         cr_assert_eq(pa_sync(), 0, "%s", what);
         pa_download(pf ? y1 : y, dy, (size_t)rows * 4);
