@@ -36,7 +36,8 @@ void qlinear_gemv_set_pdl(int on);
 void qlinear_gemv_set_grid(int policy);
 // The TMA rungs' L2 prefetch of the next layer (qlinear_gpu_set_l2_prefetch): at most kb KB of its
 // weights (0: off), issued when a block's ring is full (at bit 0 clear) or after its last copy (set),
-// with the L2 policy evict_last where at bit 1 is set; unset,
+// with the L2 policy evict_last where at bit 1 is set, only next layers within kb whole where bit 2
+// is; unset,
 // or after kb < 0, the environment's QLINEAR_L2PF_MB and QLINEAR_L2PF_AT decide. The outputs never change.
 void qlinear_gemv_set_l2_prefetch(int kb, int at);
 // qlinear_gpu_gemm's INT4 kernel for T <= 16 on sm_90a: 1 k_qtmat (the default: the bulk-copied

@@ -1886,14 +1886,15 @@ static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream
 // The L2 prefetch of the next layer's weights during k_qtma: at most QLINEAR_L2PF_MB MB of them
 // (the first strips; 0: none) and the same share of its scales; QLINEAR_L2PF_AT 0 (default):
 // issued once a block's producer has filled its ring, 1: after its last copy; QLINEAR_L2PF_LAST=1:
-// with the L2 policy evict_last.
+// with the L2 policy evict_last; QLINEAR_L2PF_WHOLE=1: only a next layer that fits the cap whole.
 static int g_l2pf_kb = -1, g_l2pf_at = 0;
 static void l2pf_env(void) {
     if (g_l2pf_kb >= 0) return;
     const char *e = getenv("QLINEAR_L2PF_MB"), *at = getenv("QLINEAR_L2PF_AT"), *la = getenv("QLINEAR_L2PF_LAST");
+    const char *wh = getenv("QLINEAR_L2PF_WHOLE");
     g_l2pf_kb = e ? (int)(atof(e) * 1024) : QLINEAR_L2PF_KB_DEFAULT;
     if (g_l2pf_kb < 0) g_l2pf_kb = 0;
-    g_l2pf_at = (at && atoi(at) == 1) | (la && atoi(la) == 1 ? 2 : 0);
+    g_l2pf_at = (at && atoi(at) == 1) | (la && atoi(la) == 1 ? 2 : 0) | (wh && atoi(wh) == 1 ? 4 : 0);
 }
 extern "C" void qlinear_gemv_set_l2_prefetch(int kb, int at) {
     if (kb < 0) {  // back to the environment's (or the default)
@@ -1901,7 +1902,7 @@ extern "C" void qlinear_gemv_set_l2_prefetch(int kb, int at) {
         return;
     }
     l2pf_env();  // the environment read first, so it cannot undo this later
-    g_l2pf_kb = kb, g_l2pf_at = at & 3;
+    g_l2pf_kb = kb, g_l2pf_at = at & 7;
 }
 extern "C" void qlinear_gpu_set_l2_prefetch(QLinearGpu *q, const QLinearGpu *next) { q->pf_next = next; }
 static void l2pf_args(const QLinearGpu *q, QTmaArgs *a) {
@@ -1911,6 +1912,8 @@ static void l2pf_args(const QLinearGpu *q, QTmaArgs *a) {
     if (!n || !g_l2pf_kb || !n->fast) return;
     const double wb = (double)n->np * n->kp / (n->kind == QK_INT4 ? 2 : 1), sb = n->scales_t ? (double)n->np * n->ng * 4 : 0;
     const double f = wb <= g_l2pf_kb * 1024.0 ? 1.0 : g_l2pf_kb * 1024.0 / wb;  // the share of its strips asked for
+    if (f < 1.0 && (g_l2pf_at & 4)) return;  // whole layers only
+    a->pf_at &= 3;
     a->pf[0] = (const char *)n->qw, a->pf_bytes[0] = (uint32_t)(f * wb) & ~15u;
     a->pf[1] = (const char *)n->scales_t, a->pf_bytes[1] = (uint32_t)(f * sb) & ~15u;
 }

@@ -132,7 +132,7 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
         qlinear_gemv_set_pdl(mode & 1);  // the tensor-core rungs with and without dependent launch (sm_90)
         qlinear_gemv_set_grid((mode >> 1) & 1);  // the TMA rungs' grid: fewest rounds, balanced over the SMs
         // the TMA rungs' L2 prefetch of the next layer (here the layer itself): on where bit 1 is, early or late
-        qlinear_gemv_set_l2_prefetch(mode & 2 ? 1 + mode % 3 * 512 : 0, (mode >> 2) & 3);
+        qlinear_gemv_set_l2_prefetch(mode & 2 ? 1 + mode % 3 * 512 : 0, (mode >> 2) & 7);
         linear_q_cpu(x, w, use_b ? b : NULL, 1, ref);
         if (acc)
             for (int i = 0; i < rows; i++) ref[i] += y0[i];
