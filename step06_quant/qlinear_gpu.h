@@ -55,6 +55,7 @@ int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int
 // The layer the decode step runs after q (NULL: none). While q's batch-1 GEMV runs on the Hopper
 // kernel (v12+), it asks L2 for up to QLINEAR_L2PF_MB MB of next's weights (and their scales), so
 // that next's GEMV finds them there instead of waiting a DRAM round trip for its first bytes.
+// Off by default (QLINEAR_L2PF_MB 0): measured slower in every form tried (step06's README).
 void qlinear_gpu_set_l2_prefetch(QLinearGpu *q, const QLinearGpu *next);
 
 // Which kernel qlinear_gpu_gemm runs: AUTO (the default: the tensor-core GEMM for INT4 on sm_80+)
