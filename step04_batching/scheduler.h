@@ -130,7 +130,6 @@ typedef struct {
     KvSlots kv;       // step04's slots (block_size 0)
     int paged;        // 1: step05's block pool below instead of kv
     KvBlocks blocks;  // block tables by request index (the request's slot field holds that index while running)
-    int *blk_rows;    // (num_blocks) scratch of sched_update's KV accounting
     SchedStats st;
 } Scheduler;
 

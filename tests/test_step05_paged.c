@@ -751,6 +751,22 @@ static void check_sched_blocks(const Scheduler *s, const int *extra, const char 
     }
     cr_assert_eq(kv->n_free + kv->n_cached + in_use, NB - 1, "%s: %d free + %d cached + %d in use != %d", what, kv->n_free,
                  kv->n_cached, in_use, NB - 1);
+    cr_assert_eq(kvb_counts(kv).in_use, in_use, "%s: kvb_counts", what);
+    if (!extra) {  // after sched_update: the KV rows written, counted block by block (a shared block once)
+        int *rows = calloc((size_t)NB, sizeof(int));
+        long used = 0;
+        for (int i = 0; i < s->n_reqs; i++) {
+            const KvTable *t = kvb_table(kv, i);
+            if (s->reqs[i].status != REQ_RUNNING || !t) continue;
+            for (int j = 0; j < t->n; j++) {
+                int r = s->reqs[i].num_computed - j * B;
+                r = r < 0 ? 0 : r > B ? B : r;
+                if (r > rows[t->blocks[j]]) used += r - rows[t->blocks[j]], rows[t->blocks[j]] = r;
+            }
+        }
+        cr_assert_eq(s->st.kv_used_now, used, "%s: KV rows in use %ld, counted block by block %ld", what, s->st.kv_used_now, used);
+        free(rows);
+    }
     free(holders);
 }
 
