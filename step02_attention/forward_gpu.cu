@@ -341,23 +341,6 @@ static int make_qproj(GpuQProj *p, const QWeight *const *parts, int n, double *b
     return 0;
 }
 
-// The quantized layers in the order a decode step runs them (q|k|v, o, gate|up, down of each
-// layer, then the lm_head), each told the next, whose weights its batch-1 GEMV asks L2 for
-// (qlinear_gpu_set_l2_prefetch). Run again after the lm_head is quantized.
-static void chain_l2_prefetch(GpuModel *g) {
-    QLinearGpu *prev = NULL;
-    for (int l = 0; l <= g->cfg.n_layers; l++) {
-        GpuLayer *L = l < g->cfg.n_layers ? &g->layers[l] : NULL;
-        GpuQProj *qp[4] = {L ? &L->qqkv : &g->qlm, L ? &L->qo : NULL, L ? &L->qgu : NULL, L ? &L->qdown : NULL};
-        for (int i = 0; i < 4; i++)
-            for (int k = 0; qp[i] && k < qp[i]->n; k++) {
-                if (prev) qlinear_gpu_set_l2_prefetch(prev, qp[i]->part[k]);
-                prev = qp[i]->part[k];
-            }
-    }
-    if (prev) qlinear_gpu_set_l2_prefetch(prev, NULL);
-}
-
 // qlin (n_layers * N_PROJ): checked against the config, uploaded as the layers' GpuQProj.
 static int attach_q(GpuModel *g, const QWeight *qlin, char *err, int errlen) {
     const ModelConfig *c = &g->cfg;
@@ -380,7 +363,6 @@ static int attach_q(GpuModel *g, const QWeight *qlin, char *err, int errlen) {
             return -1;
     }
     g->quantized = 1;
-    chain_l2_prefetch(g);
     const GpuLayer *L0 = &g->layers[0];
     const size_t n = strlen(g->desc);
     snprintf(g->desc + n, sizeof g->desc - n, "; projections quantized: %s (q|k|v as %d weight%s, gate|up as %d)",
@@ -406,7 +388,6 @@ extern "C" int gpu_model_quantize_lm_head(GpuModel *g, const QWeight *q, char *e
         g->weight_bytes -= (double)c->vocab * c->hidden * esize(g->wdt);
     }
     g->lm_head = NULL;
-    chain_l2_prefetch(g);
     const size_t n = strlen(g->desc);
     snprintf(g->desc + n, sizeof g->desc - n, "; lm_head quantized: %s", qlinear_gpu_describe(g->qlm.part[0]));
     return 0;

@@ -3,7 +3,6 @@
 // (kvcache.h gemv_gpu_bench_gbps).
 // defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
 //          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_grid,
-//          qlinear_gemv_set_l2_prefetch,
 //          qlinear_gpu_gemv_version, qlinear_gemm_set_qtmat,
 //          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts
 #pragma once
@@ -34,12 +33,6 @@ void qlinear_gemv_set_pdl(int on);
 // the fewest rounds, 1 the grid whose busiest SM holds the fewest strips. Any grid computes the same
 // outputs (a block takes strips blockIdx.x, + gridDim.x, ...); only the balance over the SMs changes.
 void qlinear_gemv_set_grid(int policy);
-// The TMA rungs' L2 prefetch of the next layer (qlinear_gpu_set_l2_prefetch): at most kb KB of its
-// weights (0: off), issued when a block's ring is full (at bit 0 clear) or after its last copy (set),
-// with the L2 policy evict_last where at bit 1 is set, only next layers within kb whole where bit 2
-// is; unset,
-// or after kb < 0, the environment's QLINEAR_L2PF_MB and QLINEAR_L2PF_AT decide. The outputs never change.
-void qlinear_gemv_set_l2_prefetch(int kb, int at);
 // qlinear_gpu_gemm's INT4 kernel for T <= 16 on sm_90a: 1 k_qtmat (the default: the bulk-copied
 // weight ring of the TMA GEMV rungs, 8 or 16 tokens as the mma's B operand), 0 k_qgemm4; unset, the
 // environment's QLINEAR_QTMAT=0 turns it off. (It was off by default until compute-sanitizer's

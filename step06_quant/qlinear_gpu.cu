@@ -97,7 +97,6 @@ struct QLinearGpu {
     size_t scr_bytes;
     void *part;      // k_qtmat's chunk sums
     size_t part_bytes;
-    const QLinearGpu *pf_next;  // the layer the step runs next: k_qtma asks L2 for its weights (qlinear_gpu_set_l2_prefetch)
     char base[64], desc[240];
 };
 
@@ -989,12 +988,6 @@ struct QTmaArgs {
     float *y;
     float beta;
     int units, pair, out_rows, ns;  // strips to do; SWIGLU: up strip = gate strip + pair, outputs < out_rows; ring stages
-    // L2 prefetch of the next layer's weights (qlinear_gpu_set_l2_prefetch): two ranges (16-byte
-    // aligned, multiples of 16 bytes; 0 bytes: none), shared out over the blocks; pf_at bit 0: 0 once
-    // the producer has filled its ring, 1 after its last copy; bit 1: the evict_last policy
-    const char *pf[2];
-    uint32_t pf_bytes[2];
-    int pf_at;
 };
 
 // A stage's bytes for one strip: weights, then 16 scales (and zeros) for each group it can touch.
@@ -1019,24 +1012,6 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
                  : "memory");
 }
 __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory"); }
-// This block's share of [p, p + bytes) asked into L2 (cp.async.bulk.prefetch: no shared memory, no
-// registers, nothing to wait on; a hint the memory system may drop), in pieces of 32 KB.
-// last: with the L2 policy evict_last (kept before lines of no policy when L2 must make room).
-__device__ __forceinline__ void l2_prefetch_share(const char *p, uint32_t bytes, bool last) {
-    if (!p || !bytes) return;
-    const uint32_t per = ((bytes + gridDim.x - 1) / gridDim.x + 15u) & ~15u;
-    const uint32_t b0 = blockIdx.x * per, b1 = min(bytes, b0 + per);
-    uint64_t pol = 0;
-    if (last) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
-    for (uint32_t o = b0; o < b1; o += 32768u) {
-        if (last)
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(p + o),
-                         "r"(min(32768u, b1 - o)), "l"(pol)
-                         : "memory");
-        else
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + o), "r"(min(32768u, b1 - o)) : "memory");
-    }
-}
 #endif
 
 __global__ void k_qtma_probe(int *out) {
@@ -1076,16 +1051,8 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
         if (lane != 0) return;
         const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
         RingPos rp;
-        int issued = 0;
-        bool pf_done = a.pf_bytes[0] == 0 && a.pf_bytes[1] == 0;
-        auto prefetch = [&]() {
-            const bool last = a.pf_at & 2;
-            l2_prefetch_share(a.pf[0], a.pf_bytes[0], last), l2_prefetch_share(a.pf[1], a.pf_bytes[1], last);
-            pf_done = true;
-        };
         for (int u = blockIdx.x; u < a.units; u += gridDim.x)
             for (int st = 0; st < nst; st++, rp.next(ns)) {
-                if (!pf_done && !(a.pf_at & 1) && issued++ == ns) prefetch();  // the ring is full: its copies go first
                 const int slot = rp.slot;
                 const uint32_t full = bar0 + 8 * slot;
                 mbar_wait(bar0 + 8 * (ns + slot), rp.ph ^ 1u);  // the consumers are done with it
@@ -1107,7 +1074,6 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                     if (ZP) bulk_g2s(d + G::ZOFF, a.zeros + ((size_t)s * a.ng + g0) * 16, ngs * 16, full);
                 }
             }
-        if (!pf_done) prefetch();  // pf_at 1, or a block with fewer stages than its ring
         return;
     }
     // the consumers: x, then the strips
@@ -1815,8 +1781,6 @@ static int qtma_built(void) {
 }
 #define QTMA_SMEM_MAX (227 * 1024)  // an sm_90 block's opt-in shared memory
 #define QTMA_RING (64 * 1024)       // bytes of stages a block aims to keep in flight
-#define QLINEAR_L2PF_KB_DEFAULT 0   // the next layer's weights k_qtma asks L2 for (KB; QLINEAR_L2PF_MB): off, every
-                                    // form measured made the 8B batch-1 step 5-13% slower on an H100 (README)
 static size_t qtma_smem(int stage, int ns, int kp, int R, int W) {
     return (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + (size_t)kp * 2 + (size_t)kp / 64 * 8 +
            2 * W * R * 16 * 4 + W * 4;
@@ -1884,46 +1848,11 @@ static void qtma_gm(const QLinearGpu *q, const QTmaArgs &a, bool pdl, cudaStream
 }
 // k_qtma over x (kp fp32, 8-byte aligned): y = W x' (+ bias) + beta y, x' = x or (nw) its RMSNorm;
 // swiglu > 0: the layer is gate|up stacked (2 swiglu rows, swiglu % 16 == 0), y = silu(gate) * up.
-// The L2 prefetch of the next layer's weights during k_qtma: at most QLINEAR_L2PF_MB MB of them
-// (the first strips; 0: none) and the same share of its scales; QLINEAR_L2PF_AT 0 (default):
-// issued once a block's producer has filled its ring, 1: after its last copy; QLINEAR_L2PF_LAST=1:
-// with the L2 policy evict_last; QLINEAR_L2PF_WHOLE=1: only a next layer that fits the cap whole.
-static int g_l2pf_kb = -1, g_l2pf_at = 0;
-static void l2pf_env(void) {
-    if (g_l2pf_kb >= 0) return;
-    const char *e = getenv("QLINEAR_L2PF_MB"), *at = getenv("QLINEAR_L2PF_AT"), *la = getenv("QLINEAR_L2PF_LAST");
-    const char *wh = getenv("QLINEAR_L2PF_WHOLE");
-    g_l2pf_kb = e ? (int)(atof(e) * 1024) : QLINEAR_L2PF_KB_DEFAULT;
-    if (g_l2pf_kb < 0) g_l2pf_kb = 0;
-    g_l2pf_at = (at && atoi(at) == 1) | (la && atoi(la) == 1 ? 2 : 0) | (wh && atoi(wh) == 1 ? 4 : 0);
-}
-extern "C" void qlinear_gemv_set_l2_prefetch(int kb, int at) {
-    if (kb < 0) {  // back to the environment's (or the default)
-        g_l2pf_kb = -1;
-        return;
-    }
-    l2pf_env();  // the environment read first, so it cannot undo this later
-    g_l2pf_kb = kb, g_l2pf_at = at & 7;
-}
-extern "C" void qlinear_gpu_set_l2_prefetch(QLinearGpu *q, const QLinearGpu *next) { q->pf_next = next; }
-static void l2pf_args(const QLinearGpu *q, QTmaArgs *a) {
-    l2pf_env();
-    a->pf[0] = a->pf[1] = NULL, a->pf_bytes[0] = a->pf_bytes[1] = 0, a->pf_at = g_l2pf_at;
-    const QLinearGpu *n = q->pf_next;
-    if (!n || !g_l2pf_kb || !n->fast) return;
-    const double wb = (double)n->np * n->kp / (n->kind == QK_INT4 ? 2 : 1), sb = n->scales_t ? (double)n->np * n->ng * 4 : 0;
-    const double f = wb <= g_l2pf_kb * 1024.0 ? 1.0 : g_l2pf_kb * 1024.0 / wb;  // the share of its strips asked for
-    if (f < 1.0 && (g_l2pf_at & 4)) return;  // whole layers only
-    a->pf_at &= 3;
-    a->pf[0] = (const char *)n->qw, a->pf_bytes[0] = (uint32_t)(f * wb) & ~15u;
-    a->pf[1] = (const char *)n->scales_t, a->pf_bytes[1] = (uint32_t)(f * sb) & ~15u;
-}
 template <int TS>
 static void qtma_launch(const QLinearGpu *q, const float *x, const float *nw, float eps, const float *bias, float *y,
                         float beta, int swiglu, bool pdl, cudaStream_t s, bool zf, bool setup = false) {
     QTmaArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows, x, nw, eps,
-                  bias, y, beta, swiglu ? swiglu / 16 : q->np / 16, swiglu / 16, swiglu, 0, {NULL, NULL}, {0, 0}, 0};
-    if (!setup) l2pf_args(q, &a);
+                  bias, y, beta, swiglu ? swiglu / 16 : q->np / 16, swiglu / 16, swiglu, 0};
 #define QT_KIND(K)                                                           \
     if (nw && swiglu) qtma_gm<K, TS, true, true>(q, a, pdl, s, setup, zf);       \
     else if (nw) qtma_gm<K, TS, true, false>(q, a, pdl, s, setup, zf);           \

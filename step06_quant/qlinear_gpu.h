@@ -9,7 +9,6 @@
 // All pointers are device pointers; launches go on `stream` (NULL: the default stream).
 // defines: QLinearGpu, qlinear_gpu_new, qlinear_gpu_free, qlinear_gpu_bytes, qlinear_gpu_rows,
 //          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemv_fused, qlinear_gpu_gemm, qlinear_gpu_describe,
-//          qlinear_gpu_set_l2_prefetch,
 //          qlinear_gpu_set_gemm_path, QLINEAR_GEMM_AUTO, QLINEAR_GEMM_SIMT
 #pragma once
 #include <stddef.h>
@@ -51,12 +50,6 @@ int qlinear_gpu_gemv_fused(const QLinearGpu *q, const float *x, const float *nw,
 // used from two streams at once.
 int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy, float beta,
                      void *stream);
-
-// The layer the decode step runs after q (NULL: none). While q's batch-1 GEMV runs on the Hopper
-// kernel (v12+), it asks L2 for up to QLINEAR_L2PF_MB MB of next's weights (and their scales), so
-// that next's GEMV finds them there instead of waiting a DRAM round trip for its first bytes.
-// Off by default (QLINEAR_L2PF_MB 0): measured slower in every form tried (step06's README).
-void qlinear_gpu_set_l2_prefetch(QLinearGpu *q, const QLinearGpu *next);
 
 // Which kernel qlinear_gpu_gemm runs: AUTO (the default: the tensor-core GEMM for INT4 on sm_80+)
 // or SIMT (the fallback that INT8 and pre-sm_80 GPUs run), for the tests and the benchmark.

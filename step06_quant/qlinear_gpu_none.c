@@ -47,7 +47,6 @@ int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path) {
     (void)q, (void)path;
     return -1;
 }
-void qlinear_gpu_set_l2_prefetch(QLinearGpu *q, const QLinearGpu *next) { (void)q, (void)next; }
 #endif
 
 #if !HAVE_CUDA
@@ -68,7 +67,6 @@ int qlinear_gemv_version_fp16(int version) {
 }
 void qlinear_gemv_set_pdl(int on) { (void)on; }
 void qlinear_gemv_set_grid(int policy) { (void)policy; }
-void qlinear_gemv_set_l2_prefetch(int kb, int at) { (void)kb, (void)at; }
 void qlinear_gemm_set_qtmat(int on) { (void)on; }
 void qlinear_gemm_set_deq_rows(int t) { (void)t; }
 void qlinear_gemm_set_qtmat_ts(int ts) { (void)ts; }

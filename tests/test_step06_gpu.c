@@ -124,15 +124,12 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
     pa_upload(dx, x, (size_t)cols * 4), pa_upload(db, b, (size_t)rows * 4);
     float *dx1 = pa_dev_alloc((size_t)(cols + 1) * 4);  // x at an odd float offset: not 16-byte aligned
     pa_upload(dx1 + 1, x, (size_t)cols * 4);
-    qlinear_gpu_set_l2_prefetch(q, q);  // the layer "after" it is itself: the prefetch's ranges are then valid
     for (int mode = 0; mode < 5 + qlinear_gemv_n_versions(); mode++) {
         // bit 0: bias, bit 1: accumulate; mode 4: misaligned x (0..4: the default version); 5..: every version
         const int use_b = mode & 1, acc = (mode >> 1) & 1;
         qlinear_gemv_set_version(mode >= 5 ? mode - 5 : -1);
         qlinear_gemv_set_pdl(mode & 1);  // the tensor-core rungs with and without dependent launch (sm_90)
         qlinear_gemv_set_grid((mode >> 1) & 1);  // the TMA rungs' grid: fewest rounds, balanced over the SMs
-        // the TMA rungs' L2 prefetch of the next layer (here the layer itself): on where bit 1 is, early or late
-        qlinear_gemv_set_l2_prefetch(mode & 2 ? 1 + mode % 3 * 512 : 0, (mode >> 2) & 7);
         linear_q_cpu(x, w, use_b ? b : NULL, 1, ref);
         if (acc)
             for (int i = 0; i < rows; i++) ref[i] += y0[i];
@@ -148,19 +145,6 @@ static void check_gemv(Rng *r, const QWeight *w, QLinearGpu *q, const char *what
     qlinear_gemv_set_version(-1);
     qlinear_gemv_set_pdl(0);
     qlinear_gemv_set_grid(0);
-    // the prefetch is a hint: the default rung's outputs with it (all of the layer, early and late)
-    // are bit for bit those without it
-    float *y1 = malloc((size_t)rows * sizeof(float));
-    for (int pf = 0; pf < 4; pf++) {
-        qlinear_gemv_set_l2_prefetch(pf ? 1 << 20 : 0, pf ? pf - 1 : 0);  // off; early; late; early with evict_last
-        cr_assert_eq(qlinear_gpu_gemv(q, dx, db, dy, 0, NULL), 0, "%s", what);
-        cr_assert_eq(pa_sync(), 0, "%s", what);
-        pa_download(pf ? y1 : y, dy, (size_t)rows * 4);
-        if (pf) cr_expect(memcmp(y, y1, (size_t)rows * 4) == 0, "gemv %s: L2 prefetch %d changed the outputs", what, pf);
-    }
-    qlinear_gemv_set_l2_prefetch(-1, 0);
-    qlinear_gpu_set_l2_prefetch(q, NULL);
-    free(y1);
     pa_dev_free(dx), pa_dev_free(dx1), pa_dev_free(db), pa_dev_free(dy);
     free(x), free(b), free(y0), free(ref), free(y);
 }
