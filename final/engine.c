@@ -44,12 +44,15 @@ struct Engine {
     char *released;           // (cap_reqs) ... and they have been
     char *counted;            // (cap_reqs) its finish is in the metrics
     double *last_tok;         // (cap_reqs) its last token's step end (for the inter-token gaps)
+    int *ph_k;                // (cap_reqs) overlapped loop: while it is pending, the logit row of the step in flight
+                              // that draws its token (runner_launch's fix-up source)
     Logprobs **lps;           // (cap_reqs) its logprobs, NULL when it asked for none
     double *itl;              // every inter-token gap (ms)
     long n_itl, cap_itl;
     double forward_s;         // inside runner_forward
     double device_s;          // the forwards' device time (CUDA events)
     long decode_steps;        // steps of one new row per sequence, and their share of the two above
+    long overlapped;          // steps launched while the previous one was still on the device
     double decode_forward_s, decode_device_s;
     int *flagged;             // ids whose cancel flag was set since the last plan
     int n_flagged, cap_flagged;
@@ -69,7 +72,7 @@ static void lp_free(Engine *e, int id) {
 // Request id, if it has finished: counted in the metrics (once), its tokens freed if released (mu held).
 static void note_finished(Engine *e, int id) {
     Request *r = &e->reqs[id];
-    if (r->status != REQ_FINISHED) return;
+    if (r->status != REQ_FINISHED || r->pending) return;  // (a finish is final once its last token is known)
     if (!e->counted[id]) e->m.finished[r->finish]++, e->counted[id] = 1;
     if (e->release_when_done[id] && !e->released[id]) request_free(r), e->released[id] = 1, lp_free(e, id);
 }
@@ -107,6 +110,9 @@ static void intake(Engine *e) {
             double *lt = realloc(e->last_tok, (size_t)cap * sizeof(double));
             if (!lt) die("engine: out of memory for %d requests", cap);
             e->last_tok = lt;
+            int *pk = realloc(e->ph_k, (size_t)cap * sizeof(int));
+            if (!pk) die("engine: out of memory for %d requests", cap);
+            e->ph_k = pk;
             Logprobs **lps = realloc(e->lps, (size_t)cap * sizeof *lps);
             if (!lps) die("engine: out of memory for %d requests", cap);
             memset(lps + e->cap_reqs, 0, (size_t)(cap - e->cap_reqs) * sizeof *lps);
@@ -154,6 +160,133 @@ static void row_logprobs(const float *x, int vocab, int token, int n, float *lp,
     for (int j = 0; j < m; j++) lps[j] = (float)(x[ids[j]] - lse);
 }
 
+// One step of the loop and, while it is in flight (overlapped), what applying its tokens needs.
+typedef struct {
+    SchedPlan plan;
+    int active;   // launched and applied with placeholders; its tokens not yet in place
+    int slot;     // its runner_launch slot
+    char *disc;   // (plan.n) dropped: its request ended (an EOS of the step before) after the launch
+    char *first;  // (plan.n) the token it samples is its request's first
+    int cap;
+    double fwd, dev;  // seconds in runner_launch + runner_collect; device seconds
+    int decode;       // every sequence one new row
+} Step;
+
+static void step_fit(Step *t) {
+    if (t->plan.n > t->cap) {
+        t->cap = t->plan.cap > t->plan.n ? t->plan.cap : t->plan.n;
+        free(t->disc), free(t->first);
+        t->disc = xmalloc((size_t)t->cap), t->first = xmalloc((size_t)t->cap);
+    }
+    memset(t->disc, 0, (size_t)t->plan.n);
+    memset(t->first, 0, (size_t)t->plan.n);
+}
+
+// dst = src without its dropped entries (dst's arrays grown as needed)
+static void plan_keep(SchedPlan *dst, const SchedPlan *src, const char *disc) {
+    if (dst->cap < src->n) {
+        dst->cap = src->n;
+        int **a[5] = {&dst->req, &dst->n_new, &dst->start, &dst->samples, &dst->pad};
+        for (int k = 0; k < 5; k++) {
+            free(*a[k]);
+            *a[k] = xmalloc((size_t)dst->cap * sizeof(int));
+        }
+    }
+    dst->n = 0, dst->n_tokens = 0, dst->n_pad = src->n_pad, dst->n_samples = 0;
+    for (int i = 0; i < src->n; i++) {
+        if (disc && disc[i]) continue;
+        const int m = dst->n++;
+        dst->req[m] = src->req[i], dst->n_new[m] = src->n_new[i], dst->start[m] = src->start[i];
+        dst->samples[m] = src->samples[i], dst->pad[m] = src->pad[i];
+        dst->n_tokens += src->n_new[i], dst->n_samples += src->samples[i];
+    }
+}
+
+// The step's sampling rows, by logit row: temperature (0 = greedy) and key. Returns 1 when some
+// row needs its logits on the host (top-k / top-p / min-p, logprobs); *any_temp: some row draws.
+static int sampling_rows(const Engine *e, const SchedPlan *plan, float *temps, uint64_t *keys, int *any_temp) {
+    int need_logits = 0;
+    *any_temp = 0;
+    for (int i = 0, k = 0; i < plan->n; i++) {
+        if (!plan->samples[i]) continue;
+        const Request *q = &e->sched.reqs[plan->req[i]];
+        const int greedy = q->sp.greedy || q->sp.temperature <= 0;
+        if (!greedy && !sample_is_plain(&q->sp)) need_logits = 1;
+        if (e->lps[plan->req[i]]) need_logits = 1;
+        *any_temp |= !greedy;
+        temps[k] = greedy ? 0.0f : q->sp.temperature;
+        keys[k] = sample_key(q->sp.seed, q->index, q->num_tokens);
+        k++;
+    }
+    return need_logits;
+}
+
+static void push_itl(Engine *e, double ms) {
+    if (e->n_itl == e->cap_itl) {
+        e->cap_itl = e->cap_itl ? 2 * e->cap_itl : 1024;
+        e->itl = realloc(e->itl, (size_t)e->cap_itl * sizeof(double));
+        if (!e->itl) die("engine: out of memory");
+    }
+    e->itl[e->n_itl++] = ms;
+}
+
+static int is_eos(const SchedConfig *c, int tok) {
+    for (int k = 0; k < c->n_eos; k++)
+        if (tok == c->eos[k]) return 1;
+    return 0;
+}
+
+static void sleep_s(double w) {
+    if (w <= 0) return;
+    struct timespec ts = {(time_t)w, (long)((w - (double)(time_t)w) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+// Waits for step t's tokens (no lock held).
+static void step_collect(Engine *e, Step *t, int *toks) {
+    const double c0 = now_sec();
+    if (runner_collect(e->runner, t->slot, toks) != 0) die("engine: the forward failed");
+    t->fwd += now_sec() - c0;
+    t->dev = runner_last_device_ms(e->runner) / 1e3;
+}
+
+// Step t's tokens into place (mu held): every pending token of it becomes known, an EOS ends its
+// request (its entries in the next step, nx, already launched, are dropped), the times and metrics
+// as the synchronous loop keeps them.
+static void step_apply(Engine *e, Step *t, const int *toks, Step *nx) {
+    Scheduler *s = &e->sched;
+    const double end = since(e);
+    e->m.steps++;
+    e->forward_s += t->fwd, e->device_s += t->dev;
+    if (t->decode) e->decode_steps++, e->decode_forward_s += t->fwd, e->decode_device_s += t->dev;
+    for (int i = 0, k = 0; i < t->plan.n; i++) {
+        if (!t->plan.samples[i]) continue;
+        const int tok = toks[k++], id = t->plan.req[i];
+        if (t->disc[i]) continue;
+        Request *q = &s->reqs[id];
+        q->tokens[q->num_tokens - 1] = tok;
+        q->pending = 0;
+        e->m.generation_tokens++;
+        if (t->first[i]) q->first_token_s = end;
+        if (is_eos(&s->cfg, tok) && !q->ignore_eos) {
+            if (q->status == REQ_FINISHED) {  // by length (or a cancel) meanwhile: the EOS came first
+                q->finish = FINISH_STOP, q->finish_s = end;
+            } else {
+                sched_stop(s, id, FINISH_STOP, end);
+                for (int j = 0; nx && j < nx->plan.n; j++)
+                    if (nx->plan.req[j] == id) nx->disc[j] = 1;
+            }
+        } else if (q->status == REQ_FINISHED && q->finish == FINISH_LENGTH) {
+            q->finish_s = end;
+        }
+        if (q->num_tokens - q->num_prompt >= 2) push_itl(e, (end - e->last_tok[id]) * 1e3);
+        e->last_tok[id] = end;
+        note_finished(e, id);
+    }
+    t->active = 0;
+    pthread_cond_broadcast(&e->progress);
+}
+
 static void *engine_main(void *arg) {
     Engine *e = arg;
     Scheduler *s = &e->sched;
@@ -164,57 +297,114 @@ static void *engine_main(void *arg) {
     Batch b;
     if (s->paged) batch_alloc_paged(&b, cap_seqs + 1, (int)cap_rows, c->block_size, (c->max_len + c->block_size - 1) / c->block_size);
     else batch_alloc(&b, cap_seqs + 1, (int)cap_rows);
-    SchedPlan plan = {0};
+    Step steps[2] = {{.slot = 0}, {.slot = 1}};
+    int cur = 0;  // steps[cur] is planned next; steps[cur ^ 1] may be in flight
+    SchedPlan spec = {0};  // a launched step's plan without its dropped entries
     float *logits = NULL;
     int *argmax = xmalloc((size_t)cap_seqs * sizeof(int)), *tokens = xmalloc((size_t)2 * cap_seqs * sizeof(int));
     int *before = xmalloc((size_t)2 * cap_seqs * sizeof(int)), *run0 = xmalloc((size_t)cap_seqs * sizeof(int));
+    int *fix_rows = xmalloc((size_t)(cap_seqs + 1) * sizeof(int)), *fix_src = xmalloc((size_t)(cap_seqs + 1) * sizeof(int));
+    int *ftoks = xmalloc((size_t)(cap_seqs + 1) * sizeof(int));
     float *temps = xmalloc((size_t)(cap_seqs + 1) * sizeof(float));
     uint64_t *keys = xmalloc((size_t)(cap_seqs + 1) * sizeof(uint64_t));
     float *lp_tok = xmalloc((size_t)cap_seqs * sizeof(float));  // the step's logprobs: (sampled rows), (rows, max)
     int *lp_ids = xmalloc((size_t)cap_seqs * ENGINE_MAX_LOGPROBS * sizeof(int));
     float *lp_top = xmalloc((size_t)cap_seqs * ENGINE_MAX_LOGPROBS * sizeof(float));
+    int *ph = xmalloc((size_t)(cap_seqs + 1) * sizeof(int));  // the placeholders of a launched step
+    for (int i = 0; i <= cap_seqs; i++) ph[i] = -1;
     Sampler sampler;
     const SamplerParams sp0 = {.greedy = 1, .temperature = 0, .top_p = 1};
     sampler_init(&sampler, &sp0, e->vocab);
     pthread_mutex_lock(&e->mu);
     for (;;) {
         intake(e);
-        if (e->shutdown && sched_done(s) && e->next_in == e->next_id) break;
+        Step *P = &steps[cur], *F = &steps[cur ^ 1];
+        if (e->shutdown && sched_done(s) && !F->active && e->next_in == e->next_id) break;
         // a plan ends the cancelled requests (waiting or running) and a running one that can never
         // get its blocks: those are the ones to look at when it has finished some
         const int finished0 = s->n_finished, nrun0 = s->n_running;
         memcpy(run0, s->running, (size_t)nrun0 * sizeof(int));
-        sched_schedule(s, since(e), &plan);
+        sched_schedule(s, since(e), &P->plan);
         if (s->n_finished != finished0) {
             for (int k = 0; k < nrun0; k++) note_finished(e, run0[k]);
             for (int k = 0; k < e->n_flagged; k++) note_finished(e, e->flagged[k]);
             pthread_cond_broadcast(&e->progress);
         }
         e->n_flagged = 0;
-        if (plan.n == 0) {  // idle: everything taken in has finished (arrival = intake, so a waiting one is admitted)
+        if (P->plan.n == 0) {
+            if (F->active) {  // nothing more to launch now: F's tokens first
+                pthread_mutex_unlock(&e->mu);
+                step_collect(e, F, ftoks);
+                pthread_mutex_lock(&e->mu);
+                step_apply(e, F, ftoks, NULL);
+                continue;
+            }
+            // idle: everything taken in has finished (arrival = intake, so a waiting one is admitted)
             if (!sched_done(s))
                 die("engine: %d running and %d waiting requests, none scheduled", s->n_running, sched_num_waiting(s));
             if (e->next_in == e->next_id && !e->shutdown) pthread_cond_wait(&e->work, &e->mu);  // a submission or shutdown
             continue;
         }
-        pthread_mutex_unlock(&e->mu);
-        // ---- the step, without the lock: only this thread writes the request table and the scheduler
-        if (s->paged) batch_from_plan_paged(&b, &plan, s->reqs, &s->blocks);
-        else batch_from_plan(&b, &plan, s->reqs, c->max_len);
+        step_fit(P);
         // greedy and temperature-only rows are drawn on the device (runner_forward_sampled: only
         // the tokens come back); a row with top-k / top-p / min-p needs the logits on the host
         // (a row that asks for logprobs needs them too: the log_softmax is taken here)
-        int need_logits = 0, any_temp = 0;
-        for (int i = 0, k = 0; i < plan.n; i++) {
-            if (!plan.samples[i]) continue;
-            const Request *q = &s->reqs[plan.req[i]];
-            const int greedy = q->sp.greedy || q->sp.temperature <= 0;
-            if (!greedy && !sample_is_plain(&q->sp)) need_logits = 1;
-            if (e->lps[plan.req[i]]) need_logits = 1;
-            any_temp |= !greedy;
-            temps[k] = greedy ? 0.0f : q->sp.temperature;
-            keys[k] = sample_key(q->sp.seed, q->index, q->num_tokens);
-            k++;
+        int any_temp;
+        int need_logits = sampling_rows(e, &P->plan, temps, keys, &any_temp);
+        const int overlap = e->cfg.overlap && !need_logits;
+        if (!overlap && F->active) {  // this step's tokens come to the host: F's must be in place first
+            pthread_mutex_unlock(&e->mu);
+            step_collect(e, F, ftoks);
+            pthread_mutex_lock(&e->mu);
+            step_apply(e, F, ftoks, P);
+            plan_keep(&spec, &P->plan, P->disc);  // without the requests F's EOS tokens ended
+            SchedPlan tmp = P->plan;
+            P->plan = spec, spec = tmp;
+            if (P->plan.n == 0) continue;
+            step_fit(P);
+            need_logits = sampling_rows(e, &P->plan, temps, keys, &any_temp);
+        }
+        pthread_mutex_unlock(&e->mu);
+        // ---- the step, without the lock: only this thread writes the request table and the scheduler
+        if (s->paged) batch_from_plan_paged(&b, &P->plan, s->reqs, &s->blocks);
+        else batch_from_plan(&b, &P->plan, s->reqs, c->max_len);
+        if (overlap) {
+            // decode rows whose input is F's token, still on the device: the launch fetches it there
+            int n_fix = 0;
+            for (int i = 0; F->active && i < P->plan.n; i++) {
+                const Request *q = &s->reqs[P->plan.req[i]];
+                const int ph = q->num_tokens - 1, off = ph - P->plan.start[i];
+                if (!q->pending || off < 0 || off >= P->plan.n_new[i]) continue;
+                const int row = b.cu_seqlens_q[i] + off;
+                b.token_ids[row] = 0;
+                fix_rows[n_fix] = row, fix_src[n_fix] = e->ph_k[P->plan.req[i]], n_fix++;
+            }
+            const double f0 = now_sec();
+            if (runner_launch(e->runner, &b, any_temp ? temps : NULL, any_temp ? keys : NULL, fix_rows, fix_src, n_fix, P->slot) != 0)
+                die("engine: the forward failed");
+            P->fwd = now_sec() - f0, P->dev = 0;
+            P->decode = b.n_tokens == b.n_seqs;
+            sleep_s(e->cfg.min_step_s - P->fwd);
+            const int was_active = F->active;
+            if (F->active) step_collect(e, F, ftoks);
+            pthread_mutex_lock(&e->mu);
+            if (was_active) step_apply(e, F, ftoks, P), e->overlapped++;
+            // P applied now with placeholders: its rows computed, one more (pending) token per
+            // sampled entry, finishes by length; its tokens are put in place when it is collected
+            const double now = since(e);
+            for (int i = 0; i < P->plan.n; i++)
+                if (P->plan.samples[i] && !P->disc[i]) P->first[i] = s->reqs[P->plan.req[i]].first_token_s < 0;
+            plan_keep(&spec, &P->plan, P->disc);
+            sched_update(s, &spec, ph, now);
+            for (int i = 0, k = 0; i < P->plan.n; i++) {
+                if (!P->plan.samples[i]) continue;
+                const int id = P->plan.req[i];
+                if (!P->disc[i]) s->reqs[id].pending = 1, e->ph_k[id] = k;
+                k++;
+            }
+            P->active = 1;
+            cur ^= 1;
+            continue;
         }
         const int on_device = any_temp && !need_logits;
         if (need_logits && !logits) logits = xmalloc((size_t)cap_seqs * e->vocab * sizeof(float));
@@ -223,36 +413,33 @@ static void *engine_main(void *arg) {
                                  : runner_forward(e->runner, &b, need_logits ? logits : NULL, argmax);
         if (rc != 0) die("engine: the forward failed");
         const double fwd = now_sec() - f0;
-        if (fwd < e->cfg.min_step_s) {
-            const double w = e->cfg.min_step_s - fwd;
-            struct timespec ts = {(time_t)w, (long)((w - (double)(time_t)w) * 1e9)};
-            nanosleep(&ts, NULL);
-        }
-        for (int i = 0, k = 0; i < plan.n; i++) {
-            before[i] = s->reqs[plan.req[i]].num_tokens;
-            if (!plan.samples[i]) continue;
-            const Request *q = &s->reqs[plan.req[i]];
+        sleep_s(e->cfg.min_step_s - fwd);
+        const SchedPlan *plan = &P->plan;
+        for (int i = 0, k = 0; i < plan->n; i++) {
+            before[i] = s->reqs[plan->req[i]].num_tokens;
+            if (!plan->samples[i]) continue;
+            const Request *q = &s->reqs[plan->req[i]];
             if (on_device || q->sp.greedy || q->sp.temperature <= 0) tokens[i] = argmax[k];
             else tokens[i] = sample_keyed(&sampler, &q->sp, q->index, q->num_tokens, logits + (size_t)k * e->vocab);
-            if (e->lps[plan.req[i]])
-                row_logprobs(logits + (size_t)k * e->vocab, e->vocab, tokens[i], e->lps[plan.req[i]]->n_top, &lp_tok[k],
+            if (e->lps[plan->req[i]])
+                row_logprobs(logits + (size_t)k * e->vocab, e->vocab, tokens[i], e->lps[plan->req[i]]->n_top, &lp_tok[k],
                              lp_ids + (size_t)k * ENGINE_MAX_LOGPROBS, lp_top + (size_t)k * ENGINE_MAX_LOGPROBS);
             k++;
         }
         pthread_mutex_lock(&e->mu);
         const double end = since(e);
-        sched_update(s, &plan, tokens, end);
+        sched_update(s, plan, tokens, end);
         e->m.steps++;
         e->forward_s += fwd;
         const double dev = runner_last_device_ms(e->runner) / 1e3;
         e->device_s += dev;
         if (b.n_tokens == b.n_seqs) e->decode_steps++, e->decode_forward_s += fwd, e->decode_device_s += dev;
-        for (int i = 0, k = 0; i < plan.n; i++) {
-            const int id = plan.req[i];
+        for (int i = 0, k = 0; i < plan->n; i++) {
+            const int id = plan->req[i];
             const Request *q = &s->reqs[id];
             const int grew = q->num_tokens - before[i];
             e->m.generation_tokens += grew;
-            if (plan.samples[i]) {
+            if (plan->samples[i]) {
                 Logprobs *l = e->lps[id];
                 if (l && grew > 0) {  // the token went to generated position before[i] - num_prompt
                     const int g = before[i] - q->num_prompt;
@@ -262,14 +449,7 @@ static void *engine_main(void *arg) {
                 }
                 k++;
             }
-            if (grew > 0 && q->num_tokens - q->num_prompt >= 2) {  // the gap since its previous token
-                if (e->n_itl == e->cap_itl) {
-                    e->cap_itl = e->cap_itl ? 2 * e->cap_itl : 1024;
-                    e->itl = realloc(e->itl, (size_t)e->cap_itl * sizeof(double));
-                    if (!e->itl) die("engine: out of memory");
-                }
-                e->itl[e->n_itl++] = (end - e->last_tok[id]) * 1e3;
-            }
+            if (grew > 0 && q->num_tokens - q->num_prompt >= 2) push_itl(e, (end - e->last_tok[id]) * 1e3);  // the gap since its previous token
             if (grew > 0) e->last_tok[id] = end;
             note_finished(e, id);
         }
@@ -279,8 +459,10 @@ static void *engine_main(void *arg) {
     pthread_mutex_unlock(&e->mu);
     sampler_free(&sampler);
     free(logits), free(argmax), free(tokens), free(before), free(run0), free(temps), free(keys);
+    free(fix_rows), free(fix_src), free(ftoks), free(ph);
     free(lp_tok), free(lp_ids), free(lp_top);
-    plan_free(&plan);
+    for (int k = 0; k < 2; k++) plan_free(&steps[k].plan), free(steps[k].disc), free(steps[k].first);
+    plan_free(&spec);
     batch_free(&b);
     return NULL;
 }
@@ -328,7 +510,7 @@ void engine_free(Engine *e) {
     }
     sched_free(&e->sched);
     for (long i = e->next_in; i < e->next_id; i++) free(e->queue[i % e->cfg.queue_cap].prompt);
-    free(e->reqs), free(e->released), free(e->release_when_done), free(e->counted), free(e->last_tok), free(e->lps), free(e->itl), free(e->flagged), free(e->queue);
+    free(e->reqs), free(e->released), free(e->release_when_done), free(e->counted), free(e->last_tok), free(e->ph_k), free(e->lps), free(e->itl), free(e->flagged), free(e->queue);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->progress);
@@ -389,8 +571,9 @@ int engine_read_lp(Engine *e, long id, int *seen, int *out, float *lp, int *top_
         }
         if (id < e->sched.n_reqs) {
             const Request *r = &e->reqs[id];
-            const int gen = r->num_tokens - r->num_prompt;
-            if (gen > *seen || r->status == REQ_FINISHED) {
+            const int gen = r->num_tokens - r->num_prompt - r->pending;  // a pending token is not known yet
+            const int done = r->status == REQ_FINISHED && !r->pending;
+            if (gen > *seen || done) {
                 n = gen - *seen;
                 if (n > cap) n = cap;
                 if (n > 0) memcpy(out, r->tokens + r->num_prompt + *seen, (size_t)n * sizeof(int));
@@ -402,7 +585,7 @@ int engine_read_lp(Engine *e, long id, int *seen, int *out, float *lp, int *top_
                     if (top_lp) memcpy(top_lp, l->top_lp + (size_t)*seen * nt, (size_t)n * nt * sizeof(float));
                 }
                 *seen += n;
-                if (r->status == REQ_FINISHED && *seen == gen) *finish = r->finish;
+                if (done && *seen == gen) *finish = r->finish;
                 break;
             }
         }
@@ -467,6 +650,7 @@ void engine_metrics(Engine *e, EngineMetrics *m) {
     m->prefix_query_tokens = s->st.prefix_query_tokens;
     m->prefix_hit_tokens = s->st.prefix_hit_tokens;
     m->peak_running = s->st.peak_running;
+    m->overlapped_steps = e->overlapped;
     pthread_mutex_unlock(&e->mu);
 }
 

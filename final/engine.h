@@ -15,6 +15,21 @@
 // One mutex guards the queue, the request table and the scheduler's state between steps; the
 // engine thread holds it to take in the queue, to plan a step and to apply the step's tokens, never
 // during the forward, which is where the time goes. The engine never waits on a reader.
+//
+// Asynchronous scheduling (EngineConfig.overlap, vLLM's --async-scheduling): the host's part of a
+// step (plan, flat batch, upload, launch) runs while the device still computes the previous one.
+// When step N's tokens are drawn on the device (greedy or temperature-only rows, no logprobs), the
+// engine launches N (runner_launch) and, before its tokens are back, applies N to the scheduler
+// with a placeholder for every sampled token (Request.pending): each such request has one more
+// token and N's rows computed, and finishes by length already. Step N+1 is then planned and
+// launched at once; a decode row whose input is N's placeholder takes N's token on the device
+// (the launch's fix-ups). Only then does the host wait for N's tokens and put them in place. A
+// token that turns out to be an EOS ends its request there (sched_stop): its row in N+1, already
+// launched, is dropped (its K/V lands in a block the request just gave back, before any later
+// step uses it: the device runs the steps in order). Readers never see a pending token. Steps
+// whose tokens the host draws (top-k/top-p/min-p rows, logprobs) run as before, after the step in
+// flight has been applied. The tokens are the same as without overlap: a token depends on its
+// request, position and logits only.
 #pragma once
 #include "step04_batching/batch.h"
 #include "step04_batching/scheduler.h"
@@ -28,6 +43,7 @@ typedef struct {
     int queue_cap;      // submitted requests not yet taken in by the engine thread, at most (0: 256)
     double min_step_s;  // a step that ran a forward lasts at least this long (0: off). For tests: with a tiny
                         // model requests stay in flight long enough to be cancelled, to queue, to drain
+    int overlap;        // 1: asynchronous scheduling (the file's top comment); 0: every step waits for its tokens
 } EngineConfig;
 
 typedef struct {
@@ -41,6 +57,7 @@ typedef struct {
     long preemptions;             // paged: requests preempted (recomputed later)
     long prefix_query_tokens, prefix_hit_tokens;  // paged, prefix cache: tokens looked up and found
     int peak_running;
+    long overlapped_steps;        // steps launched while the previous step was still running (EngineConfig.overlap)
 } EngineMetrics;
 
 typedef struct Engine Engine;

@@ -47,12 +47,19 @@
 #include "timer.h"
 #include "tokenizer.h"
 
+// --async-scheduling on|off (vLLM's name): the next step planned and launched while the device runs
+// this one (engine.h). On by default.
+static int async_arg(const char *v) {
+    if (strcmp(v, "on") && strcmp(v, "off")) arg_die("--async-scheduling: '%s' is not on or off", v);
+    return !strcmp(v, "on");
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: llm generate --model DIR (--prompt TEXT [--chat] | --ids 1,2,3) [--max-tokens N] [--device cpu|cuda]\n"
             "                    [--greedy | --temperature T --top-k K --top-p P --min-p M --seed S] [--ignore-eos]\n"
             "                    [--quant Q] [--max-model-len N] [--block-size B] [--max-num-batched-tokens N]\n"
-            "                    [--prefix-cache on|off] [--enforce-eager] [--json]\n"
+            "                    [--prefix-cache on|off] [--async-scheduling on|off] [--enforce-eager] [--json]\n"
             "  generate        one prompt through the engine; the text is printed as it is generated\n"
             "  --model         a Hugging Face directory (config.json, *.safetensors, tokenizer.json for --prompt and text)\n"
             "  --prompt        the prompt as text (encoded with DIR/tokenizer.json, special tokens added); --ids: as ids\n"
@@ -69,6 +76,8 @@ static void usage(FILE *f) {
             "  --block-size    KV block size in positions (default 16)\n"
             "  --max-num-batched-tokens  tokens a step at most: longer prompts are chunked (default 2048)\n"
             "  --prefix-cache  on (default) or off\n"
+            "  --async-scheduling  on (default): the next step is planned and launched while the device runs this one;\n"
+            "                  off: every step waits for its tokens first (the same tokens either way)\n"
             "  --enforce-eager CUDA: no CUDA graphs (by default every decode step replays one captured graph)\n"
             "  --json          no streaming: one JSON object at the end (prompt_ids, output_ids, text, times; with --chat\n"
             "                  chat_prompt, the rendered text)\n");
@@ -116,7 +125,7 @@ static int *chat_prompt_ids(Tokenizer *tok, const char *tok_path, const char *te
 static int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *ids_arg = NULL, *prompt = NULL, *device = NULL;
     int max_tokens = 64, ignore_eos = 0, json = 0, max_len = 0, block = 16, prefix = 1, sampling = 0, greedy_flag = 0, chat = 0;
-    int eager = 0;
+    int eager = 0, overlap = 1;
     long budget = 2048;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -136,7 +145,8 @@ static int cmd_generate(int argc, char **argv) {
             const char *v = argv[++i];
             if (strcmp(v, "on") && strcmp(v, "off")) arg_die("--prefix-cache: '%s' is not on or off", v);
             prefix = !strcmp(v, "on");
-        } else if (!strcmp(a, "--greedy")) greedy_flag = 1;
+        } else if (!strcmp(a, "--async-scheduling") && more) overlap = async_arg(argv[++i]);
+        else if (!strcmp(a, "--greedy")) greedy_flag = 1;
         else if (sampler_option(argc, argv, &i, &sp)) sampling = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--json")) json = 1;
@@ -195,7 +205,7 @@ static int cmd_generate(int argc, char **argv) {
     if (!run) die("%s", err);
     runner_set_graphs(run, !eager);
     fprintf(stderr, "[llm] loaded in %.2f s: %s (%s), %s\n", now_sec() - t_load, model_dir, qfmt, runner_describe(run));
-    EngineConfig ec = {.sched = sc};
+    EngineConfig ec = {.sched = sc, .overlap = overlap};
     Engine *e = engine_new(run, c->vocab, &ec, err, sizeof err);
     if (!e) die("%s", err);
 
@@ -282,6 +292,8 @@ static int by_arrival(const void *a, const void *b, void *ctx) {
     return i - j;
 }
 
+static int bench_overlap = 1;  // llm bench --async-scheduling
+
 static int engine_loop(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o, OfflineStats *st) {
     memset(st, 0, sizeof *st);
     if (o->on_logits || o->on_step) die("llm bench: per-step hooks are batch_bench's");
@@ -290,7 +302,7 @@ static int engine_loop(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o,
     long *ids = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(long));
     for (int i = 0; i < n; i++) ord[i] = i;
     qsort_r(ord, (size_t)n, sizeof(int), by_arrival, s->reqs);
-    EngineConfig ec = {.sched = s->cfg, .queue_cap = 1024};
+    EngineConfig ec = {.sched = s->cfg, .queue_cap = 1024, .overlap = bench_overlap};
     char err[256];
     Engine *e = engine_new(r, vocab, &ec, err, sizeof err);  // its clock starts here: time 0 of arrival_s
     if (!e) die("%s", err);
@@ -343,6 +355,10 @@ static int engine_loop(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o,
     st->steps = s->st.steps;
     engine_itl(e, &st->itl_ms, &st->n_itl, &st->forward_s, &st->device_s);
     engine_decode_split(e, &st->decode_steps, &st->decode_forward_s, &st->decode_device_s);
+    EngineMetrics em;
+    engine_metrics(e, &em);
+    fprintf(stderr, "[llm bench] async scheduling %s: %ld of %ld steps launched while the one before was running\n",
+                bench_overlap ? "on" : "off", em.overlapped_steps, em.steps);
     engine_free(e);
     free(ord), free(ids);
     return 0;
@@ -352,11 +368,25 @@ static int cmd_bench(int argc, char **argv) {
     static const BenchHooks hooks = {
         .prog = "llm bench",
         .usage_note = "llm bench: batch_bench's workloads and report through the engine (paged KV by default; the\n"
-                      "options below are batch_bench's, except --policy static and --steps-csv).\n",
+                      "options below are batch_bench's, except --policy static and --steps-csv), and\n"
+                      "  --async-scheduling on|off  on (default): the next step is planned and launched while the device\n"
+                      "                  runs this one; off: every step waits for its tokens first\n",
         .loop = engine_loop,
         .paged_default = 1,
     };
-    return bench_main(argc, argv, &hooks);
+    // this command's own option, taken out before batch_bench's parser sees the rest
+    char **av = xmalloc((size_t)(argc + 1) * sizeof(char *));
+    int ac = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--async-scheduling")) {
+            if (i + 1 >= argc) arg_die("--async-scheduling needs on or off");
+            bench_overlap = async_arg(argv[++i]);
+        } else av[ac++] = argv[i];
+    }
+    av[ac] = NULL;
+    const int rc = bench_main(ac, av, &hooks);
+    free(av);
+    return rc;
 }
 
 // ---------------------------------------------------------------- llm serve
@@ -365,7 +395,8 @@ static void usage_serve(FILE *f) {
             "usage: llm serve --model DIR [--device cpu|cuda] [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
             "                 [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N] [--max-num-batched-tokens N]\n"
             "                 [--block-size B] [--num-blocks N | --kv-gib G | --gpu-memory-utilization U] [--prefix-cache on|off]\n"
-            "                 [--quant Q] [--enforce-eager] [--prefill-attn flash|fused|gather] [--max-queue N]\n"
+            "                 [--quant Q] [--enforce-eager] [--async-scheduling on|off] [--prefill-attn flash|fused|gather]\n"
+            "                 [--max-queue N]\n"
             "                 [--max-request-bytes N] [--max-connections N] [--min-step-ms MS]\n"
             "  serve           the OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions (stream or\n"
             "                  not), GET /v1/models, GET /health, GET /metrics (Prometheus, vLLM's names); SIGTERM drains\n"
@@ -387,6 +418,7 @@ static void usage_serve(FILE *f) {
             "  --prefix-cache  on (default) or off\n"
             "  --quant         none (default), rtn-int8, rtn-int4, or either +lm_head: quantize at load (step06)\n"
             "  --enforce-eager CUDA: no CUDA graphs\n"
+            "  --async-scheduling  on (default): the next step is planned and launched while the device runs this one\n"
             "  --prefill-attn  CUDA: flash (default), fused or gather attention for prompt chunks\n"
             "The server's limits:\n"
             "  --max-queue     requests that may wait beyond --max-num-seqs; more get 503 with Retry-After (default 4096)\n"
@@ -419,7 +451,7 @@ static void generation_defaults(const char *dir, ServerConfig *c) {
 static int cmd_serve(int argc, char **argv) {
     const char *model_dir = NULL, *device = NULL, *host = "127.0.0.1", *api_key = NULL, *served = NULL;
     int port = 8000, max_len = 0, max_seqs = 256, block = 16, num_blocks = 0, prefix = 1, eager = 0, prefill_mode = PREFILL_FLASH;
-    int max_queue = 4096, max_conn = 1024;
+    int max_queue = 4096, max_conn = 1024, overlap = 1;
     long budget = 8192, max_body = 8 << 20;
     double kv_gib = 0, gpu_util = 0, min_step_ms = 0;
     QuantSpec qs;
@@ -436,6 +468,7 @@ static int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port")) port = (int)arg_int(a, argv[++i], 0, 65535);
         else if (!strcmp(a, "--api-key")) api_key = argv[++i];
         else if (!strcmp(a, "--served-model-name")) served = argv[++i];
+        else if (!strcmp(a, "--async-scheduling")) overlap = async_arg(argv[++i]);
         else if (!strcmp(a, "--max-model-len")) max_len = (int)arg_int(a, argv[++i], 2, 1 << 24);
         else if (!strcmp(a, "--max-num-seqs")) max_seqs = (int)arg_int(a, argv[++i], 1, 65536);
         else if (!strcmp(a, "--max-num-batched-tokens")) budget = arg_int(a, argv[++i], 1, 1 << 24);
@@ -531,7 +564,7 @@ static int cmd_serve(int argc, char **argv) {
     SchedConfig sc = {.policy = POLICY_CONTINUOUS, .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_len = max_len,
                       .block_size = block, .num_blocks = num_blocks, .prefix_cache = prefix};
     sc.n_eos = model_eos_ids(model_dir, c, sc.eos, 8);
-    EngineConfig ec = {.sched = sc, .queue_cap = max_seqs + max_queue + 16, .min_step_s = min_step_ms / 1e3};
+    EngineConfig ec = {.sched = sc, .queue_cap = max_seqs + max_queue + 16, .min_step_s = min_step_ms / 1e3, .overlap = overlap};
     Engine *e = engine_new(run, c->vocab, &ec, err, sizeof err);
     if (!e) die("%s", err);
     fprintf(stderr, "[llm serve] loaded in %.2f s: %s (%s), %s; KV pool %d blocks of %d\n", now_sec() - t_load, model_dir, qfmt,

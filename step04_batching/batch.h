@@ -3,7 +3,8 @@
 // defines: ReqStatus, FinishReason, Request, Batch, batch_alloc, batch_free, batch_check,
 //          batch_alloc_paged, batch_check_paged, runner_new_cpu_paged, runner_new_cuda_paged,
 //          Runner, runner_new_cpu, runner_new_cuda, runner_free, runner_forward, runner_describe,
-//          runner_kv_bytes, runner_set_prefill_attn, runner_set_batch_invariant, sample_keyed
+//          runner_kv_bytes, runner_set_prefill_attn, runner_set_batch_invariant, runner_launch, runner_collect,
+//          sample_keyed
 //
 // One engine step (vLLM v1's rule, no "prefill phase" and "decode phase"):
 //   plan   = scheduler_schedule(...)     who runs and how many new tokens each (scheduler.h)
@@ -46,6 +47,8 @@ typedef struct {
     int slot;             // KV slot while running, -1 otherwise
     int cancel;           // set by a client; the engine aborts at the next step boundary
     double arrival_s, first_sched_s, first_token_s, finish_s;  // -1 until it happens
+    int pending;          // final/'s overlapped loop: 1 while its last token (tokens[num_tokens - 1]) was drawn
+                          // on the device and is not known on the host yet (the scheduler keys no block holding it)
 } Request;
 
 // ---------------------------------------------------------------- the flat batch of one step
@@ -125,6 +128,18 @@ int runner_forward(Runner *r, const Batch *b, float *logits, int *argmax);
 // temperature[k] <= 0, else sample_gumbel(row, temperature[k], keys[k]) (on the GPU by one
 // kernel over the device logits: nothing but the tokens comes back). 0, or -1 as runner_forward.
 int runner_forward_sampled(Runner *r, const Batch *b, const float *temperature, const uint64_t *keys, int *tokens);
+// Overlapped steps (final/'s engine loop): runner_launch queues a forward whose tokens are drawn
+// where the logits are (as runner_forward_sampled; temperature and keys NULL: the argmax of every
+// row) into slot 0 or 1 and returns without waiting for it; runner_collect(slot) waits and copies
+// its n_logits tokens out. Two launches may be outstanding, one per slot; the device runs them in
+// launch order. Rows fix_rows[j] (n_fix of them) take as their input token the one that logit row
+// fix_src[j] of the previous launch drew: a token the host has not seen yet (their token_ids are
+// ignored); the previous forward must then have been a launch. So the host prepares step N+1
+// while the device runs step N. The CPU runners compute at launch (nothing overlaps; the same
+// calls and results, so the engine's loop is tested without a GPU). 0, or -1 with a message.
+int runner_launch(Runner *r, const Batch *b, const float *temperature, const uint64_t *keys, const int *fix_rows,
+                  const int *fix_src, int n_fix, int slot);
+int runner_collect(Runner *r, int slot, int *tokens);
 // CUDA runners: decode steps (every sequence one new row, paged KV, not batch-invariant) replayed
 // from CUDA graphs captured per batch-size bucket (on: the default; off = eager, every kernel
 // launched by the host each step). Returns the state now (0 on the CPU).

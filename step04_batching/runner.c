@@ -39,6 +39,10 @@ struct Runner {
     float *x, *xn, *tmp, *q, *k, *v, *att, *gate, *up, *cos_t, *sin_t;  // (max_tokens, ...) workspaces
     float *lx, *logits;  // (cap_logits, d), (cap_logits, vocab): the sampling rows
     int cap_logits;
+    // runner_launch on the CPU: the last launch's tokens (fix-ups read them), each slot's tokens
+    int *prev_tok, n_prev, prev_valid;
+    int *slot_tok[2], slot_n[2], slot_pend[2];
+    int *fixed;  // (max_tokens) a launch's token ids after its fix-ups
     char desc[160];
 };
 
@@ -126,6 +130,7 @@ void runner_free(Runner *r) {
     float *bufs[] = {r->kc, r->vc, r->kg, r->vg, r->x, r->xn, r->tmp, r->q, r->k, r->v, r->att,
                      r->gate, r->up, r->cos_t, r->sin_t, r->lx, r->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(r->prev_tok), free(r->slot_tok[0]), free(r->slot_tok[1]), free(r->fixed);
     free(r);
 }
 
@@ -235,17 +240,63 @@ static int forward_cpu_batch(Runner *r, const Batch *b, float *logits_out, int *
 
 int runner_forward(Runner *r, const Batch *b, float *logits, int *argmax) {
     if (r->cuda) return gpu_runner_forward(r->gpu, b, logits, argmax);
+    r->prev_valid = 0;
     return forward_cpu_batch(r, b, logits, argmax);
 }
 
 int runner_forward_sampled(Runner *r, const Batch *b, const float *temperature, const uint64_t *keys, int *tokens) {
     if (r->cuda) return gpu_runner_forward_sampled(r->gpu, b, temperature, keys, tokens);
+    r->prev_valid = 0;
     if (forward_cpu_batch(r, b, NULL, NULL) != 0) return -1;  // the logits in r->logits
     const int V = r->m->cfg.vocab;
     for (int k = 0; k < b->n_logits; k++) {
         const float *row = r->logits + (size_t)k * V;
-        tokens[k] = temperature[k] > 0 ? sample_gumbel(row, V, temperature[k], keys[k]) : argmax_f32(row, V);
+        tokens[k] = temperature && temperature[k] > 0 ? sample_gumbel(row, V, temperature[k], keys[k]) : argmax_f32(row, V);
     }
+    return 0;
+}
+
+// The CPU runner's launch: the fix-ups from the previous launch's tokens (kept here as the GPU
+// keeps them in device memory), the forward at once, the tokens held in the slot until collected.
+int runner_launch(Runner *r, const Batch *b, const float *temperature, const uint64_t *keys, const int *fix_rows,
+                  const int *fix_src, int n_fix, int slot) {
+    if (r->cuda) return gpu_runner_launch(r->gpu, b, temperature, keys, fix_rows, fix_src, n_fix, slot);
+#define BAD(...) do { fprintf(stderr, "runner_launch: " __VA_ARGS__); fputc('\n', stderr); return -1; } while (0)
+    if (slot < 0 || slot > 1) BAD("slot %d: need 0 or 1", slot);
+    if (r->slot_pend[slot]) BAD("slot %d still holds a launch: collect it first", slot);
+    if ((temperature == NULL) != (keys == NULL)) BAD("temperature and keys go together");
+    if (b->n_tokens > r->max_tokens) BAD("%d rows, the runner was made for %d per step", b->n_tokens, r->max_tokens);
+    if (n_fix < 0 || n_fix > b->n_tokens || (n_fix > 0 && (!fix_rows || !fix_src))) BAD("n_fix %d", n_fix);
+    if (n_fix > 0 && !r->prev_valid) BAD("rows take the previous launch's tokens, but the last forward was not a launch");
+    if (!r->fixed) {
+        r->fixed = xmalloc((size_t)r->max_tokens * sizeof(int));
+        for (int k = 0; k < 2; k++) r->slot_tok[k] = xmalloc((size_t)r->max_tokens * sizeof(int));
+        r->prev_tok = xmalloc((size_t)r->max_tokens * sizeof(int));
+    }
+    memcpy(r->fixed, b->token_ids, (size_t)b->n_tokens * sizeof(int));
+    for (int j = 0; j < n_fix; j++) {
+        if (fix_rows[j] < 0 || fix_rows[j] >= b->n_tokens || fix_src[j] < 0 || fix_src[j] >= r->n_prev)
+            BAD("fix-up %d: row %d, source %d (the previous launch drew %d tokens)", j, fix_rows[j], fix_src[j], r->n_prev);
+        r->fixed[fix_rows[j]] = r->prev_tok[fix_src[j]];
+    }
+#undef BAD
+    Batch fb = *b;
+    fb.token_ids = r->fixed;
+    if (runner_forward_sampled(r, &fb, temperature, keys, r->slot_tok[slot]) != 0) return -1;
+    memcpy(r->prev_tok, r->slot_tok[slot], (size_t)b->n_logits * sizeof(int));
+    r->n_prev = b->n_logits, r->prev_valid = 1;
+    r->slot_n[slot] = b->n_logits, r->slot_pend[slot] = 1;
+    return 0;
+}
+
+int runner_collect(Runner *r, int slot, int *tokens) {
+    if (r->cuda) return gpu_runner_collect(r->gpu, slot, tokens);
+    if (slot < 0 || slot > 1 || !r->slot_pend[slot]) {
+        fprintf(stderr, "runner_collect: slot %d holds no launch\n", slot);
+        return -1;
+    }
+    memcpy(tokens, r->slot_tok[slot], (size_t)r->slot_n[slot] * sizeof(int));
+    r->slot_pend[slot] = 0;
     return 0;
 }
 

@@ -244,6 +244,13 @@ __global__ void k_gather_rows(const float *x, const int *rows, int d, float *out
     for (int i = threadIdx.x; i < d; i += blockDim.x) out[(size_t)blockIdx.x * d + i] = src[i];
 }
 
+// The rows whose input token the previous launch drew on the device (gpu_runner_launch):
+// tok[fix[2j]] = prev[fix[2j + 1]]. Before the step's embedding, after its upload.
+__global__ void k_fix_tokens(int *tok, const int *fix, int n, const int *prev) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < n) tok[fix[2 * j]] = prev[fix[2 * j + 1]];
+}
+
 // out[r] = first index of the maximum of logits row r (vocab); grid (rows), 1024 threads.
 __global__ void k_argmax_rows(const float *logits, int vocab, int *out) {
     pdl_trigger();
@@ -468,9 +475,15 @@ struct GpuRunner {
     float *x, *qkv, *gu, *xg, *logits, *xnf, *attf, *hf;
     void *xn, *q16, *att, *h;
     float *cos_t, *sin_t, *inv_freq;
-    int *d_pack, *h_pack, *d_argmax;
+    int *d_pack, *h_pack, *d_argmax;  // h_pack: 3 x pack_cap (a synchronous forward's, then one per launch slot)
     size_t pack_cap;
     cudaEvent_t ev0, ev1;
+    // gpu_runner_launch's two slots: the tokens' pinned host copy, the device-time events, the
+    // event after the copy, whether a launch waits to be collected and its token count
+    int *h_out[2];
+    cudaEvent_t eva[2], evb[2], evd[2];
+    int pend[2], pend_nr[2];
+    int last_async;  // the last forward was a launch: d_argmax holds its tokens (fix-ups may read them)
     double last_ms;
     int launches;
     // CUDA graphs of decode steps: bucket i holds B = gb[i] rows; graph [i][v - 1][s] runs paged
@@ -603,7 +616,7 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     // + the block tables (at most T sequences) + the prefill tiles (at most one per row)
     // + flash's per-sequence arrays (cu rows, first rows, contexts, slot tables, cu tiles)
     // + the sampling temperatures and keys (3 ints per row, 8-byte aligned)
-    const size_t pack_cap = 7 * T + 8 + (size_t)T * nbt + (size_t)PP_TILE_INTS * T + 5 * T + 8 + 3 * T + 2;
+    const size_t pack_cap = 7 * T + 8 + (size_t)T * nbt + (size_t)PP_TILE_INTS * T + 5 * T + 8 + 3 * T + 2 + 2 * T;
     const size_t gather = paged ? 2 * (size_t)max_len * kd * es : 0;
     const size_t ws = gather + T * d * 4 + T * d * es + T * nqkv * 4 + 2 * T * qd * es + T * 2 * ff * 4 + T * ff * es +
                       (size_t)lcap * d * 4 + (size_t)lcap * c->vocab * 4 + 2 * T * half * 4 + s_cap * s_es +
@@ -675,7 +688,13 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->d_pack = (int *)dalloc_r(pack_cap * 4, NULL);
     r->d_argmax = (int *)dalloc_r((size_t)T * 4, NULL);
     r->pack_cap = pack_cap;
-    CUDA_CHECK(cudaMallocHost(&r->h_pack, pack_cap * 4));
+    CUDA_CHECK(cudaMallocHost(&r->h_pack, 3 * pack_cap * 4));
+    for (int k = 0; k < 2; k++) {
+        CUDA_CHECK(cudaMallocHost(&r->h_out[k], T * 4));
+        CUDA_CHECK(cudaEventCreate(&r->eva[k]));
+        CUDA_CHECK(cudaEventCreate(&r->evb[k]));
+        CUDA_CHECK(cudaEventCreateWithFlags(&r->evd[k], cudaEventDisableTiming));
+    }
     float *inv = (float *)xmalloc(half * 4);
     rope_inv_freq(c, inv);
     CUDA_CHECK(cudaMemcpy(r->inv_freq, inv, half * 4, cudaMemcpyHostToDevice));
@@ -759,6 +778,12 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     if (r->ac.P != r->ac.S) CUDA_CHECK(cudaFree(r->ac.P));
     CUDA_CHECK(cudaFreeHost(r->h_pack));
+    for (int k = 0; k < 2; k++) {
+        CUDA_CHECK(cudaFreeHost(r->h_out[k]));
+        CUDA_CHECK(cudaEventDestroy(r->eva[k]));
+        CUDA_CHECK(cudaEventDestroy(r->evb[k]));
+        CUDA_CHECK(cudaEventDestroy(r->evd[k]));
+    }
     CUDA_CHECK(cudaEventDestroy(r->ev0));
     CUDA_CHECK(cudaEventDestroy(r->ev1));
     graphs_drop(r);
@@ -952,7 +977,8 @@ extern "C" void gpu_runner_graph_stats(const GpuRunner *r, long *replays, long *
     *replays = r->replays, *captures = r->captures;
 }
 
-static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const float *temps, const uint64_t *keys);
+static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const float *temps, const uint64_t *keys,
+                   const int *fix_rows = NULL, const int *fix_src = NULL, int n_fix = 0, int slot = -1);
 
 // Every decode graph made before the first real step (the file's top comment). For each bucket B:
 // each decode kernel paged_decode_choose gives B rows (v1; v2 where max_model_len exceeds a
@@ -1033,8 +1059,11 @@ static const Batch *graph_pad(GpuRunner *r, const Batch *b, int B) {
 }
 
 // The forward of gpu_runner_forward / gpu_runner_forward_sampled: logits to the host when logits,
-// tokens (argmax, or drawn when temps) to the host when out.
-static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const float *temps, const uint64_t *keys) {
+// tokens (argmax, or drawn when temps) to the host when out. gpu_runner_launch: slot 0 or 1 (out
+// is then that slot's pinned buffer, and the call returns once the step is queued), and n_fix rows
+// take their token from the previous launch's d_argmax on the device.
+static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const float *temps, const uint64_t *keys,
+                   const int *fix_rows, const int *fix_src, int n_fix, int slot) {
     if (validate(r, b0) != 0) return -1;
     GpuModel *g = r->g;
     const ModelConfig *c = &g->cfg;
@@ -1070,7 +1099,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     // graphs, and the batch-1 chain also when eager (programmatic launches need a stream of their own)
     const cudaStream_t st = gi >= 0 || fused1 ? r->stream : 0;
     // ---- one packed upload: token ids, positions, slots, logit rows, decode items
-    int *hp = r->h_pack;
+    int *hp = r->h_pack + (size_t)(slot + 1) * r->pack_cap;  // a launch's host copy may still be read by a queued upload
     size_t o = 0;
     const size_t o_tok = o; memcpy(hp + o, b->token_ids, (size_t)T * 4), o += T;
     const size_t o_pos = o; memcpy(hp + o, b->positions, (size_t)T * 4), o += T;
@@ -1129,11 +1158,18 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
         fa->block_tables = paged ? r->d_pack + o_bt : r->d_pack + of + 3 * S + 1;
         fa->cu_tiles = r->d_pack + of + 4 * S + 1;
     }
+    const size_t o_fix = o;  // launch: (row, source) pairs of the rows whose token is on the device
+    for (int j = 0; j < n_fix; j++) hp[o + 2 * j] = fix_rows[j], hp[o + 2 * j + 1] = fix_src[j];
+    o += 2 * (size_t)n_fix;
     int *dp = r->d_pack;
     r->ac.d_bt = paged ? dp + o_bt : NULL;
     r->ac.d_tiles = dp + o_tiles;
-    CUDA_CHECK(cudaEventRecord(r->ev0, st));
+    CUDA_CHECK(cudaEventRecord(slot >= 0 ? r->eva[slot] : r->ev0, st));
     CUDA_CHECK(cudaMemcpyAsync(dp, hp, o * 4, cudaMemcpyHostToDevice, st));
+    if (n_fix > 0) {
+        k_fix_tokens<<<(n_fix + 255) / 256, 256, 0, st>>>(dp + o_tok, dp + o_fix, n_fix, r->d_argmax);
+        CUDA_CHECK_LAST();
+    }
 
     // ---- the kernels of the step (captured once per bucket into a graph when gi >= 0)
     auto body = [&]() -> int {
@@ -1296,17 +1332,24 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
         launches = body();
         if (gi >= 0) r->gwarm[gi][gk][gm] = 1;
     }
-    CUDA_CHECK(cudaEventRecord(r->ev1, st));
+    CUDA_CHECK(cudaEventRecord(slot >= 0 ? r->evb[slot] : r->ev1, st));
     const int NR = b0->n_logits;  // the padding rows' tokens stay on the device
     if (out && NR) CUDA_CHECK(cudaMemcpyAsync(out, r->d_argmax, (size_t)NR * 4, cudaMemcpyDeviceToHost, st));
+    r->launches = launches;
+    r->last_nl = NL;
+    r->last_async = slot >= 0;
+    if (slot >= 0) {  // queued: gpu_runner_collect waits for it
+        CUDA_CHECK(cudaEventRecord(r->evd[slot], st));
+        if (gi >= 0) CUBLAS_CHECK(cublasSetStream(g->blas, 0));  // (the graph holds its own stream and workspace)
+        r->pend[slot] = 1, r->pend_nr[slot] = NR;
+        return 0;
+    }
     CUDA_CHECK(cudaEventSynchronize(r->ev1));
     CUDA_CHECK(cudaStreamSynchronize(st));
     if (gi >= 0) CUBLAS_CHECK(cublasSetStream(g->blas, 0));  // (also back to cuBLAS's own workspace)
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, r->ev0, r->ev1));
     r->last_ms = ms;
-    r->launches = launches;
-    r->last_nl = NL;
     (void)es;
     return 0;
 }
@@ -1329,6 +1372,35 @@ extern "C" int gpu_runner_forward_sampled(GpuRunner *r, const Batch *b, const fl
         return -1;
     }
     return forward(r, b, NULL, tokens, temperature, keys);
+}
+
+extern "C" int gpu_runner_launch(GpuRunner *r, const Batch *b, const float *temperature, const uint64_t *keys,
+                                 const int *fix_rows, const int *fix_src, int n_fix, int slot) {
+#define BAD(...) do { fprintf(stderr, "gpu_runner_launch: " __VA_ARGS__); fputc('\n', stderr); return -1; } while (0)
+    if (slot < 0 || slot > 1) BAD("slot %d: need 0 or 1", slot);
+    if (r->pend[slot]) BAD("slot %d still holds a launch: collect it first", slot);
+    if ((temperature == NULL) != (keys == NULL)) BAD("temperature and keys go together");
+    if (n_fix < 0 || n_fix > b->n_tokens || (n_fix > 0 && (!fix_rows || !fix_src))) BAD("n_fix %d", n_fix);
+    if (n_fix > 0 && !r->last_async) BAD("rows take the previous launch's tokens, but the last forward was not a launch");
+    for (int j = 0; j < n_fix; j++)
+        if (fix_rows[j] < 0 || fix_rows[j] >= b->n_tokens || fix_src[j] < 0 || fix_src[j] >= r->max_tok)
+            BAD("fix-up %d: row %d, source %d", j, fix_rows[j], fix_src[j]);
+#undef BAD
+    return forward(r, b, NULL, r->h_out[slot], temperature, keys, fix_rows, fix_src, n_fix, slot);
+}
+
+extern "C" int gpu_runner_collect(GpuRunner *r, int slot, int *tokens) {
+    if (slot < 0 || slot > 1 || !r->pend[slot]) {
+        fprintf(stderr, "gpu_runner_collect: slot %d holds no launch\n", slot);
+        return -1;
+    }
+    CUDA_CHECK(cudaEventSynchronize(r->evd[slot]));
+    memcpy(tokens, r->h_out[slot], (size_t)r->pend_nr[slot] * 4);
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, r->eva[slot], r->evb[slot]));
+    r->last_ms = ms;
+    r->pend[slot] = 0;
+    return 0;
 }
 
 // ---------------------------------------------------------------- test entry point

@@ -1,7 +1,7 @@
 // runner_gpu.h — the CUDA half of the step04 runner (runner_gpu.cu; runner_gpu_none.c when built
 // without nvcc). runner.c wraps it behind batch.h's Runner; programs and tests use Runner.
 // defines: GpuRunner, gpu_runner_new, gpu_runner_new_paged, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
-//          gpu_runner_forward, gpu_runner_forward_sampled, gpu_runner_set_graphs, gpu_runner_set_lone_decode,
+//          gpu_runner_forward, gpu_runner_forward_sampled, gpu_runner_launch, gpu_runner_collect, gpu_runner_set_graphs, gpu_runner_set_lone_decode,
 //          gpu_runner_graph_stats, gpu_runner_capture_graphs,
 //          gumbel_sample_gpu_check, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
 //          gpu_runner_set_prefill_attn, gpu_runner_set_batch_invariant, gpu_runner_read_kv, batch_attention_gpu_check, batch_attention_gpu_check_paged,
@@ -44,6 +44,14 @@ int gpu_runner_forward(GpuRunner *r, const Batch *b, float *logits, int *argmax)
 // temperature[k] <= 0, else Gumbel-max keyed by keys[k] (gumbel.h).
 int gpu_runner_forward_sampled(GpuRunner *r, const Batch *b, const float *temperature, const uint64_t *keys,
                                int *tokens);
+// As runner_launch / runner_collect (batch.h): the step queued on the device into slot 0 or 1 and
+// its tokens (argmax, or drawn where temperature) copied into the slot's pinned buffer; collect
+// waits for that copy. Rows fix_rows[j] take sample fix_src[j] of the previous launch (still in
+// d_argmax: a small kernel writes it into the uploaded token ids before the embedding). 0, or -1
+// with a message (a slot still held, fix-ups after a synchronous forward, bad rows).
+int gpu_runner_launch(GpuRunner *r, const Batch *b, const float *temperature, const uint64_t *keys, const int *fix_rows,
+                      const int *fix_src, int n_fix, int slot);
+int gpu_runner_collect(GpuRunner *r, int slot, int *tokens);
 // CUDA graphs for decode steps (runner_set_graphs): 1 on (the default), 0 eager. Returns the state.
 int gpu_runner_set_graphs(GpuRunner *r, int on);
 // The lone decode row (a step of one sequence with one new row: batch-1 decode): 0 step02/03's

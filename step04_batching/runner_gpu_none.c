@@ -37,6 +37,17 @@ int gpu_runner_forward_sampled(GpuRunner *r, const Batch *b, const float *temper
     fprintf(stderr, "gpu_runner_forward_sampled: built without CUDA (nvcc was not found at build time)\n");
     return -1;
 }
+int gpu_runner_launch(GpuRunner *r, const Batch *b, const float *temperature, const uint64_t *keys, const int *fix_rows,
+                      const int *fix_src, int n_fix, int slot) {
+    (void)r, (void)b, (void)temperature, (void)keys, (void)fix_rows, (void)fix_src, (void)n_fix, (void)slot;
+    fprintf(stderr, "gpu_runner_launch: built without CUDA (nvcc was not found at build time)\n");
+    return -1;
+}
+int gpu_runner_collect(GpuRunner *r, int slot, int *tokens) {
+    (void)r, (void)slot, (void)tokens;
+    fprintf(stderr, "gpu_runner_collect: built without CUDA (nvcc was not found at build time)\n");
+    return -1;
+}
 int gpu_runner_set_graphs(GpuRunner *r, int on) {
     (void)r, (void)on;
     return 0;

@@ -305,6 +305,24 @@ void sched_schedule(Scheduler *s, double now, SchedPlan *p) {
     }
 }
 
+void sched_stop(Scheduler *s, int i, FinishReason why, double now) {
+    Request *r = &s->reqs[i];
+    if (r->status == REQ_FINISHED) return;
+    if (r->status == REQ_RUNNING) {
+        finish(s, r, why, now);
+        drop_finished_running(s);
+        return;
+    }
+    for (int k = s->w_head; k < s->n_reqs; k++)  // waiting (preempted back to the queue): out of it
+        if (s->waiting[k] == i) {
+            memmove(s->waiting + s->w_head + 1, s->waiting + s->w_head, (size_t)(k - s->w_head) * sizeof(int));
+            s->w_head++;
+            break;
+        }
+    r->status = REQ_FINISHED, r->finish = why, r->finish_s = now;
+    s->n_finished++;
+}
+
 void sched_update(Scheduler *s, const SchedPlan *p, const int *tokens, double now) {
     for (int i = 0; i < p->n; i++) {
         Request *r = &s->reqs[p->req[i]];

@@ -41,10 +41,17 @@ static long chunk(const Request *r, long budget) {
     return rem < budget ? rem : budget;
 }
 
+// The tokens of 0 .. upto-1 a block may be keyed by: a token still on the device (final/'s
+// overlapped loop: r->pending) is not known yet, so its block is keyed at a later step's commit.
+static int known(const Request *r, int upto) {
+    const int k = r->num_tokens - r->pending;
+    return upto < k ? upto : k;
+}
+
 int paged_admit(Scheduler *s, int i, long budget) {
     KvBlocks *kv = &s->blocks;
     Request *r = &s->reqs[i];
-    const int cached = kvb_lookup(kv, i, r->tokens, r->num_tokens);
+    const int cached = kvb_lookup(kv, i, r->tokens, r->num_tokens - r->pending);
     if (cached < 0) die("paged_admit: request %d already holds blocks", i);
     r->num_computed = cached;
     const int upto = cached + (int)chunk(r, budget);
@@ -55,7 +62,7 @@ int paged_admit(Scheduler *s, int i, long budget) {
     }
     // hash the full blocks of this step's tokens now, so a request admitted later in this very step
     // already hits them (the forward writes every row's K/V of a layer before any attention of it)
-    kvb_commit(kv, i, r->tokens, upto);
+    kvb_commit(kv, i, r->tokens, known(r, upto));
     s->st.prefix_query_tokens += r->num_tokens;
     s->st.prefix_hit_tokens += cached;
     return 0;
@@ -65,7 +72,7 @@ int paged_grow(Scheduler *s, int i, long budget) {
     Request *r = &s->reqs[i];
     const int upto = r->num_computed + (int)chunk(r, budget);
     if (kvb_allocate(&s->blocks, i, upto) != 0) return -1;
-    kvb_commit(&s->blocks, i, r->tokens, upto);
+    kvb_commit(&s->blocks, i, r->tokens, known(r, upto));
     return 0;
 }
 

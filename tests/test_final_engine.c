@@ -71,11 +71,12 @@ static void make_specs(const CpuModel *m, Spec *spec) {
     }
 }
 
-// The offline loop's outputs: out[i] (mt ids, -1 past the end), fin[i].
-static void offline_outputs(const CpuModel *m, const Spec *spec, long budget, int out[N][MAXT], FinishReason *fin) {
+// The offline loop's outputs under scheduler config c: out[i] (mt ids, -1 past the end), fin[i];
+// its preemptions into *preempted when not NULL.
+static void offline_outputs_cfg(const CpuModel *m, const Spec *spec, SchedConfig c, int out[N][MAXT], FinishReason *fin,
+                                long *preempted) {
     Request r[N];
     for (int i = 0; i < N; i++) request_init(&r[i], i, spec[i].ids, spec[i].np, spec[i].mt, &spec[i].sp, spec[i].ignore_eos, 0);
-    SchedConfig c = config(m, budget);
     Scheduler s;
     char err[256];
     cr_assert_eq(sched_init(&s, &c, r, N, err, sizeof err), 0, "%s", err);
@@ -84,6 +85,7 @@ static void offline_outputs(const CpuModel *m, const Spec *spec, long budget, in
     OfflineStats st;
     cr_assert_eq(offline_run(run, m->cfg.vocab, &s, &o, &st), 0);
     free(st.itl_ms);
+    if (preempted) *preempted = s.st.preemptions;
     for (int i = 0; i < N; i++) {
         const int gen = r[i].num_tokens - r[i].num_prompt;
         for (int t = 0; t < MAXT; t++) out[i][t] = t < gen ? r[i].tokens[r[i].num_prompt + t] : -1;
@@ -92,6 +94,10 @@ static void offline_outputs(const CpuModel *m, const Spec *spec, long budget, in
     }
     runner_free(run);
     sched_free(&s);
+}
+
+static void offline_outputs(const CpuModel *m, const Spec *spec, long budget, int out[N][MAXT], FinishReason *fin) {
+    offline_outputs_cfg(m, spec, config(m, budget), out, fin, NULL);
 }
 
 typedef struct {
@@ -127,12 +133,12 @@ Test(final_engine, streams_equal_the_offline_loop, .timeout = 300) {
     load_cpu(MODELS_DIR "/qwen3_qknorm_f32", &w, &m);
     Spec spec[N];
     make_specs(&m, spec);
-    const long budgets[] = {7, 64};
-    for (int bi = 0; bi < 2; bi++) {
+    const long budgets[] = {7, 64, 7, 64};
+    for (int bi = 0; bi < 4; bi++) {  // without, then with asynchronous scheduling (its steps with top-k rows run in order)
         int want[N][MAXT];
         FinishReason want_fin[N];
         offline_outputs(&m, spec, budgets[bi], want, want_fin);
-        EngineConfig ec = {.sched = config(&m, budgets[bi]), .queue_cap = 4};
+        EngineConfig ec = {.sched = config(&m, budgets[bi]), .queue_cap = 4, .overlap = bi >= 2};
         Runner *run = runner_for(&m, &ec.sched);
         char err[256];
         Engine *e = engine_new(run, m.cfg.vocab, &ec, err, sizeof err);
@@ -188,7 +194,8 @@ Test(final_engine, cancel_refusals_and_unfit_requests, .timeout = 120) {
     ModelWeights w;
     CpuModel m;
     load_cpu(MODELS_DIR "/qwen3_qknorm_f32", &w, &m);
-    EngineConfig ec = {.sched = config(&m, 16)};
+    for (int overlap = 0; overlap < 2; overlap++) {
+    EngineConfig ec = {.sched = config(&m, 16), .overlap = overlap};
     Runner *run = runner_for(&m, &ec.sched);
     char err[256];
     Engine *e = engine_new(run, m.cfg.vocab, &ec, err, sizeof err);
@@ -238,6 +245,98 @@ Test(final_engine, cancel_refusals_and_unfit_requests, .timeout = 120) {
     cr_assert_geq(last, 0);
     engine_free(e);  // drains
     runner_free(run);
+    }
+    cpu_model_free(&m);
+    model_free(&w);
+}
+
+// Asynchronous scheduling where it does the most: every row drawn on the device (greedy and
+// temperature-only), EOS stops that land while the next step is already launched, a pool small
+// enough to preempt, prompts chunked beside decodes, shared prefixes. The streams must be the
+// offline loop's token for token (the CPU path is exact), and most steps must have overlapped.
+Test(final_engine, async_scheduling_equals_the_offline_loop, .timeout = 300) {
+    ModelWeights w;
+    CpuModel m;
+    load_cpu(MODELS_DIR "/qwen3_qknorm_f32", &w, &m);
+    Spec spec[N];
+    make_specs(&m, spec);
+    for (int i = 0; i < N; i++) {  // no host-side sampling: top-k rows become temperature-only
+        spec[i].sp.top_k = 0, spec[i].sp.top_p = 1;
+        spec[i].ignore_eos = i % 2 == 0;  // greedy ones run to their length, the drawn ones may stop
+    }
+    // an EOS id the drawn requests actually produce after their first token: the run without EOS
+    // ids says which
+    SchedConfig c0 = config(&m, 64);
+    c0.n_eos = 0;
+    int free_run[N][MAXT];
+    FinishReason fin0[N];
+    offline_outputs_cfg(&m, spec, c0, free_run, fin0, NULL);
+    int eos = -1;
+    for (int i = 1; i < N && eos < 0; i += 2)
+        for (int t = 1; t < MAXT - 1 && eos < 0; t++)
+            if (free_run[i][t + 1] >= 0) eos = free_run[i][t];
+    cr_assert_geq(eos, 0, "no drawn request made 3 tokens");
+    const long budgets[] = {7, 64};
+    for (int bi = 0; bi < 2; bi++) {
+        SchedConfig c = config(&m, budgets[bi]);
+        c.eos[0] = eos;
+        c.num_blocks = 20;  // 19 blocks of 4 for 4 sequences of up to 52 positions: preemptions
+        int want[N][MAXT];
+        FinishReason want_fin[N];
+        long preempted = 0;
+        offline_outputs_cfg(&m, spec, c, want, want_fin, &preempted);
+        int stops = 0;
+        for (int i = 0; i < N; i++) stops += want_fin[i] == FINISH_STOP;
+        cr_assert_gt(stops, 0, "budget %ld: no request stopped at EOS id %d", budgets[bi], eos);
+        cr_assert_gt(preempted, 0, "budget %ld: the small pool preempted nobody", budgets[bi]);
+        EngineConfig ec = {.sched = c, .queue_cap = 4, .overlap = 1};
+        Runner *run = runner_for(&m, &ec.sched);
+        char err[256];
+        Engine *e = engine_new(run, m.cfg.vocab, &ec, err, sizeof err);
+        cr_assert(e, "%s", err);
+        Reader rd[N];
+        pthread_t th[N];
+        for (int i = 0; i < N; i++) {
+            long id;
+            while ((id = engine_submit(e, -1, spec[i].ids, spec[i].np, spec[i].mt, &spec[i].sp, spec[i].ignore_eos)) == -1)
+                sleep_ms(1);
+            cr_assert_eq(id, i);
+            rd[i].e = e, rd[i].id = id;
+            cr_assert_eq(pthread_create(&th[i], NULL, read_stream, &rd[i]), 0);
+            if (i % 3 == 2) sleep_ms(5);
+        }
+        long gen = 0;
+        for (int i = 0; i < N; i++) {
+            pthread_join(th[i], NULL);
+            int nwant = 0;
+            while (nwant < MAXT && want[i][nwant] >= 0) nwant++;
+            cr_expect_eq(rd[i].n, nwant, "budget %ld request %d: %d tokens streamed, the offline loop made %d", budgets[bi], i,
+                         rd[i].n, nwant);
+            for (int t = 0; t < rd[i].n && t < nwant; t++)
+                cr_expect_eq(rd[i].got[t], want[i][t], "budget %ld request %d token %d: engine %d, offline %d", budgets[bi], i,
+                             t, rd[i].got[t], want[i][t]);
+            cr_expect_eq(rd[i].fin, want_fin[i], "budget %ld request %d: finish %s, offline %s", budgets[bi], i,
+                         finish_reason_name(rd[i].fin), finish_reason_name(want_fin[i]));
+            gen += rd[i].n;
+            double arr, sch, first, end;
+            cr_assert_eq(engine_times(e, i, &arr, &sch, &first, &end), 0);
+            if (rd[i].n > 0) cr_expect(first >= sch && end >= first, "request %d: times %g %g %g", i, sch, first, end);
+        }
+        EngineMetrics mt;
+        engine_metrics(e, &mt);
+        cr_expect_eq(mt.generation_tokens, gen);
+        cr_expect_eq(mt.finished[FINISH_STOP], stops);
+        cr_expect_eq(mt.running, 0);
+        cr_expect(mt.kv_usage == 0.0, "KV in use with nothing running: %g", mt.kv_usage);
+        cr_expect_gt(mt.preemptions, 0, "budget %ld: no preemption through the engine", budgets[bi]);
+        cr_expect_gt(2 * mt.overlapped_steps, mt.steps, "budget %ld: %ld of %ld steps overlapped", budgets[bi],
+                     mt.overlapped_steps, mt.steps);
+        fprintf(stderr, "[async] budget %ld: %ld of %ld steps launched before the previous one's tokens were back, "
+                "%d EOS stops, %ld preemptions\n", budgets[bi], mt.overlapped_steps, mt.steps, stops, mt.preemptions);
+        for (int i = 0; i < N; i++) engine_release(e, i);
+        engine_free(e);
+        runner_free(run);
+    }
     cpu_model_free(&m);
     model_free(&w);
 }

@@ -6,6 +6,9 @@
 //     several buckets and both paged decode kernels (v1, and v2 for a context past 1024);
 //   - in graph steps, the sampled tokens equal the C reference's draw on that step's logits (the
 //     padded upload gives every row its own temperature and key).
+//   - steps launched ahead (gpu_runner_launch: the next step queued before this one's tokens are
+//     back, its input tokens taken from the previous launch on the device) give exactly the tokens
+//     of the same steps run one by one.
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -204,6 +207,125 @@ static void graphs_vs_eager(GpuModel *gm, int V, int glen, const char *name) {
         fprintf(stderr, "[graphs] %s: %d of %d greedy tokens identical with CUDA graphs and eager (%ld replays, %ld captures)\n",
                 name, same, all, graph.replays, graph.captures);
     }
+}
+
+// The steps of graph_run (graphs captured up front), run two ways: each step by
+// gpu_runner_forward(_sampled) with its input tokens from the host (async 0), or by
+// gpu_runner_launch with the next step launched before this one's tokens are collected, its decode
+// rows taking their tokens from the previous launch on the device (async 1: the engine's
+// asynchronous scheduling). The same kernels and graphs run on the same inputs: the tokens must be
+// identical, bit for bit.
+static void launch_run(GpuModel *gm, int V, int glen, int async, int sampled, int tok[GS][GMAXG], int n[GS]) {
+    static const int plen0[GS] = {5, 1100, 17, 33, 2, 64, 9, 120, 48, 3, 77, 15, 250};
+    static const int ngen[GS] = {40, 24, 3, 7, 12, 40, 1, 18, 30, 5, 9, 36, 2};
+    int plen[GS];
+    for (int s = 0; s < GS; s++) plen[s] = plen0[s] < glen - GMAXG ? plen0[s] : glen - GMAXG;
+    const int per = (glen + GB - 1) / GB, nblk = 1 + GS * per;
+    char err[512];
+    GpuRunner *g = gpu_runner_new_paged(gm, nblk, GB, glen, 2048, err, sizeof err);
+    cr_assert(g, "%s", err);
+    cr_assert_geq(gpu_runner_capture_graphs(g), 0);
+    Batch b;
+    batch_alloc_paged(&b, GS, 2048, GB, per);
+    Rng r;
+    rng_seed(&r, 555);
+    static int seq[GS][GLEN];
+    int len[GS], sched[GS], src[GS];  // len: positions so far (the pending token included); sched: tokens asked for
+    for (int s = 0; s < GS; s++) {
+        len[s] = plen[s], sched[s] = 0, n[s] = 0, src[s] = -1;
+        for (int j = 0; j < plen[s]; j++) seq[s][j] = (int)(rng_u32(&r) % (unsigned)V);
+    }
+    int owner[2][GS], nl[2] = {0, 0}, am[GS], fix_rows[GS], fix_src[GS];
+    float temps[GS];
+    uint64_t keys[GS];
+    int pend = -1;  // the slot launched and not collected yet
+    for (int step = 0;; step++) {
+        const int slot = step % 2;
+        int n_fix = 0;
+        b.n_seqs = 0, b.n_tokens = 0, b.n_logits = 0, b.cu_seqlens_q[0] = 0;
+        for (int s = 0; s < GS; s++) {
+            if (sched[s] >= ngen[s]) continue;
+            const int p0 = step == 0 ? 0 : len[s] - 1, nr = step == 0 ? plen[s] : 1, i = b.n_seqs;
+            for (int j = 0; j < nr; j++) {
+                const int t = b.n_tokens++, pos = p0 + j;
+                b.token_ids[t] = seq[s][pos], b.positions[t] = pos;
+                b.slot_mapping[t] = (1 + s * per + pos / GB) * GB + pos % GB;
+            }
+            if (step > 0 && async) b.token_ids[b.n_tokens - 1] = 0, fix_rows[n_fix] = b.n_tokens - 1, fix_src[n_fix++] = src[s];
+            for (int k = 0; k < per; k++) b.block_tables[(size_t)i * b.bt_stride + k] = 1 + s * per + k;
+            b.seq_lens_k[i] = len[s], b.seq_slot[i] = 0;
+            b.cu_seqlens_q[++b.n_seqs] = b.n_tokens;
+            owner[slot][b.n_logits] = s, b.logit_rows[b.n_logits] = b.n_tokens - 1;
+            temps[b.n_logits] = sampled ? 0.8f : 0, keys[b.n_logits] = sample_key(9, s, len[s]);
+            src[s] = b.n_logits++;
+            sched[s]++;
+        }
+        if (b.n_seqs == 0) break;
+        nl[slot] = b.n_logits;
+        if (!async) {
+            if (sampled) cr_assert_eq(gpu_runner_forward_sampled(g, &b, temps, keys, am), 0, "step %d", step);
+            else cr_assert_eq(gpu_runner_forward(g, &b, NULL, am), 0, "step %d", step);
+            for (int k = 0; k < nl[slot]; k++) {
+                const int s = owner[slot][k];
+                tok[s][n[s]++] = am[k], seq[s][len[s]++] = am[k];
+            }
+            continue;
+        }
+        cr_assert_eq(gpu_runner_launch(g, &b, sampled ? temps : NULL, sampled ? keys : NULL, fix_rows, fix_src, n_fix, slot), 0,
+                     "step %d", step);
+        for (int k = 0; k < nl[slot]; k++) len[owner[slot][k]]++;  // the token it draws: known later
+        if (pend >= 0) {
+            cr_assert_eq(gpu_runner_collect(g, pend, am), 0, "step %d", step - 1);
+            for (int k = 0; k < nl[pend]; k++) {
+                const int s = owner[pend][k];
+                tok[s][n[s]] = am[k], seq[s][plen[s] + n[s]] = am[k], n[s]++;
+            }
+        }
+        pend = slot;
+    }
+    if (pend >= 0) {
+        cr_assert_eq(gpu_runner_collect(g, pend, am), 0);
+        for (int k = 0; k < nl[pend]; k++) {
+            const int s = owner[pend][k];
+            tok[s][n[s]] = am[k], seq[s][plen[s] + n[s]] = am[k], n[s]++;
+        }
+    }
+    batch_free(&b);
+    gpu_runner_free(g);
+}
+
+static void launches_vs_forwards(GpuModel *gm, int V, int glen, const char *name) {
+    static int t0[GS][GMAXG], t1[GS][GMAXG];
+    int n0[GS], n1[GS];
+    for (int sampled = 0; sampled < 2; sampled++) {
+        launch_run(gm, V, glen, 0, sampled, t0, n0);
+        launch_run(gm, V, glen, 1, sampled, t1, n1);
+        int all = 0;
+        for (int s = 0; s < GS; s++) {
+            cr_assert_eq(n1[s], n0[s], "%s sequence %d: %d tokens launched ahead, %d step by step", name, s, n1[s], n0[s]);
+            for (int t = 0; t < n0[s]; t++)
+                cr_expect_eq(t1[s][t], t0[s][t], "%s %s sequence %d token %d: launched ahead %d, step by step %d", name,
+                             sampled ? "sampled" : "greedy", s, t, t1[s][t], t0[s][t]);
+            all += n0[s];
+        }
+        fprintf(stderr, "[async] %s %s: %d tokens, each step launched before the previous one's tokens were back, equal to "
+                "the step-by-step run\n", name, sampled ? "sampled" : "greedy", all);
+    }
+}
+
+Test(final_graphs_gpu, launches_ahead_equal_step_by_step, .timeout = 600) {
+    NEED_GPU();
+    static const char *json =
+        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1024,"
+        "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":128,\"vocab_size\":1024,"
+        "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}";
+    ModelConfig cfg;
+    char err[512];
+    cr_assert_eq(hf_config_parse(json, "test model", &cfg, err, sizeof err), 0, "%s", err);
+    GpuModel *gm = gpu_model_random(&cfg, ST_BF16, 21, err, sizeof err);
+    cr_assert(gm, "%s", err);
+    launches_vs_forwards(gm, cfg.vocab, GLEN, "random qwen3 hd128");
+    gpu_model_free(gm);
 }
 
 // A random bf16 Qwen3-style model of head_dim 128 (the tensor-core decode loop) and every test
