@@ -1310,7 +1310,13 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     };
     int launches = 0;
     const int gk = gv > 0 ? gv - 1 : 0, gm = temps != NULL;  // the graph's decode kernel and last kernel
-    if (gi >= 0) {  // cuBLAS on the graph's stream, with a workspace it does not allocate during a capture
+    // cuBLAS on the graph's stream, with a workspace it does not allocate during a capture: only for
+    // the bucket's eager step and its capture (a replay makes no cuBLAS call; LLM_BLAS_SWITCH=1: on
+    // every graph step, as before, to measure what the switch costs a step launched ahead)
+    static int switch_always = -1;
+    if (switch_always < 0) switch_always = getenv("LLM_BLAS_SWITCH") && atoi(getenv("LLM_BLAS_SWITCH")) == 1;
+    const int blas_on_st = gi >= 0 && (switch_always || !r->gexec[gi][gk][gm]);
+    if (blas_on_st) {
         CUBLAS_CHECK(cublasSetStream(g->blas, st));
         CUBLAS_CHECK(cublasSetWorkspace(g->blas, r->blas_ws, GRAPH_BLAS_WS));
     }
@@ -1340,13 +1346,13 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     r->last_async = slot >= 0;
     if (slot >= 0) {  // queued: gpu_runner_collect waits for it
         CUDA_CHECK(cudaEventRecord(r->evd[slot], st));
-        if (gi >= 0) CUBLAS_CHECK(cublasSetStream(g->blas, 0));  // (the graph holds its own stream and workspace)
+        if (blas_on_st) CUBLAS_CHECK(cublasSetStream(g->blas, 0));
         r->pend[slot] = 1, r->pend_nr[slot] = NR;
         return 0;
     }
     CUDA_CHECK(cudaEventSynchronize(r->ev1));
     CUDA_CHECK(cudaStreamSynchronize(st));
-    if (gi >= 0) CUBLAS_CHECK(cublasSetStream(g->blas, 0));  // (also back to cuBLAS's own workspace)
+    if (blas_on_st) CUBLAS_CHECK(cublasSetStream(g->blas, 0));  // (also back to cuBLAS's own workspace)
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, r->ev0, r->ev1));
     r->last_ms = ms;
