@@ -99,7 +99,6 @@
 #include "step07_kernels/decode_fused.cuh"  // fused_proj, gemv_rows_launch, k_argmax_fused: the lone decode row
 #include "step07_kernels/flash_attn.h"
 #include "step07_kernels/fused.h"
-#include "timer.h"
 
 #define DEFAULT_SMALL_CHUNK 16
 #define SCORE_BUDGET ((size_t)3 << 29)  // bytes for the long path's scores + probabilities (1.5 GiB)
@@ -492,12 +491,6 @@ struct GpuRunner {
     int graphs;              // gpu_runner_set_graphs (1 by default)
     int ngb, gb[GRAPH_MAX_BUCKETS];
     cudaGraphExec_t gexec[GRAPH_MAX_BUCKETS][2][2];
-    cudaGraphExec_t gexec2[GRAPH_MAX_BUCKETS][2][2];  // a second instance of each, for launch slot 1
-    cudaGraph_t ggraph[GRAPH_MAX_BUCKETS][2][2];      // the captured graphs
-    double graph_launch_s;   // host seconds inside cudaGraphLaunch (LLM_LAUNCH_PROF=1 prints them)
-    long graph_launch_n;
-    double launch_s, collect_s;  // host seconds inside gpu_runner_launch and gpu_runner_collect
-    long launch_n;
     int gwarm[GRAPH_MAX_BUCKETS][2][2], glaunch[GRAPH_MAX_BUCKETS][2][2];
     long replays, captures;
     int last_nl;             // logit rows of the last forward (padding included)
@@ -772,18 +765,12 @@ static void graphs_drop(GpuRunner *r) {
         for (int v = 0; v < 2; v++)
             for (int m = 0; m < 2; m++) {
                 if (r->gexec[i][v][m]) CUDA_CHECK(cudaGraphExecDestroy(r->gexec[i][v][m]));
-                if (r->gexec2[i][v][m]) CUDA_CHECK(cudaGraphExecDestroy(r->gexec2[i][v][m]));
-                if (r->ggraph[i][v][m]) CUDA_CHECK(cudaGraphDestroy(r->ggraph[i][v][m]));
-                r->gexec[i][v][m] = r->gexec2[i][v][m] = NULL, r->ggraph[i][v][m] = NULL, r->gwarm[i][v][m] = 0;
+                r->gexec[i][v][m] = NULL, r->gwarm[i][v][m] = 0;
             }
 }
 
 extern "C" void gpu_runner_free(GpuRunner *r) {
     if (!r) return;
-    if (getenv("LLM_LAUNCH_PROF") && atoi(getenv("LLM_LAUNCH_PROF")) == 1 && r->graph_launch_n)
-        fprintf(stderr, "[runner] %ld graph launches, %.1f us each on the host on average; %ld launches %.1f us each, "
-                "collect waits %.1f us each\n", r->graph_launch_n, r->graph_launch_s / r->graph_launch_n * 1e6, r->launch_n,
-                r->launch_n ? r->launch_s / r->launch_n * 1e6 : 0, r->launch_n ? r->collect_s / r->launch_n * 1e6 : 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     void *ps[] = {r->kc, r->vc, r->x, r->xn, r->qkv, r->q16, r->att, r->gu, r->h, r->xg, r->logits, r->xnf, r->attf,
                   r->hf, r->cos_t, r->sin_t, r->inv_freq, r->d_pack, r->d_argmax, r->ac.S, r->ac.part_o, r->ac.part_ml,
@@ -1334,18 +1321,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
         CUBLAS_CHECK(cublasSetWorkspace(g->blas, r->blas_ws, GRAPH_BLAS_WS));
     }
     if (gi >= 0 && r->gexec[gi][gk][gm]) {
-        // two launches in flight (slots 0 and 1) replay two instances of the graph: an instance is
-        // never launched again while it may still run (LLM_GRAPH_DUP=0: one instance for both)
-        static int dup = -1;
-        if (dup < 0) dup = !(getenv("LLM_GRAPH_DUP") && atoi(getenv("LLM_GRAPH_DUP")) == 0);
-        cudaGraphExec_t ex = r->gexec[gi][gk][gm];
-        if (slot == 1 && dup) {
-            if (!r->gexec2[gi][gk][gm]) CUDA_CHECK(cudaGraphInstantiate(&r->gexec2[gi][gk][gm], r->ggraph[gi][gk][gm], 0));
-            ex = r->gexec2[gi][gk][gm];
-        }
-        const double l0 = now_sec();
-        CUDA_CHECK(cudaGraphLaunch(ex, st));
-        r->graph_launch_s += now_sec() - l0, r->graph_launch_n++;
+        CUDA_CHECK(cudaGraphLaunch(r->gexec[gi][gk][gm], st));
         launches = r->glaunch[gi][gk][gm];
         r->replays++;
     } else if (gi >= 0 && r->gwarm[gi][gk][gm]) {
@@ -1354,7 +1330,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
         launches = body();
         CUDA_CHECK(cudaStreamEndCapture(st, &gr));
         CUDA_CHECK(cudaGraphInstantiate(&r->gexec[gi][gk][gm], gr, 0));
-        r->ggraph[gi][gk][gm] = gr;  // kept: launch slot 1 instantiates it again
+        CUDA_CHECK(cudaGraphDestroy(gr));
         r->glaunch[gi][gk][gm] = launches;
         r->captures++;
         CUDA_CHECK(cudaGraphLaunch(r->gexec[gi][gk][gm], st));
@@ -1416,10 +1392,7 @@ extern "C" int gpu_runner_launch(GpuRunner *r, const Batch *b, const float *temp
         if (fix_rows[j] < 0 || fix_rows[j] >= b->n_tokens || fix_src[j] < 0 || fix_src[j] >= r->max_tok)
             BAD("fix-up %d: row %d, source %d", j, fix_rows[j], fix_src[j]);
 #undef BAD
-    const double t0 = now_sec();
-    const int rc = forward(r, b, NULL, r->h_out[slot], temperature, keys, fix_rows, fix_src, n_fix, slot);
-    r->launch_s += now_sec() - t0, r->launch_n++;
-    return rc;
+    return forward(r, b, NULL, r->h_out[slot], temperature, keys, fix_rows, fix_src, n_fix, slot);
 }
 
 extern "C" int gpu_runner_collect(GpuRunner *r, int slot, int *tokens) {
@@ -1427,9 +1400,7 @@ extern "C" int gpu_runner_collect(GpuRunner *r, int slot, int *tokens) {
         fprintf(stderr, "gpu_runner_collect: slot %d holds no launch\n", slot);
         return -1;
     }
-    const double t0 = now_sec();
     CUDA_CHECK(cudaEventSynchronize(r->evd[slot]));
-    r->collect_s += now_sec() - t0;
     memcpy(tokens, r->h_out[slot], (size_t)r->pend_nr[slot] * 4);
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, r->eva[slot], r->evb[slot]));
