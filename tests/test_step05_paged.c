@@ -1722,3 +1722,66 @@ Test(step05, decode_order_longest_first_keeps_each_item) {
         }
     }
 }
+
+// final/'s asynchronous scheduling on the scheduler alone: a token drawn on the device and not
+// known yet (Request.pending) is never keyed into the prefix cache (its block is keyed at a later
+// step, with the real token: a later request sharing those tokens hits the whole block), and
+// sched_stop ends a request wherever it is (running: blocks freed; waiting: out of the queue;
+// finished: nothing).
+Test(step05, pending_token_is_never_keyed_and_sched_stop_ends_anywhere) {
+    const int B = 4;
+    SchedConfig c = {.policy = POLICY_CONTINUOUS, .max_num_seqs = 1, .max_num_batched_tokens = 64, .max_len = 32,
+                     .block_size = B, .num_blocks = 20, .prefix_cache = 1};
+    const SamplerParams sp = {.greedy = 1, .top_p = 1};
+    int prompt[12];
+    for (int i = 0; i < 12; i++) prompt[i] = 20 + i;
+    Request r[3];
+    request_init(&r[0], 0, prompt, 7, 10, &sp, 1, 0);  // A: 7 prompt tokens
+    request_init(&r[1], 1, prompt, 3, 4, &sp, 1, 0);   // C: waits behind A (one seat)
+    Scheduler s;
+    char err[256];
+    cr_assert_eq(sched_init(&s, &c, r, 2, err, sizeof err), 0, "%s", err);
+    SchedPlan p = {0};
+    const int ph[2] = {-1, -1};
+    sched_schedule(&s, 0, &p);  // A's prompt; C has no seat
+    cr_assert_eq(p.n, 1);
+    cr_assert_eq(p.samples[0], 1);
+    sched_update(&s, &p, ph, 0);  // as the engine does after a launch: a placeholder ...
+    r[0].pending = 1;             // ... for position 7, still on the device
+    cr_assert_eq(r[0].num_tokens, 8);
+    sched_schedule(&s, 0, &p);  // A's decode at position 7: blocks 0 and 1 full of tokens, block 1 not known
+    cr_assert_eq(p.n, 1);
+    cr_assert_eq(p.start[0], 7);
+    cr_expect_eq(kvb_table(&s.blocks, 0)->n_hashed, 1, "the block holding the pending token was keyed");
+    r[0].tokens[7] = 99, r[0].pending = 0;  // the token comes back
+    const int tok[2] = {98, 98};
+    sched_update(&s, &p, tok, 0);
+    sched_schedule(&s, 0, &p);  // A's next decode commits block 1, now with the real token
+    cr_expect_eq(kvb_table(&s.blocks, 0)->n_hashed, 2);
+    // A ends while running: its blocks go back (the hashed ones to the cache)
+    sched_stop(&s, 0, FINISH_STOP, 1.0);
+    cr_expect_eq(r[0].status, REQ_FINISHED);
+    cr_expect_eq(r[0].finish, FINISH_STOP);
+    cr_expect_eq(s.n_running, 0);
+    cr_expect_eq(kvb_table(&s.blocks, 0)->n, 0);
+    sched_stop(&s, 0, FINISH_ERROR, 2.0);  // finished: nothing changes
+    cr_expect_eq(r[0].finish, FINISH_STOP);
+    cr_expect(r[0].finish_s == 1.0);
+    // a request with A's first 8 tokens (the once-pending one included) hits both blocks
+    int q[9];
+    memcpy(q, r[0].tokens, 8 * sizeof(int));
+    q[8] = 5;
+    cr_expect_eq(kvb_lookup(&s.blocks, 2, q, 9), 8, "the real token's block was not found in the cache");
+    kvb_free_seq(&s.blocks, 2);
+    // C still waits (its seat was A's); it ends there, out of the queue
+    cr_expect_eq(sched_num_waiting(&s), 1);
+    sched_stop(&s, 1, FINISH_STOP, 3.0);
+    cr_expect_eq(sched_num_waiting(&s), 0);
+    cr_expect_eq(r[1].status, REQ_FINISHED);
+    cr_expect(sched_done(&s));
+    sched_schedule(&s, 4.0, &p);
+    cr_expect_eq(p.n, 0, "a stopped request was scheduled");
+    plan_free(&p);
+    sched_free(&s);
+    for (int i = 0; i < 2; i++) request_free(&r[i]);
+}
