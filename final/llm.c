@@ -357,6 +357,7 @@ static int engine_loop(Runner *r, int vocab, Scheduler *s, const OfflineOpts *o,
     engine_decode_split(e, &st->decode_steps, &st->decode_forward_s, &st->decode_device_s);
     EngineMetrics em;
     engine_metrics(e, &em);
+    st->overlapped_steps = em.overlapped_steps;
     fprintf(stderr, "[llm bench] async scheduling %s: %ld of %ld steps launched while the one before was running\n",
                 bench_overlap ? "on" : "off", em.overlapped_steps, em.steps);
     engine_free(e);

@@ -697,6 +697,7 @@ int bench_main(int argc, char **argv, const BenchHooks *h) {
         JNUM("device_share", os.device_s / dur);
         // prompt-chunk steps vs decode steps (the steps with any prompt chunk count as prefill)
         JINT("decode_steps", os.decode_steps);
+        JINT("overlapped_steps", os.overlapped_steps);
         JNUM("decode_forward_s", os.decode_forward_s);
         JNUM("decode_device_s", os.decode_device_s);
         JNUM("prefill_forward_s", os.forward_s - os.decode_forward_s);

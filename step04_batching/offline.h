@@ -39,6 +39,8 @@ typedef struct {
     long decode_steps;
     double decode_forward_s, decode_device_s;
     long steps, logit_copies;  // steps; steps whose logits were copied to the host
+    long overlapped_steps;     // steps launched while the one before was still running (final/'s engine with
+                               // asynchronous scheduling; step04's offline loop: 0)
     double *itl_ms;       // (n_itl) every inter-token gap of every request (ms), malloc'ed
     long n_itl;
 } OfflineStats;

@@ -547,12 +547,29 @@ Test(final_engine, llm_bench_equals_batch_bench, .timeout = 300) {
     cr_expect(json_equal(json_object_get(sa, "output_tokens"), json_object_get(sb, "output_tokens")));
     cr_expect(json_equal(json_object_get(sa, "prompt_tokens"), json_object_get(sb, "prompt_tokens")));
     cr_expect_str_eq(json_string_value(json_object_get(sa, "kv_layout")), "paged");
-    json_decref(ja), json_decref(jb);
-    free(a), free(b);
+    // the same run without asynchronous scheduling (on by default): the same tokens, no step overlapped
+    char *c;
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s/llm bench %s --requests %s --async-scheduling off 2>/dev/null", BUILD_BIN_DIR, common,
+             path);
+    cr_assert_eq(run_cmd(cmd, &c), 0, "%s failed", cmd);
+    json_t *jc = json_loads(c, 0, &je);
+    cr_assert(jc, "not JSON");
+    const json_t *rc_ = json_object_get(jc, "requests");
+    cr_assert_eq(json_array_size(rc_), NR);
+    for (size_t i = 0; i < NR; i++)
+        cr_expect(json_equal(json_object_get(json_array_get(ra, i), "output_ids"), json_object_get(json_array_get(rc_, i), "output_ids")),
+                  "request %zu: output ids differ with --async-scheduling off", i);
+    const json_t *sc = json_object_get(jc, "summary");
+    cr_expect_eq(json_integer_value(json_object_get(sc, "overlapped_steps")), 0);
+    cr_expect_gt(json_integer_value(json_object_get(sa, "overlapped_steps")), 0, "no step overlapped by default");
+    cr_expect_eq(json_integer_value(json_object_get(sb, "overlapped_steps")), 0, "batch_bench's loop overlapped");
+    json_decref(ja), json_decref(jb), json_decref(jc);
+    free(a), free(b), free(c);
     // the engine's loop refuses what only batch_bench's has
     static const char *bad[][2] = {{"--policy static", "--policy static is batch_bench's"},
-                                   {"--steps-csv /tmp/x.csv", "--steps-csv is batch_bench's"}};
-    for (int i = 0; i < 2; i++) {
+                                   {"--steps-csv /tmp/x.csv", "--steps-csv is batch_bench's"},
+                                   {"--async-scheduling maybe", "is not on or off"}};
+    for (int i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, "%s/llm bench --preset tiny --trace nano --num-requests 2 --input-len 4:4 --output-len 2:2 --device cpu %s 2>&1",
                  BUILD_BIN_DIR, bad[i][0]);
         const int rc = run_cmd(cmd, &a);
