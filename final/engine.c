@@ -230,12 +230,6 @@ static void push_itl(Engine *e, double ms) {
     e->itl[e->n_itl++] = ms;
 }
 
-static int is_eos(const SchedConfig *c, int tok) {
-    for (int k = 0; k < c->n_eos; k++)
-        if (tok == c->eos[k]) return 1;
-    return 0;
-}
-
 static void sleep_s(double w) {
     if (w <= 0) return;
     struct timespec ts = {(time_t)w, (long)((w - (double)(time_t)w) * 1e9)};
@@ -268,7 +262,7 @@ static void step_apply(Engine *e, Step *t, const int *toks, Step *nx) {
         q->pending = 0;
         e->m.generation_tokens++;
         if (t->first[i]) q->first_token_s = end;
-        if (is_eos(&s->cfg, tok) && !q->ignore_eos) {
+        if (sched_stops_at(&s->cfg, q, tok)) {
             if (q->status == REQ_FINISHED) {  // by length (or a cancel) meanwhile: the EOS came first
                 q->finish = FINISH_STOP, q->finish_s = end;
             } else {

@@ -175,3 +175,19 @@ void batch_from_plan_paged(Batch *b, const SchedPlan *p, const Request *reqs, co
         die("batch_from_plan_paged: a batch of block size %d for a pool of block size %d", b->block_size, kv->block_size);
     from_plan(b, p, reqs, 0, kv);
 }
+
+int runner_launch_check(const char *who, const Batch *b, const float *temperature, const uint64_t *keys,
+                        const int *fix_rows, const int *fix_src, int n_fix, int slot, int slot_busy, int prev_launch,
+                        int n_prev) {
+#define LAUNCH_BAD(...) do { fprintf(stderr, "%s: ", who); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return -1; } while (0)
+    if (slot < 0 || slot > 1) LAUNCH_BAD("slot %d: need 0 or 1", slot);
+    if (slot_busy) LAUNCH_BAD("slot %d still holds a launch: collect it first", slot);
+    if ((temperature == NULL) != (keys == NULL)) LAUNCH_BAD("temperature and keys go together");
+    if (n_fix < 0 || n_fix > b->n_tokens || (n_fix > 0 && (!fix_rows || !fix_src))) LAUNCH_BAD("n_fix %d", n_fix);
+    if (n_fix > 0 && !prev_launch) LAUNCH_BAD("rows take the previous launch's tokens, but the last forward was not a launch");
+    for (int j = 0; j < n_fix; j++)
+        if (fix_rows[j] < 0 || fix_rows[j] >= b->n_tokens || fix_src[j] < 0 || fix_src[j] >= n_prev)
+            LAUNCH_BAD("fix-up %d: row %d, source %d (the previous launch drew %d tokens)", j, fix_rows[j], fix_src[j], n_prev);
+#undef LAUNCH_BAD
+    return 0;
+}

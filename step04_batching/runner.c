@@ -261,25 +261,20 @@ int runner_forward_sampled(Runner *r, const Batch *b, const float *temperature, 
 int runner_launch(Runner *r, const Batch *b, const float *temperature, const uint64_t *keys, const int *fix_rows,
                   const int *fix_src, int n_fix, int slot) {
     if (r->cuda) return gpu_runner_launch(r->gpu, b, temperature, keys, fix_rows, fix_src, n_fix, slot);
-#define BAD(...) do { fprintf(stderr, "runner_launch: " __VA_ARGS__); fputc('\n', stderr); return -1; } while (0)
-    if (slot < 0 || slot > 1) BAD("slot %d: need 0 or 1", slot);
-    if (r->slot_pend[slot]) BAD("slot %d still holds a launch: collect it first", slot);
-    if ((temperature == NULL) != (keys == NULL)) BAD("temperature and keys go together");
-    if (b->n_tokens > r->max_tokens) BAD("%d rows, the runner was made for %d per step", b->n_tokens, r->max_tokens);
-    if (n_fix < 0 || n_fix > b->n_tokens || (n_fix > 0 && (!fix_rows || !fix_src))) BAD("n_fix %d", n_fix);
-    if (n_fix > 0 && !r->prev_valid) BAD("rows take the previous launch's tokens, but the last forward was not a launch");
+    if (runner_launch_check("runner_launch", b, temperature, keys, fix_rows, fix_src, n_fix, slot,
+                            slot >= 0 && slot <= 1 && r->slot_pend[slot], r->prev_valid, r->n_prev) != 0)
+        return -1;
+    if (b->n_tokens > r->max_tokens) {
+        fprintf(stderr, "runner_launch: %d rows, the runner was made for %d per step\n", b->n_tokens, r->max_tokens);
+        return -1;
+    }
     if (!r->fixed) {
         r->fixed = xmalloc((size_t)r->max_tokens * sizeof(int));
         for (int k = 0; k < 2; k++) r->slot_tok[k] = xmalloc((size_t)r->max_tokens * sizeof(int));
         r->prev_tok = xmalloc((size_t)r->max_tokens * sizeof(int));
     }
     memcpy(r->fixed, b->token_ids, (size_t)b->n_tokens * sizeof(int));
-    for (int j = 0; j < n_fix; j++) {
-        if (fix_rows[j] < 0 || fix_rows[j] >= b->n_tokens || fix_src[j] < 0 || fix_src[j] >= r->n_prev)
-            BAD("fix-up %d: row %d, source %d (the previous launch drew %d tokens)", j, fix_rows[j], fix_src[j], r->n_prev);
-        r->fixed[fix_rows[j]] = r->prev_tok[fix_src[j]];
-    }
-#undef BAD
+    for (int j = 0; j < n_fix; j++) r->fixed[fix_rows[j]] = r->prev_tok[fix_src[j]];
     Batch fb = *b;
     fb.token_ids = r->fixed;
     if (runner_forward_sampled(r, &fb, temperature, keys, r->slot_tok[slot]) != 0) return -1;

@@ -484,6 +484,7 @@ struct GpuRunner {
     cudaEvent_t eva[2], evb[2], evd[2];
     int pend[2], pend_nr[2];
     int last_async;  // the last forward was a launch: d_argmax holds its tokens (fix-ups may read them)
+    int last_nr;     // ... its real logit rows (the fix-ups' sources)
     double last_ms;
     int launches;
     // CUDA graphs of decode steps: bucket i holds B = gb[i] rows; graph [i][v - 1][s] runs paged
@@ -1311,11 +1312,9 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     int launches = 0;
     const int gk = gv > 0 ? gv - 1 : 0, gm = temps != NULL;  // the graph's decode kernel and last kernel
     // cuBLAS on the graph's stream, with a workspace it does not allocate during a capture: only for
-    // the bucket's eager step and its capture (a replay makes no cuBLAS call; LLM_BLAS_SWITCH=1: on
-    // every graph step, as before: on an H100 nano ran the same either way, with steps launched ahead)
-    static int switch_always = -1;
-    if (switch_always < 0) switch_always = getenv("LLM_BLAS_SWITCH") && atoi(getenv("LLM_BLAS_SWITCH")) == 1;
-    const int blas_on_st = gi >= 0 && (switch_always || !r->gexec[gi][gk][gm]);
+    // the bucket's eager step and its capture (a replay makes no cuBLAS call; switching on every
+    // replay, as before d7bddbc, ran nano the same on an H100)
+    const int blas_on_st = gi >= 0 && !r->gexec[gi][gk][gm];
     if (blas_on_st) {
         CUBLAS_CHECK(cublasSetStream(g->blas, st));
         CUBLAS_CHECK(cublasSetWorkspace(g->blas, r->blas_ws, GRAPH_BLAS_WS));
@@ -1343,7 +1342,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     if (out && NR) CUDA_CHECK(cudaMemcpyAsync(out, r->d_argmax, (size_t)NR * 4, cudaMemcpyDeviceToHost, st));
     r->launches = launches;
     r->last_nl = NL;
-    r->last_async = slot >= 0;
+    r->last_async = slot >= 0, r->last_nr = NR;
     if (slot >= 0) {  // queued: gpu_runner_collect waits for it
         CUDA_CHECK(cudaEventRecord(r->evd[slot], st));
         if (blas_on_st) CUBLAS_CHECK(cublasSetStream(g->blas, 0));
@@ -1382,16 +1381,9 @@ extern "C" int gpu_runner_forward_sampled(GpuRunner *r, const Batch *b, const fl
 
 extern "C" int gpu_runner_launch(GpuRunner *r, const Batch *b, const float *temperature, const uint64_t *keys,
                                  const int *fix_rows, const int *fix_src, int n_fix, int slot) {
-#define BAD(...) do { fprintf(stderr, "gpu_runner_launch: " __VA_ARGS__); fputc('\n', stderr); return -1; } while (0)
-    if (slot < 0 || slot > 1) BAD("slot %d: need 0 or 1", slot);
-    if (r->pend[slot]) BAD("slot %d still holds a launch: collect it first", slot);
-    if ((temperature == NULL) != (keys == NULL)) BAD("temperature and keys go together");
-    if (n_fix < 0 || n_fix > b->n_tokens || (n_fix > 0 && (!fix_rows || !fix_src))) BAD("n_fix %d", n_fix);
-    if (n_fix > 0 && !r->last_async) BAD("rows take the previous launch's tokens, but the last forward was not a launch");
-    for (int j = 0; j < n_fix; j++)
-        if (fix_rows[j] < 0 || fix_rows[j] >= b->n_tokens || fix_src[j] < 0 || fix_src[j] >= r->max_tok)
-            BAD("fix-up %d: row %d, source %d", j, fix_rows[j], fix_src[j]);
-#undef BAD
+    if (runner_launch_check("gpu_runner_launch", b, temperature, keys, fix_rows, fix_src, n_fix, slot,
+                            slot >= 0 && slot <= 1 && r->pend[slot], r->last_async, r->last_nr) != 0)
+        return -1;
     return forward(r, b, NULL, r->h_out[slot], temperature, keys, fix_rows, fix_src, n_fix, slot);
 }
 

@@ -305,6 +305,13 @@ void sched_schedule(Scheduler *s, double now, SchedPlan *p) {
     }
 }
 
+int sched_stops_at(const SchedConfig *c, const Request *r, int tok) {
+    if (r->ignore_eos) return 0;
+    for (int e = 0; e < c->n_eos; e++)
+        if (tok == c->eos[e]) return 1;
+    return 0;
+}
+
 void sched_stop(Scheduler *s, int i, FinishReason why, double now) {
     Request *r = &s->reqs[i];
     if (r->status == REQ_FINISHED) return;
@@ -339,9 +346,7 @@ void sched_update(Scheduler *s, const SchedPlan *p, const int *tokens, double no
         const int tok = tokens[i];
         r->tokens[r->num_tokens++] = tok;
         if (r->first_token_s < 0) r->first_token_s = now;
-        int eos = 0;
-        for (int e = 0; e < s->cfg.n_eos; e++) eos |= tok == s->cfg.eos[e];
-        if (eos && !r->ignore_eos) finish(s, r, FINISH_STOP, now);
+        if (sched_stops_at(&s->cfg, r, tok)) finish(s, r, FINISH_STOP, now);
         else if (r->num_tokens >= reservation(r, s->cfg.max_len)) finish(s, r, FINISH_LENGTH, now);
     }
     drop_finished_running(s);

@@ -1,6 +1,6 @@
 // scheduler.h — who runs each step, and how many new tokens each gets; the KV slots of step04.
 // defines: SchedPolicy, SchedConfig, SchedPlan, KvSlots, SchedStats, Scheduler, sched_init, sched_free,
-//          sched_schedule, sched_update, sched_stop, sched_add, sched_done, sched_next_arrival, sched_num_waiting, batch_from_plan,
+//          sched_schedule, sched_update, sched_stop, sched_stops_at, sched_add, sched_done, sched_next_arrival, sched_num_waiting, batch_from_plan,
 //          batch_from_plan_paged, policy_name, finish_reason_name, request_init, request_free
 //
 // vLLM v1's one rule (continuous batching). Every request has num_tokens (prompt + generated)
@@ -158,6 +158,8 @@ void sched_update(Scheduler *s, const SchedPlan *plan, const int *tokens, double
 // finished (nothing). final/'s overlapped loop: a token that comes back as EOS after the next
 // step was already planned.
 void sched_stop(Scheduler *s, int i, FinishReason why, double now);
+// 1 when token tok ends request r (one of the EOS ids, and r does not ignore them).
+int sched_stops_at(const SchedConfig *c, const Request *r, int tok);
 // A request that arrives while the loop runs (final/'s engine): reqs[s->n_reqs], set up by
 // request_init, of a table that may have been reallocated since (reqs is its base now; the
 // scheduler keeps indices, never pointers). Joins the waiting queue in arrival order, or, when it

@@ -127,6 +127,39 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+// Submits the N requests (ids in submission order), each read by its own thread; spread: a pause
+// after every third, so that later ones join running batches.
+static void submit_all(Engine *e, const Spec *spec, Reader *rd, pthread_t *th, int spread) {
+    for (int i = 0; i < N; i++) {
+        long id;
+        while ((id = engine_submit(e, -1, spec[i].ids, spec[i].np, spec[i].mt, &spec[i].sp, spec[i].ignore_eos)) == -1)
+            sleep_ms(1);  // the queue is full: the engine takes it in at its next step
+        cr_assert_eq(id, i, "ids are given in submission order");
+        rd[i].e = e, rd[i].id = id;
+        cr_assert_eq(pthread_create(&th[i], NULL, read_stream, &rd[i]), 0);
+        if (spread && i % 3 == 2) sleep_ms(5);
+    }
+}
+
+// Joins the readers; every stream must be the offline loop's (want, want_fin). Returns the tokens read.
+static long expect_offline_streams(Reader *rd, pthread_t *th, int want[N][MAXT], const FinishReason *want_fin, long budget) {
+    long gen = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        int nwant = 0;
+        while (nwant < MAXT && want[i][nwant] >= 0) nwant++;
+        cr_expect_eq(rd[i].n, nwant, "budget %ld request %d: %d tokens streamed, the offline loop made %d", budget, i, rd[i].n,
+                     nwant);
+        for (int t = 0; t < rd[i].n && t < nwant; t++)
+            cr_expect_eq(rd[i].got[t], want[i][t], "budget %ld request %d token %d: engine %d, offline %d", budget, i, t,
+                         rd[i].got[t], want[i][t]);
+        cr_expect_eq(rd[i].fin, want_fin[i], "budget %ld request %d: finish %s, offline %s", budget, i,
+                     finish_reason_name(rd[i].fin), finish_reason_name(want_fin[i]));
+        gen += rd[i].n;
+    }
+    return gen;
+}
+
 Test(final_engine, streams_equal_the_offline_loop, .timeout = 300) {
     ModelWeights w;
     CpuModel m;
@@ -145,31 +178,12 @@ Test(final_engine, streams_equal_the_offline_loop, .timeout = 300) {
         cr_assert(e, "%s", err);
         Reader rd[N];
         pthread_t th[N];
-        for (int i = 0; i < N; i++) {  // arrivals spread out: later ones join running batches
-            long id;
-            while ((id = engine_submit(e, -1, spec[i].ids, spec[i].np, spec[i].mt, &spec[i].sp, spec[i].ignore_eos)) == -1)
-                sleep_ms(1);  // the queue is full: the engine takes it in at its next step
-            cr_assert_eq(id, i, "ids are given in submission order");
-            rd[i].e = e, rd[i].id = id;
-            cr_assert_eq(pthread_create(&th[i], NULL, read_stream, &rd[i]), 0);
-            if (i % 3 == 2) sleep_ms(5);
-        }
-        for (int i = 0; i < N; i++) {
-            pthread_join(th[i], NULL);
-            int nwant = 0;
-            while (nwant < MAXT && want[i][nwant] >= 0) nwant++;
-            cr_expect_eq(rd[i].n, nwant, "budget %ld request %d: %d tokens streamed, the offline loop made %d", budgets[bi], i,
-                         rd[i].n, nwant);
-            for (int t = 0; t < rd[i].n && t < nwant; t++)
-                cr_expect_eq(rd[i].got[t], want[i][t], "budget %ld request %d token %d: engine %d, offline %d", budgets[bi], i,
-                             t, rd[i].got[t], want[i][t]);
-            cr_expect_eq(rd[i].fin, want_fin[i], "request %d: finish %s, offline %s", i, finish_reason_name(rd[i].fin),
-                         finish_reason_name(want_fin[i]));
-        }
+        submit_all(e, spec, rd, th, 1);  // arrivals spread out: later ones join running batches
+        const long gen = expect_offline_streams(rd, th, want, want_fin, budgets[bi]);
         EngineMetrics mt;
         engine_metrics(e, &mt);
-        long prompt = 0, gen = 0, by_reason = 0;
-        for (int i = 0; i < N; i++) prompt += spec[i].np, gen += rd[i].n;
+        long prompt = 0, by_reason = 0;
+        for (int i = 0; i < N; i++) prompt += spec[i].np;
         for (int f = 0; f < 4; f++) by_reason += mt.finished[f];
         cr_expect_eq(mt.prompt_tokens, prompt);
         cr_expect_eq(mt.generation_tokens, gen);
@@ -303,27 +317,9 @@ Test(final_engine, async_scheduling_equals_the_offline_loop, .timeout = 300) {
         cr_assert(e, "%s", err);
         Reader rd[N];
         pthread_t th[N];
+        submit_all(e, spec, rd, th, 0);
+        const long gen = expect_offline_streams(rd, th, want, want_fin, budgets[bi]);
         for (int i = 0; i < N; i++) {
-            long id;
-            while ((id = engine_submit(e, -1, spec[i].ids, spec[i].np, spec[i].mt, &spec[i].sp, spec[i].ignore_eos)) == -1)
-                sleep_ms(1);
-            cr_assert_eq(id, i);
-            rd[i].e = e, rd[i].id = id;
-            cr_assert_eq(pthread_create(&th[i], NULL, read_stream, &rd[i]), 0);
-        }
-        long gen = 0;
-        for (int i = 0; i < N; i++) {
-            pthread_join(th[i], NULL);
-            int nwant = 0;
-            while (nwant < MAXT && want[i][nwant] >= 0) nwant++;
-            cr_expect_eq(rd[i].n, nwant, "budget %ld request %d: %d tokens streamed, the offline loop made %d", budgets[bi], i,
-                         rd[i].n, nwant);
-            for (int t = 0; t < rd[i].n && t < nwant; t++)
-                cr_expect_eq(rd[i].got[t], want[i][t], "budget %ld request %d token %d: engine %d, offline %d", budgets[bi], i,
-                             t, rd[i].got[t], want[i][t]);
-            cr_expect_eq(rd[i].fin, want_fin[i], "budget %ld request %d: finish %s, offline %s", budgets[bi], i,
-                         finish_reason_name(rd[i].fin), finish_reason_name(want_fin[i]));
-            gen += rd[i].n;
             double arr, sch, first, end;
             cr_assert_eq(engine_times(e, i, &arr, &sch, &first, &end), 0);
             if (rd[i].n > 0) cr_expect(first >= sch && end >= first, "request %d: times %g %g %g", i, sch, first, end);

@@ -215,6 +215,30 @@ static void graphs_vs_eager(GpuModel *gm, int V, int glen, const char *name) {
 // rows taking their tokens from the previous launch on the device (async 1: the engine's
 // asynchronous scheduling). The same kernels and graphs run on the same inputs: the tokens must be
 // identical, bit for bit.
+// A random bf16 Qwen3-style model of head_dim 128 (the tensor-core decode loop).
+static GpuModel *random_qwen3_hd128(ModelConfig *cfg) {
+    static const char *json =
+        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1024,"
+        "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":128,\"vocab_size\":1024,"
+        "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}";
+    char err[512];
+    cr_assert_eq(hf_config_parse(json, "test model", cfg, err, sizeof err), 0, "%s", err);
+    GpuModel *gm = gpu_model_random(cfg, ST_BF16, 21, err, sizeof err);
+    cr_assert(gm, "%s", err);
+    return gm;
+}
+
+// launch_run's slot collected: its nl tokens appended to their sequences (owner[k]: row k's)
+static void collect_into(GpuRunner *g, int slot, int nl, const int *owner, const int *plen, int tok[GS][GMAXG], int *n,
+                         int seq[GS][GLEN]) {
+    int am[GS];
+    cr_assert_eq(gpu_runner_collect(g, slot, am), 0, "slot %d", slot);
+    for (int k = 0; k < nl; k++) {
+        const int s = owner[k];
+        tok[s][n[s]] = am[k], seq[s][plen[s] + n[s]] = am[k], n[s]++;
+    }
+}
+
 static void launch_run(GpuModel *gm, int V, int glen, int async, int sampled, int tok[GS][GMAXG], int n[GS]) {
     static const int plen0[GS] = {5, 1100, 17, 33, 2, 64, 9, 120, 48, 3, 77, 15, 250};
     static const int ngen[GS] = {40, 24, 3, 7, 12, 40, 1, 18, 30, 5, 9, 36, 2};
@@ -274,22 +298,10 @@ static void launch_run(GpuModel *gm, int V, int glen, int async, int sampled, in
         cr_assert_eq(gpu_runner_launch(g, &b, sampled ? temps : NULL, sampled ? keys : NULL, fix_rows, fix_src, n_fix, slot), 0,
                      "step %d", step);
         for (int k = 0; k < nl[slot]; k++) len[owner[slot][k]]++;  // the token it draws: known later
-        if (pend >= 0) {
-            cr_assert_eq(gpu_runner_collect(g, pend, am), 0, "step %d", step - 1);
-            for (int k = 0; k < nl[pend]; k++) {
-                const int s = owner[pend][k];
-                tok[s][n[s]] = am[k], seq[s][plen[s] + n[s]] = am[k], n[s]++;
-            }
-        }
+        if (pend >= 0) collect_into(g, pend, nl[pend], owner[pend], plen, tok, n, seq);
         pend = slot;
     }
-    if (pend >= 0) {
-        cr_assert_eq(gpu_runner_collect(g, pend, am), 0);
-        for (int k = 0; k < nl[pend]; k++) {
-            const int s = owner[pend][k];
-            tok[s][n[s]] = am[k], seq[s][plen[s] + n[s]] = am[k], n[s]++;
-        }
-    }
+    if (pend >= 0) collect_into(g, pend, nl[pend], owner[pend], plen, tok, n, seq);
     batch_free(&b);
     gpu_runner_free(g);
 }
@@ -315,15 +327,8 @@ static void launches_vs_forwards(GpuModel *gm, int V, int glen, const char *name
 
 Test(final_graphs_gpu, launches_ahead_equal_step_by_step, .timeout = 600) {
     NEED_GPU();
-    static const char *json =
-        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1024,"
-        "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":128,\"vocab_size\":1024,"
-        "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}";
     ModelConfig cfg;
-    char err[512];
-    cr_assert_eq(hf_config_parse(json, "test model", &cfg, err, sizeof err), 0, "%s", err);
-    GpuModel *gm = gpu_model_random(&cfg, ST_BF16, 21, err, sizeof err);
-    cr_assert(gm, "%s", err);
+    GpuModel *gm = random_qwen3_hd128(&cfg);
     launches_vs_forwards(gm, cfg.vocab, GLEN, "random qwen3 hd128");
     gpu_model_free(gm);
 }
@@ -332,15 +337,8 @@ Test(final_graphs_gpu, launches_ahead_equal_step_by_step, .timeout = 600) {
 // checkpoint's shape (the SIMT loops), as the runner loads them.
 Test(final_graphs_gpu, decode_graphs_equal_eager_steps, .timeout = 600) {
     NEED_GPU();
-    static const char *json =
-        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1024,"
-        "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":128,\"vocab_size\":1024,"
-        "\"max_position_embeddings\":4096,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true}";
     ModelConfig cfg;
-    char err[512];
-    cr_assert_eq(hf_config_parse(json, "test model", &cfg, err, sizeof err), 0, "%s", err);
-    GpuModel *gm = gpu_model_random(&cfg, ST_BF16, 21, err, sizeof err);
-    cr_assert(gm, "%s", err);
+    GpuModel *gm = random_qwen3_hd128(&cfg);
     graphs_vs_eager(gm, cfg.vocab, GLEN, "random qwen3 hd128");
     gpu_model_free(gm);
     Ckpt ck[64];
