@@ -166,6 +166,7 @@ typedef struct {
     int active;   // launched and applied with placeholders; its tokens not yet in place
     int slot;     // its runner_launch slot
     char *disc;   // (plan.n) dropped: its request ended (an EOS of the step before) after the launch
+    int n_disc;   // entries dropped
     char *first;  // (plan.n) the token it samples is its request's first
     int cap;
     double fwd, dev;  // seconds in runner_launch + runner_collect; device seconds
@@ -180,6 +181,7 @@ static void step_fit(Step *t) {
     }
     memset(t->disc, 0, (size_t)t->plan.n);
     memset(t->first, 0, (size_t)t->plan.n);
+    t->n_disc = 0;
 }
 
 // dst = src without its dropped entries (dst's arrays grown as needed)
@@ -268,7 +270,7 @@ static void step_apply(Engine *e, Step *t, const int *toks, Step *nx) {
             } else {
                 sched_stop(s, id, FINISH_STOP, end);
                 for (int j = 0; nx && j < nx->plan.n; j++)
-                    if (nx->plan.req[j] == id) nx->disc[j] = 1;
+                    if (nx->plan.req[j] == id) nx->disc[j] = 1, nx->n_disc++;
             }
         } else if (q->status == REQ_FINISHED && q->finish == FINISH_LENGTH) {
             q->finish_s = end;
@@ -351,12 +353,14 @@ static void *engine_main(void *arg) {
             step_collect(e, F, ftoks);
             pthread_mutex_lock(&e->mu);
             step_apply(e, F, ftoks, P);
-            plan_keep(&spec, &P->plan, P->disc);  // without the requests F's EOS tokens ended
-            SchedPlan tmp = P->plan;
-            P->plan = spec, spec = tmp;
-            if (P->plan.n == 0) continue;
-            step_fit(P);
-            need_logits = sampling_rows(e, &P->plan, temps, keys, &any_temp);
+            if (P->n_disc) {  // without the requests F's EOS tokens ended
+                plan_keep(&spec, &P->plan, P->disc);
+                SchedPlan tmp = P->plan;
+                P->plan = spec, spec = tmp;
+                if (P->plan.n == 0) continue;
+                step_fit(P);
+                need_logits = sampling_rows(e, &P->plan, temps, keys, &any_temp);
+            }
         }
         pthread_mutex_unlock(&e->mu);
         // ---- the step, without the lock: only this thread writes the request table and the scheduler
@@ -388,8 +392,8 @@ static void *engine_main(void *arg) {
             const double now = since(e);
             for (int i = 0; i < P->plan.n; i++)
                 if (P->plan.samples[i] && !P->disc[i]) P->first[i] = s->reqs[P->plan.req[i]].first_token_s < 0;
-            plan_keep(&spec, &P->plan, P->disc);
-            sched_update(s, &spec, ph, now);
+            if (P->n_disc) plan_keep(&spec, &P->plan, P->disc);  // (a copy only when an entry was dropped)
+            sched_update(s, P->n_disc ? &spec : &P->plan, ph, now);
             for (int i = 0, k = 0; i < P->plan.n; i++) {
                 if (!P->plan.samples[i]) continue;
                 const int id = P->plan.req[i];
