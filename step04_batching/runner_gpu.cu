@@ -99,7 +99,6 @@
 #include "step07_kernels/decode_fused.cuh"  // fused_proj, gemv_rows_launch, k_argmax_fused: the lone decode row
 #include "step07_kernels/flash_attn.h"
 #include "step07_kernels/fused.h"
-#include "timer.h"
 
 #define DEFAULT_SMALL_CHUNK 16
 #define SCORE_BUDGET ((size_t)3 << 29)  // bytes for the long path's scores + probabilities (1.5 GiB)
@@ -483,9 +482,6 @@ struct GpuRunner {
     // event after the copy, whether a launch waits to be collected and its token count
     int *h_out[2];
     cudaEvent_t eva[2], evb[2], evd[2];
-    cudaEvent_t evc[3];      // LLM_LAUNCH_PROF: before a graph replay (slots 0, 1, sync)
-    int prof, evc_on[3];
-    double pre_ms, graph_ms; long split_n;
     int pend[2], pend_nr[2];
     int last_async;  // the last forward was a launch: d_argmax holds its tokens (fix-ups may read them)
     int last_nr;     // ... its real logit rows (the fix-ups' sources)
@@ -496,12 +492,6 @@ struct GpuRunner {
     int graphs;              // gpu_runner_set_graphs (1 by default)
     int ngb, gb[GRAPH_MAX_BUCKETS];
     cudaGraphExec_t gexec[GRAPH_MAX_BUCKETS][2][2];
-    cudaGraphExec_t gexec2[GRAPH_MAX_BUCKETS][2][2];  // a second instance of each, for launch slot 1
-    cudaGraph_t ggraph[GRAPH_MAX_BUCKETS][2][2];      // the captured graphs
-    double graph_launch_s;   // host seconds inside cudaGraphLaunch (LLM_LAUNCH_PROF=1 prints them)
-    long graph_launch_n;
-    double launch_s, collect_s;  // host seconds inside gpu_runner_launch and gpu_runner_collect
-    long launch_n;
     int gwarm[GRAPH_MAX_BUCKETS][2][2], glaunch[GRAPH_MAX_BUCKETS][2][2];
     long replays, captures;
     int last_nl;             // logit rows of the last forward (padding included)
@@ -706,8 +696,6 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
         CUDA_CHECK(cudaEventCreate(&r->evb[k]));
         CUDA_CHECK(cudaEventCreateWithFlags(&r->evd[k], cudaEventDisableTiming));
     }
-    for (int k = 0; k < 3; k++) CUDA_CHECK(cudaEventCreate(&r->evc[k]));
-    r->prof = getenv("LLM_LAUNCH_PROF") && atoi(getenv("LLM_LAUNCH_PROF")) == 1;
     float *inv = (float *)xmalloc(half * 4);
     rope_inv_freq(c, inv);
     CUDA_CHECK(cudaMemcpy(r->inv_freq, inv, half * 4, cudaMemcpyHostToDevice));
@@ -778,21 +766,12 @@ static void graphs_drop(GpuRunner *r) {
         for (int v = 0; v < 2; v++)
             for (int m = 0; m < 2; m++) {
                 if (r->gexec[i][v][m]) CUDA_CHECK(cudaGraphExecDestroy(r->gexec[i][v][m]));
-                if (r->gexec2[i][v][m]) CUDA_CHECK(cudaGraphExecDestroy(r->gexec2[i][v][m]));
-                if (r->ggraph[i][v][m]) CUDA_CHECK(cudaGraphDestroy(r->ggraph[i][v][m]));
-                r->gexec[i][v][m] = r->gexec2[i][v][m] = NULL, r->ggraph[i][v][m] = NULL, r->gwarm[i][v][m] = 0;
+                r->gexec[i][v][m] = NULL, r->gwarm[i][v][m] = 0;
             }
 }
 
 extern "C" void gpu_runner_free(GpuRunner *r) {
     if (!r) return;
-    if (getenv("LLM_LAUNCH_PROF") && atoi(getenv("LLM_LAUNCH_PROF")) == 1 && r->graph_launch_n)
-        fprintf(stderr, "[runner] %ld graph launches, %.1f us each on the host on average; %ld launches %.1f us each, "
-                "collect waits %.1f us each\n", r->graph_launch_n, r->graph_launch_s / r->graph_launch_n * 1e6, r->launch_n,
-                r->launch_n ? r->launch_s / r->launch_n * 1e6 : 0, r->launch_n ? r->collect_s / r->launch_n * 1e6 : 0);
-    if (r->split_n)
-        fprintf(stderr, "[runner] %ld graph replays timed: upload + fix-ups %.1f us, the graph %.1f us on the device on average\n",
-                r->split_n, r->pre_ms / r->split_n * 1e3, r->graph_ms / r->split_n * 1e3);
     CUDA_CHECK(cudaDeviceSynchronize());
     void *ps[] = {r->kc, r->vc, r->x, r->xn, r->qkv, r->q16, r->att, r->gu, r->h, r->xg, r->logits, r->xnf, r->attf,
                   r->hf, r->cos_t, r->sin_t, r->inv_freq, r->d_pack, r->d_argmax, r->ac.S, r->ac.part_o, r->ac.part_ml,
@@ -806,7 +785,6 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
         CUDA_CHECK(cudaEventDestroy(r->evb[k]));
         CUDA_CHECK(cudaEventDestroy(r->evd[k]));
     }
-    for (int k = 0; k < 3; k++) CUDA_CHECK(cudaEventDestroy(r->evc[k]));
     CUDA_CHECK(cudaEventDestroy(r->ev0));
     CUDA_CHECK(cudaEventDestroy(r->ev1));
     graphs_drop(r);
@@ -1342,19 +1320,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
         CUBLAS_CHECK(cublasSetWorkspace(g->blas, r->blas_ws, GRAPH_BLAS_WS));
     }
     if (gi >= 0 && r->gexec[gi][gk][gm]) {
-        // two launches in flight (slots 0 and 1) replay two instances of the graph: an instance is
-        // never launched again while it may still run (LLM_GRAPH_DUP=0: one instance for both)
-        static int dup = -1;
-        if (dup < 0) dup = !(getenv("LLM_GRAPH_DUP") && atoi(getenv("LLM_GRAPH_DUP")) == 0);
-        cudaGraphExec_t ex = r->gexec[gi][gk][gm];
-        if (slot == 1 && dup && r->gexec2[gi][gk][gm]) ex = r->gexec2[gi][gk][gm];
-        if (r->prof) {
-            CUDA_CHECK(cudaEventRecord(r->evc[slot >= 0 ? slot : 2], st));
-            r->evc_on[slot >= 0 ? slot : 2] = 1;
-        }
-        const double l0 = now_sec();
-        CUDA_CHECK(cudaGraphLaunch(ex, st));
-        r->graph_launch_s += now_sec() - l0, r->graph_launch_n++;
+        CUDA_CHECK(cudaGraphLaunch(r->gexec[gi][gk][gm], st));
         launches = r->glaunch[gi][gk][gm];
         r->replays++;
     } else if (gi >= 0 && r->gwarm[gi][gk][gm]) {
@@ -1363,8 +1329,6 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
         launches = body();
         CUDA_CHECK(cudaStreamEndCapture(st, &gr));
         CUDA_CHECK(cudaGraphInstantiate(&r->gexec[gi][gk][gm], gr, 0));
-        CUDA_CHECK(cudaGraphInstantiate(&r->gexec2[gi][gk][gm], gr, 0));  // launch slot 1's
-        CUDA_CHECK(cudaGraphUpload(r->gexec2[gi][gk][gm], st));
         CUDA_CHECK(cudaGraphDestroy(gr));
         r->glaunch[gi][gk][gm] = launches;
         r->captures++;
@@ -1391,12 +1355,6 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, r->ev0, r->ev1));
     r->last_ms = ms;
-    if (r->evc_on[2]) {
-        float a = 0, b2 = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&a, r->ev0, r->evc[2]));
-        CUDA_CHECK(cudaEventElapsedTime(&b2, r->evc[2], r->ev1));
-        r->pre_ms += a, r->graph_ms += b2, r->split_n++, r->evc_on[2] = 0;
-    }
     (void)es;
     return 0;
 }
@@ -1426,10 +1384,7 @@ extern "C" int gpu_runner_launch(GpuRunner *r, const Batch *b, const float *temp
     if (runner_launch_check("gpu_runner_launch", b, temperature, keys, fix_rows, fix_src, n_fix, slot,
                             slot >= 0 && slot <= 1 && r->pend[slot], r->last_async, r->last_nr) != 0)
         return -1;
-    const double t0 = now_sec();
-    const int rc = forward(r, b, NULL, r->h_out[slot], temperature, keys, fix_rows, fix_src, n_fix, slot);
-    r->launch_s += now_sec() - t0, r->launch_n++;
-    return rc;
+    return forward(r, b, NULL, r->h_out[slot], temperature, keys, fix_rows, fix_src, n_fix, slot);
 }
 
 extern "C" int gpu_runner_collect(GpuRunner *r, int slot, int *tokens) {
@@ -1437,19 +1392,11 @@ extern "C" int gpu_runner_collect(GpuRunner *r, int slot, int *tokens) {
         fprintf(stderr, "gpu_runner_collect: slot %d holds no launch\n", slot);
         return -1;
     }
-    const double t0 = now_sec();
     CUDA_CHECK(cudaEventSynchronize(r->evd[slot]));
-    r->collect_s += now_sec() - t0;
     memcpy(tokens, r->h_out[slot], (size_t)r->pend_nr[slot] * 4);
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, r->eva[slot], r->evb[slot]));
     r->last_ms = ms;
-    if (r->evc_on[slot]) {
-        float a = 0, b2 = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&a, r->eva[slot], r->evc[slot]));
-        CUDA_CHECK(cudaEventElapsedTime(&b2, r->evc[slot], r->evb[slot]));
-        r->pre_ms += a, r->graph_ms += b2, r->split_n++, r->evc_on[slot] = 0;
-    }
     r->pend[slot] = 0;
     return 0;
 }
