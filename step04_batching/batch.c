@@ -177,11 +177,11 @@ void batch_from_plan_paged(Batch *b, const SchedPlan *p, const Request *reqs, co
 }
 
 int runner_launch_check(const char *who, const Batch *b, const float *temperature, const uint64_t *keys,
-                        const int *fix_rows, const int *fix_src, int n_fix, int slot, int slot_busy, int prev_launch,
+                        const int *fix_rows, const int *fix_src, int n_fix, int slot, const int pend[2], int prev_launch,
                         int n_prev) {
 #define LAUNCH_BAD(...) do { fprintf(stderr, "%s: ", who); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return -1; } while (0)
     if (slot < 0 || slot > 1) LAUNCH_BAD("slot %d: need 0 or 1", slot);
-    if (slot_busy) LAUNCH_BAD("slot %d still holds a launch: collect it first", slot);
+    if (pend[slot]) LAUNCH_BAD("slot %d still holds a launch: collect it first", slot);
     if ((temperature == NULL) != (keys == NULL)) LAUNCH_BAD("temperature and keys go together");
     if (n_fix < 0 || n_fix > b->n_tokens || (n_fix > 0 && (!fix_rows || !fix_src))) LAUNCH_BAD("n_fix %d", n_fix);
     if (n_fix > 0 && !prev_launch) LAUNCH_BAD("rows take the previous launch's tokens, but the last forward was not a launch");

@@ -139,11 +139,11 @@ int runner_forward_sampled(Runner *r, const Batch *b, const float *temperature, 
 // calls and results, so the engine's loop is tested without a GPU). 0, or -1 with a message.
 int runner_launch(Runner *r, const Batch *b, const float *temperature, const uint64_t *keys, const int *fix_rows,
                   const int *fix_src, int n_fix, int slot);
-// runner_launch's arguments against the runner's state, for both runners: slot_busy (the slot holds
-// a launch not collected yet), prev_launch (the last forward was a launch) and n_prev (its logit
+// runner_launch's arguments against the runner's state, for both runners: pend (each slot holds a
+// launch not collected yet), prev_launch (the last forward was a launch) and n_prev (its logit
 // rows, the fix-ups' sources). 0, or -1 with a message on stderr naming who.
 int runner_launch_check(const char *who, const Batch *b, const float *temperature, const uint64_t *keys,
-                        const int *fix_rows, const int *fix_src, int n_fix, int slot, int slot_busy, int prev_launch,
+                        const int *fix_rows, const int *fix_src, int n_fix, int slot, const int pend[2], int prev_launch,
                         int n_prev);
 int runner_collect(Runner *r, int slot, int *tokens);
 // CUDA runners: decode steps (every sequence one new row, paged KV, not batch-invariant) replayed

@@ -262,7 +262,7 @@ int runner_launch(Runner *r, const Batch *b, const float *temperature, const uin
                   const int *fix_src, int n_fix, int slot) {
     if (r->cuda) return gpu_runner_launch(r->gpu, b, temperature, keys, fix_rows, fix_src, n_fix, slot);
     if (runner_launch_check("runner_launch", b, temperature, keys, fix_rows, fix_src, n_fix, slot,
-                            slot >= 0 && slot <= 1 && r->slot_pend[slot], r->prev_valid, r->n_prev) != 0)
+                            r->slot_pend, r->prev_valid, r->n_prev) != 0)
         return -1;
     if (b->n_tokens > r->max_tokens) {
         fprintf(stderr, "runner_launch: %d rows, the runner was made for %d per step\n", b->n_tokens, r->max_tokens);

@@ -1382,7 +1382,7 @@ extern "C" int gpu_runner_forward_sampled(GpuRunner *r, const Batch *b, const fl
 extern "C" int gpu_runner_launch(GpuRunner *r, const Batch *b, const float *temperature, const uint64_t *keys,
                                  const int *fix_rows, const int *fix_src, int n_fix, int slot) {
     if (runner_launch_check("gpu_runner_launch", b, temperature, keys, fix_rows, fix_src, n_fix, slot,
-                            slot >= 0 && slot <= 1 && r->pend[slot], r->last_async, r->last_nr) != 0)
+                            r->pend, r->last_async, r->last_nr) != 0)
         return -1;
     return forward(r, b, NULL, r->h_out[slot], temperature, keys, fix_rows, fix_src, n_fix, slot);
 }

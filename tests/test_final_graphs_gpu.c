@@ -209,12 +209,6 @@ static void graphs_vs_eager(GpuModel *gm, int V, int glen, const char *name) {
     }
 }
 
-// The steps of graph_run (graphs captured up front), run two ways: each step by
-// gpu_runner_forward(_sampled) with its input tokens from the host (async 0), or by
-// gpu_runner_launch with the next step launched before this one's tokens are collected, its decode
-// rows taking their tokens from the previous launch on the device (async 1: the engine's
-// asynchronous scheduling). The same kernels and graphs run on the same inputs: the tokens must be
-// identical, bit for bit.
 // A random bf16 Qwen3-style model of head_dim 128 (the tensor-core decode loop).
 static GpuModel *random_qwen3_hd128(ModelConfig *cfg) {
     static const char *json =
@@ -239,6 +233,12 @@ static void collect_into(GpuRunner *g, int slot, int nl, const int *owner, const
     }
 }
 
+// The steps of graph_run (graphs captured up front), run two ways: each step by
+// gpu_runner_forward(_sampled) with its input tokens from the host (async 0), or by
+// gpu_runner_launch with the next step launched before this one's tokens are collected, its decode
+// rows taking their tokens from the previous launch on the device (async 1: the engine's
+// asynchronous scheduling). The same kernels and graphs run on the same inputs: the tokens must be
+// identical, bit for bit.
 static void launch_run(GpuModel *gm, int V, int glen, int async, int sampled, int tok[GS][GMAXG], int n[GS]) {
     static const int plen0[GS] = {5, 1100, 17, 33, 2, 64, 9, 120, 48, 3, 77, 15, 250};
     static const int ngen[GS] = {40, 24, 3, 7, 12, 40, 1, 18, 30, 5, 9, 36, 2};

@@ -996,3 +996,62 @@ Test(step04, forward_sampled_draws_from_the_runner_logits) {
     cpu_model_free(&m);
     model_free(&w);
 }
+
+// runner_launch on the CPU: what runner_launch_check refuses (bad slot, busy slot, temperature
+// without keys, fix-ups after a plain forward, a fix-up row or source out of range), and a decode
+// step whose rows take the previous launch's tokens: the same tokens as runner_forward with those
+// tokens put in by hand.
+Test(step04, runner_launch_refusals_and_fix_ups) {
+    ModelWeights w;
+    CpuModel m;
+    load_cpu(MODELS_DIR "/qwen3_qknorm_f32", &w, &m);
+    const int V = m.cfg.vocab, L = 16;
+    char err[256];
+    Runner *run = runner_new_cpu(&m, 3, L, 64, err, sizeof err);
+    cr_assert(run, "%s", err);
+    Batch b, d;
+    batch_alloc(&b, 3, 64), batch_alloc(&d, 3, 64);
+    Rng g;
+    rng_seed(&g, 78);
+    const int np[3] = {4, 7, 1};
+    b.n_seqs = 3, b.n_tokens = 0, b.n_logits = 3, b.cu_seqlens_q[0] = 0;
+    for (int s = 0; s < 3; s++) {
+        for (int j = 0; j < np[s]; j++) {
+            const int t = b.n_tokens++;
+            b.token_ids[t] = (int)(rng_u32(&g) % (unsigned)V), b.positions[t] = j, b.slot_mapping[t] = s * L + j;
+        }
+        b.cu_seqlens_q[s + 1] = b.n_tokens, b.seq_lens_k[s] = np[s], b.seq_slot[s] = s, b.logit_rows[s] = b.n_tokens - 1;
+    }
+    // the decode step after it: one row a sequence, its token (0 here) fetched by a fix-up
+    d.n_seqs = 3, d.n_tokens = 3, d.n_logits = 3, d.cu_seqlens_q[0] = 0;
+    for (int s = 0; s < 3; s++) {
+        d.token_ids[s] = 0, d.positions[s] = np[s], d.slot_mapping[s] = s * L + np[s];
+        d.cu_seqlens_q[s + 1] = s + 1, d.seq_lens_k[s] = np[s] + 1, d.seq_slot[s] = s, d.logit_rows[s] = s;
+    }
+    const int rows[3] = {0, 1, 2}, src[3] = {2, 0, 1}, bad_src[1] = {3}, bad_row[1] = {3};
+    const float temps[3] = {0.8f, 0.8f, 0.8f};
+    uint64_t keys[3] = {1, 2, 3};
+    int first[3], next[3], want[3], am[3];
+    cr_assert_eq(runner_forward(run, &b, NULL, am), 0);
+    cr_expect_eq(runner_launch(run, &b, NULL, NULL, NULL, NULL, 0, 2), -1, "slot 2 taken");
+    cr_expect_eq(runner_launch(run, &b, NULL, NULL, NULL, NULL, 0, -1), -1, "slot -1 taken");
+    cr_expect_eq(runner_launch(run, &b, temps, NULL, NULL, NULL, 0, 0), -1, "temperature without keys taken");
+    cr_expect_eq(runner_launch(run, &d, NULL, NULL, rows, src, 3, 0), -1, "fix-ups after a plain forward taken");
+    cr_expect_eq(runner_collect(run, 0, first), -1, "an empty slot collected");
+    cr_assert_eq(runner_launch(run, &b, temps, keys, NULL, NULL, 0, 0), 0);
+    cr_expect_eq(runner_launch(run, &b, temps, keys, NULL, NULL, 0, 0), -1, "a busy slot taken");
+    cr_expect_eq(runner_launch(run, &d, NULL, NULL, rows, bad_src, 1, 1), -1, "a source past the 3 drawn tokens taken");
+    cr_expect_eq(runner_launch(run, &d, NULL, NULL, bad_row, src, 1, 1), -1, "a row past the batch taken");
+    cr_assert_eq(runner_launch(run, &d, NULL, NULL, rows, src, 3, 1), 0);
+    cr_assert_eq(runner_collect(run, 0, first), 0);
+    cr_assert_eq(runner_collect(run, 1, next), 0);
+    for (int s = 0; s < 3; s++) cr_assert(first[s] >= 0 && first[s] < V);
+    for (int k = 0; k < 3; k++) d.token_ids[rows[k]] = first[src[k]];
+    cr_assert_eq(runner_forward(run, &d, NULL, want), 0);
+    for (int s = 0; s < 3; s++)
+        cr_expect_eq(next[s], want[s], "row %d: %d after the fix-up, %d with the token put in by hand", s, next[s], want[s]);
+    batch_free(&b), batch_free(&d);
+    runner_free(run);
+    cpu_model_free(&m);
+    model_free(&w);
+}
