@@ -742,6 +742,37 @@ Test(final_engine, bench_scripts_table_and_refusals, .timeout = 60) {
     cr_expect_neq(run_cmd(cmd, &o), 0, "peer_bench took --repeat with hf");
     cr_expect(strstr(o, "--repeat goes with --engine vllm --requests") != NULL, "%s", o);
     free(o);
+    snprintf(cmd, sizeof cmd, "python3 final/bench/peer_bench.py --engine hf --model-dir %s --requests x.jsonl --out %s/o.json "
+                              "--keep-prefix-cache 2>&1", dir, dir);
+    cr_expect_neq(run_cmd(cmd, &o), 0, "peer_bench took --keep-prefix-cache with hf");
+    cr_expect(strstr(o, "--keep-prefix-cache goes with --engine vllm --requests") != NULL, "%s", o);
+    free(o);
+    // vLLM's timed calls: the prefix cache emptied before every call (none of a call's prompts cached
+    // by the call before it), or kept: a stand-in for vLLM's LLM logs the order of the calls
+    snprintf(path, sizeof path, "%s/timed.py", dir);
+    FILE *py = fopen(path, "w");
+    cr_assert(py);
+    fputs("import sys, types\n"
+          "sys.path.insert(0, 'final/bench')\n"
+          "import peer_bench as p\n"
+          "class LLM:\n"
+          "    def __init__(self): self.log, self.cached = [], set()\n"
+          "    def reset_prefix_cache(self): self.log.append('reset'); self.cached.clear(); return True\n"
+          "    def generate(self, prompts, params, use_tqdm=False):\n"
+          "        hits = sum(tuple(q['prompt_token_ids']) in self.cached for q in prompts)\n"
+          "        self.cached |= {tuple(q['prompt_token_ids']) for q in prompts}\n"
+          "        self.log.append('gen%d' % hits)\n"
+          "        return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=[0] * 3)]) for _ in prompts]\n"
+          "for reset in (True, False):\n"
+          "    llm = LLM()\n"
+          "    runs, resets = p.vllm_timed_calls(llm, [{'prompt_token_ids': [1, 2]}, {'prompt_token_ids': [3]}], None, 3, reset)\n"
+          "    print(' '.join(llm.log), [n for _, n in runs], resets)\n", py);
+    fclose(py);
+    snprintf(cmd, sizeof cmd, "python3 %s 2>&1", path);
+    cr_assert_eq(run_cmd(cmd, &o), 0, "%s: %s", cmd, o);
+    cr_expect(strstr(o, "reset gen0 reset gen0 reset gen0 [6, 6, 6] [True, True, True]\n") != NULL, "with the reset: %s", o);
+    cr_expect(strstr(o, "gen0 gen2 gen2 [6, 6, 6] []\n") != NULL, "kept: %s", o);
+    free(o);
     // the transformers baseline's latency percentiles: linear interpolation between sorted values,
     // as llm bench's pctl (numpy's default): [1..4] at 0.5 is 2.5; 1..100 at 0.99 is 99.01
     snprintf(cmd, sizeof cmd, "python3 -c \"import sys; sys.path.insert(0, 'final/bench'); import peer_bench as p; "

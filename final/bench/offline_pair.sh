@@ -7,7 +7,9 @@
 # Order: the engine N times (`llm bench --requests ... --device cuda --max-num-seqs 256
 # --max-num-batched-tokens 16384 --max-model-len 4096 --json`, a fresh process each: loading, warm-up,
 # then the timed run), vLLM once started and timed N times (`peer_bench.py --engine vllm --repeat N`:
-# one warm-up generate(), then N timed generate() calls of all the requests), the engine N times again.
+# one warm-up generate(), then N timed generate() calls of all the requests, vLLM's prefix cache emptied
+# before each so that no call finds the prompts of the one before it cached: the engine's timed run
+# never does), the engine N times again.
 # N defaults to 3. Writes OUT_DIR/engine_<k>.json (k = 1 .. 2N), vllm.json, summary.txt: every run's
 # output tok/s, each side's median, and the ratio of the medians. env: LLM (build/bin/llm), PYTHON
 # (python3: one that imports vllm for its part), ENGINE_OPTS (extra `llm bench` options), DEVICE (cuda).

@@ -10,7 +10,13 @@ What is measured
           requests (each with its own SamplingParams(temperature, ignore_eos, max_tokens);
           temperature 0 is greedy), timed with time.perf_counter around that call (--repeat N: N such
           calls, the median run's numbers reported, the lower middle one for an even N, and every
-          run's listed). vLLM's own
+          run's listed). Before each timed call vLLM's prefix cache is emptied
+          (LLM.reset_prefix_cache()), so that every call starts as cold as the first: vLLM keeps the
+          blocks of finished requests hashed until it needs them, and its pool holds a whole nano
+          run, so without the reset a second call of the same prompts finds every full prompt block
+          cached and skips most of its prefill (--keep-prefix-cache: no reset, the old behaviour).
+          llm bench's timed run never finds its prompts cached (its warm-up bypasses the scheduler).
+          vLLM's own
           scheduler batches them (continuous batching, paged KV, CUDA graphs unless
           --enforce-eager).
     hf    the naive baseline: AutoModelForCausalLM on --device, static batches of --batch-size
@@ -47,6 +53,7 @@ usage: python3 final/bench/peer_bench.py --engine vllm|hf --model-dir DIR
            (--requests FILE.jsonl | --decode1) --out FILE.json
            [--gpu-memory-utilization 0.9] [--max-model-len 4096] [--max-num-seqs N] [--enforce-eager]
            [--batch-size N] [--device cuda|cpu] [--limit N] [--max-tokens-cap N] [--decode-tokens N] [--repeat N]
+           [--keep-prefix-cache]
 
   python3 final/bench/workloads.py nano /tmp/nano.jsonl
   python3 final/bench/peer_bench.py --engine vllm --model-dir /tmp/m/q3 --requests /tmp/nano.jsonl --out vllm_nano.json
@@ -290,14 +297,11 @@ def run_vllm(a, cfg, reqs, res):
         llm.generate([warm], sp(1.0, 16, False), use_tqdm=False)
         prompts = [{"prompt_token_ids": r["prompt_ids"]} for r in reqs]
         params = [sp(r["temperature"], r["max_tokens"], r["ignore_eos"], r) for r in reqs]
-        runs = []
-        for _ in range(a.repeat):  # --repeat N: N timed generate() calls, the median one reported
-            t = time.perf_counter()
-            outs = llm.generate(prompts, params, use_tqdm=False)
-            dt = time.perf_counter() - t
-            runs.append((dt, sum(len(o.outputs[0].token_ids) for o in outs)))
+        runs, resets = vllm_timed_calls(llm, prompts, params, a.repeat, not a.keep_prefix_cache)
         dt, returned = sorted(runs)[(len(runs) - 1) // 2]
         res["results"] = throughput(reqs, dt, returned)
+        res["results"]["prefix_cache_reset"] = "kept" if a.keep_prefix_cache else \
+            "before every timed call" if all(resets) else "refused by vLLM at least once"
         if a.repeat > 1:
             res["results"]["runs_duration_s"] = [round(d, 6) for d, _ in runs]
             res["results"]["runs_output_tok_s"] = [round(sum(r["max_tokens"] for r in reqs) / d, 3) for d, _ in runs]
@@ -311,6 +315,21 @@ def run_vllm(a, cfg, reqs, res):
             return time.perf_counter() - t, len(o.outputs[0].token_ids)
 
         res["results"] = decode1(timed, a.decode_tokens)
+
+
+def vllm_timed_calls(llm, prompts, params, repeat, reset):
+    """`repeat` timed llm.generate() calls of all the prompts; with `reset`, vLLM's prefix cache is
+    emptied before each one (outside the clock), so no call finds the prompts of the one before it
+    cached. Returns [(seconds, tokens returned)] and the reset calls' results (True: emptied)."""
+    runs, resets = [], []
+    for _ in range(repeat):
+        if reset:
+            resets.append(bool(llm.reset_prefix_cache()))
+        t = time.perf_counter()
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        dt = time.perf_counter() - t
+        runs.append((dt, sum(len(o.outputs[0].token_ids) for o in outs)))
+    return runs, resets
 
 
 def vllm_gpu_name():
@@ -585,6 +604,8 @@ def main(argv=None):
     ap.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N requests of the file")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="vllm --requests: N timed generate() calls after the warm-up, the median reported (default 1)")
+    ap.add_argument("--keep-prefix-cache", action="store_true",
+                    help="vllm --requests: do not empty vLLM's prefix cache before each timed call")
     ap.add_argument("--max-tokens-cap", type=int, default=None, metavar="N",
                     help="for smoke tests only: min(max_tokens, N) for every request (not a benchmark)")
     ap.add_argument("--decode-tokens", type=int, default=DECODE1_TOKENS, metavar="N",
@@ -602,6 +623,8 @@ def main(argv=None):
         ap.error("--limit and --max-tokens-cap go with --requests")
     if a.repeat > 1 and (a.engine != "vllm" or a.decode1):
         ap.error("--repeat goes with --engine vllm --requests")
+    if a.keep_prefix_cache and (a.engine != "vllm" or a.decode1):
+        ap.error("--keep-prefix-cache goes with --engine vllm --requests")
 
     try:
         cfg = read_config(a.model_dir)
@@ -611,7 +634,7 @@ def main(argv=None):
             if a.max_tokens_cap is not None:
                 for r in reqs:
                     r["max_tokens"] = min(r["max_tokens"], a.max_tokens_cap)
-        keys = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "enforce_eager", "repeat") if a.engine == "vllm" \
+        keys = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "enforce_eager", "repeat", "keep_prefix_cache") if a.engine == "vllm" \
             else ("batch_size", "device") if reqs is not None else ("device",)
         keys += ("limit", "max_tokens_cap") if reqs is not None else ("decode_tokens",)
         opts = {k: getattr(a, k) for k in keys}
