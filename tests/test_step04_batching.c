@@ -953,6 +953,19 @@ Test(step04, gumbel_draws_follow_the_softmax) {
     sampler_free(&s);
 }
 
+// A prompt step of n sequences on the contiguous cache: sequence s has np[s] random ids at
+// positions 0.., in slot s (rows s * L + j), and one logit row, its last.
+static void prompt_batch(Batch *b, Rng *g, const int *np, int n, int L, int V) {
+    b->n_seqs = n, b->n_tokens = 0, b->n_logits = n, b->cu_seqlens_q[0] = 0;
+    for (int s = 0; s < n; s++) {
+        for (int j = 0; j < np[s]; j++) {
+            const int t = b->n_tokens++;
+            b->token_ids[t] = (int)(rng_u32(g) % (unsigned)V), b->positions[t] = j, b->slot_mapping[t] = s * L + j;
+        }
+        b->cu_seqlens_q[s + 1] = b->n_tokens, b->seq_lens_k[s] = np[s], b->seq_slot[s] = s, b->logit_rows[s] = b->n_tokens - 1;
+    }
+}
+
 // runner_forward_sampled on the CPU: the tokens are the argmax / Gumbel-max draws of exactly the
 // logits runner_forward gives for the same batch.
 Test(step04, forward_sampled_draws_from_the_runner_logits) {
@@ -968,14 +981,7 @@ Test(step04, forward_sampled_draws_from_the_runner_logits) {
     Rng g;
     rng_seed(&g, 77);
     const int np[3] = {5, 9, 2};
-    b.n_seqs = 3, b.n_tokens = 0, b.n_logits = 3, b.cu_seqlens_q[0] = 0;
-    for (int s = 0; s < 3; s++) {
-        for (int j = 0; j < np[s]; j++) {
-            const int t = b.n_tokens++;
-            b.token_ids[t] = (int)(rng_u32(&g) % (unsigned)V), b.positions[t] = j, b.slot_mapping[t] = s * L + j;
-        }
-        b.cu_seqlens_q[s + 1] = b.n_tokens, b.seq_lens_k[s] = np[s], b.seq_slot[s] = s, b.logit_rows[s] = b.n_tokens - 1;
-    }
+    prompt_batch(&b, &g, np, 3, L, V);
     float *logits = malloc((size_t)3 * V * 4);
     cr_assert_eq(runner_forward(run, &b, logits, NULL), 0);
     const float temps[3] = {0, 0.7f, 1.5f};
@@ -1014,14 +1020,7 @@ Test(step04, runner_launch_refusals_and_fix_ups) {
     Rng g;
     rng_seed(&g, 78);
     const int np[3] = {4, 7, 1};
-    b.n_seqs = 3, b.n_tokens = 0, b.n_logits = 3, b.cu_seqlens_q[0] = 0;
-    for (int s = 0; s < 3; s++) {
-        for (int j = 0; j < np[s]; j++) {
-            const int t = b.n_tokens++;
-            b.token_ids[t] = (int)(rng_u32(&g) % (unsigned)V), b.positions[t] = j, b.slot_mapping[t] = s * L + j;
-        }
-        b.cu_seqlens_q[s + 1] = b.n_tokens, b.seq_lens_k[s] = np[s], b.seq_slot[s] = s, b.logit_rows[s] = b.n_tokens - 1;
-    }
+    prompt_batch(&b, &g, np, 3, L, V);
     // the decode step after it: one row a sequence, its token (0 here) fetched by a fix-up
     d.n_seqs = 3, d.n_tokens = 3, d.n_logits = 3, d.cu_seqlens_q[0] = 0;
     for (int s = 0; s < 3; s++) {
