@@ -263,6 +263,7 @@ struct GpuDecoder {
     int *d_tok, *d_pos, *d_out;  // token id, position, argmax per position (max_seq)
     int kernels;              // kernel nodes in the graph
     int lm_argmax;            // 1: the argmax runs inside the lm_head GEMV (k_gemv_rows)
+    unsigned int *chain_bar;  // (1) the fused step's k_qtmc grid barrier (qlinear_gpu_gemv_chain)
     cudaStream_t stream;
     cudaGraphExec_t graph;
 };
@@ -384,12 +385,37 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
     };
     DISPATCH(dt, A, k_embed<A><<<1, 256, 0, s>>>((const A *)g->embed, d->d_tok, dm, d->x));
     CUDA_CHECK_LAST();
+    // step06's chain kernel (k_qtmc): where every projection is one INT4 layer it takes, the four
+    // between two attentions (o, gate|up, down, the next layer's q|k|v; the last layer's lm_head
+    // when it is quantized) run as one kernel whose weights stream without a gap between layers
+    auto qone = [](const GpuQProj *p) -> const QLinearGpu * { return p->n == 1 ? p->part[0] : NULL; };
+    bool qkv_done = false, lm_done = false;
     for (int l = 0; l < c->n_layers; l++) {
         const GpuLayer *L = &g->layers[l];
         void *kc = (char *)d->kc + l * lstride, *vc = (char *)d->vc + l * lstride;
-        proj(&L->qqkv, L->wqkv, L->attn_norm, NULL, L->bqkv, d->qkv, nqkv, dm, 0);
+        if (!qkv_done) proj(&L->qqkv, L->wqkv, L->attn_norm, NULL, L->bqkv, d->qkv, nqkv, dm, 0);
+        qkv_done = false;
         DISPATCH(d->cdt, C, attn_fused<C>(pdl, dim3(KV, d->nsplit), attn_smem, s, d->qkv, L, d, H, KV, hd, eps, scale,
                                           (C *)kc, (C *)vc));
+        if (d->chain_bar) {
+            const bool last = l + 1 == c->n_layers;
+            const GpuLayer *N = last ? NULL : &g->layers[l + 1];
+            QChainPhase ph[4] = {{qone(&L->qo), d->att, NULL, L->bo, d->x, 1, 0},
+                                 {qone(&L->qgu), d->x, L->mlp_norm, NULL, d->h, 0, ff},
+                                 {qone(&L->qdown), d->h, NULL, NULL, d->x, 1, 0},
+                                 {NULL, d->x, NULL, NULL, NULL, 0, 0}};
+            if (N) ph[3].q = qone(&N->qqkv), ph[3].nw = N->attn_norm, ph[3].bias = N->bqkv, ph[3].y = d->qkv;
+            else if (g->qlm.n == 1) ph[3].q = qone(&g->qlm), ph[3].nw = g->final_norm, ph[3].y = d->logits;
+            const int n = ph[3].q ? 4 : 3;
+            if (ph[0].q && ph[1].q && ph[2].q) {
+                const int r = qlinear_gpu_gemv_chain(ph, n, eps, d->chain_bar, pdl, s);
+                if (r < 0) die("qlinear_gpu_gemv_chain failed (layer %d)", l);
+                if (r == 1) {
+                    qkv_done = n == 4 && !last, lm_done = n == 4 && last;
+                    continue;
+                }
+            }
+        }
         proj(&L->qo, L->wo, NULL, d->att, L->bo, d->x, dm, qd, 1);  // x += att Wo^T
         // h = swiglu(Wgu rmsnorm(x)): one kernel where the projection allows
         fused_proj(pdl, s, dt, &L->qgu, L->wgu, d->x, L->mlp_norm, eps, NULL, NULL, d->h, ff, dm, 0, 1, d->xn, d->gu);
@@ -404,7 +430,7 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
                                                                    d->logits, c->vocab, dm, 0, &am));
     d->lm_argmax = fused_argmax;
     if (fused_argmax) return;
-    proj(&g->qlm, g->lm_head, g->final_norm, NULL, NULL, d->logits, c->vocab, dm, 0);  // dense or quantized
+    if (!lm_done) proj(&g->qlm, g->lm_head, g->final_norm, NULL, NULL, d->logits, c->vocab, dm, 0);  // dense or quantized
     const int ablocks = (c->vocab + 1023) / 1024 < 1024 ? (c->vocab + 1023) / 1024 : 1024;
     pdl_launch(pdl, k_argmax_fused, dim3(ablocks), dim3(1024), 0, s, (const float *)d->logits, c->vocab, d->arg_v,
                d->arg_i, d->arg_count, d->d_tok, d->d_pos, d->d_out);
@@ -471,6 +497,8 @@ extern "C" GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int 
         d->arg_i = (int *)dmalloc(1024 * 4);
         d->arg_count = (int *)dmalloc(4);
         CUDA_CHECK(cudaMemset(d->arg_count, 0, 4));
+        d->chain_bar = (unsigned int *)dmalloc(4);
+        CUDA_CHECK(cudaMemset(d->chain_bar, 0, 4));
     }
     CUDA_CHECK(cudaStreamCreate(&d->stream));
     gpu_decoder_reset(d);
@@ -502,7 +530,8 @@ extern "C" void gpu_decoder_free(GpuDecoder *d) {
     CUDA_CHECK(cudaStreamSynchronize(d->stream));
     CUDA_CHECK(cudaGraphExecDestroy(d->graph));
     void *ps[] = {d->kc, d->vc, d->x, d->xn, d->qkv, d->att, d->gu, d->h, d->logits, d->part_o, d->part_ml,
-                  d->inv_freq, d->cos_t, d->sin_t, d->count, d->arg_v, d->arg_i, d->arg_count, d->d_tok, d->d_pos, d->d_out};
+                  d->inv_freq, d->cos_t, d->sin_t, d->count, d->arg_v, d->arg_i, d->arg_count, d->chain_bar, d->d_tok, d->d_pos,
+                  d->d_out};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     CUDA_CHECK(cudaStreamDestroy(d->stream));
     free(d);

@@ -48,7 +48,7 @@ static void usage(FILE *f) {
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
             "                [--window W] [--reps N] [--copy-gbps X] [--quant Q] [--qgemv V]\n"
             "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K] [--gemv-rows 0..3]\n"
-            "                [--gemv-short 0|1] [--qtma-grid 0|1]\n"
+            "                [--gemv-short 0|1] [--qtma-grid 0|1] [--qchain 0|1]\n"
             "                [--no-ladders] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
             "  --positions  context positions to report (default 1,64,128,256,512,1024; cpu tiny: up to 512)\n"
@@ -75,6 +75,9 @@ static void usage(FILE *f) {
             "  --qtma-grid G GPU, quantized: the TMA GEMV rungs' grid, 0 (default) the fewest blocks in the fewest\n"
             "               rounds, 1 the grid whose busiest SM has the fewest 16-row strips; both are timed first in\n"
             "               the fused_pdl step (decode_step_by_qtma_grid)\n"
+            "  --qchain C   GPU, INT4 quantized: 1 runs each layer's o, gate|up, down and the next q|k|v as one\n"
+            "               kernel (step06's k_qtmc) where the layers allow it, 0 one kernel each (default: 0, or\n"
+            "               the environment's QLINEAR_CHAIN)\n"
             "  --no-ladders GPU: skip the fusion and GEMV ladders (the table only: --fused, --gemv or v2)\n"
             "  --gemv V     GPU: GEMV version 1..4 of step03's unfused step (default: the fastest decode of its ladder,\n"
             "               measured first)\n"
@@ -163,7 +166,7 @@ static void knob_ladder(GpuModel *gm, void (*set)(int), const int *vals, const c
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, grows = 0, gshort = 1, qgrid = 0, ladders = 1;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, grows = 0, gshort = 1, qgrid = 0, ladders = 1, qchain = -1;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -187,6 +190,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--gemv-rows") && more) grows = (int)arg_int(a, argv[++i], 0, 3);
         else if (!strcmp(a, "--gemv-short") && more) gshort = (int)arg_int(a, argv[++i], 0, 1);
         else if (!strcmp(a, "--qtma-grid") && more) qgrid = (int)arg_int(a, argv[++i], 0, 1);
+        else if (!strcmp(a, "--qchain") && more) qchain = (int)arg_int(a, argv[++i], 0, 1);
         else if (!strcmp(a, "--no-ladders")) ladders = 0;
         else if (!strcmp(a, "--quant") && more) {
             if (quant_spec_parse(argv[++i], &qs) != 0) arg_die("--quant %s: expected none, rtn-int8, rtn-int4, rtn-int8+lm_head or rtn-int4+lm_head", argv[i]);
@@ -226,6 +230,7 @@ int main(int argc, char **argv) {
     if (use_cuda && qgemv_ver >= qlinear_gemv_n_versions())
         arg_die("--qgemv: %d is out of range (allowed: 1..%d)", qgemv_ver + 1, qlinear_gemv_n_versions());
     if (use_cuda) qlinear_gemv_set_version(qgemv_ver), qlinear_gemv_set_grid(qgrid);
+    if (use_cuda && qchain >= 0) qlinear_gemv_set_chain(qchain);
     CpuModel cm = {0};
     GpuModel *gm = NULL;
     char qfmt[256];
@@ -390,6 +395,7 @@ int main(int argc, char **argv) {
     table_meta(t, "precision", "%s", dtype);
     table_meta(t, "quant", "%s", qfmt);
     if (use_cuda && quantized) table_meta(t, "qgemv", "%s (quantized GEMV version %d; 0 = auto)", qlinear_gemv_version_name(qgemv_ver), qgemv_ver + 1);
+    if (use_cuda && quantized) table_meta(t, "qchain", "%s", qchain == 1 ? "on where the layers allow it (k_qtmc)" : qchain == 0 ? "off" : "default (QLINEAR_CHAIN)");
     table_meta(t, "weight_bytes", "%.4g (held; %s)", weight_bytes, use_cuda ? "device allocations" : "host arrays");
     if (!use_cuda) table_meta(t, "cpu_threads", "%s", cpu_env_describe());
     table_meta(t, "timing", "%s", use_cuda ? "CUDA events; one cached run after a warm-up run"

@@ -3,7 +3,7 @@
 // (kvcache.h gemv_gpu_bench_gbps).
 // defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
 //          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_grid,
-//          qlinear_gpu_gemv_version, qlinear_gemm_set_qtmat,
+//          qlinear_gpu_gemv_version, qlinear_gemv_set_chain, qlinear_gemm_set_qtmat,
 //          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts
 #pragma once
 #ifdef __cplusplus
@@ -33,6 +33,9 @@ void qlinear_gemv_set_pdl(int on);
 // the fewest rounds, 1 the grid whose busiest SM holds the fewest strips. Any grid computes the same
 // outputs (a block takes strips blockIdx.x, + gridDim.x, ...); only the balance over the SMs changes.
 void qlinear_gemv_set_grid(int policy);
+// qlinear_gpu_gemv_chain (k_qtmc): 1 on, 0 off (it returns 0 and the caller runs the layers one
+// kernel each), -1 the default (off; the environment's QLINEAR_CHAIN=1 turns it on).
+void qlinear_gemv_set_chain(int on);
 // qlinear_gpu_gemm's INT4 kernel for T <= 16 on sm_90a: 1 k_qtmat (the default: the bulk-copied
 // weight ring of the TMA GEMV rungs, 8 or 16 tokens as the mma's B operand), 0 k_qgemm4; unset, the
 // environment's QLINEAR_QTMAT=0 turns it off. (It was off by default until compute-sanitizer's

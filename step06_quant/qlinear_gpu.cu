@@ -93,6 +93,7 @@ struct QLinearGpu {
     int gather_x;    // the columns are permuted or padded: x always goes through xg
     int qt;          // k_qtma can run this layer (sm_90a code on an sm_90, x and a ring fit in shared memory)
     int qt_per_sm[3][2][2][2];  // its blocks per SM, [TS 16, 32, 64][NORM][SWIGLU][ZF] (asked at creation, not while capturing)
+    int qc_per_sm;   // k_qtmc's blocks per SM with this layer's x (0: it cannot run the layer)
     void *scr;       // the GEMM's gathered X
     size_t scr_bytes;
     void *part;      // k_qtmat's chunk sums
@@ -1290,6 +1291,316 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
 #endif
 }
 
+// ---------------------------------------------------------------- k_qtmc: k_qtma over a chain of layers
+// A batch-1 decode step runs its quantized projections one kernel each, and every kernel boundary
+// costs the stream of weights a gap: the last blocks of one GEMV finish alone (the tail), then the
+// next one starts with an empty ring (the ramp), while DRAM idles. The weights do not depend on
+// the activations, so nothing but the launch order keeps the next layer's bytes from streaming
+// during that gap. k_qtmc runs up to QTC_MAXP layers of a chain (o, gate|up, down and the next
+// layer's q|k|v: everything between two attentions) as phases of one persistent kernel: its
+// producer thread streams the phases' weights back to back through one ring, never waiting for an
+// activation, and its consumers wait between phases at a grid barrier (every block's outputs of
+// phase p written before any block stages x for phase p + 1). So while the slowest blocks finish
+// phase p, the others' rings are already filling with phase p + 1.
+// Each phase is exactly k_qtma v12's product (INT4, 16 tiles per strip and stage; the same tile
+// order per warp, the same sums in the same order), so its outputs are bit for bit those of the
+// layers run one kernel each. A stage holds two parts of TS tiles: the gate and up strips of a
+// SWIGLU phase as in k_qtma, or two consecutive runs of one strip's tiles in the others.
+// The barrier is a counter every block adds 1 to after each phase; the last block to finish the
+// kernel resets it, so the next launch finds 0 (a launch's consumers touch it only after
+// griddepcontrol.wait, i.e. after every kernel before them has completed). All the blocks must be
+// resident at once: the grid is the number that fits (cudaOccupancy..., asked at the layers'
+// creation), and nothing the blocks wait for runs after them on the stream.
+#define QTC_MAXP 4
+#define QTC_TS 16
+#define QTC_W 8
+struct QtcPhase {
+    const uint4 *qw;
+    const float *scales;   // strip-major, as k_qtma's
+    const uint8_t *zeros;  // or NULL
+    int np, kp, gs, glog, ng, rows;
+    const float *x, *nw;  // x (kp) fp32; nw: the RMSNorm weight, or NULL (no norm)
+    const float *bias;
+    float *y;
+    float beta;
+    int units, pair, out_rows;  // strips (SWIGLU: gate strips); pair > 0: SWIGLU, up strip = gate strip + pair
+};
+struct QtcArgs {
+    QtcPhase p[QTC_MAXP];
+    int nph, ns;
+    float eps;
+    unsigned int *bar;  // the grid barrier's counter (0 at launch; back to 0 at exit)
+};
+
+#ifdef WGMMA_ARCH
+__device__ __forceinline__ unsigned int ld_acquire_u32(const unsigned int *p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+#endif
+
+template <int GM, bool ZP>
+__global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
+#ifdef WGMMA_ARCH
+    constexpr int TS = QTC_TS, W = QTC_W;
+    using G = QTmaGeom<4, TS, GM, ZP, true>;  // two parts a stage (G::PART each)
+    extern __shared__ __align__(128) unsigned char sm[];
+    const int ns = a.ns;
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(sm);  // full[ns], then empty[ns]
+    unsigned char *ring = sm + (2 * ns * 8 + 127) / 128 * 128;
+    int maxkp = 0;
+    for (int ph = 0; ph < a.nph; ph++) maxkp = max(maxkp, a.p[ph].kp);
+    uint32_t *xs = (uint32_t *)(ring + (size_t)ns * G::STAGE);  // maxkp / 2 fp16 pairs
+    float *red = (float *)(xs + maxkp / 2);                     // [2][W][2][16]
+    float *ssr = red + 2 * W * 2 * 16;                          // [W]
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
+    if (threadIdx.x == 0)
+        for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W * 32);
+    __syncthreads();
+    pdl_trigger();
+    if (warp == W) {  // the producer: every phase's weights and scales, back to back
+        if (lane != 0) return;
+        const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
+        RingPos rp;
+        // each phase's code apart (the loop unrolled): its arguments stay constant-bank operands
+        // instead of registers loaded by a run-time index
+#pragma unroll
+        for (int ph = 0; ph < QTC_MAXP; ph++) {
+            if (ph >= a.nph) break;
+            const QtcPhase &P = a.p[ph];
+            const bool sw = P.pair > 0;
+            const int nk = P.kp / 64, span = sw ? TS : 2 * TS, nst = (nk + span - 1) / span;
+            for (int u = blockIdx.x; u < P.units; u += gridDim.x)
+                for (int st = 0; st < nst; st++, rp.next(ns)) {
+                    const int slot = rp.slot;
+                    const uint32_t full = bar0 + 8 * slot;
+                    mbar_wait(bar0 + 8 * (ns + slot), rp.ph ^ 1u);  // the consumers are done with it
+                    int s[2], k0[2], k1[2], g0[2], ngs[2];
+                    uint32_t bytes = 0;
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        s[r] = sw ? u + r * P.pair : u;
+                        k0[r] = sw ? st * TS : st * 2 * TS + r * TS;
+                        k1[r] = min(nk, k0[r] + TS);
+                        if (k1[r] <= k0[r]) continue;
+                        g0[r] = GM == 0 ? 0 : group_of(k0[r] * 64, P.gs, P.glog, P.ng);
+                        ngs[r] = GM == 0 ? 1 : group_of(k1[r] * 64 - 1, P.gs, P.glog, P.ng) - g0[r] + 1;
+                        bytes += (k1[r] - k0[r]) * 512 + ngs[r] * 64 + (ZP ? ngs[r] * 16 : 0);
+                    }
+                    mbar_expect_tx(full, bytes);
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        if (k1[r] <= k0[r]) continue;
+                        const uint32_t d = ring0 + slot * G::STAGE + r * G::PART;
+                        bulk_g2s(d, P.qw + ((size_t)s[r] * nk + k0[r]) * 32, (k1[r] - k0[r]) * 512, full);
+                        bulk_g2s(d + G::SOFF, P.scales + ((size_t)s[r] * P.ng + g0[r]) * 16, ngs[r] * 64, full);
+                        if (ZP) bulk_g2s(d + G::ZOFF, P.zeros + ((size_t)s[r] * P.ng + g0[r]) * 16, ngs[r] * 16, full);
+                    }
+                }
+        }
+        return;
+    }
+    const int tid = threadIdx.x, nthr = W * 32;
+    pdl_wait();  // the first phase's x (and every y) belong to the kernels before
+    const __half2 zsym_a = __float2half2_rn(1032.0f), zsym_b = __float2half2_rn(-72.0f);
+    const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+    constexpr int NPG = GM == 2 ? 2 : 1;  // scale groups per tile
+    float acc[2][2];
+    // k_qtma's tile products (KIND 4, not zero-folded), R parts of the stage into acc[0..R-1]
+    auto tiles = [&](int gs, int glog, int ng, const unsigned char *stg, int k0, int g0, int kcl0, auto RR, auto NT) {
+        constexpr int R = decltype(RR)::value, N = decltype(NT)::value;
+        uint32_t pr[N][8], wa[N][R][4];
+        float sl[N][R][NPG], sh[N][R][NPG];
+        int gis[N][NPG];
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            const int kcl = kcl0 + W * j, kc = k0 + kcl;
+            const uint4 p0 = *(const uint4 *)&xs[kc * 32 + t * 8], p1 = *(const uint4 *)&xs[kc * 32 + t * 8 + 4];
+            pr[j][0] = p0.x, pr[j][1] = p0.y, pr[j][2] = p0.z, pr[j][3] = p0.w;
+            pr[j][4] = p1.x, pr[j][5] = p1.y, pr[j][6] = p1.z, pr[j][7] = p1.w;
+#pragma unroll
+            for (int p = 0; p < NPG; p++) gis[j][p] = GM == 0 ? 0 : group_of(kc * 64 + 32 * p, gs, glog, ng) - g0;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const unsigned char *part = stg + r * G::PART;
+                const uint4 v = *(const uint4 *)(part + kcl * 512 + lane * 16);
+                wa[j][r][0] = v.x, wa[j][r][1] = v.y, wa[j][r][2] = v.z, wa[j][r][3] = v.w;
+                const float *sc = (const float *)(part + G::SOFF);
+#pragma unroll
+                for (int p = 0; p < NPG; p++)
+                    if (GM != 0) sl[j][r][p] = sc[gis[j][p] * 16 + g], sh[j][r][p] = sc[gis[j][p] * 16 + g + 8];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < N; j++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int p = 0; p < NPG; p++) {
+                    __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
+                    if (ZP) {
+                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
+                        const float zl = zs[g], zh = zs[g + 8];
+                        zero4_of(zl, za_lo, zb_lo), zero4_of(zh, za_hi, zb_hi);
+                    }
+                    float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+                    for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
+                        uint32_t b[4];
+                        dq4_pairs(wa[j][r][i], za_lo, zb_lo, za_hi, zb_hi, sixteenth, b);
+                        const uint32_t A[4] = {b[0], b[2], b[1], b[3]};
+                        mma16816(__half(), c[i & 1], A, pr[j][2 * i], pr[j][2 * i + 1]);
+                    }
+                    const float lo = c[0][0] + c[1][0], hi = c[0][2] + c[1][2];
+                    if (GM == 0) acc[r][0] += lo, acc[r][1] += hi;
+                    else acc[r][0] = fmaf(sl[j][r][p], lo, acc[r][0]), acc[r][1] = fmaf(sh[j][r][p], hi, acc[r][1]);
+                }
+    };
+    // one part of a stage: TS tiles (or the layer's last few) from tile k0 on. A warp's tiles of a
+    // SWIGLU stage (R = 2) go one at a time: the same sums in the same order as k_qtma's two at a
+    // time (each tile's products are added to acc[r] tile by tile either way), in fewer registers,
+    // which this kernel, holding the code of every kind of phase, needs under its cap of 96.
+    auto part = [&](int gs, int glog, int ng, const unsigned char *stg, int k0, int k1, auto RR) {
+        const int g0 = GM == 0 ? 0 : group_of(k0 * 64, gs, glog, ng);
+        if (decltype(RR)::value == 1 && k1 - k0 == TS)
+            tiles(gs, glog, ng, stg, k0, g0, warp, RR, std::integral_constant<int, TS / W>{});
+        else
+            for (int kcl = warp; kcl < k1 - k0; kcl += W)
+                tiles(gs, glog, ng, stg, k0, g0, kcl, RR, std::integral_constant<int, 1>{});
+    };
+    RingPos rp;
+    int nu = 0;
+#pragma unroll
+    for (int ph = 0; ph < QTC_MAXP; ph++) {  // unrolled, as the producer's
+        if (ph >= a.nph) break;
+        const QtcPhase &P = a.p[ph];
+        const bool sw = P.pair > 0;
+        const int nk = P.kp / 64, span = sw ? TS : 2 * TS, nst = (nk + span - 1) / span, npair = P.kp / 2;
+        if (ph > 0) {  // the grid barrier: every block's outputs of the phase before are written
+            consumers_sync(nthr);
+            if (tid == 0) {
+                __threadfence();
+                atomicAdd(a.bar, 1u);
+                const unsigned int target = (unsigned int)ph * gridDim.x;
+                while (ld_acquire_u32(a.bar) < target) __nanosleep(20);
+            }
+            consumers_sync(nthr);
+        }
+        // x as k_qtma stages it (the same pairs, the same norm sums in the same order); read with
+        // ld.global.cg: the previous phase's outputs are other blocks' writes, not in this SM's L1
+        constexpr int XB = 8;
+        auto col_of = [&](int d) {
+            const int rem = d & 31;
+            return 64 * (d >> 5) + 16 * ((rem & 7) >> 1) + 2 * (rem >> 3) + 8 * (rem & 1);
+        };
+        const bool norm = P.nw != NULL;
+        auto load_chunk = [&](int d0, float2 (&v)[XB], float2 (&nv)[XB]) {
+#pragma unroll
+            for (int b = 0; b < XB; b++) {
+                const int d = d0 + b * nthr;
+                if (d < npair) {
+                    v[b] = __ldcg((const float2 *)(P.x + col_of(d)));
+                    if (norm) nv[b] = __ldg((const float2 *)(P.nw + col_of(d)));
+                }
+            }
+        };
+        float2 v0[XB], nv0[XB];
+        load_chunk(tid, v0, nv0);
+        float inv = 1.0f;
+        if (norm) {
+            float ss = 0.0f;
+#pragma unroll
+            for (int b = 0; b < XB; b++)
+                if (tid + b * nthr < npair) ss = fmaf(v0[b].x, v0[b].x, fmaf(v0[b].y, v0[b].y, ss));
+            for (int d0 = tid + XB * nthr; d0 < npair; d0 += XB * nthr) {
+                float2 v[XB];
+#pragma unroll
+                for (int b = 0; b < XB; b++)
+                    if (d0 + b * nthr < npair) v[b] = __ldcg((const float2 *)(P.x + 2 * (d0 + b * nthr)));
+#pragma unroll
+                for (int b = 0; b < XB; b++)
+                    if (d0 + b * nthr < npair) ss = fmaf(v[b].x, v[b].x, fmaf(v[b].y, v[b].y, ss));
+            }
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if (lane == 0) ssr[warp] = ss;
+            consumers_sync(nthr);
+            ss = 0.0f;
+#pragma unroll
+            for (int w = 0; w < W; w++) ss += ssr[w];
+            inv = rsqrtf(ss / P.kp + a.eps);
+        }
+        auto stage_chunk = [&](int d0, const float2 (&v)[XB], const float2 (&nv)[XB]) {
+#pragma unroll
+            for (int b = 0; b < XB; b++) {
+                const int d = d0 + b * nthr;
+                if (d >= npair) break;
+                float2 x2 = v[b];
+                if (norm) x2.x = x2.x * inv * nv[b].x, x2.y = x2.y * inv * nv[b].y;
+                xs[d] = h2_sat(x2.x, x2.y);
+            }
+        };
+        stage_chunk(tid, v0, nv0);
+        for (int d0 = tid + XB * nthr; d0 < npair; d0 += XB * nthr) {
+            float2 v[XB], nv[XB];
+            load_chunk(d0, v, nv);
+            stage_chunk(d0, v, nv);
+        }
+        consumers_sync(nthr);
+        for (int u = blockIdx.x; u < P.units; u += gridDim.x, nu++) {
+            acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = 0.0f;
+            for (int st = 0; st < nst; st++, rp.next(ns)) {
+                const int slot = rp.slot;
+                mbar_wait(bar0 + 8 * slot, rp.ph);
+                const unsigned char *stg = ring + (size_t)slot * G::STAGE;
+                if (sw) {
+                    const int k0 = st * TS;
+                    part(P.gs, P.glog, P.ng, stg, k0, min(nk, k0 + TS), std::integral_constant<int, 2>{});
+                } else {  // two runs of the strip's tiles, summed into acc[0] in k_qtma's order
+                    const int k0 = st * 2 * TS;
+                    part(P.gs, P.glog, P.ng, stg, k0, min(nk, k0 + TS), std::integral_constant<int, 1>{});
+                    if (k0 + TS < nk)
+                        part(P.gs, P.glog, P.ng, stg + G::PART, k0 + TS, min(nk, k0 + 2 * TS), std::integral_constant<int, 1>{});
+                }
+                __syncwarp();
+                mbar_arrive(bar0 + 8 * (ns + slot));
+            }
+            float *rb = red + (nu & 1) * W * 2 * 16;
+            if (t == 0)
+#pragma unroll
+                for (int r = 0; r < 2; r++) rb[(warp * 2 + r) * 16 + g] = acc[r][0], rb[(warp * 2 + r) * 16 + g + 8] = acc[r][1];
+            consumers_sync(nthr);
+            if (tid < 16) {
+                float v[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    if (r == 1 && !sw) break;
+#pragma unroll
+                    for (int w = 0; w < W; w++) v[r] += rb[(w * 2 + r) * 16 + tid];
+                    if (GM == 0) v[r] *= __ldg(P.scales + (size_t)(u + r * P.pair) * 16 + tid);
+                }
+                const int row = u * 16 + tid;
+                if (sw) {
+                    if (row < P.out_rows) P.y[row] = v[0] / (1.0f + expf(-v[0])) * v[1];
+                } else if (row < P.rows) {
+                    float o = v[0] + (P.bias ? __ldg(P.bias + row) : 0.0f);
+                    if (P.beta != 0.0f) o += P.beta * __ldcg(P.y + row);
+                    P.y[row] = o;
+                }
+            }
+        }
+    }
+    // the kernel's end: the last block out resets the barrier's counter for the next launch
+    consumers_sync(nthr);
+    if (tid == 0) {
+        __threadfence();
+        if (atomicAdd(a.bar, 1u) == (unsigned int)a.nph * gridDim.x - 1) atomicExch(a.bar, 0u);
+    }
+#else
+    (void)a;
+#endif
+}
+
 // ---------------------------------------------------------------- k_qtmat: k_qtma for 2..16 tokens
 // qlinear_gpu_gemm's INT4 path on sm_90 for T <= 16. k_qgemm4 (the Marlin-style tile GEMM) reads
 // each 128-row block's weights with plain loads and reaches ~20% of the copy bandwidth at T = 16;
@@ -1881,7 +2192,9 @@ static void qtma_run(const QLinearGpu *q, int v, const float *x, const float *nw
 static bool qtma_can(const QLinearGpu *q) {
     return q->fast && q->tc_gm >= 0 && q->major == 9 && qtma_built() && qtma_fits(q, 16, true);
 }
+static void qtmc_prepare(QLinearGpu *q);  // below: the chain kernel's (k_qtmc)
 static void qtma_prepare(QLinearGpu *q) {
+    qtmc_prepare(q);
     if (!q->qt) return;
     static const float one = 1.0f;  // stands for the norm weight: only its presence matters here
     for (int n = 0; n < 2; n++)
@@ -1892,6 +2205,90 @@ static void qtma_prepare(QLinearGpu *q) {
                 if (qtma_fits(q, 32, w)) qtma_launch<32>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, true);
                 if (qtma_fits(q, 64, w)) qtma_launch<64>(q, NULL, nw, 0.0f, NULL, NULL, 0.0f, w ? 16 : 0, false, NULL, f, true);
             }
+}
+
+// ---------------------------------------------------------------- k_qtmc's launch
+// The chain kernel on (1) or off (0, the default until it is measured faster: the layers one
+// kernel each); unset, the environment's QLINEAR_CHAIN=1 turns it on. QLINEAR_CHAIN_NS: its ring
+// stages (2..8, for measuring).
+#define QTC_DEFAULT 0
+static int g_chain = -1, g_chain_set = -1, g_chain_ns = 0;
+static bool chain_on(void) {
+    if (g_chain < 0) {
+        const char *e = getenv("QLINEAR_CHAIN"), *n = getenv("QLINEAR_CHAIN_NS");
+        g_chain = e ? atoi(e) != 0 : QTC_DEFAULT;
+        g_chain_ns = n ? atoi(n) : 0;
+    }
+    return (g_chain_set >= 0 ? g_chain_set : g_chain) > 0;
+}
+extern "C" void qlinear_gemv_set_chain(int on) { g_chain_set = on < 0 ? -1 : on ? 1 : 0; }
+#define QTC_BLOCK_SMEM (113 * 1024)  // two blocks an SM: 228 KB less 1 KB each the system keeps
+static size_t qtmc_smem(int gm, bool zp, int ns, int maxkp) {
+    return (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * 2 * qtma_part(4, QTC_TS, gm, zp) + (size_t)maxkp * 2 +
+           2 * QTC_W * 2 * 16 * 4 + QTC_W * 4;
+}
+// Ring stages: 4 (about 72 KB with groups of 128), fewer where two blocks an SM would not fit.
+static int qtmc_ns(int gm, bool zp, int maxkp) {
+    int ns = g_chain_ns >= 2 && g_chain_ns <= 8 ? g_chain_ns : 4;
+    while (ns > 2 && qtmc_smem(gm, zp, ns, maxkp) > QTC_BLOCK_SMEM) ns--;
+    return ns;
+}
+template <int GM, bool ZP>
+static void qtmc_go(const QtcArgs *a, size_t smem, int grid, bool pdl, cudaStream_t s, int *per_sm) {
+    auto k = k_qtmc<GM, ZP>;
+    if (per_sm) {  // set-up (not while capturing): the shared memory allowed, the blocks an SM
+        int n = 0;
+        *per_sm = 0;
+        if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX) == cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, (QTC_W + 1) * 32, smem) == cudaSuccess)
+            *per_sm = n;
+        cudaGetLastError();
+        return;
+    }
+    launch_ex(k, dim3(grid), (QTC_W + 1) * 32, smem, s, pdl, *a);
+}
+static void qtmc_dispatch(int gm, bool zp, const QtcArgs *a, size_t smem, int grid, bool pdl, cudaStream_t s, int *per_sm) {
+    if (gm == 0) zp ? qtmc_go<0, true>(a, smem, grid, pdl, s, per_sm) : qtmc_go<0, false>(a, smem, grid, pdl, s, per_sm);
+    else if (gm == 1) zp ? qtmc_go<1, true>(a, smem, grid, pdl, s, per_sm) : qtmc_go<1, false>(a, smem, grid, pdl, s, per_sm);
+    else zp ? qtmc_go<2, true>(a, smem, grid, pdl, s, per_sm) : qtmc_go<2, false>(a, smem, grid, pdl, s, per_sm);
+}
+// At a layer's creation: how many chain blocks fit an SM when this layer has the widest x of a chain.
+static void qtmc_prepare(QLinearGpu *q) {
+    q->qc_per_sm = 0;
+    if (!q->qt || q->kind != QK_INT4 || q->tc_gm < 0) return;
+    chain_on();
+    const bool zp = q->zeros != NULL;
+    qtmc_dispatch(q->tc_gm, zp, NULL, qtmc_smem(q->tc_gm, zp, qtmc_ns(q->tc_gm, zp, q->kp), q->kp), 0, false, NULL,
+                  &q->qc_per_sm);
+}
+extern "C" int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, unsigned int *bar, int pdl, void *stream) {
+    if (!ph || n < 1 || !bar) return -1;
+    if (n > QTC_MAXP || !chain_on()) return 0;
+    const QLinearGpu *q0 = ph[0].q;
+    if (!q0) return -1;
+    const bool zp = q0->zeros != NULL;
+    QtcArgs a = {};
+    int maxkp = 0, per_sm = 1 << 30;
+    for (int i = 0; i < n; i++) {
+        const QLinearGpu *q = ph[i].q;
+        const int sw = ph[i].swiglu;
+        if (!q || !ph[i].x || !ph[i].y) return -1;
+        // v12 layers only (the product k_qtmc repeats), alike in groups and zero points, x read as it is
+        if (q->qc_per_sm < 1 || qlinear_gpu_gemv_version(q) != QGEMV_FIRST_TMA || q->tc_gm != q0->tc_gm ||
+            (q->zeros != NULL) != zp || q->gather_x || q->cols != q->kp || ((uintptr_t)ph[i].x & 7))
+            return 0;
+        if (sw && (q->rows != 2 * sw || sw % 16 || ph[i].bias || ph[i].acc)) return 0;
+        maxkp = q->kp > maxkp ? q->kp : maxkp;
+        per_sm = q->qc_per_sm < per_sm ? q->qc_per_sm : per_sm;
+        a.p[i] = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
+                  ph[i].x, ph[i].nw, ph[i].bias, ph[i].y, ph[i].acc ? 1.0f : 0.0f, sw ? sw / 16 : q->np / 16, sw / 16, sw};
+    }
+    a.nph = n, a.eps = eps, a.bar = bar;
+    a.ns = qtmc_ns(q0->tc_gm, zp, maxkp);
+    // every block resident at once (the barrier): the fewest an SM that any of the layers' x allows
+    const int grid = q0->sms * per_sm;
+    qtmc_dispatch(q0->tc_gm, zp, &a, qtmc_smem(q0->tc_gm, zp, a.ns, maxkp), grid, pdl != 0, (cudaStream_t)stream, NULL);
+    return launch_ok("qlinear_gpu_gemv_chain") == 0 ? 1 : -1;
 }
 
 // k_qmma over T <= 16 tokens of X (T, ldx; kp valid columns, zero-padded).

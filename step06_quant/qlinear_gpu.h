@@ -8,7 +8,8 @@
 // Implemented in qlinear_gpu.cu (qlinear_gpu_none.c when built without nvcc: every call fails).
 // All pointers are device pointers; launches go on `stream` (NULL: the default stream).
 // defines: QLinearGpu, qlinear_gpu_new, qlinear_gpu_free, qlinear_gpu_bytes, qlinear_gpu_rows,
-//          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemv_fused, qlinear_gpu_gemm, qlinear_gpu_describe,
+//          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemv_fused, qlinear_gpu_gemv_chain, QChainPhase,
+//          qlinear_gpu_gemm, qlinear_gpu_describe,
 //          qlinear_gpu_set_gemm_path, QLINEAR_GEMM_AUTO, QLINEAR_GEMM_SIMT
 #pragma once
 #include <stddef.h>
@@ -42,6 +43,22 @@ int qlinear_gpu_gemv(const QLinearGpu *q, const float *x, const float *bias, flo
 // kernel (only v12+ on sm_90a does), nothing was launched: run the steps apart; -1 launch error.
 int qlinear_gpu_gemv_fused(const QLinearGpu *q, const float *x, const float *nw, float eps, const float *bias, float *y,
                            int acc, int swiglu, int pdl, void *stream);
+// A chain of such products as one kernel (k_qtmc, INT4 on sm_90a): phase i is what
+// qlinear_gpu_gemv_fused(q, x, nw, eps, bias, y, acc, swiglu) computes, bit for bit, and phase i
+// reads only what phases before it (or kernels before it) wrote. The weights of all phases stream
+// back to back through one ring while the blocks wait for each other between phases (a grid
+// barrier on *bar, a device counter that is 0 before the first launch and left 0 after each).
+// 1 done; 0 the chain cannot run here (off, another kind or rung, groups or zero points that
+// differ between the layers, a gathered x, more than 4 phases): nothing was launched, run the
+// phases one by one; -1 bad arguments or a launch error.
+typedef struct {
+    const QLinearGpu *q;
+    const float *x, *nw, *bias;  // nw: RMSNorm weight or NULL; bias or NULL
+    float *y;
+    int acc;     // y += ...
+    int swiglu;  // > 0: q is gate|up stacked, y (swiglu) = silu(gate x') * (up x')
+} QChainPhase;
+int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, unsigned int *bar, int pdl, void *stream);
 // Y (T, rows) fp32, row stride ldy, = X (T, cols) [row stride ldx] W^T + beta * Y; X in xdt
 // (ST_BF16 or ST_F16). 0, or -1 (bad dtype, launch error). When X must be gathered (act-order,
 // in_features not a multiple of 64, X not 16-byte aligned, INT8, pre-sm_80) it goes through a

@@ -43,6 +43,10 @@ int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int
     fprintf(stderr, "qlinear_gpu_gemm: built without CUDA\n");
     return -1;
 }
+int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, unsigned int *bar, int pdl, void *stream) {
+    (void)ph, (void)n, (void)eps, (void)bar, (void)pdl, (void)stream;
+    return 0;
+}
 int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path) {
     (void)q, (void)path;
     return -1;
@@ -67,6 +71,7 @@ int qlinear_gemv_version_fp16(int version) {
 }
 void qlinear_gemv_set_pdl(int on) { (void)on; }
 void qlinear_gemv_set_grid(int policy) { (void)policy; }
+void qlinear_gemv_set_chain(int on) { (void)on; }
 void qlinear_gemm_set_qtmat(int on) { (void)on; }
 void qlinear_gemm_set_deq_rows(int t) { (void)t; }
 void qlinear_gemm_set_qtmat_ts(int ts) { (void)ts; }

@@ -129,6 +129,66 @@ Test(step06_egpu, decode_graph_matches_the_cpu_quantized_forward, .timeout = 600
     qlinear_gemv_set_grid(0);
 }
 
+// step03's decode graph with step06's chain kernel (k_qtmc: o, gate|up, down and the next q|k|v,
+// or the lm_head, as one kernel a layer) against the same graph with the layers one kernel each:
+// every step's logits bit for bit, on random INT4 models whose widths the chain takes (multiples of
+// 64): Llama and Qwen2 (q|k|v biases), groups of 128 and 32 and per channel, the lm_head dense and
+// quantized; on sm_90 the chain must also have taken the graph's kernels down.
+Test(step06_egpu, decode_chain_is_bit_identical_to_the_layers_one_by_one, .timeout = 300) {
+    NEED_GPU();
+    static const char *CFG[] = {
+        "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":256,\"intermediate_size\":768,"
+        "\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":1000,"
+        "\"max_position_embeddings\":256,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false}",
+        "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":384,\"intermediate_size\":1088,"
+        "\"num_hidden_layers\":2,\"num_attention_heads\":6,\"num_key_value_heads\":2,\"vocab_size\":1500,"
+        "\"max_position_embeddings\":256,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":false}"};
+    static const struct {
+        const char *quant;
+        int group;
+    } QS[] = {{"rtn-int4", 128}, {"rtn-int4+lm_head", 128}, {"rtn-int4+lm_head", 32}, {"rtn-int4", -1}};
+    for (int ci = 0; ci < 2; ci++)
+        for (int qi = 0; qi < (int)(sizeof QS / sizeof QS[0]); qi++) {
+            char err[512], fmt[256];
+            ModelConfig cfg;
+            cr_assert_eq(hf_config_parse(CFG[ci], "chain test", &cfg, err, sizeof err), 0, "%s", err);
+            QuantSpec qs;
+            cr_assert_eq(quant_spec_parse(QS[qi].quant, &qs), 0);
+            qs.group = QS[qi].group;
+            GpuModel *gm = qmodel_gpu_random(&cfg, &qs, 70 + qi, fmt, sizeof fmt, err, sizeof err);
+            cr_assert(gm, "%s", err);
+            char what[400];
+            snprintf(what, sizeof what, "%s %s g%d", model_arch_name(cfg.arch), QS[qi].quant, QS[qi].group);
+            qlinear_gemv_set_chain(0);
+            GpuDecoder *d0 = gpu_decoder_new(gm, 40, err, sizeof err);
+            cr_assert(d0, "%s", err);
+            qlinear_gemv_set_chain(1);
+            GpuDecoder *d1 = gpu_decoder_new(gm, 40, err, sizeof err);
+            cr_assert(d1, "%s", err);
+            const int k0 = gpu_decoder_kernels(d0), k1 = gpu_decoder_kernels(d1);
+            if (gi_.cc_major == 9)  // a layer's o, gate|up, down (+ q|k|v) become one kernel
+                cr_expect_lt(k1, k0, "%s: %d kernels a step with the chain, %d without", what, k1, k0);
+            const int V = cfg.vocab;
+            float *l0 = malloc((size_t)V * 4), *l1 = malloc((size_t)V * 4);
+            Rng r;
+            rng_seed(&r, 90 + qi);
+            int same = 1, first_bad = -1;
+            for (int st = 0; st < 30; st++) {
+                const int tok = (int)(rng_u32(&r) % (uint32_t)V);
+                cr_assert_eq(gpu_decoder_step(d0, tok, l0), 0);
+                cr_assert_eq(gpu_decoder_step(d1, tok, l1), 0);
+                if (memcmp(l0, l1, (size_t)V * 4) && same) same = 0, first_bad = st;
+            }
+            cr_expect(same, "%s: the logits differ first at step %d", what, first_bad);
+            fprintf(stderr, "[step06-egpu chain] %s: 30 steps, logits bit-identical: %s (kernels a step %d -> %d)\n", what,
+                    same ? "yes" : "NO", k0, k1);
+            gpu_decoder_free(d0), gpu_decoder_free(d1);
+            free(l0), free(l1);
+            gpu_model_free(gm);
+        }
+    qlinear_gemv_set_chain(-1);
+}
+
 // A slot batch: sequence i has n[i] new rows at positions p0[i] .. in slot i.
 typedef struct {
     int tok[64], pos[64], slot[64], cu[5], lens[4], sslot[4], lrows[4];

@@ -342,6 +342,116 @@ Test(step06_gpu, gemv_fused_norm_and_swiglu) {
     }
 }
 
+// qlinear_gpu_gemv_chain (k_qtmc): the layers between two attentions of a decode step (o, gate|up
+// with the norm and SwiGLU, down, the next q|k|v with the norm and a bias) as one kernel must give
+// bit for bit what the same layers give one kernel each (qlinear_gpu_gemv_fused, v12), which the
+// test above checks against the CPU: groups of 128, 64 and 32 and per channel, with and without
+// zero points, row counts that are not multiples of 16, a down_proj whose last stage is partial;
+// chains of 1 to 4 phases, launched twice (the barrier's counter is back at 0 after each), with
+// and without programmatic dependent launch; layers that differ in groups are refused (0).
+Test(step06_gpu, gemv_chain_equals_the_layers_one_by_one, .timeout = 300) {
+    NEED_GPU();
+    typedef struct {
+        int d, att, ff, nqkv, group, sym;
+    } ChainCase;
+    static const ChainCase cases[] = {{384, 256, 640, 400, 128, 1}, {320, 192, 448, 304, 64, 0},
+                                      {320, 256, 448, 400, 32, 1},  {256, 256, 704, 200, -1, 0},
+                                      {1024, 1024, 2816, 1536, 128, 1}};
+    qlinear_gemv_set_chain(1);
+    Rng r;
+    rng_seed(&r, 615);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const ChainCase *c = &cases[ci];
+        const QCase lc[4] = {{QK_INT4, c->d, c->att, c->group, c->sym, 0},
+                             {QK_INT4, 2 * c->ff, c->d, c->group, c->sym, 0},
+                             {QK_INT4, c->d, c->ff, c->group, c->sym, 0},
+                             {QK_INT4, c->nqkv, c->d, c->group, c->sym, 0}};
+        QWeight w[4];
+        QLinearGpu *q[4];
+        char what[200];
+        snprintf(what, sizeof what, "chain d %d att %d ff %d qkv %d g%d %s", c->d, c->att, c->ff, c->nqkv, c->group,
+                 c->sym ? "sym" : "asym");
+        for (int i = 0; i < 4; i++) make_qweight(&r, &lc[i], &w[i]), q[i] = make_layer(&w[i], what);
+        // buffers: att (x of o), res (the residual: o and down add to it, gate|up and q|k|v read it), h, qkv
+        const size_t n_att = (size_t)c->att, n_res = (size_t)c->d, n_h = (size_t)c->ff, n_qkv = (size_t)c->nqkv;
+        float *att = rng_new_uniform(&r, n_att, -2, 2), *res = rng_new_uniform(&r, n_res, -2, 2);
+        float *nw1 = rng_new_uniform(&r, n_res, 0.5f, 1.5f), *nw2 = rng_new_uniform(&r, n_res, 0.5f, 1.5f);
+        float *bo = rng_new_uniform(&r, n_res, -1, 1), *bqkv = rng_new_uniform(&r, n_qkv, -1, 1);
+        float *dat = pa_dev_alloc(n_att * 4), *dres = pa_dev_alloc(n_res * 4), *dh = pa_dev_alloc(n_h * 4);
+        float *dqkv = pa_dev_alloc(n_qkv * 4), *dnw1 = pa_dev_alloc(n_res * 4), *dnw2 = pa_dev_alloc(n_res * 4);
+        float *dbo = pa_dev_alloc(n_res * 4), *dbqkv = pa_dev_alloc(n_qkv * 4);
+        unsigned int *bar = pa_dev_alloc(4);
+        pa_upload(dat, att, n_att * 4), pa_upload(dnw1, nw1, n_res * 4), pa_upload(dnw2, nw2, n_res * 4);
+        pa_upload(dbo, bo, n_res * 4), pa_upload(dbqkv, bqkv, n_qkv * 4);
+        const unsigned int zero = 0;
+        pa_upload(bar, &zero, 4);
+        float *zeros = calloc(n_h > n_qkv ? n_h : n_qkv, 4);
+        const QChainPhase ph[4] = {{q[0], dat, NULL, dbo, dres, 1, 0},
+                                   {q[1], dres, dnw1, NULL, dh, 0, c->ff},
+                                   {q[2], dh, NULL, NULL, dres, 1, 0},
+                                   {q[3], dres, dnw2, dbqkv, dqkv, 0, 0}};
+        float *want[3], *got[3];
+        const size_t nb[3] = {n_res, n_h, n_qkv};
+        float *dbuf[3] = {dres, dh, dqkv};
+        for (int k = 0; k < 3; k++) want[k] = malloc(nb[k] * 4), got[k] = malloc(nb[k] * 4);
+        for (int n = 1; n <= 4; n++)
+            for (int pdl = 0; pdl < 2; pdl++) {
+                // the layers one by one
+                pa_upload(dres, res, n_res * 4);
+                pa_upload(dh, zeros, n_h * 4), pa_upload(dqkv, zeros, n_qkv * 4);
+                for (int i = 0; i < n; i++)
+                    cr_assert_eq(qlinear_gpu_gemv_fused(ph[i].q, ph[i].x, ph[i].nw, 1e-5f, ph[i].bias, ph[i].y, ph[i].acc,
+                                                        ph[i].swiglu, 0, NULL),
+                                 1, "%s: phase %d one by one", what, i);
+                cr_assert_eq(pa_sync(), 0, "%s", what);
+                for (int k = 0; k < 3; k++) pa_download(want[k], dbuf[k], nb[k] * 4);
+                for (int rep = 0; rep < 2; rep++) {  // twice: the second launch finds the counter reset
+                    pa_upload(dres, res, n_res * 4);
+                    pa_upload(dh, zeros, n_h * 4), pa_upload(dqkv, zeros, n_qkv * 4);
+                    const int rc = qlinear_gpu_gemv_chain(ph, n, 1e-5f, bar, pdl, NULL);
+                    cr_assert_eq(pa_sync(), 0, "%s", what);
+                    cr_assert_eq(rc, gi_.cc_major == 9 ? 1 : 0, "%s: %d phases: returned %d", what, n, rc);
+                    if (rc != 1) continue;
+                    unsigned int hb = 1;
+                    pa_download(&hb, bar, 4);
+                    cr_expect_eq(hb, 0u, "%s: the barrier's counter is %u after the launch", what, hb);
+                    for (int k = 0; k < 3; k++) {
+                        pa_download(got[k], dbuf[k], nb[k] * 4);
+                        size_t bad = nb[k];
+                        for (size_t i = 0; i < nb[k] && bad == nb[k]; i++)
+                            if (memcmp(&got[k][i], &want[k][i], 4)) bad = i;
+                        cr_expect_eq(bad, nb[k], "%s: %d phases, pdl %d, launch %d: buffer %d differs at %zu: %.9g vs %.9g",
+                                     what, n, pdl, rep, k, bad, bad < nb[k] ? got[k][bad] : 0.0,
+                                     bad < nb[k] ? want[k][bad] : 0.0);
+                    }
+                }
+            }
+        // off: nothing launched
+        qlinear_gemv_set_chain(0);
+        cr_expect_eq(qlinear_gpu_gemv_chain(ph, 4, 1e-5f, bar, 0, NULL), 0, "%s: chain off", what);
+        qlinear_gemv_set_chain(1);
+        fprintf(stderr, "[step06 gemv chain] %s: 1-4 phases bit-identical to the layers one by one\n", what);
+        for (int k = 0; k < 3; k++) free(want[k]), free(got[k]);
+        pa_dev_free(dat), pa_dev_free(dres), pa_dev_free(dh), pa_dev_free(dqkv), pa_dev_free(dnw1), pa_dev_free(dnw2);
+        pa_dev_free(dbo), pa_dev_free(dbqkv), pa_dev_free(bar);
+        free(zeros), free(att), free(res), free(nw1), free(nw2), free(bo), free(bqkv);
+        for (int i = 0; i < 4; i++) qlinear_gpu_free(q[i]), qweight_free(&w[i]);
+    }
+    // layers whose groups differ: refused, nothing launched
+    const QCase a = {QK_INT4, 256, 256, 128, 1, 0}, b = {QK_INT4, 256, 256, 64, 1, 0};
+    QWeight wa, wb;
+    make_qweight(&r, &a, &wa), make_qweight(&r, &b, &wb);
+    QLinearGpu *qa = make_layer(&wa, "g128"), *qb = make_layer(&wb, "g64");
+    float *dx = pa_dev_alloc(256 * 4), *dy = pa_dev_alloc(256 * 4);
+    unsigned int *bar = pa_dev_alloc(4);
+    const QChainPhase mixed[2] = {{qa, dx, NULL, NULL, dy, 0, 0}, {qb, dy, NULL, NULL, dx, 0, 0}};
+    cr_expect_eq(qlinear_gpu_gemv_chain(mixed, 2, 1e-5f, bar, 0, NULL), 0, "groups 128 and 64 chained");
+    cr_expect_eq(qlinear_gpu_gemv_chain(mixed, 0, 1e-5f, bar, 0, NULL), -1, "an empty chain");
+    pa_dev_free(dx), pa_dev_free(dy), pa_dev_free(bar);
+    qlinear_gpu_free(qa), qlinear_gpu_free(qb), qweight_free(&wa), qweight_free(&wb);
+    qlinear_gemv_set_chain(-1);
+}
+
 // The Llama-3.1-8B down_proj shape (4096 x 14336, INT4 g128), the GEMM's main tile path at
 // T = 16 and the GEMV, both dtypes.
 Test(step06_gpu, llama_down_proj_shape) {
