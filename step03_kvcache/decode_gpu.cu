@@ -407,8 +407,15 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
             if (N) ph[3].q = qone(&N->qqkv), ph[3].nw = N->attn_norm, ph[3].bias = N->bqkv, ph[3].y = d->qkv;
             else if (g->qlm.n == 1) ph[3].q = qone(&g->qlm), ph[3].nw = g->final_norm, ph[3].y = d->logits;
             const int n = ph[3].q ? 4 : 3;
+            static int most = -1;  // QLINEAR_CHAIN_PH: at most that many layers a kernel (for measuring)
+            if (most < 0) {
+                const char *e = getenv("QLINEAR_CHAIN_PH");
+                most = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 4;
+            }
             if (ph[0].q && ph[1].q && ph[2].q) {
-                const int r = qlinear_gpu_gemv_chain(ph, n, eps, d->chain_bar, pdl, s);
+                int r = 1;
+                for (int i0 = 0; i0 < n && r == 1; i0 += most)
+                    r = qlinear_gpu_gemv_chain(ph + i0, n - i0 < most ? n - i0 : most, eps, d->chain_bar, pdl, s);
                 if (r < 0) die("qlinear_gpu_gemv_chain failed (layer %d)", l);
                 if (r == 1) {
                     qkv_done = n == 4 && !last, lm_done = n == 4 && last;

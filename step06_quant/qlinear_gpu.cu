@@ -1330,6 +1330,7 @@ struct QtcArgs {
     int nph, ns;
     float eps;
     unsigned int *bar;  // the grid barrier's counter (0 at launch; back to 0 at exit)
+    int n2;             // SWIGLU tiles two a warp at a time (QLINEAR_CHAIN_N2=1, for measuring)
 };
 
 #ifdef WGMMA_ARCH
@@ -1463,7 +1464,7 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
     // which this kernel, holding the code of every kind of phase, needs under its cap of 96.
     auto part = [&](int gs, int glog, int ng, const unsigned char *stg, int k0, int k1, auto RR) {
         const int g0 = GM == 0 ? 0 : group_of(k0 * 64, gs, glog, ng);
-        if (decltype(RR)::value == 1 && k1 - k0 == TS)
+        if ((decltype(RR)::value == 1 || a.n2) && k1 - k0 == TS)
             tiles(gs, glog, ng, stg, k0, g0, warp, RR, std::integral_constant<int, TS / W>{});
         else
             for (int kcl = warp; kcl < k1 - k0; kcl += W)
@@ -1487,65 +1488,72 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
             }
             consumers_sync(nthr);
         }
-        // x as k_qtma stages it (the same pairs, the same norm sums in the same order); read with
-        // ld.global.cg: the previous phase's outputs are other blocks' writes, not in this SM's L1
+        // x as k_qtma stages it (the same pairs, the same norm sums in the same order), with the norm
+        // a compile-time choice as there (a run-time one put the chunks in local memory). Plain
+        // loads: the previous phase's outputs are other blocks' writes, and this SM's L1 may hold
+        // older copies of those lines, but the barrier's ld.acquire.gpu (then bar.sync) orders these
+        // loads after them, and an acquire at GPU scope is how the hardware drops stale L1 lines.
         constexpr int XB = 8;
         auto col_of = [&](int d) {
             const int rem = d & 31;
             return 64 * (d >> 5) + 16 * ((rem & 7) >> 1) + 2 * (rem >> 3) + 8 * (rem & 1);
         };
-        const bool norm = P.nw != NULL;
-        auto load_chunk = [&](int d0, float2 (&v)[XB], float2 (&nv)[XB]) {
+        auto stage_x = [&](auto NORM_) {
+            constexpr bool NORM = decltype(NORM_)::value;
+            auto load_chunk = [&](int d0, float2 (&v)[XB], float2 (&nv)[XB]) {
 #pragma unroll
-            for (int b = 0; b < XB; b++) {
-                const int d = d0 + b * nthr;
-                if (d < npair) {
-                    v[b] = __ldcg((const float2 *)(P.x + col_of(d)));
-                    if (norm) nv[b] = __ldg((const float2 *)(P.nw + col_of(d)));
+                for (int b = 0; b < XB; b++) {
+                    const int d = d0 + b * nthr;
+                    if (d < npair) {
+                        v[b] = *(const float2 *)(P.x + col_of(d));
+                        if (NORM) nv[b] = __ldg((const float2 *)(P.nw + col_of(d)));
+                    }
                 }
-            }
-        };
-        float2 v0[XB], nv0[XB];
-        load_chunk(tid, v0, nv0);
-        float inv = 1.0f;
-        if (norm) {
-            float ss = 0.0f;
+            };
+            float2 v0[XB], nv0[XB];
+            load_chunk(tid, v0, nv0);
+            float inv = 1.0f;
+            if (NORM) {
+                float ss = 0.0f;
 #pragma unroll
-            for (int b = 0; b < XB; b++)
-                if (tid + b * nthr < npair) ss = fmaf(v0[b].x, v0[b].x, fmaf(v0[b].y, v0[b].y, ss));
+                for (int b = 0; b < XB; b++)
+                    if (tid + b * nthr < npair) ss = fmaf(v0[b].x, v0[b].x, fmaf(v0[b].y, v0[b].y, ss));
+                for (int d0 = tid + XB * nthr; d0 < npair; d0 += XB * nthr) {
+                    float2 v[XB];
+#pragma unroll
+                    for (int b = 0; b < XB; b++)
+                        if (d0 + b * nthr < npair) v[b] = *(const float2 *)(P.x + 2 * (d0 + b * nthr));
+#pragma unroll
+                    for (int b = 0; b < XB; b++)
+                        if (d0 + b * nthr < npair) ss = fmaf(v[b].x, v[b].x, fmaf(v[b].y, v[b].y, ss));
+                }
+                for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+                if (lane == 0) ssr[warp] = ss;
+                consumers_sync(nthr);
+                ss = 0.0f;
+#pragma unroll
+                for (int w = 0; w < W; w++) ss += ssr[w];
+                inv = rsqrtf(ss / P.kp + a.eps);
+            }
+            auto stage_chunk = [&](int d0, const float2 (&v)[XB], const float2 (&nv)[XB]) {
+#pragma unroll
+                for (int b = 0; b < XB; b++) {
+                    const int d = d0 + b * nthr;
+                    if (d >= npair) break;
+                    float2 x2 = v[b];
+                    if (NORM) x2.x = x2.x * inv * nv[b].x, x2.y = x2.y * inv * nv[b].y;
+                    xs[d] = h2_sat(x2.x, x2.y);
+                }
+            };
+            stage_chunk(tid, v0, nv0);
             for (int d0 = tid + XB * nthr; d0 < npair; d0 += XB * nthr) {
-                float2 v[XB];
-#pragma unroll
-                for (int b = 0; b < XB; b++)
-                    if (d0 + b * nthr < npair) v[b] = __ldcg((const float2 *)(P.x + 2 * (d0 + b * nthr)));
-#pragma unroll
-                for (int b = 0; b < XB; b++)
-                    if (d0 + b * nthr < npair) ss = fmaf(v[b].x, v[b].x, fmaf(v[b].y, v[b].y, ss));
-            }
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            if (lane == 0) ssr[warp] = ss;
-            consumers_sync(nthr);
-            ss = 0.0f;
-#pragma unroll
-            for (int w = 0; w < W; w++) ss += ssr[w];
-            inv = rsqrtf(ss / P.kp + a.eps);
-        }
-        auto stage_chunk = [&](int d0, const float2 (&v)[XB], const float2 (&nv)[XB]) {
-#pragma unroll
-            for (int b = 0; b < XB; b++) {
-                const int d = d0 + b * nthr;
-                if (d >= npair) break;
-                float2 x2 = v[b];
-                if (norm) x2.x = x2.x * inv * nv[b].x, x2.y = x2.y * inv * nv[b].y;
-                xs[d] = h2_sat(x2.x, x2.y);
+                float2 v[XB], nv[XB];
+                load_chunk(d0, v, nv);
+                stage_chunk(d0, v, nv);
             }
         };
-        stage_chunk(tid, v0, nv0);
-        for (int d0 = tid + XB * nthr; d0 < npair; d0 += XB * nthr) {
-            float2 v[XB], nv[XB];
-            load_chunk(d0, v, nv);
-            stage_chunk(d0, v, nv);
-        }
+        if (P.nw) stage_x(std::true_type{});
+        else stage_x(std::false_type{});
         consumers_sync(nthr);
         for (int u = blockIdx.x; u < P.units; u += gridDim.x, nu++) {
             acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = 0.0f;
@@ -1584,7 +1592,7 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
                     if (row < P.out_rows) P.y[row] = v[0] / (1.0f + expf(-v[0])) * v[1];
                 } else if (row < P.rows) {
                     float o = v[0] + (P.bias ? __ldg(P.bias + row) : 0.0f);
-                    if (P.beta != 0.0f) o += P.beta * __ldcg(P.y + row);
+                    if (P.beta != 0.0f) o += P.beta * P.y[row];  // plain: see the staging of x
                     P.y[row] = o;
                 }
             }
@@ -2287,6 +2295,15 @@ extern "C" int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, u
     a.ns = qtmc_ns(q0->tc_gm, zp, maxkp);
     // every block resident at once (the barrier): the fewest an SM that any of the layers' x allows
     const int grid = q0->sms * per_sm;
+    static int dbg = -1, n2 = 0;
+    if (dbg < 0) {
+        const char *e = getenv("QLINEAR_CHAIN_DEBUG"), *f = getenv("QLINEAR_CHAIN_N2");
+        dbg = e && atoi(e) > 0, n2 = f && atoi(f) > 0;
+    }
+    a.n2 = n2;
+    if (dbg)
+        fprintf(stderr, "qlinear_gpu_gemv_chain: %d phases, grid %d (%d an SM), %d stages, %zu bytes of shared memory\n",
+                n, grid, per_sm, a.ns, qtmc_smem(q0->tc_gm, zp, a.ns, maxkp));
     qtmc_dispatch(q0->tc_gm, zp, &a, qtmc_smem(q0->tc_gm, zp, a.ns, maxkp), grid, pdl != 0, (cudaStream_t)stream, NULL);
     return launch_ok("qlinear_gpu_gemv_chain") == 0 ? 1 : -1;
 }

@@ -140,7 +140,7 @@ Test(step06_egpu, decode_chain_is_bit_identical_to_the_layers_one_by_one, .timeo
         "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":256,\"intermediate_size\":768,"
         "\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":1000,"
         "\"max_position_embeddings\":256,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false}",
-        "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":384,\"intermediate_size\":1088,"
+        "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":384,\"intermediate_size\":1152,"
         "\"num_hidden_layers\":2,\"num_attention_heads\":6,\"num_key_value_heads\":2,\"vocab_size\":1500,"
         "\"max_position_embeddings\":256,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":false}"};
     static const struct {

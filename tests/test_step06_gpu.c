@@ -348,7 +348,8 @@ Test(step06_gpu, gemv_fused_norm_and_swiglu) {
 // test above checks against the CPU: groups of 128, 64 and 32 and per channel, with and without
 // zero points, row counts that are not multiples of 16, a down_proj whose last stage is partial;
 // chains of 1 to 4 phases, launched twice (the barrier's counter is back at 0 after each), with
-// and without programmatic dependent launch; layers that differ in groups are refused (0).
+// and without programmatic dependent launch; layers whose group modes differ (128 and 32: one
+// scale a 64-column tile against two) are refused (0).
 Test(step06_gpu, gemv_chain_equals_the_layers_one_by_one, .timeout = 300) {
     NEED_GPU();
     typedef struct {
@@ -438,14 +439,14 @@ Test(step06_gpu, gemv_chain_equals_the_layers_one_by_one, .timeout = 300) {
         for (int i = 0; i < 4; i++) qlinear_gpu_free(q[i]), qweight_free(&w[i]);
     }
     // layers whose groups differ: refused, nothing launched
-    const QCase a = {QK_INT4, 256, 256, 128, 1, 0}, b = {QK_INT4, 256, 256, 64, 1, 0};
+    const QCase a = {QK_INT4, 256, 256, 128, 1, 0}, b = {QK_INT4, 256, 256, 32, 1, 0};
     QWeight wa, wb;
     make_qweight(&r, &a, &wa), make_qweight(&r, &b, &wb);
-    QLinearGpu *qa = make_layer(&wa, "g128"), *qb = make_layer(&wb, "g64");
+    QLinearGpu *qa = make_layer(&wa, "g128"), *qb = make_layer(&wb, "g32");
     float *dx = pa_dev_alloc(256 * 4), *dy = pa_dev_alloc(256 * 4);
     unsigned int *bar = pa_dev_alloc(4);
     const QChainPhase mixed[2] = {{qa, dx, NULL, NULL, dy, 0, 0}, {qb, dy, NULL, NULL, dx, 0, 0}};
-    cr_expect_eq(qlinear_gpu_gemv_chain(mixed, 2, 1e-5f, bar, 0, NULL), 0, "groups 128 and 64 chained");
+    cr_expect_eq(qlinear_gpu_gemv_chain(mixed, 2, 1e-5f, bar, 0, NULL), 0, "groups 128 and 32 chained");
     cr_expect_eq(qlinear_gpu_gemv_chain(mixed, 0, 1e-5f, bar, 0, NULL), -1, "an empty chain");
     pa_dev_free(dx), pa_dev_free(dy), pa_dev_free(bar);
     qlinear_gpu_free(qa), qlinear_gpu_free(qb), qweight_free(&wa), qweight_free(&wb);
