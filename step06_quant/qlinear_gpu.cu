@@ -1490,9 +1490,10 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
         }
         // x as k_qtma stages it (the same pairs, the same norm sums in the same order), with the norm
         // a compile-time choice as there (a run-time one put the chunks in local memory). Plain
-        // loads: the previous phase's outputs are other blocks' writes, and this SM's L1 may hold
-        // older copies of those lines, but the barrier's ld.acquire.gpu (then bar.sync) orders these
-        // loads after them, and an acquire at GPU scope is how the hardware drops stale L1 lines.
+        // loads (__ldcg compiled to strong GPU-scope loads, measured slow): the previous phase's
+        // outputs are other blocks' writes, and this SM's L1 may hold older copies of those lines,
+        // but in the PTX memory model the barrier's ld.acquire.gpu, then bar.sync, orders these
+        // loads after those writes, so they may not be served from stale lines.
         constexpr int XB = 8;
         auto col_of = [&](int d) {
             const int rem = d & 31;
