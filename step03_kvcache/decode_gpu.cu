@@ -412,15 +412,12 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
                 const char *e = getenv("QLINEAR_CHAIN_PH");
                 most = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 4;
             }
-            if (ph[0].q && ph[1].q && ph[2].q) {
-                int r = 1;
-                for (int i0 = 0; i0 < n && r == 1; i0 += most)
-                    r = qlinear_gpu_gemv_chain(ph + i0, n - i0 < most ? n - i0 : most, eps, d->chain_bar, pdl, s);
-                if (r < 0) die("qlinear_gpu_gemv_chain failed (layer %d)", l);
-                if (r == 1) {
-                    qkv_done = n == 4 && !last, lm_done = n == 4 && last;
-                    continue;
-                }
+            if (ph[0].q && ph[1].q && ph[2].q && qlinear_gpu_gemv_chain_ok(ph, n)) {
+                for (int i0 = 0; i0 < n; i0 += most)  // (the parts of a chain that runs run too)
+                    if (qlinear_gpu_gemv_chain(ph + i0, n - i0 < most ? n - i0 : most, eps, d->chain_bar, pdl, s) != 1)
+                        die("qlinear_gpu_gemv_chain failed (layer %d)", l);
+                qkv_done = n == 4 && !last, lm_done = n == 4 && last;
+                continue;
             }
         }
         proj(&L->qo, L->wo, NULL, d->att, L->bo, d->x, dm, qd, 1);  // x += att Wo^T

@@ -2270,14 +2270,12 @@ static void qtmc_prepare(QLinearGpu *q) {
     qtmc_dispatch(q->tc_gm, zp, NULL, qtmc_smem(q->tc_gm, zp, qtmc_ns(q->tc_gm, zp, q->kp), q->kp), 0, false, NULL,
                   &q->qc_per_sm);
 }
-extern "C" int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, unsigned int *bar, int pdl, void *stream) {
-    if (!ph || n < 1 || !bar) return -1;
+// Whether k_qtmc can run this chain: 1 yes, 0 no (see qlinear_gpu.h), -1 bad arguments.
+static int chain_check(const QChainPhase *ph, int n) {
+    if (!ph || n < 1 || !ph[0].q) return -1;
     if (n > QTC_MAXP || !chain_on()) return 0;
     const QLinearGpu *q0 = ph[0].q;
-    if (!q0) return -1;
     const bool zp = q0->zeros != NULL;
-    QtcArgs a = {};
-    int maxkp = 0, per_sm = 1 << 30;
     for (int i = 0; i < n; i++) {
         const QLinearGpu *q = ph[i].q;
         const int sw = ph[i].swiglu;
@@ -2287,6 +2285,20 @@ extern "C" int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, u
             (q->zeros != NULL) != zp || q->gather_x || q->cols != q->kp || ((uintptr_t)ph[i].x & 7))
             return 0;
         if (sw && (q->rows != 2 * sw || sw % 16 || ph[i].bias || ph[i].acc)) return 0;
+    }
+    return 1;
+}
+extern "C" int qlinear_gpu_gemv_chain_ok(const QChainPhase *ph, int n) { return chain_check(ph, n) == 1; }
+extern "C" int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, unsigned int *bar, int pdl, void *stream) {
+    const int ok = bar ? chain_check(ph, n) : -1;
+    if (ok != 1) return ok;
+    const QLinearGpu *q0 = ph[0].q;
+    const bool zp = q0->zeros != NULL;
+    QtcArgs a = {};
+    int maxkp = 0, per_sm = 1 << 30;
+    for (int i = 0; i < n; i++) {
+        const QLinearGpu *q = ph[i].q;
+        const int sw = ph[i].swiglu;
         maxkp = q->kp > maxkp ? q->kp : maxkp;
         per_sm = q->qc_per_sm < per_sm ? q->qc_per_sm : per_sm;
         a.p[i] = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,

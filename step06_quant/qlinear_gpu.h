@@ -8,7 +8,8 @@
 // Implemented in qlinear_gpu.cu (qlinear_gpu_none.c when built without nvcc: every call fails).
 // All pointers are device pointers; launches go on `stream` (NULL: the default stream).
 // defines: QLinearGpu, qlinear_gpu_new, qlinear_gpu_free, qlinear_gpu_bytes, qlinear_gpu_rows,
-//          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemv_fused, qlinear_gpu_gemv_chain, QChainPhase,
+//          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemv_fused, qlinear_gpu_gemv_chain, qlinear_gpu_gemv_chain_ok,
+//          QChainPhase,
 //          qlinear_gpu_gemm, qlinear_gpu_describe,
 //          qlinear_gpu_set_gemm_path, QLINEAR_GEMM_AUTO, QLINEAR_GEMM_SIMT
 #pragma once
@@ -59,6 +60,9 @@ typedef struct {
     int swiglu;  // > 0: q is gate|up stacked, y (swiglu) = silu(gate x') * (up x')
 } QChainPhase;
 int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, unsigned int *bar, int pdl, void *stream);
+// 1 when qlinear_gpu_gemv_chain would run these phases (then it also runs any contiguous part of
+// them), else 0. Launches nothing.
+int qlinear_gpu_gemv_chain_ok(const QChainPhase *ph, int n);
 // Y (T, rows) fp32, row stride ldy, = X (T, cols) [row stride ldx] W^T + beta * Y; X in xdt
 // (ST_BF16 or ST_F16). 0, or -1 (bad dtype, launch error). When X must be gathered (act-order,
 // in_features not a multiple of 64, X not 16-byte aligned, INT8, pre-sm_80) it goes through a

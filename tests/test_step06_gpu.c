@@ -446,6 +446,8 @@ Test(step06_gpu, gemv_chain_equals_the_layers_one_by_one, .timeout = 300) {
     float *dx = pa_dev_alloc(256 * 4), *dy = pa_dev_alloc(256 * 4);
     unsigned int *bar = pa_dev_alloc(4);
     const QChainPhase mixed[2] = {{qa, dx, NULL, NULL, dy, 0, 0}, {qb, dy, NULL, NULL, dx, 0, 0}};
+    cr_expect_eq(qlinear_gpu_gemv_chain_ok(mixed, 2), 0, "groups 128 and 32: chain_ok");
+    cr_expect_eq(qlinear_gpu_gemv_chain_ok(mixed, 1), gi_.cc_major == 9, "one layer: chain_ok");
     cr_expect_eq(qlinear_gpu_gemv_chain(mixed, 2, 1e-5f, bar, 0, NULL), 0, "groups 128 and 32 chained");
     cr_expect_eq(qlinear_gpu_gemv_chain(mixed, 0, 1e-5f, bar, 0, NULL), -1, "an empty chain");
     pa_dev_free(dx), pa_dev_free(dy), pa_dev_free(bar);
