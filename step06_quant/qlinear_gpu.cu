@@ -1327,7 +1327,7 @@ struct QtcPhase {
 };
 struct QtcArgs {
     QtcPhase p[QTC_MAXP];
-    int nph, ns;
+    int nph, ns, maxkp;  // phases, ring stages, the widest x (kp) of the phases
     float eps;
     unsigned int *bar;  // the grid barrier's counter (0 at launch; back to 0 at exit)
     int n2;             // SWIGLU tiles two a warp at a time (QLINEAR_CHAIN_N2=1, for measuring)
@@ -1350,10 +1350,8 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
     const int ns = a.ns;
     const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(sm);  // full[ns], then empty[ns]
     unsigned char *ring = sm + (2 * ns * 8 + 127) / 128 * 128;
-    int maxkp = 0;
-    for (int ph = 0; ph < a.nph; ph++) maxkp = max(maxkp, a.p[ph].kp);
     uint32_t *xs = (uint32_t *)(ring + (size_t)ns * G::STAGE);  // maxkp / 2 fp16 pairs
-    float *red = (float *)(xs + maxkp / 2);                     // [2][W][2][16]
+    float *red = (float *)(xs + a.maxkp / 2);                   // [2][W][2][16]
     float *ssr = red + 2 * W * 2 * 16;                          // [W]
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
     if (threadIdx.x == 0)
@@ -1408,7 +1406,11 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
     const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
     constexpr int NPG = GM == 2 ? 2 : 1;  // scale groups per tile
     float acc[2][2];
-    // k_qtma's tile products (KIND 4, not zero-folded), R parts of the stage into acc[0..R-1]
+    // k_qtma's tile products (KIND 4, not zero-folded), R parts of the stage into acc[0..R-1].
+    // This and the staging of x below are k_qtma's code, copied, not shared: moved into common
+    // helpers, the compiled k_qtma (the default GEMV, whose numbers the README gives) changed in
+    // 117 of its 216 instances (SASS compared locally), which no GPU was left to re-measure.
+    // Share them once this kernel is measured (a change of k_qtma must then be timed again).
     auto tiles = [&](int gs, int glog, int ng, const unsigned char *stg, int k0, int g0, int kcl0, auto RR, auto NT) {
         constexpr int R = decltype(RR)::value, N = decltype(NT)::value;
         uint32_t pr[N][8], wa[N][R][4];
@@ -2218,15 +2220,18 @@ static void qtma_prepare(QLinearGpu *q) {
 
 // ---------------------------------------------------------------- k_qtmc's launch
 // The chain kernel on (1) or off (0, the default until it is measured faster: the layers one
-// kernel each); unset, the environment's QLINEAR_CHAIN=1 turns it on. QLINEAR_CHAIN_NS: its ring
-// stages (2..8, for measuring).
+// kernel each); unset, the environment's QLINEAR_CHAIN=1 turns it on. For measuring, read with
+// it: QLINEAR_CHAIN_NS its ring stages (2..8), QLINEAR_CHAIN_N2=1 a gate|up stage's tiles two a
+// warp at a time, QLINEAR_CHAIN_DEBUG=1 a line on stderr per launch.
 #define QTC_DEFAULT 0
-static int g_chain = -1, g_chain_set = -1, g_chain_ns = 0;
+static int g_chain = -1, g_chain_set = -1, g_chain_ns = 0, g_chain_n2 = 0, g_chain_dbg = 0;
 static bool chain_on(void) {
     if (g_chain < 0) {
         const char *e = getenv("QLINEAR_CHAIN"), *n = getenv("QLINEAR_CHAIN_NS");
+        const char *n2 = getenv("QLINEAR_CHAIN_N2"), *dbg = getenv("QLINEAR_CHAIN_DEBUG");
         g_chain = e ? atoi(e) != 0 : QTC_DEFAULT;
         g_chain_ns = n ? atoi(n) : 0;
+        g_chain_n2 = n2 && atoi(n2) > 0, g_chain_dbg = dbg && atoi(dbg) > 0;
     }
     return (g_chain_set >= 0 ? g_chain_set : g_chain) > 0;
 }
@@ -2304,17 +2309,11 @@ extern "C" int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, u
         a.p[i] = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
                   ph[i].x, ph[i].nw, ph[i].bias, ph[i].y, ph[i].acc ? 1.0f : 0.0f, sw ? sw / 16 : q->np / 16, sw / 16, sw};
     }
-    a.nph = n, a.eps = eps, a.bar = bar;
+    a.nph = n, a.maxkp = maxkp, a.eps = eps, a.bar = bar, a.n2 = g_chain_n2;
     a.ns = qtmc_ns(q0->tc_gm, zp, maxkp);
     // every block resident at once (the barrier): the fewest an SM that any of the layers' x allows
     const int grid = q0->sms * per_sm;
-    static int dbg = -1, n2 = 0;
-    if (dbg < 0) {
-        const char *e = getenv("QLINEAR_CHAIN_DEBUG"), *f = getenv("QLINEAR_CHAIN_N2");
-        dbg = e && atoi(e) > 0, n2 = f && atoi(f) > 0;
-    }
-    a.n2 = n2;
-    if (dbg)
+    if (g_chain_dbg)
         fprintf(stderr, "qlinear_gpu_gemv_chain: %d phases, grid %d (%d an SM), %d stages, %zu bytes of shared memory\n",
                 n, grid, per_sm, a.ns, qtmc_smem(q0->tc_gm, zp, a.ns, maxkp));
     qtmc_dispatch(q0->tc_gm, zp, &a, qtmc_smem(q0->tc_gm, zp, a.ns, maxkp), grid, pdl != 0, (cudaStream_t)stream, NULL);
