@@ -1507,6 +1507,7 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
 #pragma unroll
                 for (int b = 0; b < XB; b++) {
                     const int d = d0 + b * nthr;
+                    v[b] = nv[b] = make_float2(0.0f, 0.0f);  // every element defined: kept in registers
                     if (d < npair) {
                         v[b] = *(const float2 *)(P.x + col_of(d));
                         if (NORM) nv[b] = __ldg((const float2 *)(P.nw + col_of(d)));
@@ -2063,6 +2064,16 @@ extern "C" void qlinear_gemv_set_pdl(int on) { g_pdl = on ? 1 : 0; }
 // default), 1 the grid whose busiest SM has the fewest strips (qtma_balanced_grid).
 static int g_qtma_grid = 0;
 extern "C" void qlinear_gemv_set_grid(int policy) { g_qtma_grid = policy == 1; }
+// For measuring: QLINEAR_QTMA_PERSM=n caps k_qtma's blocks per SM at n (1: room on every SM for a
+// block of the next kernel, which a dependent launch can then start while this one finishes).
+static int qtma_persm_cap(void) {
+    static int cap = -1;
+    if (cap < 0) {
+        const char *e = getenv("QLINEAR_QTMA_PERSM");
+        cap = e && atoi(e) > 0 ? atoi(e) : 0;
+    }
+    return cap;
+}
 static bool pdl_on(const QLinearGpu *q) {
     if (g_pdl < 0) {
         const char *e = getenv("QLINEAR_PDL");
@@ -2152,9 +2163,10 @@ static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, i
         cudaGetLastError();
         return;
     }
-    const int most = q->sms * *per_sm, rounds = (a.units + most - 1) / most;
+    const int cap = qtma_persm_cap(), ps = cap > 0 && cap < *per_sm ? cap : *per_sm;
+    const int most = q->sms * ps, rounds = (a.units + most - 1) / most;
     int grid = (a.units + rounds - 1) / rounds;  // as many strips per block everywhere, within a strip
-    if (g_qtma_grid == 1) grid = qtma_balanced_grid(a.units, q->sms, *per_sm);
+    if (g_qtma_grid == 1) grid = qtma_balanced_grid(a.units, q->sms, ps);
     launch_ex(k, dim3(grid), (QT_W(TS) + 1) * 32, smem, s, pdl, a);
 }
 template <int KIND, int TS, bool NORM, bool SWIGLU>
