@@ -2119,7 +2119,16 @@ static size_t qtma_smem(int stage, int ns, int kp, int R, int W) {
            2 * W * R * 16 * 4 + W * 4;
 }
 // The ring's stage count for this layer: QTMA_RING's worth (at least 2), within the block's shared memory.
-static int qtma_ring_stages(int stage) { return QTMA_RING / stage < 2 ? 2 : QTMA_RING / stage; }
+// For measuring: QLINEAR_QTMA_RING_KB=n aims at n KB instead (read once, before the first layer's set-up).
+static int qtma_ring_bytes(void) {
+    static int b = -1;
+    if (b < 0) {
+        const char *e = getenv("QLINEAR_QTMA_RING_KB");
+        b = e && atoi(e) >= 8 && atoi(e) <= 200 ? atoi(e) * 1024 : QTMA_RING;
+    }
+    return b;
+}
+static int qtma_ring_stages(int stage) { return qtma_ring_bytes() / stage < 2 ? 2 : qtma_ring_bytes() / stage; }
 static int qtma_stages(int stage, int kp, int R, int W) {
     int ns = qtma_ring_stages(stage);
     while (ns > 2 && qtma_smem(stage, ns, kp, R, W) > QTMA_SMEM_MAX) ns--;
