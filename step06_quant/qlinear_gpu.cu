@@ -2113,13 +2113,19 @@ static int qtma_built(void) {
     return built;
 }
 #define QTMA_SMEM_MAX (227 * 1024)  // an sm_90 block's opt-in shared memory
-#define QTMA_RING (64 * 1024)       // bytes of stages a block aims to keep in flight
+// Bytes of stages a block aims to keep in flight: k_qtma (the GEMV) 48 KB, k_qtmat 64 KB. The
+// GEMV's ring was 64 KB too until the batch-1 Llama-3.1-8B INT4+lm_head step measured 1.934-1.938
+// ms with 64 KB and 1.896-1.897 with 48 (24-96 KB tried, README "The GEMV's ring"); the INT8 step
+// measured the same with either. k_qtmat's was not measured at 48 and keeps 64.
+#define QTMA_RING (48 * 1024)
+#define QTT_RING (64 * 1024)
 static size_t qtma_smem(int stage, int ns, int kp, int R, int W) {
     return (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + (size_t)kp * 2 + (size_t)kp / 64 * 8 +
            2 * W * R * 16 * 4 + W * 4;
 }
-// The ring's stage count for this layer: QTMA_RING's worth (at least 2), within the block's shared memory.
-// For measuring: QLINEAR_QTMA_RING_KB=n aims at n KB instead (read once, before the first layer's set-up).
+// The GEMV ring's stage count for this layer: QTMA_RING's worth (at least 2), within the block's
+// shared memory. For measuring: QLINEAR_QTMA_RING_KB=n aims at n KB instead (read once, before
+// the first layer's set-up).
 static int qtma_ring_bytes(void) {
     static int b = -1;
     if (b < 0) {
@@ -2128,7 +2134,8 @@ static int qtma_ring_bytes(void) {
     }
     return b;
 }
-static int qtma_ring_stages(int stage) { return qtma_ring_bytes() / stage < 2 ? 2 : qtma_ring_bytes() / stage; }
+static int ring_stages(int ring, int stage) { return ring / stage < 2 ? 2 : ring / stage; }
+static int qtma_ring_stages(int stage) { return ring_stages(qtma_ring_bytes(), stage); }
 static int qtma_stages(int stage, int kp, int R, int W) {
     int ns = qtma_ring_stages(stage);
     while (ns > 2 && qtma_smem(stage, ns, kp, R, W) > QTMA_SMEM_MAX) ns--;
@@ -2548,7 +2555,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     if (!qtmat_on() || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
     const int ts = qtmat_ts(T), stage = qtma_part(4, ts, gm, zp);
-    const int ns = qtma_ring_stages(stage);
+    const int ns = ring_stages(QTT_RING, stage);
     const size_t fixed = (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + 2 * QTT_W * 256 * 4;
     // the most tiles a chunk of x can hold, then as many chunks as that needs (or QLINEAR_QTMAT_NC)
     const long most = (((long)QTMA_SMEM_MAX - (long)fixed) / (ntok * 4) - 4) / 32;
