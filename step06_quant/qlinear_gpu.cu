@@ -47,6 +47,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +104,13 @@ struct QLinearGpu {
 
 // k_qtmat for INT4 GEMMs of T <= 16 on sm_90a (the default; qlinear_gemm_set_qtmat, QLINEAR_QTMAT=0:
 // k_qgemm4 instead), and the least number of column chunks it cuts x into (QLINEAR_QTMAT_NC, for measuring).
+// A measuring knob from the environment: its integer value when set and within [lo, hi], else dflt.
+static int env_int(const char *name, int lo, int hi, int dflt) {
+    const char *e = getenv(name);
+    if (!e) return dflt;
+    const int v = atoi(e);
+    return v >= lo && v <= hi ? v : dflt;
+}
 static int g_qtmat = -1, g_qtmat_nc = 0;
 static bool qtmat_on(void) {
     if (g_qtmat < 0) {
@@ -2067,11 +2075,7 @@ extern "C" void qlinear_gemv_set_grid(int policy) { g_qtma_grid = policy == 1; }
 // For measuring: QLINEAR_QTMA_PERSM=n caps k_qtma's blocks per SM at n (1: room on every SM for a
 // block of the next kernel, which a dependent launch can then start while this one finishes).
 static int qtma_persm_cap(void) {
-    static int cap = -1;
-    if (cap < 0) {
-        const char *e = getenv("QLINEAR_QTMA_PERSM");
-        cap = e && atoi(e) > 0 ? atoi(e) : 0;
-    }
+    static const int cap = env_int("QLINEAR_QTMA_PERSM", 1, 64, 0);
     return cap;
 }
 static bool pdl_on(const QLinearGpu *q) {
@@ -2127,11 +2131,7 @@ static size_t qtma_smem(int stage, int ns, int kp, int R, int W) {
 // shared memory. For measuring: QLINEAR_QTMA_RING_KB=n aims at n KB instead (read once, before
 // the first layer's set-up).
 static int qtma_ring_bytes(void) {
-    static int b = -1;
-    if (b < 0) {
-        const char *e = getenv("QLINEAR_QTMA_RING_KB");
-        b = e && atoi(e) >= 8 && atoi(e) <= 200 ? atoi(e) * 1024 : QTMA_RING;
-    }
+    static const int b = env_int("QLINEAR_QTMA_RING_KB", 8, 200, QTMA_RING / 1024) * 1024;
     return b;
 }
 static int ring_stages(int ring, int stage) { return ring / stage < 2 ? 2 : ring / stage; }
@@ -2255,11 +2255,10 @@ static void qtma_prepare(QLinearGpu *q) {
 static int g_chain = -1, g_chain_set = -1, g_chain_ns = 0, g_chain_n2 = 0, g_chain_dbg = 0;
 static bool chain_on(void) {
     if (g_chain < 0) {
-        const char *e = getenv("QLINEAR_CHAIN"), *n = getenv("QLINEAR_CHAIN_NS");
-        const char *n2 = getenv("QLINEAR_CHAIN_N2"), *dbg = getenv("QLINEAR_CHAIN_DEBUG");
-        g_chain = e ? atoi(e) != 0 : QTC_DEFAULT;
-        g_chain_ns = n ? atoi(n) : 0;
-        g_chain_n2 = n2 && atoi(n2) > 0, g_chain_dbg = dbg && atoi(dbg) > 0;
+        g_chain = env_int("QLINEAR_CHAIN", INT_MIN, INT_MAX, QTC_DEFAULT) != 0;
+        g_chain_ns = env_int("QLINEAR_CHAIN_NS", 2, 8, 0);
+        g_chain_n2 = env_int("QLINEAR_CHAIN_N2", 1, INT_MAX, 0) > 0;
+        g_chain_dbg = env_int("QLINEAR_CHAIN_DEBUG", 1, INT_MAX, 0) > 0;
     }
     return (g_chain_set >= 0 ? g_chain_set : g_chain) > 0;
 }
@@ -2271,7 +2270,7 @@ static size_t qtmc_smem(int gm, bool zp, int ns, int maxkp) {
 }
 // Ring stages: 4 (about 72 KB with groups of 128), fewer where two blocks an SM would not fit.
 static int qtmc_ns(int gm, bool zp, int maxkp) {
-    int ns = g_chain_ns >= 2 && g_chain_ns <= 8 ? g_chain_ns : 4;
+    int ns = g_chain_ns ? g_chain_ns : 4;  // QLINEAR_CHAIN_NS, already within 2..8
     while (ns > 2 && qtmc_smem(gm, zp, ns, maxkp) > QTC_BLOCK_SMEM) ns--;
     return ns;
 }
