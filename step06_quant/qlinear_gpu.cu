@@ -82,7 +82,8 @@ struct QLinearGpu {
     uint32_t *qw;    // qlinear_pack.h's words
     float *scales;   // (ng, np)
     uint8_t *zeros;  // (ng, np) or NULL
-    float *scales_t;   // k_qtma's copies (sm_90): (np / 16, ng, 16), each strip's groups side by side
+    __half *scales_t;  // the Hopper kernels' fp16 copies (sm_90): (np / 16, ng, 16), each strip's groups
+                       // side by side, a group's 16 rows in the order 0, 8, 1, 9, ... 7, 15 (qt_spos)
     uint8_t *zeros_t;  // the same, or NULL
     int *perm;       // (cols) or NULL
     // the naive path: quant.h's layout
@@ -988,8 +989,8 @@ __global__ void __launch_bounds__(W * 32)
 
 struct QTmaArgs {
     const uint4 *qw;
-    const float *scales;   // strip-major: (np / 16, ng, 16), a strip's groups side by side
-    const uint8_t *zeros;  // the same order, or NULL
+    const __half *scales;  // strip-major: (np / 16, ng, 16), a strip's groups side by side (rows: qt_spos)
+    const uint8_t *zeros;  // strip-major, rows in order, or NULL
     int np, kp, gs, glog, ng, rows;
     const float *x, *nw;  // x (kp) fp32; nw (NORM): the RMSNorm weight
     float eps;
@@ -999,17 +1000,21 @@ struct QTmaArgs {
     int units, pair, out_rows, ns;  // strips to do; SWIGLU: up strip = gate strip + pair, outputs < out_rows; ring stages
 };
 
-// A stage's bytes for one strip: weights, then 16 scales (and zeros) for each group it can touch.
+// A stage's bytes for one strip: weights, then 16 scales (fp16, QT_SB bytes) and 16 zeros (a byte
+// each) for each group it can touch. A group's scales are in the row order 0, 8, 1, 9, ..., 7, 15, so
+// that lane (g, t)'s two rows, g and g + 8, are one 32-bit word: one shared load and one conversion.
+#define QT_SB 32
+__host__ __device__ constexpr int qt_spos(int row) { return (row & 7) * 2 + (row >> 3); }  // row in strip -> place
 __host__ __device__ constexpr int qtma_maxg(int ts, int gm) { return gm == 0 ? 1 : gm == 1 ? ts + 1 : 2 * ts + 1; }
 __host__ __device__ constexpr int qtma_wrow(int ts) { return ts * 64 + 64; }  // INT8: +64, rows g, g+1 on other banks
 __host__ __device__ constexpr int qtma_wb(int kind, int ts) { return kind == 4 ? ts * 512 : 16 * qtma_wrow(ts); }
 __host__ __device__ constexpr int qtma_part(int kind, int ts, int gm, bool zp) {
-    return qtma_wb(kind, ts) + qtma_maxg(ts, gm) * (64 + (zp ? 16 : 0));
+    return qtma_wb(kind, ts) + qtma_maxg(ts, gm) * (QT_SB + (zp ? 16 : 0));
 }
 template <int KIND, int TS, int GM, bool ZP, bool SWIGLU> struct QTmaGeom {
     static constexpr int R = SWIGLU ? 2 : 1;  // strips per unit
     static constexpr int MAXG = qtma_maxg(TS, GM), WROW = qtma_wrow(TS), WB = qtma_wb(KIND, TS);
-    static constexpr int SOFF = WB, ZOFF = WB + MAXG * 64, PART = qtma_part(KIND, TS, GM, ZP), STAGE = R * PART;
+    static constexpr int SOFF = WB, ZOFF = WB + MAXG * QT_SB, PART = qtma_part(KIND, TS, GM, ZP), STAGE = R * PART;
 };
 
 #ifdef WGMMA_ARCH
@@ -1069,7 +1074,7 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                 const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
                 const int ngs = GM == 0 ? 1 : group_of(k1 * 64 - 1, a.gs, a.glog, a.ng) - g0 + 1;
                 const uint32_t wrow = (uint32_t)(k1 - k0) * 64, wbytes = KIND == 4 ? (k1 - k0) * 512 : 16 * wrow;
-                mbar_expect_tx(full, R * (wbytes + ngs * 64 + (ZP ? ngs * 16 : 0)));
+                mbar_expect_tx(full, R * (wbytes + ngs * QT_SB + (ZP ? ngs * 16 : 0)));
                 for (int r = 0; r < R; r++) {
                     const int s = u + r * a.pair;
                     const uint32_t d = ring0 + slot * G::STAGE + r * G::PART;
@@ -1079,7 +1084,7 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                             bulk_g2s(d + i * G::WROW, (const unsigned char *)a.qw + (size_t)(s * 16 + i) * a.kp + k0 * 64,
                                      wrow, full);
                     // the stage's groups of this strip: contiguous in the strip-major copies
-                    bulk_g2s(d + G::SOFF, a.scales + ((size_t)s * a.ng + g0) * 16, ngs * 64, full);
+                    bulk_g2s(d + G::SOFF, a.scales + ((size_t)s * a.ng + g0) * 16, ngs * QT_SB, full);
                     if (ZP) bulk_g2s(d + G::ZOFF, a.zeros + ((size_t)s * a.ng + g0) * 16, ngs * 16, full);
                 }
             }
@@ -1201,10 +1206,13 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                     wa[j][r][0] = v.x, wa[j][r][1] = v.y, wa[j][r][2] = v.z, wa[j][r][3] = v.w;
                     wb[j][r][0] = w8.x, wb[j][r][1] = w8.y, wb[j][r][2] = w8.z, wb[j][r][3] = w8.w;
                 }
-                const float *sc = (const float *)(part + G::SOFF);
+                const uint32_t *sc = (const uint32_t *)(part + G::SOFF);  // fp16 pairs: rows g, g + 8
 #pragma unroll
                 for (int p = 0; p < NPG; p++)
-                    if (GM != 0) sl[j][r][p] = sc[gis[j][p] * 16 + g], sh[j][r][p] = sc[gis[j][p] * 16 + g + 8];
+                    if (GM != 0) {
+                        const float2 f = __half22float2(bits<__half2>(sc[gis[j][p] * 8 + g]));
+                        sl[j][r][p] = f.x, sh[j][r][p] = f.y;
+                    }
             }
         }
 #pragma unroll
@@ -1284,7 +1292,7 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
                 v[r] = 0.0f;
 #pragma unroll
                 for (int w = 0; w < W; w++) v[r] += rb[(w * R + r) * 16 + tid];
-                if (GM == 0) v[r] *= __ldg(a.scales + (size_t)(u + r * a.pair) * 16 + tid);  // ng = 1
+                if (GM == 0) v[r] *= __half2float(a.scales[(size_t)(u + r * a.pair) * 16 + qt_spos(tid)]);  // ng = 1
             }
             const int row = u * 16 + tid;
             if (SWIGLU) {
@@ -1324,7 +1332,7 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
 #define QTC_W 8
 struct QtcPhase {
     const uint4 *qw;
-    const float *scales;   // strip-major, as k_qtma's
+    const __half *scales;  // strip-major, as k_qtma's
     const uint8_t *zeros;  // or NULL
     int np, kp, gs, glog, ng, rows;
     const float *x, *nw;  // x (kp) fp32; nw: the RMSNorm weight, or NULL (no norm)
@@ -1393,7 +1401,7 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
                         if (k1[r] <= k0[r]) continue;
                         g0[r] = GM == 0 ? 0 : group_of(k0[r] * 64, P.gs, P.glog, P.ng);
                         ngs[r] = GM == 0 ? 1 : group_of(k1[r] * 64 - 1, P.gs, P.glog, P.ng) - g0[r] + 1;
-                        bytes += (k1[r] - k0[r]) * 512 + ngs[r] * 64 + (ZP ? ngs[r] * 16 : 0);
+                        bytes += (k1[r] - k0[r]) * 512 + ngs[r] * QT_SB + (ZP ? ngs[r] * 16 : 0);
                     }
                     mbar_expect_tx(full, bytes);
 #pragma unroll
@@ -1401,7 +1409,7 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
                         if (k1[r] <= k0[r]) continue;
                         const uint32_t d = ring0 + slot * G::STAGE + r * G::PART;
                         bulk_g2s(d, P.qw + ((size_t)s[r] * nk + k0[r]) * 32, (k1[r] - k0[r]) * 512, full);
-                        bulk_g2s(d + G::SOFF, P.scales + ((size_t)s[r] * P.ng + g0[r]) * 16, ngs[r] * 64, full);
+                        bulk_g2s(d + G::SOFF, P.scales + ((size_t)s[r] * P.ng + g0[r]) * 16, ngs[r] * QT_SB, full);
                         if (ZP) bulk_g2s(d + G::ZOFF, P.zeros + ((size_t)s[r] * P.ng + g0[r]) * 16, ngs[r] * 16, full);
                     }
                 }
@@ -1437,10 +1445,13 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
                 const unsigned char *part = stg + r * G::PART;
                 const uint4 v = *(const uint4 *)(part + kcl * 512 + lane * 16);
                 wa[j][r][0] = v.x, wa[j][r][1] = v.y, wa[j][r][2] = v.z, wa[j][r][3] = v.w;
-                const float *sc = (const float *)(part + G::SOFF);
+                const uint32_t *sc = (const uint32_t *)(part + G::SOFF);  // fp16 pairs: rows g, g + 8
 #pragma unroll
                 for (int p = 0; p < NPG; p++)
-                    if (GM != 0) sl[j][r][p] = sc[gis[j][p] * 16 + g], sh[j][r][p] = sc[gis[j][p] * 16 + g + 8];
+                    if (GM != 0) {
+                        const float2 f = __half22float2(bits<__half2>(sc[gis[j][p] * 8 + g]));
+                        sl[j][r][p] = f.x, sh[j][r][p] = f.y;
+                    }
             }
         }
 #pragma unroll
@@ -1597,7 +1608,7 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
                     if (r == 1 && !sw) break;
 #pragma unroll
                     for (int w = 0; w < W; w++) v[r] += rb[(w * 2 + r) * 16 + tid];
-                    if (GM == 0) v[r] *= __ldg(P.scales + (size_t)(u + r * P.pair) * 16 + tid);
+                    if (GM == 0) v[r] *= __half2float(P.scales[(size_t)(u + r * P.pair) * 16 + qt_spos(tid)]);
                 }
                 const int row = u * 16 + tid;
                 if (sw) {
@@ -1635,7 +1646,7 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
 // (nc, T, rows) and a second kernel adds them in chunk order (deterministic, no atomics).
 struct QTmatArgs {
     const uint4 *qw;
-    const float *scales;   // strip-major, as k_qtma's
+    const __half *scales;  // strip-major, as k_qtma's
     const uint8_t *zeros;  // or NULL
     int np, kp, gs, glog, ng, rows;
     const void *X;  // (T, ldx) bf16 or fp16, 16-byte aligned rows, kp valid columns
@@ -1680,10 +1691,10 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                 const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
                 const int ngs = GM == 0 ? 1 : group_of(k1 * 64 - 1, a.gs, a.glog, a.ng) - g0 + 1;
                 const uint32_t wbytes = (k1 - k0) * 512;
-                mbar_expect_tx(full, wbytes + ngs * 64 + (ZP ? ngs * 16 : 0));
+                mbar_expect_tx(full, wbytes + ngs * QT_SB + (ZP ? ngs * 16 : 0));
                 const uint32_t d = ring0 + slot * G::STAGE;
                 bulk_g2s(d, a.qw + ((size_t)u * nk + k0) * 32, wbytes, full);
-                bulk_g2s(d + G::SOFF, a.scales + ((size_t)u * a.ng + g0) * 16, ngs * 64, full);
+                bulk_g2s(d + G::SOFF, a.scales + ((size_t)u * a.ng + g0) * 16, ngs * QT_SB, full);
                 if (ZP) bulk_g2s(d + G::ZOFF, a.zeros + ((size_t)u * a.ng + g0) * 16, ngs * 16, full);
             }
         return;
@@ -1738,11 +1749,14 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
             }
             const uint4 v = *(const uint4 *)(stg + kcl * 512 + lane * 16);
             wa[j][0] = v.x, wa[j][1] = v.y, wa[j][2] = v.z, wa[j][3] = v.w;
-            const float *sc = (const float *)(stg + G::SOFF);
+            const uint32_t *sc = (const uint32_t *)(stg + G::SOFF);  // fp16 pairs: rows g, g + 8
 #pragma unroll
             for (int p = 0; p < NPG; p++) {
                 gis[j][p] = GM == 0 ? 0 : group_of(kc * 64 + 32 * p, a.gs, a.glog, a.ng) - g0;
-                if (GM != 0) sl[j][p] = sc[gis[j][p] * 16 + g], sh[j][p] = sc[gis[j][p] * 16 + g + 8];
+                if (GM != 0) {
+                    const float2 f = __half22float2(bits<__half2>(sc[gis[j][p] * 8 + g]));
+                    sl[j][p] = f.x, sh[j][p] = f.y;
+                }
             }
         }
 #pragma unroll
@@ -1805,7 +1819,7 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
             float v = 0.0f;
 #pragma unroll
             for (int w = 0; w < W; w++) v += rs[w * 256];
-            if (GM == 0) v *= __ldg(a.scales + (size_t)u * 16 + row);  // ng = 1
+            if (GM == 0) v *= __half2float(a.scales[(size_t)u * 16 + qt_spos(row)]);  // ng = 1
             if (tok < a.T && rg < a.rows) {
                 if (nc == 1) {
                     float *y = a.Y + (size_t)tok * a.ldy + rg;
@@ -1961,13 +1975,14 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
         if (e == cudaSuccess && p.zeros) e = upload(&q->zeros, p.zeros, ngp);
         if (e == cudaSuccess && p.perm) e = upload(&q->perm, p.perm, (size_t)w->cols);
         q->qt = e == cudaSuccess && qtma_can(q);
-        if (q->qt) {  // k_qtma's strip-major scales (and zeros)
-            float *st = (float *)malloc(ngp * sizeof(float));
+        if (q->qt) {  // the Hopper kernels' strip-major fp16 scales (and zeros)
+            __half *st = (__half *)malloc(ngp * sizeof(__half));
             uint8_t *zt = p.zeros ? (uint8_t *)malloc(ngp) : NULL;
             if (!st || (p.zeros && !zt)) e = cudaErrorMemoryAllocation;
             for (size_t i = 0; st && i < ngp; i++) {  // i = (strip * ng + group) * 16 + row in strip
                 const size_t strip = i / 16 / p.ng, grp = i / 16 % p.ng, n = strip * 16 + i % 16;
-                st[i] = p.scales[grp * p.np + n];
+                const float sc = p.scales[grp * p.np + n];
+                st[(i & ~(size_t)15) + qt_spos((int)(i % 16))] = __float2half_rn(fminf(fmaxf(sc, -65504.0f), 65504.0f));
                 if (zt) zt[i] = p.zeros[grp * p.np + n];
             }
             if (e == cudaSuccess) e = upload(&q->scales_t, st, ngp);
@@ -1976,7 +1991,8 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
         }
         if (e == cudaSuccess) e = cudaMalloc((void **)&q->xg, (size_t)p.kp * sizeof(float));
         q->gather_x = p.perm || p.kp != p.cols;
-        q->bytes = p.n_words * 4 + ngp * sizeof(float) + (p.zeros ? ngp : 0) + (p.perm ? (size_t)w->cols * sizeof(int) : 0);
+        q->bytes = p.n_words * 4 + ngp * (q->qt ? sizeof(__half) : sizeof(float)) + (p.zeros ? ngp : 0) +
+                   (p.perm ? (size_t)w->cols * sizeof(int) : 0);
         qpack_free(&p);
         snprintf(q->base, sizeof q->base, "%s %s %s%s", quant_kind_name(w->kind), gbuf, w->sym ? "sym" : "asym",
                  w->g_idx ? " act-order" : "");

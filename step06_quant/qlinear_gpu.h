@@ -26,10 +26,15 @@ typedef struct QLinearGpu QLinearGpu;
 
 // Repack w (host, quant.h layout; g_idx allowed: the columns are permuted so that groups are
 // contiguous and x is permuted the same way at run time) and upload it. NULL + err on failure
-// (unsupported group / shape, out of device memory).
+// (unsupported group / shape, out of device memory). The Hopper kernels (sm_90a: the GEMV and the
+// GEMM of up to 16 rows) hold the scales in fp16, as checkpoints store them: exact for every model
+// the engine runs (qweight_scales_fp16), rounded to the nearest fp16 value for any other QWeight;
+// the other kernels read them in fp32.
 QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen);
 void qlinear_gpu_free(QLinearGpu *q);
-size_t qlinear_gpu_bytes(const QLinearGpu *q);  // device bytes the weights, scales and zeros take
+// The bytes one batch-1 product reads: packed weights, scales (fp16 where the Hopper GEMV runs the
+// layer, else fp32), zeros and the column permutation.
+size_t qlinear_gpu_bytes(const QLinearGpu *q);
 int qlinear_gpu_rows(const QLinearGpu *q);      // out_features
 int qlinear_gpu_cols(const QLinearGpu *q);      // in_features
 const char *qlinear_gpu_describe(const QLinearGpu *q);  // "int4 g128 sym, tensor-core GEMM" etc.

@@ -58,6 +58,7 @@ static int rtn_one(const float *W, int rows, int cols, const QuantSpec *q, int *
         return errf(err, errlen, "%s: cannot quantize a (%d, %d) weight to %s with group %d%s", what, rows, cols,
                     quant_kind_name((QuantKind)q->method), g,
                     q->method == QLOAD_RTN_INT4 && cols % 2 ? " (INT4 needs an even number of inputs)" : "");
+    qweight_scales_fp16(out);  // as `quantize` writes them: the same model either way
     return 0;
 }
 
@@ -155,6 +156,7 @@ static void random_qweight(QWeight *w, const QuantSpec *q, int rows, int cols, u
     }
     for (size_t i = nb / 8 * 8; i < nb; i++) w->q[i] = (uint8_t)mix64(key + i);
     for (size_t i = 0; i < (size_t)rows * w->n_groups; i++) w->scales[i] = s;
+    qweight_scales_fp16(w);
 }
 
 QWeight *qmodel_random_linears(const ModelConfig *c, const QuantSpec *q, uint64_t seed, char *fmt, int fmtlen) {

@@ -12,7 +12,8 @@
 //     or AWQ tensors read by hf_quant.h (what build/bin/quantize writes is GPTQ v1);
 //   - a dense checkpoint with --quant rtn-int8 | rtn-int4: round-to-nearest at load (quant_rtn),
 //     INT8 per output channel, INT4 symmetric in groups of 128 inputs (a projection whose inputs
-//     128 does not divide gets one group per row: the tiny test models are 64 and 172 wide);
+//     128 does not divide gets one group per row: the tiny test models are 64 and 172 wide), the
+//     scales rounded to fp16 as `quantize` writes them (qweight_scales_fp16);
 //   - a random preset (no checkpoint) on the GPU: random integers and scales of the same shapes
 //     (weights of std ~0.02, as the dense random presets), made on the host without an fp32 copy.
 // The programs' --quant none (the default) keeps a dense checkpoint dense; a quantized checkpoint

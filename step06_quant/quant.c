@@ -370,12 +370,21 @@ void linear_q_cpu(const float *X, const QWeight *w, const float *bias, int T, fl
     }
 }
 
+void qweight_scales_fp16(QWeight *w) {
+    const size_t ng = (size_t)w->rows * w->n_groups;
+    for (size_t i = 0; i < ng; i++) {
+        const float s = w->scales[i];
+        w->scales[i] = s > 65504.0f ? 65504.0f : s < -65504.0f ? -65504.0f : (float)(_Float16)s;
+    }
+}
+
 int qweight_random(QWeight *w, Rng *r, QuantKind kind, int rows, int cols, int group, int sym, int act_order) {
     if (qweight_alloc(w, kind, rows, cols, group, sym)) return -1;
     const size_t qb = kind == QK_INT8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
     for (size_t i = 0; i < qb; i++) w->q[i] = (uint8_t)rng_u32(r);  // any byte holds valid integers
     const size_t ng = (size_t)rows * w->n_groups;
     for (size_t i = 0; i < ng; i++) w->scales[i] = (0.5f + rng_uniform(r)) / 64.0f;
+    qweight_scales_fp16(w);
     if (!sym)
         for (size_t i = 0; i < ng; i++) w->zeros[i] = (uint8_t)(rng_u32(r) % (1u << (int)kind));
     if (act_order) {

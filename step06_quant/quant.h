@@ -2,7 +2,8 @@
 // (round-to-nearest INT8 / INT4, GPTQ), and the fp32 CPU reference. Plain C.
 // defines: QuantKind, QWeight, qweight_alloc, qweight_free, qweight_group_of, qweight_zero, qweight_scale,
 //          qweight_get, qweight_set, qweight_dequant, quant_rtn, GptqOpts, gptq_hessian_add,
-//          quant_gptq, linear_q_cpu, qweight_bytes, quant_kind_name, qweight_random, qweight_stack_rows
+//          quant_gptq, linear_q_cpu, qweight_bytes, quant_kind_name, qweight_random, qweight_stack_rows,
+//          qweight_scales_fp16
 //
 // A Linear weight W is (rows = out_features, cols = in_features), y = x W^T + b, as in a Hugging
 // Face checkpoint. Quantized, element (r, c) is an unsigned integer q in 0 .. 2^bits - 1 and
@@ -52,8 +53,13 @@ float qweight_scale(const QWeight *w, int r, int g);
 void qweight_dequant(const QWeight *w, float *W);            // W (rows, cols) fp32
 size_t qweight_bytes(const QWeight *w);                      // q + scales (+ zeros, g_idx) as stored here
 const char *quant_kind_name(QuantKind k);                    // "int8", "int4"
+// Rounds every scale to the nearest fp16 value (kept in fp32): what a checkpoint stores (GPTQ and AWQ
+// hold fp16 scales), and what the Hopper GPU kernels hold (qlinear_gpu.h). quantize rounds the scales
+// it writes, the engine those it quantizes at load, so every model the engine runs has fp16 scales.
+// A scale beyond fp16's largest finite value (65504) becomes that value.
+void qweight_scales_fp16(QWeight *w);
 // A random layer for the tests and benchmarks: every integer equally likely, scales in
-// [0.5, 1.5) / 64, random zero points when !sym, and with act_order a random GPTQ desc_act
+// [0.5, 1.5) / 64 (fp16 values), random zero points when !sym, and with act_order a random GPTQ desc_act
 // g_idx (column perm[k] of a random permutation is the k-th quantized, in group k / group).
 // 0, or -1 (as qweight_alloc).
 int qweight_random(QWeight *w, Rng *r, QuantKind kind, int rows, int cols, int group, int sym, int act_order);

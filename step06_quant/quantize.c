@@ -147,8 +147,6 @@ static double rel_out_err(const float *W, const float *D, int rows, int cols, co
     return den > 0 ? sqrt(num / den) : 0.0;
 }
 
-static float fp16_round(float f) { return (float)(_Float16)f; }
-
 // The lm_head's GPTQ Hessian: the final RMSNorm of the hidden states after the last layer (cx->x).
 static void lm_head_hessian(Ctx *cx) {
     const ModelConfig *c = &cx->m.cfg;
@@ -213,7 +211,7 @@ static int on_linear(void *ctx, int layer, int which, const char *name, const fl
         return -1;
     }
     // The file stores fp16 scales: round here so that the model kept in memory is the one written.
-    for (size_t i = 0; i < (size_t)rows * out->n_groups; i++) out->scales[i] = fp16_round(out->scales[i]);
+    qweight_scales_fp16(out);
     qweight_dequant(out, D);
     if (cx->gptq) q_err = rel_out_err(W, D, rows, cols, cx->H[lm ? 0 : hslot[which]]);
     if (lm) {  // the model's output projection becomes D (a tied one leaves the embedding as it is)
