@@ -2133,11 +2133,12 @@ static int qtma_built(void) {
     return built;
 }
 #define QTMA_SMEM_MAX (227 * 1024)  // an sm_90 block's opt-in shared memory
-// Bytes of stages a block aims to keep in flight: k_qtma (the GEMV) 48 KB, k_qtmat 64 KB. The
+// Bytes of stages a block aims to keep in flight: k_qtma (the GEMV) 56 KB, k_qtmat 64 KB. The
 // GEMV's ring was 64 KB too until the batch-1 Llama-3.1-8B INT4+lm_head step measured 1.934-1.938
-// ms with 64 KB and 1.896-1.897 with 48 (24-96 KB tried, README "The GEMV's ring"); the INT8 step
-// measured the same with either. k_qtmat's was not measured at 48 and keeps 64.
-#define QTMA_RING (48 * 1024)
+// ms with 64 KB and 1.896-1.897 with 48 (24-96 KB tried, README "The GEMV's ring"); with the fp16
+// scales a stage is smaller, and 56 KB (6 stages of a one-strip layer, 3 of gate|up) measured
+// 1.868 ms against 1.944 for 48 KB (5 and 2; README "fp16 scales"). k_qtmat keeps 64 KB.
+#define QTMA_RING (56 * 1024)
 #define QTT_RING (64 * 1024)
 static size_t qtma_smem(int stage, int ns, int kp, int R, int W) {
     return (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + (size_t)kp * 2 + (size_t)kp / 64 * 8 +
@@ -2153,7 +2154,10 @@ static int qtma_ring_bytes(void) {
 static int ring_stages(int ring, int stage) { return ring / stage < 2 ? 2 : ring / stage; }
 static int qtma_ring_stages(int stage) { return ring_stages(qtma_ring_bytes(), stage); }
 static int qtma_stages(int stage, int kp, int R, int W) {
-    int ns = qtma_ring_stages(stage);
+    // For measuring: QLINEAR_QTMA_NS=n / QLINEAR_QTMA_NS_GU=n fix the stage count of the one-strip
+    // layers / of the gate|up layers (two strips a stage) instead (read once; within the shared memory)
+    static const int ns1 = env_int("QLINEAR_QTMA_NS", 2, 64, 0), ns2 = env_int("QLINEAR_QTMA_NS_GU", 2, 64, 0);
+    int ns = R == 1 && ns1 ? ns1 : R == 2 && ns2 ? ns2 : qtma_ring_stages(stage);
     while (ns > 2 && qtma_smem(stage, ns, kp, R, W) > QTMA_SMEM_MAX) ns--;
     return qtma_smem(stage, ns, kp, R, W) <= QTMA_SMEM_MAX ? ns : 0;
 }
