@@ -334,14 +334,7 @@ static void attn_fused_g(int pdl, dim3 grid, size_t smem, cudaStream_t s, const 
     do {                                                                                                                  \
         using S2 = Attn2Shape<C, P, G>;                                                                                   \
         const size_t smem2 = attn2_smem_bytes(H / KV, hd, S2::NW);                                                        \
-        using S3 = Attn2Shape<C, P, G, 8>;                                                                                \
-        const size_t smem3 = attn2_smem_bytes(H / KV, hd, S3::NW);                                                        \
-        if (g_decode_attn == 3 && smem3 <= 48 * 1024) {                                                                   \
-            pdl_launch(pdl, k_attn_fused2<C, P, G, false, 8>, grid, dim3(S3::NW * 32), smem3, s, qkv,                    \
-                       (const float *)L->q_norm, (const float *)L->k_norm, (const float *)d->cos_t,                       \
-                       (const float *)d->sin_t, (const int *)d->d_pos, H, KV, hd, eps, scale, kc, vc, d->part_o,          \
-                       d->part_ml, d->count, d->att, (const int *)NULL, 0, (const int *)NULL);                          \
-        } else if (g_decode_attn >= 2 && smem2 <= 48 * 1024) {                                                                   \
+        if (g_decode_attn == 2 && smem2 <= 48 * 1024) {                                                                   \
             pdl_launch(pdl, k_attn_fused2<C, P, G>, grid, dim3(S2::NW * 32), smem2, s, qkv, (const float *)L->q_norm,     \
                        (const float *)L->k_norm, (const float *)d->cos_t, (const float *)d->sin_t, (const int *)d->d_pos, \
                        H, KV, hd, eps, scale, kc, vc, d->part_o, d->part_ml, d->count, d->att, (const int *)NULL, 0,  \
@@ -400,16 +393,17 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
     // For measuring only: DECODE_SKIP=mask leaves kernels out of the step (1 q|k|v, 2 the attention,
     // 4 o, 8 gate|up, 16 down_proj), so that the step's time without them says what each costs where
     // it overlaps its neighbours; the step's output is then wrong (read once)
-    static int dbg = -1;
-    if (dbg < 0) dbg = getenv("DECODE_SKIP") ? atoi(getenv("DECODE_SKIP")) : 0;
+    static int skip = -1;
+    if (skip < 0) skip = getenv("DECODE_SKIP") ? atoi(getenv("DECODE_SKIP")) : 0;
     for (int l = 0; l < c->n_layers; l++) {
         const GpuLayer *L = &g->layers[l];
         void *kc = (char *)d->kc + l * lstride, *vc = (char *)d->vc + l * lstride;
-        if (!qkv_done && !(dbg & 1)) proj(&L->qqkv, L->wqkv, L->attn_norm, NULL, L->bqkv, d->qkv, nqkv, dm, 0);
+        if (!qkv_done && !(skip & 1)) proj(&L->qqkv, L->wqkv, L->attn_norm, NULL, L->bqkv, d->qkv, nqkv, dm, 0);
         qkv_done = false;
-        if (!(dbg & 2))
-        DISPATCH(d->cdt, C, attn_fused<C>(pdl, dim3(KV, d->nsplit), attn_smem, s, d->qkv, L, d, H, KV, hd, eps, scale,
-                                          (C *)kc, (C *)vc));
+        if (!(skip & 2)) {
+            DISPATCH(d->cdt, C, attn_fused<C>(pdl, dim3(KV, d->nsplit), attn_smem, s, d->qkv, L, d, H, KV, hd, eps,
+                                              scale, (C *)kc, (C *)vc));
+        }
         if (d->chain_bar) {
             const bool last = l + 1 == c->n_layers;
             const GpuLayer *N = last ? NULL : &g->layers[l + 1];
@@ -433,10 +427,11 @@ static void decode_enqueue_fused(GpuDecoder *d, int pdl) {
                 continue;
             }
         }
-        if (!(dbg & 4)) proj(&L->qo, L->wo, NULL, d->att, L->bo, d->x, dm, qd, 1);  // x += att Wo^T
+        if (!(skip & 4)) proj(&L->qo, L->wo, NULL, d->att, L->bo, d->x, dm, qd, 1);  // x += att Wo^T
         // h = swiglu(Wgu rmsnorm(x)): one kernel where the projection allows
-        if (!(dbg & 8)) fused_proj(pdl, s, dt, &L->qgu, L->wgu, d->x, L->mlp_norm, eps, NULL, NULL, d->h, ff, dm, 0, 1, d->xn, d->gu);
-        if (!(dbg & 16)) proj(&L->qdown, L->wdown, NULL, d->h, NULL, d->x, dm, ff, 1);  // x += h Wdown^T
+        if (!(skip & 8))
+            fused_proj(pdl, s, dt, &L->qgu, L->wgu, d->x, L->mlp_norm, eps, NULL, NULL, d->h, ff, dm, 0, 1, d->xn, d->gu);
+        if (!(skip & 16)) proj(&L->qdown, L->wdown, NULL, d->h, NULL, d->x, dm, ff, 1);  // x += h Wdown^T
     }
     // the lm_head with the argmax in it where the row loop takes it (a small model's), else the two
     const ArgmaxOut am = {d->arg_v, d->arg_i, d->arg_count, d->d_tok, d->d_pos, d->d_out};
@@ -573,7 +568,7 @@ extern "C" void gpu_decoder_set_fused(int mode) {
 }
 extern "C" const char *gpu_decoder_fused_name(int mode) { return mode >= 0 && mode <= 2 ? FUSED_NAMES[mode] : "?"; }
 extern "C" void gpu_decoder_set_attn(int version) {
-    if (version >= 1 && version <= 3) g_decode_attn = version;
+    if (version == 1 || version == 2) g_decode_attn = version;
 }
 extern "C" int gpu_decoder_get_attn(void) { return g_decode_attn; }
 extern "C" void gpu_decoder_set_gemv_split(int ks) {

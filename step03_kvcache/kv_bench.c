@@ -183,7 +183,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gemv") && more) gemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--qgemv") && more) qgemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--fused") && more) fused = (int)arg_int(a, argv[++i], 0, 2);
-        else if (!strcmp(a, "--attn") && more) attn = (int)arg_int(a, argv[++i], 1, 3);
+        else if (!strcmp(a, "--attn") && more) attn = (int)arg_int(a, argv[++i], 1, 2);
         else if (!strcmp(a, "--gemv-split") && more) {
             gsplit = (int)arg_int(a, argv[++i], 0, 4);
             if (gsplit == 3) arg_die("--gemv-split 3: expected 0, 1, 2 or 4");

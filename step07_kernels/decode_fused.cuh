@@ -622,13 +622,9 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
 // The result is the same function (softmax(q K^T * scale) V of step04's core, with the same
 // per-row dot products and softmax); the P V sums run over other lanes in another order, so the
 // two versions agree to fp32 rounding, not bit for bit.
-// NWF > 0 (version 3): NWF warps and at most 4 rounds of K/V loaded before the wait, so that the block's
-// registers leave room beside a GEMV block (16 warps of ~100 registers are 52 K of an SM's 64 K: such a
-// block starts only on an SM that no block of the q|k|v GEMV before it holds).
-template <class C, int LPR, int G, int NWF = 0> struct Attn2Shape {
-    static constexpr int N = Vec16<C>::N, HD = LPR * N, NW = NWF ? NWF : G * HD <= 512 ? 16 : 8, RPW = 32 / LPR,
-                         RPI = NW * RPW, NIT = (ATTN_CHUNK + RPI - 1) / RPI,
-                         UM = NWF ? 4 : (G <= 4 ? 8 : 4), U = NIT < UM ? NIT : UM;
+template <class C, int LPR, int G> struct Attn2Shape {
+    static constexpr int N = Vec16<C>::N, HD = LPR * N, NW = G * HD <= 512 ? 16 : 8, RPW = 32 / LPR,
+                         RPI = NW * RPW, NIT = (ATTN_CHUNK + RPI - 1) / RPI, U = NIT < (G <= 4 ? 8 : 4) ? NIT : (G <= 4 ? 8 : 4);
 };
 // dynamic shared memory of k_attn_fused2: qs (g, hd) | knew, vnew (hd each) | ps (g, ATTN_CHUNK) | red (NW, g, hd)
 static inline size_t attn2_smem_bytes(int g, int hd, int nw) {
@@ -638,12 +634,12 @@ static inline size_t attn2_smem_bytes(int g, int hd, int nw) {
 // PAGED (step04's runner over step05's block pool, a lone decode row): key p of the sequence is
 // cache row bt[p / bsz] * bsz + p % bsz, the new key goes to row *d_slot, and cos_t / sin_t are the
 // step's own row (the runner's per-row table) instead of a table by position.
-template <class C, int LPR, int G, bool PAGED = false, int NWF = 0>
-__global__ void __launch_bounds__(Attn2Shape<C, LPR, G, NWF>::NW * 32, 1)
+template <class C, int LPR, int G, bool PAGED = false>
+__global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
     k_attn_fused2(const float *qkv, const float *q_norm, const float *k_norm, const float *cos_t, const float *sin_t,
                   const int *d_pos, int H, int KV, int hd, float eps, float scale, C *kc, C *vc, float *part_o,
                   float *part_ml, int *count, float *att, const int *bt, int bsz, const int *d_slot) {
-    using S = Attn2Shape<C, LPR, G, NWF>;
+    using S = Attn2Shape<C, LPR, G>;
     constexpr int N = S::N, HD = S::HD, NW = S::NW, RPW = S::RPW, RPI = S::RPI, NIT = S::NIT, U = S::U;
     constexpr int HALF = HD / 2, NP = (HALF + 31) / 32, NE = (HD + 31) / 32;  // pairs and elements per lane
     pdl_trigger();
