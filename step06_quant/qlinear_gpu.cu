@@ -2153,18 +2153,47 @@ static int qtma_ring_bytes(void) {
 }
 static int ring_stages(int ring, int stage) { return ring / stage < 2 ? 2 : ring / stage; }
 static int qtma_ring_stages(int stage) { return ring_stages(qtma_ring_bytes(), stage); }
-static int qtma_stages(int stage, int kp, int R, int W) {
+// For measuring, one layer shape at a time: QLINEAR_QTMA_SHAPE="ROWSxCOLS:N[/G][,...]" (at most 8;
+// ROWS as the layer holds them, a stacked gate|up 2 x intermediate) gives the GEMV of layers of that
+// shape N stages (0: as the rest) and at most G blocks (read once). Returns N (0 where the list does
+// not name the shape) and the cap in *grid (0: none).
+static int qtma_shape_knob(int rows, int cols, int *grid) {
+    static int n = -1, sh[8][4];
+    if (n < 0) {
+        n = 0;
+        const char *e = getenv("QLINEAR_QTMA_SHAPE");
+        for (const char *p = e; p && *p && n < 8;) {
+            int r = 0, c = 0, k = 0, gcap = 0, used = 0;
+            if (sscanf(p, "%dx%d:%d%n", &r, &c, &k, &used) != 3 || r < 1 || c < 1 || k < 0 || k > 64 || k == 1) break;
+            p += used;
+            if (*p == '/' && (sscanf(p + 1, "%d%n", &gcap, &used) != 1 || gcap < 1)) break;
+            if (*p == '/') p += 1 + used;
+            sh[n][0] = r, sh[n][1] = c, sh[n][2] = k, sh[n][3] = gcap, n++;
+            if (*p == ',') p++;
+        }
+    }
+    if (grid) *grid = 0;
+    for (int i = 0; i < n; i++)
+        if (sh[i][0] == rows && sh[i][1] == cols) {
+            if (grid) *grid = sh[i][3];
+            return sh[i][2];
+        }
+    return 0;
+}
+static int qtma_stages(int stage, int kp, int R, int W, int rows, int cols) {
     // For measuring: QLINEAR_QTMA_NS=n / QLINEAR_QTMA_NS_GU=n fix the stage count of the one-strip
     // layers / of the gate|up layers (two strips a stage) instead (read once; within the shared memory)
     static const int ns1 = env_int("QLINEAR_QTMA_NS", 2, 64, 0), ns2 = env_int("QLINEAR_QTMA_NS_GU", 2, 64, 0);
-    int ns = R == 1 && ns1 ? ns1 : R == 2 && ns2 ? ns2 : qtma_ring_stages(stage);
+    const int nsh = qtma_shape_knob(rows, cols, NULL);
+    int ns = nsh ? nsh : R == 1 && ns1 ? ns1 : R == 2 && ns2 ? ns2 : qtma_ring_stages(stage);
     while (ns > 2 && qtma_smem(stage, ns, kp, R, W) > QTMA_SMEM_MAX) ns--;
     return qtma_smem(stage, ns, kp, R, W) <= QTMA_SMEM_MAX ? ns : 0;
 }
 // Whether a ring of TS-tile stages fits layer q (SWIGLU: two strips a stage).
 static bool qtma_fits(const QLinearGpu *q, int ts, bool swiglu) {
     const int R = swiglu ? 2 : 1;
-    return qtma_stages(R * qtma_part(q->kind == QK_INT4 ? 4 : 8, ts, q->tc_gm, q->zeros != NULL), q->kp, R, QT_W(ts)) > 0;
+    return qtma_stages(R * qtma_part(q->kind == QK_INT4 ? 4 : 8, ts, q->tc_gm, q->zeros != NULL), q->kp, R, QT_W(ts),
+                       q->rows, q->cols) > 0;
 }
 // The grid that gives the busiest SM the fewest strips. The fewest-rounds grid can leave SMs
 // uneven: the Llama-3.1-8B qkv layer is 384 strips, 2 blocks an SM fit, so it runs 192 blocks of 2
@@ -2188,7 +2217,7 @@ template <int KIND, int TS, int GM, bool ZP, bool NORM, bool SWIGLU, bool ZF>
 static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, int *per_sm, bool setup) {
     using G = QTmaGeom<KIND, TS, GM, ZP, SWIGLU>;
     auto k = k_qtma<KIND, TS, GM, ZP, NORM, SWIGLU, ZF>;
-    a.ns = qtma_stages(G::STAGE, q->kp, G::R, QT_W(TS));
+    a.ns = qtma_stages(G::STAGE, q->kp, G::R, QT_W(TS), q->rows, q->cols);
     const size_t smem = qtma_smem(G::STAGE, a.ns, q->kp, G::R, QT_W(TS));
     if (setup) {
         *per_sm = 1;
@@ -2203,6 +2232,9 @@ static void qtma_go(const QLinearGpu *q, QTmaArgs a, bool pdl, cudaStream_t s, i
     const int most = q->sms * ps, rounds = (a.units + most - 1) / most;
     int grid = (a.units + rounds - 1) / rounds;  // as many strips per block everywhere, within a strip
     if (g_qtma_grid == 1) grid = qtma_balanced_grid(a.units, q->sms, ps);
+    int gcap = 0;
+    qtma_shape_knob(q->rows, q->cols, &gcap);
+    if (gcap > 0 && gcap < grid) grid = gcap;
     launch_ex(k, dim3(grid), (QT_W(TS) + 1) * 32, smem, s, pdl, a);
 }
 template <int KIND, int TS, bool NORM, bool SWIGLU>
