@@ -2152,7 +2152,6 @@ static int qtma_ring_bytes(void) {
     return b;
 }
 static int ring_stages(int ring, int stage) { return ring / stage < 2 ? 2 : ring / stage; }
-static int qtma_ring_stages(int stage) { return ring_stages(qtma_ring_bytes(), stage); }
 // For measuring, one layer shape at a time: QLINEAR_QTMA_SHAPE="ROWSxCOLS:N[/G][,...]" (at most 8;
 // ROWS as the layer holds them, a stacked gate|up 2 x intermediate) gives the GEMV of layers of that
 // shape N stages (0: as the rest) and at most G blocks (read once). Returns N (0 where the list does
@@ -2181,11 +2180,8 @@ static int qtma_shape_knob(int rows, int cols, int *grid) {
     return 0;
 }
 static int qtma_stages(int stage, int kp, int R, int W, int rows, int cols) {
-    // For measuring: QLINEAR_QTMA_NS=n / QLINEAR_QTMA_NS_GU=n fix the stage count of the one-strip
-    // layers / of the gate|up layers (two strips a stage) instead (read once; within the shared memory)
-    static const int ns1 = env_int("QLINEAR_QTMA_NS", 2, 64, 0), ns2 = env_int("QLINEAR_QTMA_NS_GU", 2, 64, 0);
     const int nsh = qtma_shape_knob(rows, cols, NULL);
-    int ns = nsh ? nsh : R == 1 && ns1 ? ns1 : R == 2 && ns2 ? ns2 : qtma_ring_stages(stage);
+    int ns = nsh ? nsh : ring_stages(qtma_ring_bytes(), stage);
     while (ns > 2 && qtma_smem(stage, ns, kp, R, W) > QTMA_SMEM_MAX) ns--;
     return qtma_smem(stage, ns, kp, R, W) <= QTMA_SMEM_MAX ? ns : 0;
 }

@@ -5,7 +5,7 @@
 // dequantized weights (the same numbers as a dense matrix; only the order of the sums differs, so
 // fp32 tolerance), through step02's forward, step03's cached decode and step04's batched runner,
 // for RTN at load (INT8 per channel, INT4 per row since the test models' widths are not multiples
-// of 128), on checkpoints written by build/bin/quantize, and on the whole GPTQ model (4-bit, group
+// of 128; every scale an fp16 value, as quantize writes them), on checkpoints written by build/bin/quantize, and on the whole GPTQ model (4-bit, group
 // 32, asymmetric, act-order) that tools/quant_pack.py writes with its dequantized fp32 twin: the
 // packer's W and the loaded QWeights dequantized agree exactly, and both generate the same greedy
 // tokens. Also: the step04 runner's quantized rows do not depend on their batch mates (bit for
@@ -171,6 +171,9 @@ static void rtn_case(const char *model, const char *method) {
             cr_expect(q->sym && !q->zeros, "%s: RTN at load is symmetric", what);
             if (qs.method == QLOAD_RTN_INT8) cr_expect_eq(q->group, q->cols, "%s: INT8 is per channel", what);
             else cr_expect_eq(q->group, q->cols % 128 ? q->cols : 128, "%s: INT4 group", what);
+            for (int i = 0; i < q->rows * q->n_groups; i++)  // as `quantize` writes them
+                cr_assert_eq(q->scales[i], (float)(_Float16)q->scales[i], "%s: layer %d projection %d scale %d is no fp16 value",
+                             what, l, p, i);
         }
     dequant_twin(&w, &qm, &twin);
     cr_assert_eq(cpu_model_load(&w, &dense, err, sizeof err), 0, "%s", err);

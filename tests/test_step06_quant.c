@@ -3,7 +3,8 @@
 // Pack/unpack: random integers written with qweight_set in a random order read back with
 // qweight_get and checked byte by byte against the documented layout (INT8 one byte, INT4 two a
 // byte with the even column low), odd row counts, sym and asym, with a g_idx; qweight_dequant
-// against (q - z) * s computed here. RTN: scales and zeros against the documented formulas, and
+// against (q - z) * s computed here. qweight_scales_fp16 against fp16 values worked out by hand
+// (rounding, ties, subnormals, the clamp at 65504), and qweight_random's scales are fp16 values. RTN: scales and zeros against the documented formulas, and
 // every element's error no larger than the best integer's (brute force over 0 .. 2^bits - 1 given
 // the same s, z). linear_q_cpu equals linear_cpu on qweight_dequant's matrix (and a double sum
 // here) on odd shapes. GPTQ: the Hessian accumulator against 2/N X^T X summed here; a diagonal
@@ -116,6 +117,28 @@ Test(step06, alloc_refuses_bad_sizes) {
     cr_assert_eq(qweight_alloc(&w, (QuantKind)3, 4, 256, 128, 1), -1);
     cr_assert_str_eq(quant_kind_name(QK_INT4), "int4");
     cr_assert_str_eq(quant_kind_name(QK_INT8), "int8");
+}
+
+// qweight_scales_fp16: each scale becomes the nearest fp16 value (ties to even), clamped to the
+// largest finite one; the random layers' scales are fp16 values already.
+Test(step06, scales_fp16_rounds_to_the_nearest_half_and_clamps) {
+    QWeight w;
+    cr_assert_eq(qweight_alloc(&w, QK_INT4, 1, 256, 32, 1), 0);  // 8 scales
+    const float in[8] = {0.5f, 1.0f + 0x1p-12f, 1.0f + 0x1.8p-11f, 3.0f * 0x1p-7f + 0x1p-20f, 70000.0f, 65519.0f, 1e-9f, 1e-7f};
+    // fp16 has 10 fraction bits: ulp(1) = 2^-10; 1 + 1.5 * 2^-11 is nearer 1 + 2^-10; the largest finite value
+    // is 65504 (and 65519 still rounds to it); 1e-9 is below half the smallest subnormal 2^-24; 1e-7 ~ 1.68 * 2^-24
+    const float want[8] = {0.5f, 1.0f, 1.0f + 0x1p-10f, 3.0f * 0x1p-7f, 65504.0f, 65504.0f, 0.0f, 0x1p-23f};
+    memcpy(w.scales, in, sizeof in);
+    qweight_scales_fp16(&w);
+    for (int i = 0; i < 8; i++) cr_expect_eq(w.scales[i], want[i], "scale %d: %a -> %a, want %a", i, in[i], w.scales[i], want[i]);
+    qweight_scales_fp16(&w);
+    for (int i = 0; i < 8; i++) cr_expect_eq(w.scales[i], want[i], "scale %d: not a fixed point", i);
+    qweight_free(&w);
+    Rng r;
+    rng_seed(&r, 11);
+    cr_assert_eq(qweight_random(&w, &r, QK_INT4, 33, 256, 64, 0, 1), 0);
+    for (int i = 0; i < 33 * 4; i++) cr_expect_eq(w.scales[i], (float)(_Float16)w.scales[i], "random scale %d is no fp16 value", i);
+    qweight_free(&w);
 }
 
 // ---------------------------------------------------------------- RTN
