@@ -260,6 +260,7 @@ struct GpuDecoder {
     int *count;               // (KV) the fused attention's finished splits per kv head
     float *arg_v;             // (1024) the fused argmax's per-block maxima,
     int *arg_i, *arg_count;   // (1024) their indices, (1) its finished blocks
+    int cc_major;             // the device's compute capability (attention v4 needs sm_80)
     int *d_tok, *d_pos, *d_out;  // token id, position, argmax per position (max_seq)
     int kernels;              // kernel nodes in the graph
     int lm_argmax;            // 1: the argmax runs inside the lm_head GEMV (k_gemv_rows)
@@ -272,10 +273,11 @@ struct GpuDecoder {
 // fusions (5 a layer), 2 the same with programmatic dependent launch on sm_90 (the default).
 static int g_decode_fused = 2;
 static const char *const FUSED_NAMES[] = {"unfused", "fused", "fused_pdl"};
-// The fused step's attention: 1 k_attn_fused (4 warps a block), 2 k_attn_fused2 (the default: the
-// short chain, 8-16 warps a block, only the rounds that hold keys). Both:
-// step07_kernels/decode_fused.cuh.
-static int g_decode_attn = 2;
+// The fused step's attention: 1 k_attn_fused (4 warps a block), 2 k_attn_fused2 (the short chain,
+// 8-16 warps a block, only the rounds that hold keys), 4 k_attn_mma (the default: the scores and
+// P V on the tensor cores, for a bf16 cache of head_dim 64 or 128 on sm_80+; elsewhere version 2
+// runs). All three: step07_kernels/decode_fused.cuh.
+static int g_decode_attn = 4;
 
 // Enqueue one decode step on d->stream (what the graph holds).
 static void decode_enqueue(GpuDecoder *d) {
@@ -328,6 +330,18 @@ static void attn_fused_g(int pdl, dim3 grid, size_t smem, cudaStream_t s, const 
                          const GpuDecoder *d, int H, int KV, int hd, float eps, float scale, C *kc, C *vc) {
     constexpr int N = Vec16<C>::N;
     const int lpr = hd % N ? 0 : hd / N;
+    if constexpr (std::is_same<C, __nv_bfloat16>::value) {
+        if (g_decode_attn == 4 && d->cc_major >= 8 && (hd == 64 || hd == 128)) {
+#define ATTN_MMA(HDV)                                                                                                    \
+    pdl_launch(pdl, k_attn_mma<C, HDV, G>, grid, dim3(ATTN4_WARPS * 32), attn4_smem_bytes<C, HDV, G>(), s, qkv,       \
+               (const float *)L->q_norm, (const float *)L->k_norm, (const float *)d->cos_t, (const float *)d->sin_t, \
+               (const int *)d->d_pos, H, KV, eps, scale, kc, vc, d->part_o, d->part_ml, d->count, d->att)
+            if (hd == 64) ATTN_MMA(64);
+            else ATTN_MMA(128);
+#undef ATTN_MMA
+            return;
+        }
+    }
 #define ATTN_FUSED(P)                                                                                                     pdl_launch(pdl, k_attn_fused<C, P, G>, grid, dim3(ATTN_CHUNK), smem, s, qkv, (const float *)L->q_norm,                            (const float *)L->k_norm, (const float *)d->cos_t, (const float *)d->sin_t, (const int *)d->d_pos, H, KV,                hd, eps, scale, kc, vc, d->part_o, d->part_ml, d->count, d->att)
     // version 2 (k_attn_fused2) where the vectorized core runs and its shared memory fits in 48 KB
 #define ATTN_FUSED2(P)                                                                                                    \
@@ -516,7 +530,8 @@ extern "C" GpuDecoder *gpu_decoder_new(GpuModel *g, int max_seq, char *err, int 
     gpu_decoder_reset(d);
     // capture the step once; every token replays it
     GpuInfo gi;
-    const int pdl = fused == 2 && gpu_info(&gi) == 0 && gi.cc_major >= 9;
+    d->cc_major = gpu_info(&gi) == 0 ? gi.cc_major : 0;
+    const int pdl = fused == 2 && d->cc_major >= 9;
     cudaGraph_t gr;
     CUDA_CHECK(cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal));
     if (fused) decode_enqueue_fused(d, pdl);
@@ -568,7 +583,7 @@ extern "C" void gpu_decoder_set_fused(int mode) {
 }
 extern "C" const char *gpu_decoder_fused_name(int mode) { return mode >= 0 && mode <= 2 ? FUSED_NAMES[mode] : "?"; }
 extern "C" void gpu_decoder_set_attn(int version) {
-    if (version == 1 || version == 2) g_decode_attn = version;
+    if (version == 1 || version == 2 || version == 4) g_decode_attn = version;
 }
 extern "C" int gpu_decoder_get_attn(void) { return g_decode_attn; }
 extern "C" void gpu_decoder_set_gemv_split(int ks) {

@@ -47,7 +47,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kv_bench (--model DIR | --preset NAME) [--device cpu|cuda] [--positions 1,64,256,...]\n"
             "                [--window W] [--reps N] [--copy-gbps X] [--quant Q] [--qgemv V]\n"
-            "                [--fused 0|1|2] [--attn 1|2] [--gemv-split K] [--gemv-rows 0..3]\n"
+            "                [--fused 0|1|2] [--attn 1|2|4] [--gemv-split K] [--gemv-rows 0..3]\n"
             "                [--gemv-short 0|1] [--qtma-grid 0|1] [--qchain 0|1]\n"
             "                [--no-ladders] [--csv | --json]\n"
             "  --preset     tiny (built in) or a step01 preset (llama-3.1-8b, ...): random weights (bf16 on the GPU)\n"
@@ -59,8 +59,9 @@ static void usage(FILE *f) {
             "               (5 a layer), 2 fusions + programmatic dependent launch on sm_90 (default); all three are\n"
             "               timed first (decode_step_by_fusion)\n"
             "  --attn V     GPU, the fused step's attention kernel: 1 step07's k_attn_fused (4 warps a block of 128\n"
-            "               keys), 2 k_attn_fused2 (8-16 warps, only the rounds that hold keys; default); both are\n"
-            "               timed first in the fused_pdl step (decode_step_by_attention)\n"
+            "               keys), 2 k_attn_fused2 (8-16 warps, only the rounds that hold keys), 4 k_attn_mma (the\n"
+            "               tensor cores; default where it runs: a bf16 cache, head_dim 64 or 128, sm_80+, else 2);\n"
+            "               all are timed first in the fused_pdl step (decode_step_by_attention)\n"
             "  --gemv-split K GPU, the fused step's dense GEMVs: warps per output row, 1, 2 or 4, or 0 (default: 2\n"
             "               where 8-row blocks would be fewer than two per SM, else 1); all are timed first in the\n"
             "               fused_pdl step (decode_step_by_gemv_split)\n"
@@ -166,7 +167,7 @@ static void knob_ladder(GpuModel *gm, void (*set)(int), const int *vals, const c
 int main(int argc, char **argv) {
     cpu_env_init(argv);
     const char *model_dir = NULL, *preset = NULL, *device = NULL, *pos_arg = NULL;
-    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 2, gsplit = 0, grows = 0, gshort = 1, qgrid = 0, ladders = 1, qchain = -1;
+    int window = 8, reps = 3, gemv_ver = -1, qgemv_ver = -1, fused = 2, attn = 4, gsplit = 0, grows = 0, gshort = 1, qgrid = 0, ladders = 1, qchain = -1;
     double copy_gbps = 0;
     QuantSpec qs;
     quant_spec_parse("none", &qs);
@@ -183,7 +184,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gemv") && more) gemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--qgemv") && more) qgemv_ver = (int)arg_int(a, argv[++i], 1, 64) - 1;
         else if (!strcmp(a, "--fused") && more) fused = (int)arg_int(a, argv[++i], 0, 2);
-        else if (!strcmp(a, "--attn") && more) attn = (int)arg_int(a, argv[++i], 1, 2);
+        else if (!strcmp(a, "--attn") && more) {
+            attn = (int)arg_int(a, argv[++i], 1, 4);
+            if (attn == 3) arg_die("--attn 3: expected 1, 2 or 4");
+        }
         else if (!strcmp(a, "--gemv-split") && more) {
             gsplit = (int)arg_int(a, argv[++i], 0, 4);
             if (gsplit == 3) arg_die("--gemv-split 3: expected 0, 1, 2 or 4");
@@ -257,12 +261,12 @@ int main(int argc, char **argv) {
             off += snprintf(fusion + off, sizeof fusion - (size_t)off, "%s%s %.4f ms (%d kernels)", f ? "; " : "",
                             gpu_decoder_fused_name(f), m, kernels);
         }
-        static const int av[] = {1, 2}, sv[] = {0, 1, 2, 4}, rv[] = {0, 1, 2, 3}, uv[] = {1, 0}, qv[] = {0, 1};
-        static const char *const an[] = {"v1", "v2"}, *const sn[] = {"auto", "1", "2", "4"},
+        static const int av[] = {1, 2, 4}, sv[] = {0, 1, 2, 4}, rv[] = {0, 1, 2, 3}, uv[] = {1, 0}, qv[] = {0, 1};
+        static const char *const an[] = {"v1", "v2", "v4"}, *const sn[] = {"auto", "1", "2", "4"},
                                  *const rn[] = {"auto", "none", "all", "auto without 16-chunk rows"},
                                  *const un[] = {"4 chunks a lane (default)", "8 chunks a lane"},
                                  *const qn[] = {"fewest rounds", "balanced over the SMs"};
-        knob_ladder(gm, gpu_decoder_set_attn, av, an, 2, attn, attns, sizeof attns);
+        knob_ladder(gm, gpu_decoder_set_attn, av, an, 3, attn, attns, sizeof attns);
         knob_ladder(gm, gpu_decoder_set_gemv_split, sv, sn, 4, gsplit, splits, sizeof splits);
         knob_ladder(gm, gpu_decoder_set_gemv_rows, rv, rn, 4, grows, rowl, sizeof rowl);
         knob_ladder(gm, gpu_decoder_set_gemv_short, uv, un, 2, gshort, shortl, sizeof shortl);

@@ -112,9 +112,10 @@ int gpu_decoder_len(const GpuDecoder *d);
 void gpu_decoder_set_fused(int mode);
 const char *gpu_decoder_fused_name(int mode);
 // The fused step's attention kernel the next gpu_decoder_new captures: 1 (k_attn_fused: 4 warps on
-// each block of 128 keys) or 2 (k_attn_fused2, the default: 8-16 warps, only the rounds holding
-// keys; version 1 where head_dim is not a whole number of 16-byte vectors or its shared memory
-// would pass 48 KB). Other values are ignored.
+// each block of 128 keys), 2 (k_attn_fused2: 8-16 warps, only the rounds holding keys; version 1
+// where head_dim is not a whole number of 16-byte vectors or its shared memory would pass 48 KB) or
+// 4 (k_attn_mma, the default: scores and P V on the tensor cores, for a bf16 cache of head_dim 64 or
+// 128 on sm_80+; version 2 elsewhere). Other values are ignored.
 void gpu_decoder_set_attn(int version);
 int gpu_decoder_get_attn(void);
 // The fused step's dense GEMVs (k_gemv_fused): 0 (the default) splits each row over 2 warps where

@@ -1,7 +1,7 @@
 // decode_fused.cuh — step07's fusions inside step03's batch-1 decode graph (CUDA C++ only; included
 // by step03_kvcache/decode_gpu.cu, which chooses between this step and its own, gpu_decoder_set_fused).
 // defines: fused_proj, k_gemv_fused, k_gemv_rows, argmax_blocks_finish, k_argmax_fused, k_rope_table,
-//          k_attn_fused, k_attn_fused2, attn_fused2_paged
+//          k_attn_fused, k_attn_fused2, k_attn_mma, attn4_smem_bytes, attn_fused2_paged
 //
 // At batch 1 a small model's decode step is ~10 small kernels per layer, each a few microseconds,
 // and the GPU spends much of the step between kernels: one kernel drains (its last blocks finish
@@ -820,6 +820,259 @@ __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
     if (t == 0) count[kvh] = 0;
     attn_combine_heads<float>(part_o + (size_t)kvh * g * nsplit * HD, part_ml + (size_t)kvh * g * nsplit * 2, nsplit, g,
                               len, HD, att + (size_t)kvh * g * HD);
+}
+
+// ---------------------------------------------------------------- attention v4: the tensor cores
+// k_attn_fused2 at the Llama-3.1-8B shape (head_dim 128, 4 query heads a kv head) runs about 585
+// instructions a warp after its wait, at ~12 cycles each: the scores are dot products over 16 lanes
+// (a shuffle tree per head and round), and P V leaves 16 warps with partial sums of every output
+// that go through shared memory and are added by one more pass. Version 4 computes the same
+// softmax(q K^T * scale) V with mma.sync (m16n8k16, fp32 sums; sm_80+) and no partial sums:
+//   - scores: A = the g query heads (rows, zero-padded to 16), B = 8 keys of the block (columns);
+//     warp w takes keys 8w.. and 8(w + 8).., whose K rows it loads into its B fragments before the
+//     PDL wait (they are earlier steps' rows). The head dimension is taken in a permuted order, the
+//     same for q and K, so that a lane's B fragments are whole 16-byte loads of its key's row.
+//   - P V: A = the probabilities (rows = heads), B = V (keys x head dims), read by ldmatrix.trans from
+//     the block's V rows, copied to shared memory (cp.async) before the wait; warp w owns output
+//     columns 8w.. (and 8(w + 8).. at head_dim 128), so each output is one warp's accumulator.
+//   - precision: q * scale and p are split into two bf16 values (hi + lo, ~16 bits of mantissa
+//     together) and each product is two mmas, so the only rounding beyond fp32 sums is that of the
+//     cached K and V, as in version 2 (which sums over lanes in another order: the two agree to
+//     fp32 rounding, not bit for bit).
+// The new key's row and V row are this block's own (RoPE'd and rounded like the cache) and come
+// from shared memory. Taken for a bf16 cache, head_dim 64 or 128, g <= 8, on sm_80+ (else v2).
+#define ATTN4_WARPS 8
+template <class C, int HD, int G> struct Attn4Shape {
+    static constexpr int VS = HD + 8;              // V row stride in shared memory (elements): ldmatrix without bank conflicts
+    static constexpr int NT = ATTN_CHUNK / 8 / ATTN4_WARPS;  // score tiles (8 keys) a warp
+    static constexpr int DT = HD / 8 / ATTN4_WARPS;          // output tiles (8 head dims) a warp
+    static constexpr int R = HD / 32;                        // 16-byte chunks of a K row a lane holds (2 k-steps each)
+};
+// dynamic shared memory: vs (CHUNK, VS) | qh, ql (G, HD) | kn (HD) of C, then ps (G, CHUNK) fp32, ph, pl (G, CHUNK) of C
+template <class C, int HD, int G> static inline size_t attn4_smem_bytes() {
+    using S = Attn4Shape<C, HD, G>;
+    return (size_t)(ATTN_CHUNK * S::VS + 2 * G * HD + HD) * 2 + (size_t)G * ATTN_CHUNK * 4 + (size_t)2 * G * ATTN_CHUNK * 2;
+}
+template <class C> struct Mma16;  // (an fp16 cache would take the f16 form; not instantiated, not tested)
+template <> struct Mma16<__nv_bfloat16> {
+    static __device__ __forceinline__ void mma(float (&d)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+#endif
+    }
+};
+static __device__ __forceinline__ unsigned u4w(const uint4 &u, int i) { return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w; }
+
+template <class C, int HD, int G>
+__global__ void __launch_bounds__(ATTN4_WARPS * 32, 1)
+    k_attn_mma(const float *qkv, const float *q_norm, const float *k_norm, const float *cos_t, const float *sin_t,
+               const int *d_pos, int H, int KV, float eps, float scale, C *kc, C *vc, float *part_o, float *part_ml,
+               int *count, float *att) {
+    using S = Attn4Shape<C, HD, G>;
+    using M = Mma16<C>;
+    constexpr int VS = S::VS, NT = S::NT, DT = S::DT, R = S::R, HALF = HD / 2, NE = HD / 32, NP = HALF / 32;
+    static_assert(HD % 64 == 0 && HD / 8 >= ATTN4_WARPS && G <= 8, "k_attn_mma: head_dim 64 or 128, g <= 8");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    pdl_trigger();
+    extern __shared__ __align__(16) unsigned char sm4[];
+    C *vs = (C *)sm4, *qh = vs + ATTN_CHUNK * VS, *ql = qh + G * HD, *kn = ql + G * HD;
+    float *ps = (float *)(kn + HD);
+    C *ph = (C *)(ps + G * ATTN_CHUNK), *pl = ph + G * ATTN_CHUNK;
+    __shared__ float m_s[G], l_s[G];
+    const int kvh = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y, g = H / KV, t = threadIdx.x;
+    const int warp = t / 32, lane = t % 32, lg = lane / 4, lt = lane % 4;
+    const int pos = *d_pos, len = pos + 1;
+    if (split * ATTN_CHUNK >= len) return;
+    const int nact = (len + ATTN_CHUNK - 1) / ATTN_CHUNK, last_split = split == nact - 1;
+    const int jn = min(ATTN_CHUNK, len - split * ATTN_CHUNK), jold = last_split ? jn - 1 : jn;  // jold: rows cached
+    const int jn32 = (jn + 31) & ~31;  // P V runs over pairs of 16-key steps: rows jn .. jn32 - 1 are zeros
+    const size_t kd = (size_t)KV * HD, r0 = (size_t)split * ATTN_CHUNK * kd + (size_t)kvh * HD;
+    const size_t new_row = (size_t)pos * kd + (size_t)kvh * HD;
+    // ---- before the wait: this warp's K fragments, the block's V rows, this position's cos / sin
+    uint4 kf[NT][R];
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        const int j = (warp + ATTN4_WARPS * i) * 8 + lg;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            kf[i][r] = j < jold ? *(const uint4 *)(kc + r0 + (size_t)j * kd + 8 * lt + 32 * r) : make_uint4(0, 0, 0, 0);
+    }
+    for (int c = t; c < jn32 * (HD / 8); c += ATTN4_WARPS * 32) {
+        const int j = c / (HD / 8), e = c % (HD / 8) * 8;
+        C *dst = vs + j * VS + e;
+        if (j < jold) {
+            const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(vc + r0 + (size_t)j * kd + e) : "memory");
+        } else if (j >= jn) {
+            *(uint4 *)dst = make_uint4(0, 0, 0, 0);
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    const float *cos_p = cos_t + (size_t)pos * HALF, *sin_p = sin_t + (size_t)pos * HALF;
+    float cs[NP], sn[NP];
+#pragma unroll
+    for (int r = 0; r < NP; r++) cs[r] = __ldg(cos_p + lane + 32 * r), sn[r] = __ldg(sin_p + lane + 32 * r);
+    pdl_wait();
+    // ---- one warp per item: the g query heads (normed, rotated, scaled, split hi + lo), then (the
+    // block holding key pos) its k and v: into the cache and into shared memory
+    const int nitems = g + (last_split ? 2 : 0);
+    for (int item = warp; item < nitems; item += ATTN4_WARPS) {
+        const int kind = item < g ? 0 : item - g + 1;  // 0 q, 1 k, 2 v
+        const float *x = qkv + (size_t)(kind == 0 ? kvh * g + item : kind == 1 ? H + kvh : H + KV + kvh) * HD;
+        const float *nw = kind == 0 ? q_norm : kind == 1 ? k_norm : NULL;
+        float xv[NE];
+#pragma unroll
+        for (int k = 0; k < NE; k++) xv[k] = x[lane + 32 * k];
+        if (kind == 2) {
+#pragma unroll
+            for (int k = 0; k < NE; k++) {
+                const C v = fromf<C>(xv[k]);
+                vc[new_row + lane + 32 * k] = v, vs[jold * VS + lane + 32 * k] = v;
+            }
+            continue;
+        }
+        if (nw) {  // head_rms_inv's sum, in its order
+            float ss = 0;
+#pragma unroll
+            for (int k = 0; k < NE; k++) ss += xv[k] * xv[k];
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            const float inv = rsqrtf(ss / HD + eps);
+#pragma unroll
+            for (int k = 0; k < NE; k++) xv[k] = xv[k] * inv * __ldg(nw + lane + 32 * k);
+        }
+#pragma unroll
+        for (int r = 0; r < NP; r++) {  // the pair (i, i + HALF), i = lane + 32 r: both in this lane
+            const float x1 = xv[r], x2 = xv[r + NP];
+            const float o1 = x1 * cs[r] - x2 * sn[r], o2 = x2 * cs[r] + x1 * sn[r];
+            const int i = lane + 32 * r;
+            if (kind == 0) {
+                const C h1 = fromf<C>(o1 * scale), h2 = fromf<C>(o2 * scale);
+                qh[item * HD + i] = h1, qh[item * HD + i + HALF] = h2;
+                ql[item * HD + i] = fromf<C>(o1 * scale - tof(h1)), ql[item * HD + i + HALF] = fromf<C>(o2 * scale - tof(h2));
+            } else {
+                const C k1 = fromf<C>(o1), k2 = fromf<C>(o2);
+                kc[new_row + i] = k1, kc[new_row + i + HALF] = k2;
+                kn[i] = k1, kn[i + HALF] = k2;
+            }
+        }
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    // ---- scores: tile i of this warp = keys (warp + 8 i) * 8 ..; k-step 2 r + h of the head dims is,
+    // in lane (lg, lt), dims 8 lt + 32 r + 4 h + {0, 1} (the mma's k 2 lt, 2 lt + 1) and + {2, 3}
+    // (k 2 lt + 8, + 9): the same for the A rows (q) and the B columns (K)
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+        if (last_split && (warp + ATTN4_WARPS * i) * 8 + lg == jold)
+#pragma unroll
+            for (int r = 0; r < R; r++) kf[i][r] = *(const uint4 *)(kn + 8 * lt + 32 * r);
+    float sh[NT][4], sl[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sh[i][e] = sl[i][e] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        uint4 qa = make_uint4(0, 0, 0, 0), qb = make_uint4(0, 0, 0, 0);
+        if (lg < g) qa = *(const uint4 *)(qh + lg * HD + 8 * lt + 32 * r), qb = *(const uint4 *)(ql + lg * HD + 8 * lt + 32 * r);
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+                if ((warp + ATTN4_WARPS * i) * 8 < jn) {
+                    M::mma(sh[i], u4w(qa, 2 * h), u4w(qa, 2 * h + 1), u4w(kf[i][r], 2 * h), u4w(kf[i][r], 2 * h + 1));
+                    M::mma(sl[i], u4w(qb, 2 * h), u4w(qb, 2 * h + 1), u4w(kf[i][r], 2 * h), u4w(kf[i][r], 2 * h + 1));
+                }
+    }
+    if (lg < g)
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            const int j = (warp + ATTN4_WARPS * i) * 8 + 2 * lt;
+            if (j < jn) *(float2 *)(ps + lg * ATTN_CHUNK + j) = make_float2(sh[i][0] + sl[i][0], sh[i][1] + sl[i][1]);
+        }
+    __syncthreads();
+    // ---- softmax, one warp per head: m, p = exp(s - m) as hi + lo (zeros from jn to jn32), l
+    for (int hh = warp; hh < g; hh += ATTN4_WARPS) {
+        float m = -INFINITY;
+        for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0;
+        for (int j = lane; j < jn32; j += 32) {
+            const float p = j < jn ? expf(ps[hh * ATTN_CHUNK + j] - m) : 0.0f;
+            const C hp = fromf<C>(p);
+            ph[hh * ATTN_CHUNK + j] = hp, pl[hh * ATTN_CHUNK + j] = fromf<C>(p - tof(hp));
+            l += p;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) m_s[hh] = m, l_s[hh] = l;
+    }
+    __syncthreads();
+    // ---- P V: k-step s covers keys 16 s ..: in lane (lg, lt) the mma's k 2 lt, 2 lt + 1 are keys
+    // 16 s + 4 lt + {0, 1} and k 2 lt + 8, + 9 keys 16 s + 4 lt + {2, 3}; ldmatrix.trans gives B in
+    // that order when lane L points at row 16 (2 p + L / 16) + 4 (L % 8 / 2) + L % 2 + 2 (L / 8 % 2)
+    float oh[DT][4], ol[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) oh[i][e] = ol[i][e] = 0.0f;
+    const int lrow = 16 * (lane / 16) + 4 * (lane % 8 / 2) + lane % 2 + 2 * (lane / 8 % 2);
+    for (int p2 = 0; p2 < jn32 / 32; p2++) {
+        uint2 pa[2] = {make_uint2(0, 0), make_uint2(0, 0)}, pb[2] = {make_uint2(0, 0), make_uint2(0, 0)};
+        if (lg < g)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int j = 32 * p2 + 16 * h + 4 * lt;
+                pa[h] = *(const uint2 *)(ph + lg * ATTN_CHUNK + j), pb[h] = *(const uint2 *)(pl + lg * ATTN_CHUNK + j);
+            }
+#pragma unroll
+        for (int i = 0; i < DT; i++) {
+            const int d0 = (warp + ATTN4_WARPS * i) * 8;
+            const unsigned sa = (unsigned)__cvta_generic_to_shared(vs + (32 * p2 + lrow) * VS + d0);
+            unsigned b[4];
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                         : "r"(sa));
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                M::mma(oh[i], pa[h].x, pa[h].y, b[2 * h], b[2 * h + 1]);
+                M::mma(ol[i], pb[h].x, pb[h].y, b[2 * h], b[2 * h + 1]);
+            }
+        }
+    }
+    // ---- out: lane (lg < g) holds head lg's dims d0 + 2 lt, + 1 of each of its tiles
+    if (lg < g)
+#pragma unroll
+        for (int i = 0; i < DT; i++) {
+            const int d = (warp + ATTN4_WARPS * i) * 8 + 2 * lt, h = kvh * g + lg;
+            const float o0 = oh[i][0] + ol[i][0], o1 = oh[i][1] + ol[i][1];
+            if (nact == 1) {
+                const float il = 1.0f / l_s[lg];
+                *(float2 *)(att + (size_t)h * HD + d) = make_float2(o0 * il, o1 * il);
+            } else {
+                *(float2 *)(part_o + ((size_t)h * nsplit + split) * HD + d) = make_float2(o0, o1);
+            }
+        }
+    if (nact == 1) return;
+    if (t < g) {
+        const int h = kvh * g + t;
+        part_ml[((size_t)h * nsplit + split) * 2] = m_s[t];
+        part_ml[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
+    }
+    // the last block of kv head kvh merges the splits (as k_attn_fused2)
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (t == 0) last = atomicAdd(&count[kvh], 1) == nact - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (t == 0) count[kvh] = 0;
+    attn_combine_heads<float>(part_o + (size_t)kvh * g * nsplit * HD, part_ml + (size_t)kvh * g * nsplit * 2, nsplit, g,
+                              len, HD, att + (size_t)kvh * g * HD);
+#endif
 }
 
 // step04's runner, a lone decode row over step05's block pool: RoPE, the K/V write, the attention

@@ -254,11 +254,11 @@ Test(step03, gpu_cached_greedy_matches_goldens_and_uncached, .timeout = 300) {
 // ---------------------------------------------------------------- the fused decode step (step07)
 
 // The three decode modes (unfused, fused, fused + PDL) on one GPU model over np positions of the
-// same random ids, all three with the defaults (attention v2, the automatic GEMV split: 2 warps a
-// row where rows are few, 4 chunks a lane on short rows, the row loop on many short rows), and three
-// more of fused + PDL: (4) the fused step as it was before those (attention v1, no split, 8 chunks a
-// lane everywhere), (5) every dense GEMV row split over 4 warps, (6) the row loop (k_gemv_rows) on
-// every GEMV whose rows fit it. Each vs unfused within tol, PDL bit-identical, the kernel counts.
+// same random ids, all three with the defaults (attention v4 where it runs, else v2; the automatic
+// GEMV split: 2 warps a row where rows are few, 4 chunks a lane on short rows, the row loop on many
+// short rows), and three more of fused + PDL: (4) the fused step as it was before those (attention
+// v1, no split, 8 chunks a lane everywhere), (5) every dense GEMV row split over 4 warps, with
+// attention v2, (6) the row loop (k_gemv_rows) on every GEMV whose rows fit it. Each vs unfused within tol, PDL bit-identical, the kernel counts.
 static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *name, int f32, int dense, int np) {
     const int V = c->vocab, L = c->n_layers;
     float *lg[6];
@@ -268,7 +268,7 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
         rng_seed(&r, 99);  // the same ids for every mode
         lg[f] = malloc((size_t)np * V * sizeof(float));
         gpu_decoder_set_fused(f < 3 ? f : 2);
-        gpu_decoder_set_attn(f == 3 ? 1 : 2);
+        gpu_decoder_set_attn(f == 3 ? 1 : f == 4 ? 2 : 4);
         gpu_decoder_set_gemv_split(f == 3 ? 1 : f == 4 ? 4 : 0);
         gpu_decoder_set_gemv_rows(f == 5 ? 2 : 0);
         gpu_decoder_set_gemv_short(f != 3);
@@ -293,7 +293,7 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
         gpu_decoder_free(d);
     }
     gpu_decoder_set_fused(2);
-    gpu_decoder_set_attn(2);
+    gpu_decoder_set_attn(4);
     gpu_decoder_set_gemv_split(0);
     gpu_decoder_set_gemv_rows(0);
     gpu_decoder_set_gemv_short(1);
@@ -329,7 +329,7 @@ static void fused_modes_check(GpuModel *gm, const ModelConfig *c, const char *na
     for (size_t k = 0; k < (size_t)np * V; k++) diff += memcmp(&lg[1][k], &lg[2][k], sizeof(float)) != 0;
     cr_expect_eq(diff, 0, "%s: %zu of %d logits differ between the fused step with and without PDL", name, diff, np * V);
     fprintf(stderr,
-            "[fused-decode] %s: kernels %d -> %d; fused vs unfused max_rel %.2e (attention v1 + no split + 8 chunks a lane: %.2e, GEMV split 4: "
+            "[fused-decode] %s: kernels %d -> %d; fused vs unfused max_rel %.2e (attention v1 + no split + 8 chunks a lane: %.2e, GEMV split 4 + attention v2: "
             "%.2e, row loop: %.2e, its argmax in the lm_head: %d) over %d positions\n",
             name, kern[0], kern[1], worst, worst1, worst4, worst5, lmarg[5], np);
     for (int f = 0; f < 6; f++) free(lg[f]);
@@ -362,7 +362,8 @@ Test(step03, gpu_fused_decode_matches_unfused_and_pdl_is_exact, .timeout = 300) 
 // fused GEMV's loads. Random models of wider shapes reach its other paths: rows of whole rounds
 // (bf16 hidden 2048 = 256 16-byte chunks = 1 round), rows that end in a partial
 // round (bf16 ff 3080: 1.5 rounds, the TAIL kernel; fp32 hidden 1032: 1 round + 2 chunks), rows not
-// a multiple of 16 bytes (ff 1001: the scalar loop), head_dim 64, 128 and 256, GQA 1, 2, 3, 4 and 8.
+// a multiple of 16 bytes (ff 1001: the scalar loop), head_dim 64, 128 and 256, GQA 1, 2, 3, 4 and 8
+// (the bf16 ones of head_dim 64 and 128 through attention v4 by default, v2 in mode 5).
 Test(step03, gpu_fused_decode_wide_rows_match_unfused, .timeout = 300) {
     GpuInfo gi;
     if (gpu_info(&gi) != 0) cr_skip_test("no CUDA device: %s", gi.reason);
@@ -403,6 +404,12 @@ Test(step03, gpu_fused_decode_wide_rows_match_unfused, .timeout = 300) {
          "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1024,"
          "\"num_hidden_layers\":2,\"num_attention_heads\":8,\"num_key_value_heads\":1,\"head_dim\":256,"
          "\"vocab_size\":1000,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0}",
+         ST_BF16},
+        // attention v4 (bf16, head_dim 64 / 128) with one query head a kv head
+        {"bf16_h1024_mha_hd64",
+         "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":1024,\"intermediate_size\":2048,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":16,\"num_key_value_heads\":16,\"head_dim\":64,"
+         "\"vocab_size\":1000,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0}",
          ST_BF16},
         {"f32_h512_gqa8_hd64",
          "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":512,\"intermediate_size\":1024,"
