@@ -333,7 +333,7 @@ static void attn_fused_g(int pdl, dim3 grid, size_t smem, cudaStream_t s, const 
     if constexpr (std::is_same<C, __nv_bfloat16>::value) {
         if (g_decode_attn == 4 && d->cc_major >= 8 && (hd == 64 || hd == 128)) {
 #define ATTN_MMA(HDV)                                                                                                    \
-    pdl_launch(pdl, k_attn_mma<C, HDV, G>, grid, dim3(ATTN4_WARPS * 32), attn4_smem_bytes<C, HDV, G>(), s, qkv,       \
+    pdl_launch(pdl, k_attn_mma<HDV, G>, grid, dim3(ATTN4_WARPS * 32), attn4_smem_bytes<HDV, G>(), s, qkv,             \
                (const float *)L->q_norm, (const float *)L->k_norm, (const float *)d->cos_t, (const float *)d->sin_t, \
                (const int *)d->d_pos, H, KV, eps, scale, kc, vc, d->part_o, d->part_ml, d->count, d->att)
             if (hd == 64) ATTN_MMA(64);

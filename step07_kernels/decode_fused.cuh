@@ -1,7 +1,7 @@
 // decode_fused.cuh — step07's fusions inside step03's batch-1 decode graph (CUDA C++ only; included
 // by step03_kvcache/decode_gpu.cu, which chooses between this step and its own, gpu_decoder_set_fused).
 // defines: fused_proj, k_gemv_fused, k_gemv_rows, argmax_blocks_finish, k_argmax_fused, k_rope_table,
-//          k_attn_fused, k_attn_fused2, k_attn_mma, attn4_smem_bytes, attn_fused2_paged
+//          attn_merge_splits, k_attn_fused, k_attn_fused2, k_attn_mma, attn4_smem_bytes, attn_fused2_paged
 //
 // At batch 1 a small model's decode step is ~10 small kernels per layer, each a few microseconds,
 // and the GPU spends much of the step between kernels: one kernel drains (its last blocks finish
@@ -551,6 +551,23 @@ static __device__ inline void rope_head_warp(const float *x, const float *nw, co
 //      k_attn_combine does per head. With one split the vectorized core writes att itself.
 // LPR > 0: the vectorized core (attn_vec_core<C, LPR, G>, hd = LPR * 16 / sizeof(C)); LPR = 0:
 // step03's scalar attn_split_core (any hd).
+
+// The end of a fused attention block that wrote its split's partials (part_o / part_ml): the last
+// of the nact blocks of kv head kvh to get here (counted in count[kvh], reset for the next layer or
+// step) merges the splits into att; a lone split (nact == 1) merges its own.
+__device__ inline void attn_merge_splits(int *count, int kvh, int nact, const float *part_o, const float *part_ml,
+                                         int nsplit, int g, int len, int hd, float *att) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = nact == 1 || atomicAdd(&count[kvh], 1) == nact - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x == 0 && nact > 1) count[kvh] = 0;
+    attn_combine_heads<float>(part_o + (size_t)kvh * g * nsplit * hd, part_ml + (size_t)kvh * g * nsplit * 2, nsplit, g,
+                              len, hd, att + (size_t)kvh * g * hd);
+}
 template <class C, int LPR, int G>
 __global__ void __launch_bounds__(ATTN_CHUNK)
     k_attn_fused(const float *qkv, const float *q_norm, const float *k_norm, const float *cos_t, const float *sin_t,
@@ -593,16 +610,7 @@ __global__ void __launch_bounds__(ATTN_CHUNK)
         if (nact == 1) return;
     }
     // both cores end with the block's writes of part_o / part_ml
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (t == 0) last = nact == 1 || atomicAdd(&count[kvh], 1) == nact - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (t == 0 && nact > 1) count[kvh] = 0;  // ready for the next layer / step
-    attn_combine_heads<float>(part_o + (size_t)kvh * g * nsplit * hd, part_ml + (size_t)kvh * g * nsplit * 2, nsplit, g,
-                              len, hd, att + (size_t)kvh * g * hd);
+    attn_merge_splits(count, kvh, nact, part_o, part_ml, nsplit, g, len, hd, att);
 }
 
 // ---------------------------------------------------------------- attention v2: a short chain
@@ -809,17 +817,7 @@ __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
     attn_vec_write<LPR, G, N, NW>(acc, g, HD, red, m_s, l_s, part_o, part_ml, kvh, split, nsplit,
                                   nact == 1 ? att + (size_t)kvh * g * HD : NULL);  // one split: the normalized heads
     if (nact == 1) return;
-    // the last block of kv head kvh merges the splits (as k_attn_fused)
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (t == 0) last = atomicAdd(&count[kvh], 1) == nact - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (t == 0) count[kvh] = 0;
-    attn_combine_heads<float>(part_o + (size_t)kvh * g * nsplit * HD, part_ml + (size_t)kvh * g * nsplit * 2, nsplit, g,
-                              len, HD, att + (size_t)kvh * g * HD);
+    attn_merge_splits(count, kvh, nact, part_o, part_ml, nsplit, g, len, HD, att);
 }
 
 // ---------------------------------------------------------------- attention v4: the tensor cores
@@ -842,40 +840,38 @@ __global__ void __launch_bounds__(Attn2Shape<C, LPR, G>::NW * 32, 1)
 // The new key's row and V row are this block's own (RoPE'd and rounded like the cache) and come
 // from shared memory. Taken for a bf16 cache, head_dim 64 or 128, g <= 8, on sm_80+ (else v2).
 #define ATTN4_WARPS 8
-template <class C, int HD, int G> struct Attn4Shape {
+template <int HD> struct Attn4Shape {
     static constexpr int VS = HD + 8;              // V row stride in shared memory (elements): ldmatrix without bank conflicts
     static constexpr int NT = ATTN_CHUNK / 8 / ATTN4_WARPS;  // score tiles (8 keys) a warp
     static constexpr int DT = HD / 8 / ATTN4_WARPS;          // output tiles (8 head dims) a warp
     static constexpr int R = HD / 32;                        // 16-byte chunks of a K row a lane holds (2 k-steps each)
 };
-// dynamic shared memory: vs (CHUNK, VS) | qh, ql (G, HD) | kn (HD) of C, then ps (G, CHUNK) fp32, ph, pl (G, CHUNK) of C
-template <class C, int HD, int G> static inline size_t attn4_smem_bytes() {
-    using S = Attn4Shape<C, HD, G>;
+// dynamic shared memory: vs (CHUNK, VS) | qh, ql (G, HD) | kn (HD) of bf16, then ps (G, CHUNK) fp32, ph, pl (G, CHUNK) of bf16
+template <int HD, int G> static inline size_t attn4_smem_bytes() {
+    using S = Attn4Shape<HD>;
     return (size_t)(ATTN_CHUNK * S::VS + 2 * G * HD + HD) * 2 + (size_t)G * ATTN_CHUNK * 4 + (size_t)2 * G * ATTN_CHUNK * 2;
 }
-template <class C> struct Mma16;  // (an fp16 cache would take the f16 form; not instantiated, not tested)
-template <> struct Mma16<__nv_bfloat16> {
-    static __device__ __forceinline__ void mma(float (&d)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
+// d += A B for m16n8k16 bf16 with A's rows 8..15 zero: a0 = A (row g, k 2t..2t+1), a2 = (row g, k 2t+8..)
+static __device__ __forceinline__ void mma_bf16_top8(float (&d)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
 #endif
-    }
-};
+}
 static __device__ __forceinline__ unsigned u4w(const uint4 &u, int i) { return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w; }
 
-template <class C, int HD, int G>
+template <int HD, int G>
 __global__ void __launch_bounds__(ATTN4_WARPS * 32, 1)
     k_attn_mma(const float *qkv, const float *q_norm, const float *k_norm, const float *cos_t, const float *sin_t,
-               const int *d_pos, int H, int KV, float eps, float scale, C *kc, C *vc, float *part_o, float *part_ml,
-               int *count, float *att) {
-    using S = Attn4Shape<C, HD, G>;
-    using M = Mma16<C>;
-    constexpr int VS = S::VS, NT = S::NT, DT = S::DT, R = S::R, HALF = HD / 2, NE = HD / 32, NP = HALF / 32;
+               const int *d_pos, int H, int KV, float eps, float scale, __nv_bfloat16 *kc, __nv_bfloat16 *vc,
+               float *part_o, float *part_ml, int *count, float *att) {
+    using C = __nv_bfloat16;
+    using S = Attn4Shape<HD>;
     static_assert(HD % 64 == 0 && HD / 8 >= ATTN4_WARPS && G <= 8, "k_attn_mma: head_dim 64 or 128, g <= 8");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    constexpr int VS = S::VS, NT = S::NT, DT = S::DT, R = S::R, HALF = HD / 2, NE = HD / 32, NP = HALF / 32;
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char sm4[];
     C *vs = (C *)sm4, *qh = vs + ATTN_CHUNK * VS, *ql = qh + G * HD, *kn = ql + G * HD;
@@ -983,8 +979,8 @@ __global__ void __launch_bounds__(ATTN4_WARPS * 32, 1)
 #pragma unroll
             for (int i = 0; i < NT; i++)
                 if ((warp + ATTN4_WARPS * i) * 8 < jn) {
-                    M::mma(sh[i], u4w(qa, 2 * h), u4w(qa, 2 * h + 1), u4w(kf[i][r], 2 * h), u4w(kf[i][r], 2 * h + 1));
-                    M::mma(sl[i], u4w(qb, 2 * h), u4w(qb, 2 * h + 1), u4w(kf[i][r], 2 * h), u4w(kf[i][r], 2 * h + 1));
+                    mma_bf16_top8(sh[i], u4w(qa, 2 * h), u4w(qa, 2 * h + 1), u4w(kf[i][r], 2 * h), u4w(kf[i][r], 2 * h + 1));
+                    mma_bf16_top8(sl[i], u4w(qb, 2 * h), u4w(qb, 2 * h + 1), u4w(kf[i][r], 2 * h), u4w(kf[i][r], 2 * h + 1));
                 }
     }
     if (lg < g)
@@ -994,7 +990,8 @@ __global__ void __launch_bounds__(ATTN4_WARPS * 32, 1)
             if (j < jn) *(float2 *)(ps + lg * ATTN_CHUNK + j) = make_float2(sh[i][0] + sl[i][0], sh[i][1] + sl[i][1]);
         }
     __syncthreads();
-    // ---- softmax, one warp per head: m, p = exp(s - m) as hi + lo (zeros from jn to jn32), l
+    // ---- softmax, one warp per head: m, p = exp(s - m) as hi + lo (zeros from jn to jn32), l (attn_block_softmax's
+    // passes, writing the split form and the zero tail P V reads in the same pass)
     for (int hh = warp; hh < g; hh += ATTN4_WARPS) {
         float m = -INFINITY;
         for (int j = lane; j < jn; j += 32) m = fmaxf(m, ps[hh * ATTN_CHUNK + j]);
@@ -1037,8 +1034,8 @@ __global__ void __launch_bounds__(ATTN4_WARPS * 32, 1)
                          : "r"(sa));
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                M::mma(oh[i], pa[h].x, pa[h].y, b[2 * h], b[2 * h + 1]);
-                M::mma(ol[i], pb[h].x, pb[h].y, b[2 * h], b[2 * h + 1]);
+                mma_bf16_top8(oh[i], pa[h].x, pa[h].y, b[2 * h], b[2 * h + 1]);
+                mma_bf16_top8(ol[i], pb[h].x, pb[h].y, b[2 * h], b[2 * h + 1]);
             }
         }
     }
@@ -1061,17 +1058,7 @@ __global__ void __launch_bounds__(ATTN4_WARPS * 32, 1)
         part_ml[((size_t)h * nsplit + split) * 2] = m_s[t];
         part_ml[((size_t)h * nsplit + split) * 2 + 1] = l_s[t];
     }
-    // the last block of kv head kvh merges the splits (as k_attn_fused2)
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (t == 0) last = atomicAdd(&count[kvh], 1) == nact - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (t == 0) count[kvh] = 0;
-    attn_combine_heads<float>(part_o + (size_t)kvh * g * nsplit * HD, part_ml + (size_t)kvh * g * nsplit * 2, nsplit, g,
-                              len, HD, att + (size_t)kvh * g * HD);
+    attn_merge_splits(count, kvh, nact, part_o, part_ml, nsplit, g, len, HD, att);
 #endif
 }
 
