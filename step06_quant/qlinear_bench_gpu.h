@@ -4,7 +4,7 @@
 // defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
 //          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_grid,
 //          qlinear_gpu_gemv_version, qlinear_gemv_set_chain, qlinear_gemm_set_qtmat,
-//          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts
+//          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts, qlinear_gemm_set_qtmat_sp
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +44,10 @@ void qlinear_gemm_set_qtmat(int on);
 // k_qtmat's weight tiles a ring stage: 16 or 32 (4 tiles of a stage in flight per consumer warp);
 // anything else: the default (the environment's QLINEAR_QTMAT_TS, else 16 up to 4 rows, 32 above).
 void qlinear_gemm_set_qtmat_ts(int ts);
+// k_qtmat's 16-row strips a unit: 2 (each x fragment serves the two strips' tiles; only at 32 tiles a
+// stage), 1, anything else the default (the environment's QLINEAR_QTMAT_SP, else 2 where that costs
+// the busiest block no more strips' time, 1 elsewhere).
+void qlinear_gemm_set_qtmat_sp(int sp);
 // qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
 // time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's
 // QLINEAR_DEQ_T, else 512 rows for INT4 and 64 for INT8, where the tensor-core kernels fall behind).

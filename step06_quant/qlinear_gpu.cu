@@ -1644,6 +1644,10 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
 // that fit: block b works on chunk b % nc only (staged once, from the bf16/fp16 X in its rows),
 // over the strips b / nc, b / nc + grid / nc, ...; with nc > 1 each chunk's sums go to a scratch
 // (nc, T, rows) and a second kernel adds them in chunk order (deterministic, no atomics).
+// SP = 2 (two strips a unit, 32 tiles a stage): a stage holds 16 tiles of each of two adjacent strips
+// at the same columns, so each x fragment a lane loads serves both strips' A fragments, and the
+// warps' partial sums meet (stored, a barrier, added) once per two strips: gate_up at 16 rows 39.8
+// -> 34.7 us on an H100 (README "Two strips a unit").
 struct QTmatArgs {
     const uint4 *qw;
     const __half *scales;  // strip-major, as k_qtma's
@@ -1654,25 +1658,26 @@ struct QTmatArgs {
     float *Y;  // nc == 1: Y (T, ldy) = sums + beta Y; else the chunk sums P (nc, T, rows)
     int ldy;
     float beta;
-    int units, nc, kct, ns;  // strips; column chunks, tiles per chunk; ring stages
+    int units, nc, kct, ns;  // units of SP strips; column chunks, tiles per chunk; ring stages
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
 #define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
 __host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so the 8 g rows fall on distinct banks
 
-template <class X, int GM, bool ZP, int NT, int TS>
+template <class X, int GM, bool ZP, int NT, int TS, int SP>
 __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
 #ifdef WGMMA_ARCH
-    using G = QTmaGeom<4, TS, GM, ZP, false>;
+    constexpr int TSS = TS / SP;  // tiles of each of the unit's SP strips in a stage
+    using G = QTmaGeom<4, TSS, GM, ZP, false>;  // one strip's part of a stage (a stage: SP parts)
     constexpr int W = QTT_W, NTOK = 8 * NT;
     extern __shared__ __align__(128) unsigned char sm[];
     const int ns = a.ns, nk = a.kp / 64, nc = a.nc, gpc = gridDim.x / nc;
     const int chunk = blockIdx.x % nc, kc0 = chunk * a.kct, kc1 = min(nk, kc0 + a.kct);
-    const int nst = (kc1 - kc0 + TS - 1) / TS, XS = qtmat_xs(a.kct);
+    const int nst = (kc1 - kc0 + TSS - 1) / TSS, XS = qtmat_xs(a.kct);
     const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(sm);  // full[ns], then empty[ns]
     unsigned char *ring = sm + (2 * ns * 8 + 127) / 128 * 128;
-    uint32_t *xs = (uint32_t *)(ring + (size_t)ns * G::STAGE);  // [NTOK][XS] fp16 pairs of the chunk
-    float *red = (float *)(xs + (size_t)NTOK * XS);             // [2][W][16 tokens][16 rows]
+    uint32_t *xs = (uint32_t *)(ring + (size_t)ns * SP * G::PART);  // [NTOK][XS] fp16 pairs of the chunk
+    float *red = (float *)(xs + (size_t)NTOK * XS);                // [2][W][SP][16 tokens][16 rows]
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
     if (threadIdx.x == 0)  // as k_qtma's: empty counts every consumer thread (W x 32)
         for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W * 32);
@@ -1687,38 +1692,47 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                 const int slot = rp.slot;
                 const uint32_t full = bar0 + 8 * slot;
                 mbar_wait(bar0 + 8 * (ns + slot), rp.ph ^ 1u);
-                const int k0 = kc0 + st * TS, k1 = min(kc1, k0 + TS);
+                const int k0 = kc0 + st * TSS, k1 = min(kc1, k0 + TSS);
                 const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
                 const int ngs = GM == 0 ? 1 : group_of(k1 * 64 - 1, a.gs, a.glog, a.ng) - g0 + 1;
                 const uint32_t wbytes = (k1 - k0) * 512;
-                mbar_expect_tx(full, wbytes + ngs * QT_SB + (ZP ? ngs * 16 : 0));
-                const uint32_t d = ring0 + slot * G::STAGE;
-                bulk_g2s(d, a.qw + ((size_t)u * nk + k0) * 32, wbytes, full);
-                bulk_g2s(d + G::SOFF, a.scales + ((size_t)u * a.ng + g0) * 16, ngs * QT_SB, full);
-                if (ZP) bulk_g2s(d + G::ZOFF, a.zeros + ((size_t)u * a.ng + g0) * 16, ngs * 16, full);
+                mbar_expect_tx(full, SP * (wbytes + ngs * QT_SB + (ZP ? ngs * 16 : 0)));
+#pragma unroll
+                for (int r = 0; r < SP; r++) {  // strip u SP + r into the stage's part r (past the
+                    // last strip, an odd count's: the unit's first again, its sums computed, not written)
+                    const size_t sr = (size_t)u * SP + ((size_t)u * SP + r < (size_t)(a.np / 16) ? r : 0);
+                    const uint32_t d = ring0 + slot * SP * G::PART + r * G::PART;
+                    bulk_g2s(d, a.qw + (sr * nk + k0) * 32, wbytes, full);
+                    bulk_g2s(d + G::SOFF, a.scales + (sr * a.ng + g0) * 16, ngs * QT_SB, full);
+                    if (ZP) bulk_g2s(d + G::ZOFF, a.zeros + (sr * a.ng + g0) * 16, ngs * 16, full);
+                }
             }
         return;
     }
     const int tid = threadIdx.x, nthr = W * 32;
     pdl_wait();  // X (and Y) are the previous kernels'
-    {  // the chunk's x, NTOK token rows (zeros past T), in k_qtma's pair order: 8 consecutive columns
-        // 8m .. 8m + 7 of a tile are its pairs 2 (m >> 1) + (m & 1) + 8 b, b = 0..3
+    {  // the chunk's x, NTOK token rows (zeros past T), in k_qtma's pair order: the 8 columns 8m .. 8m + 7
+        // of a tile (m = 0..7, one uint4 of X) are its pairs m, m + 8, m + 16, m + 24. A warp takes 4
+        // consecutive m of 8 tokens: lane (tk = lane / 4, mq = lane % 4) loads token 8h + tk's uint4
+        // m = 4 qd + mq and stores its 4 pairs. The token rows are XS = 4 (mod 32) words apart, so each
+        // store's 32 words fall on 32 distinct banks, and no element costs an integer division (the
+        // loop before divided each uint4's index by the chunk's width, and its stores hit 8 banks).
         constexpr int XB = 8;
-        const int c8 = (kc1 - kc0) * 8, n8 = NTOK * c8;  // uint4s of 8 columns
-        for (int e0 = tid; e0 < n8; e0 += XB * nthr) {
+        const int tk = lane >> 2, mq = lane & 3, nit = (kc1 - kc0) * 2 * NT;  // (m quad, token octet) pairs
+        for (int i0 = warp; i0 < nit; i0 += XB * W) {
             uint4 v[XB];
 #pragma unroll
             for (int b = 0; b < XB; b++) {
-                const int e = e0 + b * nthr, tok = e / c8, m = e % c8;
+                const int it = i0 + b * W, tok = 8 * (it % NT) + tk, m = 4 * (it / NT) + mq;
                 v[b] = make_uint4(0u, 0u, 0u, 0u);
-                if (e < n8 && tok < a.T)
+                if (it < nit && tok < a.T)
                     v[b] = __ldg((const uint4 *)((const X *)a.X + (size_t)tok * a.ldx + (size_t)kc0 * 64 + 8 * m));
             }
 #pragma unroll
             for (int b = 0; b < XB; b++) {
-                const int e = e0 + b * nthr, tok = e / c8, m = e % c8;
-                if (e >= n8) break;
-                uint32_t *row = xs + (size_t)tok * XS + (m >> 3) * 32 + 2 * ((m & 7) >> 1) + (m & 1);
+                const int it = i0 + b * W, tok = 8 * (it % NT) + tk, m = 4 * (it / NT) + mq;
+                if (it >= nit) break;
+                uint32_t *row = xs + (size_t)tok * XS + (m >> 3) * 32 + (m & 7);
                 const uint32_t w4[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
 #pragma unroll
                 for (int p = 0; p < 4; p++) row[8 * p] = h2_of(X(), w4[p]);
@@ -1729,13 +1743,14 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
     const __half2 zsym_a = __float2half2_rn(1032.0f), zsym_b = __float2half2_rn(-72.0f);
     const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
     constexpr int NPG = GM == 2 ? 2 : 1;
-    constexpr int N = TS / W;  // tiles a warp in a whole stage
-    float acc[NT][4];
-    // The products of tiles kcl0, kcl0 + W, ... (NJ of them) of a stage into acc.
+    constexpr int N = TSS / W;  // k positions (one tile of each of the SP strips) a warp in a whole stage
+    float acc[SP][NT][4];
+    // The products of the tiles at k positions kcl0, kcl0 + W, ... (NJ of them) of a stage, SP
+    // strips each, into acc: each x fragment loaded once serves the SP strips' tiles at its columns.
     auto tiles = [&](const unsigned char *stg, int k0, int g0, int kcl0, auto NJc) {
         constexpr int NJ = decltype(NJc)::value;
-        uint32_t pr[NJ][NT][8], wa[NJ][4];
-        float sl[NJ][NPG], sh[NJ][NPG];
+        uint32_t pr[NJ][NT][8], wa[NJ][SP][4];
+        float sl[NJ][SP][NPG], sh[NJ][SP][NPG];
         int gis[NJ][NPG];
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
@@ -1747,57 +1762,66 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                 pr[j][n][0] = p0.x, pr[j][n][1] = p0.y, pr[j][n][2] = p0.z, pr[j][n][3] = p0.w;
                 pr[j][n][4] = p1.x, pr[j][n][5] = p1.y, pr[j][n][6] = p1.z, pr[j][n][7] = p1.w;
             }
-            const uint4 v = *(const uint4 *)(stg + kcl * 512 + lane * 16);
-            wa[j][0] = v.x, wa[j][1] = v.y, wa[j][2] = v.z, wa[j][3] = v.w;
-            const uint32_t *sc = (const uint32_t *)(stg + G::SOFF);  // fp16 pairs: rows g, g + 8
 #pragma unroll
-            for (int p = 0; p < NPG; p++) {
-                gis[j][p] = GM == 0 ? 0 : group_of(kc * 64 + 32 * p, a.gs, a.glog, a.ng) - g0;
-                if (GM != 0) {
-                    const float2 f = __half22float2(bits<__half2>(sc[gis[j][p] * 8 + g]));
-                    sl[j][p] = f.x, sh[j][p] = f.y;
-                }
+            for (int p = 0; p < NPG; p++) gis[j][p] = GM == 0 ? 0 : group_of(kc * 64 + 32 * p, a.gs, a.glog, a.ng) - g0;
+#pragma unroll
+            for (int r = 0; r < SP; r++) {
+                const unsigned char *pt = stg + r * G::PART;
+                const uint4 v = *(const uint4 *)(pt + kcl * 512 + lane * 16);
+                wa[j][r][0] = v.x, wa[j][r][1] = v.y, wa[j][r][2] = v.z, wa[j][r][3] = v.w;
+                const uint32_t *sc = (const uint32_t *)(pt + G::SOFF);  // fp16 pairs: rows g, g + 8
+#pragma unroll
+                for (int p = 0; p < NPG; p++)
+                    if (GM != 0) {
+                        const float2 f = __half22float2(bits<__half2>(sc[gis[j][p] * 8 + g]));
+                        sl[j][r][p] = f.x, sh[j][r][p] = f.y;
+                    }
             }
         }
 #pragma unroll
         for (int j = 0; j < NJ; j++)
 #pragma unroll
-            for (int p = 0; p < NPG; p++) {
-                __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
-                if (ZP) {
-                    const uint8_t *zs = stg + G::ZOFF + gis[j][p] * 16;
-                    zero4_of(zs[g], za_lo, zb_lo), zero4_of(zs[g + 8], za_hi, zb_hi);
+            for (int r = 0; r < SP; r++)
+#pragma unroll
+                for (int p = 0; p < NPG; p++) {
+                    __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
+                    if (ZP) {
+                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
+                        zero4_of(zs[g], za_lo, zb_lo), zero4_of(zs[g + 8], za_hi, zb_hi);
+                    }
+                    float c[NT][4];
+#pragma unroll
+                    for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+#pragma unroll
+                    for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
+                        uint32_t b[4];
+                        dq4_pairs(wa[j][r][i], za_lo, zb_lo, za_hi, zb_hi, sixteenth, b);
+                        const uint32_t A[4] = {b[0], b[2], b[1], b[3]};
+#pragma unroll
+                        for (int n = 0; n < NT; n++) mma16816(__half(), c[n], A, pr[j][n][2 * i], pr[j][n][2 * i + 1]);
+                    }
+#pragma unroll
+                    for (int n = 0; n < NT; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            acc[r][n][e] = GM == 0 ? acc[r][n][e] + c[n][e]
+                                                   : fmaf(e < 2 ? sl[j][r][p] : sh[j][r][p], c[n][e], acc[r][n][e]);
                 }
-                float c[NT][4];
-#pragma unroll
-                for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
-#pragma unroll
-                for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
-                    uint32_t b[4];
-                    dq4_pairs(wa[j][i], za_lo, zb_lo, za_hi, zb_hi, sixteenth, b);
-                    const uint32_t A[4] = {b[0], b[2], b[1], b[3]};
-#pragma unroll
-                    for (int n = 0; n < NT; n++) mma16816(__half(), c[n], A, pr[j][n][2 * i], pr[j][n][2 * i + 1]);
-                }
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        acc[n][e] = GM == 0 ? acc[n][e] + c[n][e] : fmaf(e < 2 ? sl[j][p] : sh[j][p], c[n][e], acc[n][e]);
-            }
     };
     RingPos rp;
     int nu = 0;
     for (int u = blockIdx.x / nc; u < a.units; u += gpc, nu++) {
 #pragma unroll
-        for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        for (int r = 0; r < SP; r++)
+#pragma unroll
+            for (int n = 0; n < NT; n++) acc[r][n][0] = acc[r][n][1] = acc[r][n][2] = acc[r][n][3] = 0.0f;
         for (int st = 0; st < nst; st++, rp.next(ns)) {
             const int slot = rp.slot;
             mbar_wait(bar0 + 8 * slot, rp.ph);
-            const unsigned char *stg = ring + (size_t)slot * G::STAGE;
-            const int k0 = kc0 + st * TS, k1 = min(kc1, k0 + TS);
+            const unsigned char *stg = ring + (size_t)slot * SP * G::PART;
+            const int k0 = kc0 + st * TSS, k1 = min(kc1, k0 + TSS);
             const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
-            if (k1 - k0 == TS) tiles(stg, k0, g0, warp, std::integral_constant<int, N>{});
+            if (k1 - k0 == TSS) tiles(stg, k0, g0, warp, std::integral_constant<int, N>{});
             else
                 for (int kcl = warp; kcl < k1 - k0; kcl += W) tiles(stg, k0, g0, kcl, std::integral_constant<int, 1>{});
             __syncwarp();
@@ -1806,21 +1830,24 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             mbar_arrive(bar0 + 8 * (ns + slot));
         }
-        // C's (row g / g + 8, token 2t, 2t + 1 (+ 8 n)) of every warp meet in red [token][row]
-        float *rb = red + (nu & 1) * W * 256 + warp * 256;
+        // C's (row g / g + 8, token 2t, 2t + 1 (+ 8 n)) of every warp meet in red [strip][token][row]
+        float *rb = red + ((nu & 1) * W + warp) * SP * 256;
 #pragma unroll
-        for (int n = 0; n < NT; n++)
+        for (int r = 0; r < SP; r++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) rb[(2 * t + (e & 1) + 8 * n) * 16 + g + (e >> 1) * 8] = acc[n][e];
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) rb[r * 256 + (2 * t + (e & 1) + 8 * n) * 16 + g + (e >> 1) * 8] = acc[r][n][e];
         consumers_sync(nthr);
-        for (int o = tid; o < NTOK * 16; o += nthr) {
-            const int row = o & 15, tok = o >> 4, rg = u * 16 + row;
-            const float *rs = red + (nu & 1) * W * 256 + o;
+        for (int o = tid; o < SP * NTOK * 16; o += nthr) {
+            const int r = o / (NTOK * 16), oo = o % (NTOK * 16), row = oo & 15, tok = oo >> 4;
+            const int strip = u * SP + r, rg = strip * 16 + row;
+            const float *rs = red + (size_t)(nu & 1) * W * SP * 256 + r * 256 + oo;
             float v = 0.0f;
 #pragma unroll
-            for (int w = 0; w < W; w++) v += rs[w * 256];
-            if (GM == 0) v *= __half2float(a.scales[(size_t)u * 16 + qt_spos(row)]);  // ng = 1
-            if (tok < a.T && rg < a.rows) {
+            for (int w = 0; w < W; w++) v += rs[w * SP * 256];
+            if (tok < a.T && rg < a.rows) {  // (rows <= np: a strip past the last writes nothing)
+                if (GM == 0) v *= __half2float(a.scales[(size_t)strip * 16 + qt_spos(row)]);  // ng = 1
                 if (nc == 1) {
                     float *y = a.Y + (size_t)tok * a.ldy + rg;
                     *y = a.beta != 0.0f ? v + a.beta * *y : v;
@@ -2551,9 +2578,9 @@ static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) { return grow(
 
 // Launch k_qtmat, or (setup, at the layer's creation: not while a stream is being captured) allow
 // it its shared memory.
-template <class X, int GM, bool ZP, int NT, int TS>
+template <class X, int GM, bool ZP, int NT, int TS, int SP>
 static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
-    auto k = k_qtmat<X, GM, ZP, NT, TS>;
+    auto k = k_qtmat<X, GM, ZP, NT, TS, SP>;
     if (setup) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX);
         cudaGetLastError();
@@ -2561,11 +2588,11 @@ static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t 
     }
     launch_ex(k, dim3(grid), (QTT_W + 1) * 32, smem, s, pdl, a);
 }
-template <class X, int NT, int TS>
+template <class X, int NT, int TS, int SP>
 static void qtmat_kind(int gm, bool zp, const QTmatArgs &a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
-    if (gm == 0) zp ? qtmat_go<X, 0, true, NT, TS>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 0, false, NT, TS>(a, smem, grid, pdl, s, setup);
-    else if (gm == 1) zp ? qtmat_go<X, 1, true, NT, TS>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT, TS>(a, smem, grid, pdl, s, setup);
-    else zp ? qtmat_go<X, 2, true, NT, TS>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT, TS>(a, smem, grid, pdl, s, setup);
+    if (gm == 0) zp ? qtmat_go<X, 0, true, NT, TS, SP>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 0, false, NT, TS, SP>(a, smem, grid, pdl, s, setup);
+    else if (gm == 1) zp ? qtmat_go<X, 1, true, NT, TS, SP>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT, TS, SP>(a, smem, grid, pdl, s, setup);
+    else zp ? qtmat_go<X, 2, true, NT, TS, SP>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT, TS, SP>(a, smem, grid, pdl, s, setup);
 }
 // k_qtmat's tiles a stage: 16 or 32 (each consumer warp then has 4 tiles of a stage in flight).
 // Unset (0), 16 up to 4 rows and 32 above: on an H100 (7ba5693) 32 was faster at 8 and 16 rows
@@ -2581,19 +2608,35 @@ static int qtmat_ts(int T) {
     }
     return g_qtmat_ts ? g_qtmat_ts : T <= 4 ? QTT_TS : 32;
 }
+// k_qtmat's strips a unit: 0 (unset) picks two where that costs no more rounds (qtmat_gemm), 1 or 2
+// (QLINEAR_QTMAT_SP or qlinear_gemm_set_qtmat_sp) fix it (2 only at 32 tiles a stage).
+static int g_qtmat_sp = -1;
+extern "C" void qlinear_gemm_set_qtmat_sp(int sp) { g_qtmat_sp = sp == 1 || sp == 2 ? sp : -1; }
+static int qtmat_sp() {
+    if (g_qtmat_sp < 0) {
+        const char *e = getenv("QLINEAR_QTMAT_SP");
+        const int v = e ? atoi(e) : 0;
+        g_qtmat_sp = v == 1 || v == 2 ? v : 0;
+    }
+    return g_qtmat_sp;
+}
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 static void qtmat_prepare(const QLinearGpu *q) {
     if (!q->qt || q->kind != QK_INT4) return;  // (per layer, as qtma_prepare: the current device's allowance)
     const QTmatArgs a = {};
     const bool zp = q->zeros != NULL;
-    qtmat_kind<__half, 1, 16>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__half, 2, 16>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 1, 16>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 2, 16>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__half, 1, 32>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__half, 2, 32>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 1, 32>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 2, 32>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 1, 16, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 2, 16, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 1, 16, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 2, 16, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 1, 32, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 2, 32, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 1, 32, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 2, 32, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 1, 32, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__half, 2, 32, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 1, 32, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<__nv_bfloat16, 2, 32, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
 }
 // k_qtmat over T <= 16 rows of A (lda % 8 == 0, 16-byte aligned, kp valid columns). 1 launched, 0
 // not this layer (not INT4 on sm_90a, or off: qlinear_gemm_set_qtmat), -1 out of scratch.
@@ -2601,32 +2644,52 @@ template <class X>
 static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s) {
     if (!qtmat_on() || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
-    const int ts = qtmat_ts(T), stage = qtma_part(4, ts, gm, zp);
-    const int ns = ring_stages(QTT_RING, stage);
-    const size_t fixed = (size_t)(2 * ns * 8 + 127) / 128 * 128 + (size_t)ns * stage + 2 * QTT_W * 256 * 4;
-    // the most tiles a chunk of x can hold, then as many chunks as that needs (or QLINEAR_QTMAT_NC)
-    const long most = (((long)QTMA_SMEM_MAX - (long)fixed) / (ntok * 4) - 4) / 32;
+    const int ts = qtmat_ts(T), strips = q->np / 16;
+    // a stage of sp strips (ts / sp tiles of each), its ring, and the fixed shared memory (barriers,
+    // ring, the strips' partial sums); then the most tiles a chunk of x can hold
+    auto fixed_of = [&](int sp, int *ns) {
+        const int stage = sp * qtma_part(4, ts / sp, gm, zp);
+        *ns = ring_stages(QTT_RING, stage);
+        return (size_t)(2 * *ns * 8 + 127) / 128 * 128 + (size_t)*ns * stage + (size_t)2 * QTT_W * sp * 256 * 4;
+    };
+    auto most_of = [&](size_t fixed) { return (((long)QTMA_SMEM_MAX - (long)fixed) / (ntok * 4) - 4) / 32; };
+    int ns = 0;
+    size_t fixed = fixed_of(1, &ns);
+    const long most = most_of(fixed);
     if (most < 1) return 0;
+    // as many chunks as x needs (or QLINEAR_QTMAT_NC)
     int nc = (int)((nk + most - 1) / most);
     if (g_qtmat_nc > nc) nc = g_qtmat_nc < nk ? g_qtmat_nc : nk;
     const int kct = (nk + nc - 1) / nc;
     nc = (nk + kct - 1) / kct;
+    // one block an SM: the units of each chunk spread evenly over sms / nc blocks. Two strips a unit
+    // (32 tiles a stage, x's chunk still fitting) where that takes no more strips' time on the busiest
+    // block: each x fragment then serves two tiles, and the partial sums meet (a barrier of the
+    // block's consumers) once per two strips. An odd count's last unit computes its strip twice.
+    const int per = q->sms / nc > 0 ? q->sms / nc : 1, r1 = (strips + per - 1) / per, r2 = ((strips + 1) / 2 + per - 1) / per;
+    int sp = 1;
+    if (ts == 32 && qtmat_sp() != 1 && (qtmat_sp() == 2 || 2 * r2 <= r1)) {
+        int ns2 = 0;
+        const size_t f2 = fixed_of(2, &ns2);
+        if (most_of(f2) >= kct) sp = 2, fixed = f2, ns = ns2;
+    }
     const size_t smem = fixed + (size_t)ntok * qtmat_xs(kct) * 4;
     float *P = Y;
     if (nc > 1) {
         P = (float *)grow(&q->part, &q->part_bytes, (size_t)nc * T * q->rows * sizeof(float), s);
         if (!P) return -1;
     }
-    // one block an SM: the strips of each chunk spread evenly over sms / nc blocks
-    const int units = q->np / 16, per = q->sms / nc > 0 ? q->sms / nc : 1, rounds = (units + per - 1) / per;
+    const int units = (strips + sp - 1) / sp, rounds = (units + per - 1) / per;
     const int gpc = (units + rounds - 1) / rounds, grid = gpc * nc;
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
                    A, lda, T, P, ldy, beta, units, nc, kct, ns};
     const bool pdl = pdl_on(q);
-    if (ts == 32) NT == 2 ? qtmat_kind<X, 2, 32>(gm, zp, a, smem, grid, pdl, s, false)
-                          : qtmat_kind<X, 1, 32>(gm, zp, a, smem, grid, pdl, s, false);
-    else NT == 2 ? qtmat_kind<X, 2, 16>(gm, zp, a, smem, grid, pdl, s, false)
-                 : qtmat_kind<X, 1, 16>(gm, zp, a, smem, grid, pdl, s, false);
+    if (ts == 32 && sp == 2) NT == 2 ? qtmat_kind<X, 2, 32, 2>(gm, zp, a, smem, grid, pdl, s, false)
+                                     : qtmat_kind<X, 1, 32, 2>(gm, zp, a, smem, grid, pdl, s, false);
+    else if (ts == 32) NT == 2 ? qtmat_kind<X, 2, 32, 1>(gm, zp, a, smem, grid, pdl, s, false)
+                               : qtmat_kind<X, 1, 32, 1>(gm, zp, a, smem, grid, pdl, s, false);
+    else NT == 2 ? qtmat_kind<X, 2, 16, 1>(gm, zp, a, smem, grid, pdl, s, false)
+                 : qtmat_kind<X, 1, 16, 1>(gm, zp, a, smem, grid, pdl, s, false);
     if (nc > 1) {
         const size_t n = (size_t)T * q->rows;
         k_qtmat_sum<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(P, nc, T, q->rows, Y, ldy, beta);

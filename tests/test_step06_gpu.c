@@ -16,7 +16,7 @@
 //   - the GEMM's path for many rows (the weights expanded to X's type, then cuBLAS), forced from one
 //     row on over every case and T above (by default it starts at 512 rows for INT4, 64 for INT8, so
 //     INT8's T = 64 and 100 take it in the default pass too);
-//   - the GEMM's T <= 16 kernel on sm_90 (k_qtmat, qlinear_gemm_set_qtmat), 16 and 32 tiles a stage, on every case
+//   - the GEMM's T <= 16 kernel on sm_90 (k_qtmat, qlinear_gemm_set_qtmat), 16 and 32 tiles a stage (one or two strips a unit), on every case
 //     above, and with k_qgemm4 over layers wide enough that k_qtmat cuts x into column chunks
 //     (summed by a second kernel): groups of 32 asymmetric, per channel, act-order, a last chunk and
 //     stage shorter than the others, T = 3, 9, 16;
@@ -236,12 +236,14 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
         QWeight w;
         QLinearGpu *q = case_layer(&r, c, &w, what, sizeof what);
         // the default kernel, the SIMT fallback forced, k_qtmat on (16 tiles a stage), dequantize + cuBLAS
-        // from one row on, k_qtmat with 32 tiles a stage
-        for (int path = 0; path < 5; path++) {
+        // from one row on, k_qtmat with 32 tiles a stage of one strip, then of two strips (an odd strip
+        // count's last unit holds one)
+        for (int path = 0; path < 6; path++) {
             cr_assert_eq(qlinear_gpu_set_gemm_path(q, path == 1 ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO), 0);
-            qlinear_gemm_set_qtmat(path == 2 || path == 4);
-            qlinear_gemm_set_qtmat_ts(path == 4 ? 32 : 16);
-            qlinear_gemm_set_deq_rows(path == 3 ? 1 : path == 2 || path == 4 ? 0 : -1);
+            qlinear_gemm_set_qtmat(path == 2 || path >= 4);
+            qlinear_gemm_set_qtmat_ts(path >= 4 ? 32 : 16);
+            qlinear_gemm_set_qtmat_sp(path == 5 ? 2 : 1);
+            qlinear_gemm_set_deq_rows(path == 3 ? 1 : path == 2 || path >= 4 ? 0 : -1);
             const char *desc = qlinear_gpu_describe(q);
             // INT8 takes the tensor cores when its groups are whole 64-column tiles (or one per row)
             const int tc = c->kind == QK_INT4 || c->group < 0 || c->group % 64 == 0;
@@ -258,6 +260,7 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
         }
         qlinear_gemm_set_qtmat(0);
         qlinear_gemm_set_qtmat_ts(0);
+        qlinear_gemm_set_qtmat_sp(0);
         qlinear_gemm_set_deq_rows(-1);
         qlinear_gpu_free(q);
         qweight_free(&w);
@@ -486,9 +489,10 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         char what[160];
         QWeight w;
         QLinearGpu *q = case_layer(&r, &cases[ci], &w, what, sizeof what);
-        for (int on = 0; on < 3; on++) {  // k_qgemm4, then k_qtmat with 16 and with 32 tiles a stage
+        for (int on = 0; on < 4; on++) {  // k_qgemm4, then k_qtmat with 16 and 32 tiles a stage, 32 of two strips
             qlinear_gemm_set_qtmat(on > 0);
-            qlinear_gemm_set_qtmat_ts(on == 2 ? 32 : 16);
+            qlinear_gemm_set_qtmat_ts(on >= 2 ? 32 : 16);
+            qlinear_gemm_set_qtmat_sp(on == 3 ? 2 : 1);
             if (on && gi_.cc_major == 9)
                 cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
                           qlinear_gpu_describe(q));
@@ -497,6 +501,7 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
                            cases[ci].cols + 8, what);
         }
         qlinear_gemm_set_qtmat_ts(0);
+        qlinear_gemm_set_qtmat_sp(0);
         qlinear_gemm_set_qtmat(0);
         qlinear_gpu_free(q);
         qweight_free(&w);
