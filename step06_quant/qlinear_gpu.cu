@@ -1017,6 +1017,26 @@ template <int KIND, int TS, int GM, bool ZP, bool SWIGLU> struct QTmaGeom {
     static constexpr int SOFF = WB, ZOFF = WB + MAXG * QT_SB, PART = qtma_part(KIND, TS, GM, ZP), STAGE = R * PART;
 };
 
+// What lane (g, t) reads of one strip's part of a ring stage (part = the stage + r G::PART), for the
+// kernels on this ring (k_qtma, k_qtmc, k_qtmat): an INT4 tile's 16 bytes (the A fragments of its four
+// k16 steps, rows g and g + 8), and the scales (fp32) and zero points of rows g, g + 8 in the stage's
+// group gi.
+__device__ __forceinline__ void strip_w4(const unsigned char *part, int kcl, int lane, uint32_t (&w)[4]) {
+    const uint4 v = *(const uint4 *)(part + kcl * 512 + lane * 16);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+}
+template <class G> __device__ __forceinline__ void strip_scales(const unsigned char *part, int gi, int g, float &lo, float &hi) {
+    const float2 f = __half22float2(bits<__half2>(((const uint32_t *)(part + G::SOFF))[gi * 8 + g]));  // fp16 pairs
+    lo = f.x, hi = f.y;
+}
+template <class G>
+__device__ __forceinline__ void strip_zeros4(const unsigned char *part, int gi, int g, __half2 &za_lo, __half2 &zb_lo,
+                                             __half2 &za_hi, __half2 &zb_hi) {
+    const uint8_t *zs = part + G::ZOFF + gi * 16;
+    const float zl = zs[g], zh = zs[g + 8];
+    zero4_of(zl, za_lo, zb_lo), zero4_of(zh, za_hi, zb_hi);
+}
+
 #ifdef WGMMA_ARCH
 // One contiguous global -> shared copy by the async proxy, counted on bar by its bytes as it lands
 // (dst, src 16-byte aligned, bytes a multiple of 16).
@@ -1198,21 +1218,16 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
             for (int r = 0; r < R; r++) {
                 const unsigned char *part = stg + r * G::PART;
                 if (KIND == 4) {
-                    const uint4 v = *(const uint4 *)(part + kcl * 512 + lane * 16);
-                    wa[j][r][0] = v.x, wa[j][r][1] = v.y, wa[j][r][2] = v.z, wa[j][r][3] = v.w;
+                    strip_w4(part, kcl, lane, wa[j][r]);
                 } else {  // rows g and g + 8
                     const uint4 v = *(const uint4 *)(part + g * G::WROW + kcl * 64 + t * 16);
                     const uint4 w8 = *(const uint4 *)(part + (g + 8) * G::WROW + kcl * 64 + t * 16);
                     wa[j][r][0] = v.x, wa[j][r][1] = v.y, wa[j][r][2] = v.z, wa[j][r][3] = v.w;
                     wb[j][r][0] = w8.x, wb[j][r][1] = w8.y, wb[j][r][2] = w8.z, wb[j][r][3] = w8.w;
                 }
-                const uint32_t *sc = (const uint32_t *)(part + G::SOFF);  // fp16 pairs: rows g, g + 8
 #pragma unroll
                 for (int p = 0; p < NPG; p++)
-                    if (GM != 0) {
-                        const float2 f = __half22float2(bits<__half2>(sc[gis[j][p] * 8 + g]));
-                        sl[j][r][p] = f.x, sh[j][r][p] = f.y;
-                    }
+                    if (GM != 0) strip_scales<G>(part, gis[j][p], g, sl[j][r][p], sh[j][r][p]);
             }
         }
 #pragma unroll
@@ -1222,11 +1237,7 @@ __global__ void __launch_bounds__((QT_W(TS) + 1) * 32, QT_W(TS) == 8 ? 2 : 1) k_
 #pragma unroll
                 for (int p = 0; p < NPG; p++) {
                     __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
-                    if (ZP && !ZF) {
-                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
-                        const float zl = zs[g], zh = zs[g + 8];
-                        zero4_of(zl, za_lo, zb_lo), zero4_of(zh, za_hi, zb_hi);
-                    }
+                    if (ZP && !ZF) strip_zeros4<G>(stg + r * G::PART, gis[j][p], g, za_lo, zb_lo, za_hi, zb_hi);
                     float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
                     for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
@@ -1443,15 +1454,10 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const unsigned char *part = stg + r * G::PART;
-                const uint4 v = *(const uint4 *)(part + kcl * 512 + lane * 16);
-                wa[j][r][0] = v.x, wa[j][r][1] = v.y, wa[j][r][2] = v.z, wa[j][r][3] = v.w;
-                const uint32_t *sc = (const uint32_t *)(part + G::SOFF);  // fp16 pairs: rows g, g + 8
+                strip_w4(part, kcl, lane, wa[j][r]);
 #pragma unroll
                 for (int p = 0; p < NPG; p++)
-                    if (GM != 0) {
-                        const float2 f = __half22float2(bits<__half2>(sc[gis[j][p] * 8 + g]));
-                        sl[j][r][p] = f.x, sh[j][r][p] = f.y;
-                    }
+                    if (GM != 0) strip_scales<G>(part, gis[j][p], g, sl[j][r][p], sh[j][r][p]);
             }
         }
 #pragma unroll
@@ -1461,11 +1467,7 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
 #pragma unroll
                 for (int p = 0; p < NPG; p++) {
                     __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
-                    if (ZP) {
-                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
-                        const float zl = zs[g], zh = zs[g + 8];
-                        zero4_of(zl, za_lo, zb_lo), zero4_of(zh, za_hi, zb_hi);
-                    }
+                    if (ZP) strip_zeros4<G>(stg + r * G::PART, gis[j][p], g, za_lo, zb_lo, za_hi, zb_hi);
                     float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
                     for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
@@ -1766,16 +1768,11 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
             for (int p = 0; p < NPG; p++) gis[j][p] = GM == 0 ? 0 : group_of(kc * 64 + 32 * p, a.gs, a.glog, a.ng) - g0;
 #pragma unroll
             for (int r = 0; r < SP; r++) {
-                const unsigned char *pt = stg + r * G::PART;
-                const uint4 v = *(const uint4 *)(pt + kcl * 512 + lane * 16);
-                wa[j][r][0] = v.x, wa[j][r][1] = v.y, wa[j][r][2] = v.z, wa[j][r][3] = v.w;
-                const uint32_t *sc = (const uint32_t *)(pt + G::SOFF);  // fp16 pairs: rows g, g + 8
+                const unsigned char *part = stg + r * G::PART;
+                strip_w4(part, kcl, lane, wa[j][r]);
 #pragma unroll
                 for (int p = 0; p < NPG; p++)
-                    if (GM != 0) {
-                        const float2 f = __half22float2(bits<__half2>(sc[gis[j][p] * 8 + g]));
-                        sl[j][r][p] = f.x, sh[j][r][p] = f.y;
-                    }
+                    if (GM != 0) strip_scales<G>(part, gis[j][p], g, sl[j][r][p], sh[j][r][p]);
             }
         }
 #pragma unroll
@@ -1785,10 +1782,7 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
 #pragma unroll
                 for (int p = 0; p < NPG; p++) {
                     __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
-                    if (ZP) {
-                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
-                        zero4_of(zs[g], za_lo, zb_lo), zero4_of(zs[g + 8], za_hi, zb_hi);
-                    }
+                    if (ZP) strip_zeros4<G>(stg + r * G::PART, gis[j][p], g, za_lo, zb_lo, za_hi, zb_hi);
                     float c[NT][4];
 #pragma unroll
                     for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
@@ -2621,22 +2615,16 @@ static int qtmat_sp() {
     return g_qtmat_sp;
 }
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
+template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
+    const QTmatArgs a = {};
+    qtmat_kind<X, 1, 16, 1>(gm, zp, a, 0, 0, false, NULL, true), qtmat_kind<X, 2, 16, 1>(gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<X, 1, 32, 1>(gm, zp, a, 0, 0, false, NULL, true), qtmat_kind<X, 2, 32, 1>(gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<X, 1, 32, 2>(gm, zp, a, 0, 0, false, NULL, true), qtmat_kind<X, 2, 32, 2>(gm, zp, a, 0, 0, false, NULL, true);
+}
 static void qtmat_prepare(const QLinearGpu *q) {
     if (!q->qt || q->kind != QK_INT4) return;  // (per layer, as qtma_prepare: the current device's allowance)
-    const QTmatArgs a = {};
-    const bool zp = q->zeros != NULL;
-    qtmat_kind<__half, 1, 16, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__half, 2, 16, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 1, 16, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 2, 16, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__half, 1, 32, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__half, 2, 32, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 1, 32, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 2, 32, 1>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__half, 1, 32, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__half, 2, 32, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 1, 32, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
-    qtmat_kind<__nv_bfloat16, 2, 32, 2>(q->tc_gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_prepare_x<__half>(q->tc_gm, q->zeros != NULL);
+    qtmat_prepare_x<__nv_bfloat16>(q->tc_gm, q->zeros != NULL);
 }
 // k_qtmat over T <= 16 rows of A (lda % 8 == 0, 16-byte aligned, kp valid columns). 1 launched, 0
 // not this layer (not INT4 on sm_90a, or off: qlinear_gemm_set_qtmat), -1 out of scratch.
