@@ -52,8 +52,8 @@
 // previous one drains, issue its first weight loads, and wait for that kernel's results before
 // it reads them.
 //
-// Sampling on the device (gpu_runner_forward_sampled): k_sample_rows draws every logit row's token
-// by Gumbel-max (gumbel.h) from the logits where the lm_head GEMM left them; only the tokens come
+// Sampling on the device (gpu_runner_forward_sampled): k_pick_rows draws every logit row's token
+// by Gumbel-max (gumbel.h) from the logits where the lm_head GEMM left them, several blocks a row; only the tokens come
 // back (at batch 256 and a 152k vocabulary the logits would be 155 MB per step to the host).
 //
 // CUDA graphs (gpu_runner_set_graphs, on by default): a decode step (paged KV, every sequence
@@ -251,19 +251,6 @@ __global__ void k_fix_tokens(int *tok, const int *fix, int n, const int *prev) {
     if (j < n) tok[fix[2 * j]] = prev[fix[2 * j + 1]];
 }
 
-// out[r] = first index of the maximum of logits row r (vocab); grid (rows), 1024 threads.
-__global__ void k_argmax_rows(const float *logits, int vocab, int *out) {
-    pdl_trigger();
-    pdl_wait();
-    const float *l = logits + (size_t)blockIdx.x * vocab;
-    float best = -INFINITY;
-    int bidx = INT_MAX;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-        if (l[i] > best) best = l[i], bidx = i;
-    block_argmax(best, bidx);  // (decode_gpu.cuh) thread 0 holds the first maximum
-    if (threadIdx.x == 0) out[blockIdx.x] = bidx == INT_MAX ? 0 : bidx;  // all NaN / -inf: 0
-}
-
 template <class A> __global__ void k_round_rows(const float *in, A *out, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = fromf<A>(in[i]);
@@ -442,6 +429,7 @@ static int attn_layer(const AttnCtx *c, const AttnPlan *p, const int *d_srow, co
 
 // ---------------------------------------------------------------- the runner
 
+#define PICK_SPLIT 16  // k_pick_rows: slices a row at most (pick_split)
 struct GpuRunner {
     GpuModel *g;
     int n_slots, max_len, max_tok, lcap;  // paged: n_slots 0, max_len = max_model_len
@@ -464,9 +452,12 @@ struct GpuRunner {
     int bpdl;     // graph steps of several rows: PDL launches (LLM_BATCH_PDL, on by default on sm_90)
     int lpt;      // decode items longest first (LLM_ATTN_LPT, on by default)
     int upfront;  // gpu_runner_capture_graphs captures (LLM_GRAPHS_UPFRONT, on by default; off: buckets as they come)
+    int gemm_swiglu;  // a quantized gate|up's SwiGLU in its GEMM where it can (LLM_GEMM_SWIGLU, on by default)
     int *sort_tmp;  // (3 T) the sort's scratch
     float *arg_v;
     int *arg_i, *arg_count;  // (1024, 1024, 1): the many-block argmax's partials and finished-block counter
+    float *pick_v;           // k_pick_rows' slice bests (lcap x PICK_SPLIT), and each row's finished slices
+    int *pick_i, *pick_cnt;  // (lcap x PICK_SPLIT, lcap zeros)
     int batch_inv;  // gpu_runner_set_batch_invariant: GEMMs of BI_ROWS rows, no GEMV, decode always v2
     int prefill_ok, flash_ok;  // paged_prefill / a tensor-core flash version takes this model's shape here
     int prefill;               // the long path: PREFILL_GEMM, PREFILL_PAGED, PREFILL_FLASH
@@ -653,6 +644,8 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
         r->bpdl = !(e5 && strcmp(e5, "0") == 0) && gi.cc_major >= 9;
         r->lpt = !(e6 && strcmp(e6, "0") == 0);
         r->upfront = !(e7 && strcmp(e7, "0") == 0);
+        const char *e8 = getenv("LLM_GEMM_SWIGLU");
+        r->gemm_swiglu = !(e8 && strcmp(e8, "0") == 0);
     }
     r->prefill_ok = paged && paged_prefill_supported(dt, H, KV, hd);
     size_t f0, f1;
@@ -680,6 +673,10 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->arg_i = (int *)dalloc_r(1024 * 4, NULL);
     r->arg_count = (int *)dalloc_r(4, NULL);
     CUDA_CHECK(cudaMemset(r->arg_count, 0, 4));
+    r->pick_v = (float *)dalloc_r((size_t)lcap * PICK_SPLIT * 4, NULL);
+    r->pick_i = (int *)dalloc_r((size_t)lcap * PICK_SPLIT * 4, NULL);
+    r->pick_cnt = (int *)dalloc_r((size_t)lcap * 4, NULL);
+    CUDA_CHECK(cudaMemset(r->pick_cnt, 0, (size_t)lcap * 4));
     r->b1_nsplit = (max_len + ATTN_CHUNK - 1) / ATTN_CHUNK;
     r->attn_count = (int *)dalloc_r((size_t)KV * 4, NULL);
     CUDA_CHECK(cudaMemset(r->attn_count, 0, (size_t)KV * 4));
@@ -775,7 +772,7 @@ extern "C" void gpu_runner_free(GpuRunner *r) {
     CUDA_CHECK(cudaDeviceSynchronize());
     void *ps[] = {r->kc, r->vc, r->x, r->xn, r->qkv, r->q16, r->att, r->gu, r->h, r->xg, r->logits, r->xnf, r->attf,
                   r->hf, r->cos_t, r->sin_t, r->inv_freq, r->d_pack, r->d_argmax, r->ac.S, r->ac.part_o, r->ac.part_ml,
-                  r->ac.gk, r->ac.gv, r->arg_v, r->arg_i, r->arg_count, r->attn_count};
+                  r->ac.gk, r->ac.gv, r->arg_v, r->arg_i, r->arg_count, r->attn_count, r->pick_v, r->pick_i, r->pick_cnt};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
     if (r->ac.P != r->ac.S) CUDA_CHECK(cudaFree(r->ac.P));
     CUDA_CHECK(cudaFreeHost(r->h_pack));
@@ -852,47 +849,111 @@ extern "C" int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float 
 // sequence's context covers must name a real block (1 .. num_blocks-1), since the kernels read
 // through the tables unchecked.
 // out[r] = the Gumbel-max draw of logits row r at temperature temp[r] with key keys[r] (gumbel.h),
-// or its argmax when temp[r] <= 0; grid (rows), 1024 threads. The same first-maximum rule as
-// k_argmax_rows and as sample_gumbel (the C reference).
-__global__ void k_sample_rows(const float *logits, int vocab, const float *temp, const unsigned long long *keys,
-                              int *out) {
+// or its argmax when temp[r] <= 0 (SAMPLE = false: the argmax of every row; temp, keys unread). The
+// same first-maximum rule as sample_gumbel and argmax_f32 (the C references); all NaN: 0. Grid (S,
+// rows), PICK_THREADS threads: block s of a row scans its s-th slice of the columns (float4 loads
+// where the rows allow), the slices' bests go to pv/pi [row S + s], and the row's last block to
+// finish (cnt[row], reset by it) reduces them in slice order. One block a row read the 128256
+// logits of a Llama-3 row through one multiprocessor: 16 rows took 49.6 us on an H100, ~1% of a
+// decode step (step06 README "The small kernels of a 16-row step").
+#define PICK_THREADS 512
+template <bool SAMPLE>
+__global__ void __launch_bounds__(PICK_THREADS) k_pick_rows(const float *logits, int vocab, const float *temp,
+                                                            const unsigned long long *keys, int *out, float *pv, int *pi,
+                                                            int *cnt) {
     pdl_trigger();
     pdl_wait();
-    const float *l = logits + (size_t)blockIdx.x * vocab;
-    const float t = temp[blockIdx.x];
-    const uint64_t key = keys[blockIdx.x];
+    const int row = blockIdx.y, S = gridDim.x;
+    const float *l = logits + (size_t)row * vocab;
+    const int slice = ((vocab + S - 1) / S + 3) & ~3, c0 = blockIdx.x * slice, c1 = min(vocab, c0 + slice);
+    const float t = SAMPLE ? temp[row] : 0.0f;
+    const uint64_t key = SAMPLE ? keys[row] : 0;
     float best = -INFINITY;
     int bidx = INT_MAX;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        const float s = t > 0 ? l[i] / t - logf(-logf(gumbel_uniform(key, i))) : l[i];
-        if (s > best) best = s, bidx = i;
+    auto see = [&](float v, int i) {
+        const float sc = SAMPLE && t > 0 ? v / t - logf(-logf(gumbel_uniform(key, i))) : v;
+        if (sc > best) best = sc, bidx = i;
+    };
+    if ((vocab & 3) == 0) {  // a thread's columns in increasing order: the first maximum kept
+#pragma unroll 4
+        for (int i = c0 + 4 * (int)threadIdx.x; i < c1; i += 4 * PICK_THREADS) {
+            const float4 v = *(const float4 *)(l + i);
+            see(v.x, i), see(v.y, i + 1), see(v.z, i + 2), see(v.w, i + 3);
+        }
+    } else {
+        for (int i = c0 + (int)threadIdx.x; i < c1; i += PICK_THREADS) see(l[i], i);
     }
-    block_argmax(best, bidx);
-    if (threadIdx.x == 0) out[blockIdx.x] = bidx == INT_MAX ? 0 : bidx;
+    block_argmax(best, bidx);  // (decode_gpu.cuh) thread 0 holds the slice's first maximum
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        pv[(size_t)row * S + blockIdx.x] = best, pi[(size_t)row * S + blockIdx.x] = bidx;
+        __threadfence();
+        last = atomicAdd(cnt + row, 1) == S - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x != 0) return;
+    __threadfence();
+    best = -INFINITY, bidx = INT_MAX;
+    for (int j = 0; j < S; j++) argmax_pair(best, bidx, __ldcg(pv + (size_t)row * S + j), __ldcg(pi + (size_t)row * S + j));
+    out[row] = bidx == INT_MAX ? 0 : bidx;
+    cnt[row] = 0;
+}
+// Slices a row for `rows` rows: about two blocks an SM in all, at most PICK_SPLIT.
+static int pick_split(int rows, int sms) {
+    const int s = rows > 0 ? 2 * sms / rows : 1;
+    return s < 1 ? 1 : s > PICK_SPLIT ? PICK_SPLIT : s;
+}
+// k_pick_rows over rows <= cap rows (pv, pi: cap * PICK_SPLIT; cnt: cap zeros).
+static void pick_rows(bool pdl, cudaStream_t st, bool sample, const float *logits, int rows, int vocab, const float *temp,
+                      const unsigned long long *keys, int *out, float *pv, int *pi, int *cnt, int sms) {
+    const dim3 grid(pick_split(rows, sms), rows);
+    if (sample) pdl_launch(pdl, k_pick_rows<true>, grid, dim3(PICK_THREADS), 0, st, logits, vocab, temp, keys, out, pv, pi, cnt);
+    else pdl_launch(pdl, k_pick_rows<false>, grid, dim3(PICK_THREADS), 0, st, logits, vocab, temp, keys, out, pv, pi, cnt);
 }
 
-extern "C" int gumbel_sample_gpu_check(const float *logits, int rows, int vocab, const float *temperature,
-                                       const uint64_t *keys, int *tokens) {
+// k_pick_rows on rows x vocab logits from the host (test entry points): the draws (temperature,
+// keys non-NULL) or the argmax of each row into tokens. 0, or -1 without a GPU.
+static int pick_rows_check(const float *logits, int rows, int vocab, const float *temperature, const uint64_t *keys,
+                           int *tokens) {
     GpuInfo gi;
     if (gpu_info(&gi) != 0 || rows < 1 || vocab < 1) return -1;
-    float *dl = NULL, *dt = NULL;
+    const bool sample = temperature && keys;
+    float *dl = NULL, *dt = NULL, *pv = NULL;
     unsigned long long *dk = NULL;
-    int *dout = NULL;
+    int *dout = NULL, *pi = NULL, *cnt = NULL;
     CUDA_CHECK(cudaMalloc(&dl, (size_t)rows * vocab * 4));
     CUDA_CHECK(cudaMalloc(&dt, (size_t)rows * 4));
     CUDA_CHECK(cudaMalloc(&dk, (size_t)rows * 8));
     CUDA_CHECK(cudaMalloc(&dout, (size_t)rows * 4));
+    CUDA_CHECK(cudaMalloc(&pv, (size_t)rows * PICK_SPLIT * 4));
+    CUDA_CHECK(cudaMalloc(&pi, (size_t)rows * PICK_SPLIT * 4));
+    CUDA_CHECK(cudaMalloc(&cnt, (size_t)rows * 4));
+    CUDA_CHECK(cudaMemset(cnt, 0, (size_t)rows * 4));
     CUDA_CHECK(cudaMemcpy(dl, logits, (size_t)rows * vocab * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(dt, temperature, (size_t)rows * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(dk, keys, (size_t)rows * 8, cudaMemcpyHostToDevice));
-    k_sample_rows<<<rows, 1024>>>(dl, vocab, dt, dk, dout);
+    if (sample) {
+        CUDA_CHECK(cudaMemcpy(dt, temperature, (size_t)rows * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dk, keys, (size_t)rows * 8, cudaMemcpyHostToDevice));
+    }
+    for (int rep = 0; rep < 2; rep++)  // twice: the row counters must be back at 0 after a launch
+        pick_rows(false, 0, sample, dl, rows, vocab, dt, dk, dout, pv, pi, cnt, gi.sms);
     CUDA_CHECK_LAST();
     CUDA_CHECK(cudaMemcpy(tokens, dout, (size_t)rows * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaFree(dl));
     CUDA_CHECK(cudaFree(dt));
     CUDA_CHECK(cudaFree(dk));
     CUDA_CHECK(cudaFree(dout));
+    CUDA_CHECK(cudaFree(pv));
+    CUDA_CHECK(cudaFree(pi));
+    CUDA_CHECK(cudaFree(cnt));
     return 0;
+}
+extern "C" int gumbel_sample_gpu_check(const float *logits, int rows, int vocab, const float *temperature,
+                                       const uint64_t *keys, int *tokens) {
+    if (!temperature || !keys) return -1;
+    return pick_rows_check(logits, rows, vocab, temperature, keys, tokens);
+}
+extern "C" int argmax_rows_gpu_check(const float *logits, int rows, int vocab, int *tokens) {
+    return pick_rows_check(logits, rows, vocab, NULL, NULL, tokens);
 }
 
 static int validate(const GpuRunner *r, const Batch *b) {
@@ -1248,10 +1309,18 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 launches += 4;
             } else {
                 DISPATCH(dt, A, pdl_launch(bp, k_rmsnorm<A>, dim3(T), dim3(256), 0, st, r->x, L->mlp_norm, d, 1, (size_t)d, eps, (A *)r->xn));
-                rproj(r, st, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
-                if (fused_swiglu_pdl(1, ST_F32, dt, r->gu, r->h, T, ff, st, bp) != 1) die("fused_swiglu: refused (see above)");
+                // INT4 gate|up of <= 16 rows: the SwiGLU in the GEMM's epilogue (step06's k_qtmat), else apart
+                int sw = 0;
+                if (r->gemm_swiglu && !r->batch_inv && L->qgu.n == 1 && (dt == ST_BF16 || dt == ST_F16)) {
+                    sw = qlinear_gpu_gemm_swiglu(L->qgu.part[0], dt, T, r->xn, d, r->h, ff, ff, st);
+                    if (sw < 0) die("qlinear_gpu_gemm_swiglu failed (T = %d)", T);
+                }
+                if (!sw) {
+                    rproj(r, st, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
+                    if (fused_swiglu_pdl(1, ST_F32, dt, r->gu, r->h, T, ff, st, bp) != 1) die("fused_swiglu: refused (see above)");
+                }
                 rproj(r, st, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
-                launches += 4;
+                launches += sw ? 3 : 4;
             }
         }
         // ---- logits only for the rows that sample, lcap rows per lm_head GEMM
@@ -1267,8 +1336,8 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                                               r->logits, V, d, 0, 0, r->xnf, NULL);
             else launches++;
             if (out && temps) {
-                pdl_launch(pdl, k_sample_rows, dim3(1), dim3(1024), 0, st, (const float *)r->logits, V,
-                           (const float *)(dp + o_tmp), (const unsigned long long *)(dp + o_key), r->d_argmax);
+                pick_rows(pdl, st, true, r->logits, 1, V, (const float *)(dp + o_tmp), (const unsigned long long *)(dp + o_key),
+                          r->d_argmax, r->pick_v, r->pick_i, r->pick_cnt, r->ac.num_sms);
                 launches++;
             } else if (out && !done) {
                 const int ab = (V + 1023) / 1024 < 1024 ? (V + 1023) / 1024 : 1024;
@@ -1294,14 +1363,10 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                           st);
             }
             launches += 3;
-            if (out && temps) {
-                pdl_launch(bp, k_sample_rows, dim3(nl), dim3(1024), 0, st, (const float *)r->logits, V,
-                           (const float *)(dp + o_tmp) + o0, (const unsigned long long *)(dp + o_key) + o0,
-                           r->d_argmax + o0);
-                launches++;
-            } else if (out) {
-                k_argmax_rows<<<nl, 1024, 0, st>>>(r->logits, V, r->d_argmax + o0);
-                CUDA_CHECK_LAST();
+            if (out) {  // the draws (temps), else the argmax, of the nl rows
+                pick_rows(bp, st, temps != NULL, r->logits, nl, V, (const float *)(dp + o_tmp) + o0,
+                          (const unsigned long long *)(dp + o_key) + o0, r->d_argmax + o0, r->pick_v, r->pick_i,
+                          r->pick_cnt, r->ac.num_sms);
                 launches++;
             }
             if (logits)

@@ -3,7 +3,7 @@
 // defines: GpuRunner, gpu_runner_new, gpu_runner_new_paged, gpu_runner_free, gpu_runner_describe, gpu_runner_kv_bytes,
 //          gpu_runner_forward, gpu_runner_forward_sampled, gpu_runner_launch, gpu_runner_collect, gpu_runner_set_graphs, gpu_runner_set_lone_decode,
 //          gpu_runner_graph_stats, gpu_runner_capture_graphs,
-//          gumbel_sample_gpu_check, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
+//          gumbel_sample_gpu_check, argmax_rows_gpu_check, gpu_runner_last_ms, gpu_runner_launches, gpu_runner_set_small_chunk,
 //          gpu_runner_set_prefill_attn, gpu_runner_set_batch_invariant, gpu_runner_read_kv, batch_attention_gpu_check, batch_attention_gpu_check_paged,
 //          step04_decode_attention_dev, LongAttnBench, long_attn_bench_new, long_attn_bench_run,
 //          long_attn_bench_free
@@ -77,6 +77,8 @@ int gpu_runner_last_logits(const GpuRunner *r, int k, float *out);
 // draws them. 0, or -1 without a GPU.
 int gumbel_sample_gpu_check(const float *logits, int rows, int vocab, const float *temperature, const uint64_t *keys,
                             int *tokens);
+// The device argmax of each row (the greedy steps' kernel) on host logits. 0, or -1 without a GPU.
+int argmax_rows_gpu_check(const float *logits, int rows, int vocab, int *tokens);
 // Device time of the last forward (CUDA events from the batch upload to the last kernel), ms.
 double gpu_runner_last_ms(const GpuRunner *r);
 // Kernel launches (cuBLAS calls counted as one each) the last forward enqueued.

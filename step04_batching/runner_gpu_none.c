@@ -73,6 +73,10 @@ int gumbel_sample_gpu_check(const float *logits, int rows, int vocab, const floa
     (void)logits, (void)rows, (void)vocab, (void)temperature, (void)keys, (void)tokens;
     return -1;
 }
+int argmax_rows_gpu_check(const float *logits, int rows, int vocab, int *tokens) {
+    (void)logits, (void)rows, (void)vocab, (void)tokens;
+    return -1;
+}
 double gpu_runner_last_ms(const GpuRunner *r) {
     (void)r;
     return -1;

@@ -1661,13 +1661,21 @@ struct QTmatArgs {
     int ldy;
     float beta;
     int units, nc, kct, ns;  // units of SP strips; column chunks, tiles per chunk; ring stages
+    int pair;  // SW: gate|up stacked, the up strip of unit u is u + pair (units = pair)
+    void *H;   // SW: H (T, ldh) in X's type = silu(gate) * up, in place of Y
+    int ldh;
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
 #define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
 __host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so the 8 g rows fall on distinct banks
 
-template <class X, int GM, bool ZP, int NT, int TS, int SP>
+// SW (SwiGLU, SP = 2, nc = 1): the layer is gate|up stacked and unit u is gate strip u with up
+// strip u + pair; the epilogue writes h = silu(gate) * up in X's type instead of the two strips'
+// fp32 sums (the same sums, in the same order, as the unfused GEMM's; the same formula as step07's
+// SwiGLU kernel), so the step has no SwiGLU launch and no (T, 2 ff) fp32 buffer to write and read.
+template <class X, int GM, bool ZP, int NT, int TS, int SP, bool SW>
 __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
+    static_assert(!SW || SP == 2, "SwiGLU pairs a gate and an up strip in one unit");
 #ifdef WGMMA_ARCH
     constexpr int TSS = TS / SP;  // tiles of each of the unit's SP strips in a stage
     using G = QTmaGeom<4, TSS, GM, ZP, false>;  // one strip's part of a stage (a stage: SP parts)
@@ -1702,7 +1710,8 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
 #pragma unroll
                 for (int r = 0; r < SP; r++) {  // strip u SP + r into the stage's part r (past the
                     // last strip, an odd count's: the unit's first again, its sums computed, not written)
-                    const size_t sr = (size_t)u * SP + ((size_t)u * SP + r < (size_t)(a.np / 16) ? r : 0);
+                    const size_t sr = SW ? (size_t)u + (r ? a.pair : 0)
+                                         : (size_t)u * SP + ((size_t)u * SP + r < (size_t)(a.np / 16) ? r : 0);
                     const uint32_t d = ring0 + slot * SP * G::PART + r * G::PART;
                     bulk_g2s(d, a.qw + (sr * nk + k0) * 32, wbytes, full);
                     bulk_g2s(d + G::SOFF, a.scales + (sr * a.ng + g0) * 16, ngs * QT_SB, full);
@@ -1833,20 +1842,35 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
 #pragma unroll
                 for (int e = 0; e < 4; e++) rb[r * 256 + (2 * t + (e & 1) + 8 * n) * 16 + g + (e >> 1) * 8] = acc[r][n][e];
         consumers_sync(nthr);
-        for (int o = tid; o < SP * NTOK * 16; o += nthr) {
-            const int r = o / (NTOK * 16), oo = o % (NTOK * 16), row = oo & 15, tok = oo >> 4;
-            const int strip = u * SP + r, rg = strip * 16 + row;
-            const float *rs = red + (size_t)(nu & 1) * W * SP * 256 + r * 256 + oo;
-            float v = 0.0f;
+        if constexpr (SW) {  // unit u: gate strip u (part 0), up strip u + pair (part 1)
+            const float *rs = red + (size_t)(nu & 1) * W * SP * 256;
+            for (int o = tid; o < NTOK * 16; o += nthr) {
+                const int row = o & 15, tok = o >> 4;
+                float gv = 0.0f, uv = 0.0f;
 #pragma unroll
-            for (int w = 0; w < W; w++) v += rs[w * SP * 256];
-            if (tok < a.T && rg < a.rows) {  // (rows <= np: a strip past the last writes nothing)
-                if (GM == 0) v *= __half2float(a.scales[(size_t)strip * 16 + qt_spos(row)]);  // ng = 1
-                if (nc == 1) {
-                    float *y = a.Y + (size_t)tok * a.ldy + rg;
-                    *y = a.beta != 0.0f ? v + a.beta * *y : v;
-                } else {
-                    a.Y[((size_t)chunk * a.T + tok) * a.rows + rg] = v;
+                for (int w = 0; w < W; w++) gv += rs[w * SP * 256 + o], uv += rs[w * SP * 256 + 256 + o];
+                if (GM == 0) {
+                    gv *= __half2float(a.scales[(size_t)u * 16 + qt_spos(row)]);
+                    uv *= __half2float(a.scales[(size_t)(u + a.pair) * 16 + qt_spos(row)]);
+                }
+                if (tok < a.T) ((X *)a.H)[(size_t)tok * a.ldh + u * 16 + row] = X(gv / (1.0f + __expf(-gv)) * uv);
+            }
+        } else {
+            for (int o = tid; o < SP * NTOK * 16; o += nthr) {
+                const int r = o / (NTOK * 16), oo = o % (NTOK * 16), row = oo & 15, tok = oo >> 4;
+                const int strip = u * SP + r, rg = strip * 16 + row;
+                const float *rs = red + (size_t)(nu & 1) * W * SP * 256 + r * 256 + oo;
+                float v = 0.0f;
+#pragma unroll
+                for (int w = 0; w < W; w++) v += rs[w * SP * 256];
+                if (tok < a.T && rg < a.rows) {  // (rows <= np: a strip past the last writes nothing)
+                    if (GM == 0) v *= __half2float(a.scales[(size_t)strip * 16 + qt_spos(row)]);  // ng = 1
+                    if (nc == 1) {
+                        float *y = a.Y + (size_t)tok * a.ldy + rg;
+                        *y = a.beta != 0.0f ? v + a.beta * *y : v;
+                    } else {
+                        a.Y[((size_t)chunk * a.T + tok) * a.rows + rg] = v;
+                    }
                 }
             }
         }
@@ -2572,9 +2596,9 @@ static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) { return grow(
 
 // Launch k_qtmat, or (setup, at the layer's creation: not while a stream is being captured) allow
 // it its shared memory.
-template <class X, int GM, bool ZP, int NT, int TS, int SP>
+template <class X, int GM, bool ZP, int NT, int TS, int SP, bool SW>
 static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
-    auto k = k_qtmat<X, GM, ZP, NT, TS, SP>;
+    auto k = k_qtmat<X, GM, ZP, NT, TS, SP, SW>;
     if (setup) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX);
         cudaGetLastError();
@@ -2582,11 +2606,11 @@ static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t 
     }
     launch_ex(k, dim3(grid), (QTT_W + 1) * 32, smem, s, pdl, a);
 }
-template <class X, int NT, int TS, int SP>
+template <class X, int NT, int TS, int SP, bool SW = false>
 static void qtmat_kind(int gm, bool zp, const QTmatArgs &a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
-    if (gm == 0) zp ? qtmat_go<X, 0, true, NT, TS, SP>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 0, false, NT, TS, SP>(a, smem, grid, pdl, s, setup);
-    else if (gm == 1) zp ? qtmat_go<X, 1, true, NT, TS, SP>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT, TS, SP>(a, smem, grid, pdl, s, setup);
-    else zp ? qtmat_go<X, 2, true, NT, TS, SP>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT, TS, SP>(a, smem, grid, pdl, s, setup);
+    if (gm == 0) zp ? qtmat_go<X, 0, true, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 0, false, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup);
+    else if (gm == 1) zp ? qtmat_go<X, 1, true, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup);
+    else zp ? qtmat_go<X, 2, true, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup);
 }
 // k_qtmat's tiles a stage: 16 or 32 (each consumer warp then has 4 tiles of a stage in flight).
 // Unset (0), 16 up to 4 rows and 32 above: on an H100 (7ba5693) 32 was faster at 8 and 16 rows
@@ -2620,6 +2644,7 @@ template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: th
     qtmat_kind<X, 1, 16, 1>(gm, zp, a, 0, 0, false, NULL, true), qtmat_kind<X, 2, 16, 1>(gm, zp, a, 0, 0, false, NULL, true);
     qtmat_kind<X, 1, 32, 1>(gm, zp, a, 0, 0, false, NULL, true), qtmat_kind<X, 2, 32, 1>(gm, zp, a, 0, 0, false, NULL, true);
     qtmat_kind<X, 1, 32, 2>(gm, zp, a, 0, 0, false, NULL, true), qtmat_kind<X, 2, 32, 2>(gm, zp, a, 0, 0, false, NULL, true);
+    qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, 0, 0, false, NULL, true), qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, 0, 0, false, NULL, true);
 }
 static void qtmat_prepare(const QLinearGpu *q) {
     if (!q->qt || q->kind != QK_INT4) return;  // (per layer, as qtma_prepare: the current device's allowance)
@@ -2628,9 +2653,13 @@ static void qtmat_prepare(const QLinearGpu *q) {
 }
 // k_qtmat over T <= 16 rows of A (lda % 8 == 0, 16-byte aligned, kp valid columns). 1 launched, 0
 // not this layer (not INT4 on sm_90a, or off: qlinear_gemm_set_qtmat), -1 out of scratch.
+// ff > 0 (SwiGLU: q gate|up stacked, rows = 2 ff, ff % 16 == 0): H (T, ldh) = silu(gate) * up
+// instead of Y, where x fits one chunk at 32 tiles a stage of two strips (else 0, nothing launched).
 template <class X>
-static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s) {
+static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s,
+                      int ff = 0, X *H = NULL, int ldh = 0) {
     if (!qtmat_on() || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
+    if (ff > 0 && (q->rows != 2 * ff || ff % 16 || qtmat_ts(T) != 32)) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
     const int ts = qtmat_ts(T), strips = q->np / 16;
     // a stage of sp strips (ts / sp tiles of each), its ring, and the fixed shared memory (barriers,
@@ -2656,7 +2685,12 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     // block's consumers) once per two strips. An odd count's last unit computes its strip twice.
     const int per = q->sms / nc > 0 ? q->sms / nc : 1, r1 = (strips + per - 1) / per, r2 = ((strips + 1) / 2 + per - 1) / per;
     int sp = 1;
-    if (ts == 32 && qtmat_sp() != 1 && (qtmat_sp() == 2 || 2 * r2 <= r1)) {
+    if (ff > 0) {  // one chunk, two strips (a gate and an up strip) a unit, or not at all
+        int ns2 = 0;
+        const size_t f2 = fixed_of(2, &ns2);
+        if (nc != 1 || most_of(f2) < kct) return 0;
+        sp = 2, fixed = f2, ns = ns2;
+    } else if (ts == 32 && qtmat_sp() != 1 && (qtmat_sp() == 2 || 2 * r2 <= r1)) {
         int ns2 = 0;
         const size_t f2 = fixed_of(2, &ns2);
         if (most_of(f2) >= kct) sp = 2, fixed = f2, ns = ns2;
@@ -2667,12 +2701,14 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
         P = (float *)grow(&q->part, &q->part_bytes, (size_t)nc * T * q->rows * sizeof(float), s);
         if (!P) return -1;
     }
-    const int units = (strips + sp - 1) / sp, rounds = (units + per - 1) / per;
+    const int units = ff > 0 ? ff / 16 : (strips + sp - 1) / sp, rounds = (units + per - 1) / per;
     const int gpc = (units + rounds - 1) / rounds, grid = gpc * nc;
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
-                   A, lda, T, P, ldy, beta, units, nc, kct, ns};
+                   A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh};
     const bool pdl = pdl_on(q);
-    if (ts == 32 && sp == 2) NT == 2 ? qtmat_kind<X, 2, 32, 2>(gm, zp, a, smem, grid, pdl, s, false)
+    if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
+                        : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);
+    else if (ts == 32 && sp == 2) NT == 2 ? qtmat_kind<X, 2, 32, 2>(gm, zp, a, smem, grid, pdl, s, false)
                                      : qtmat_kind<X, 1, 32, 2>(gm, zp, a, smem, grid, pdl, s, false);
     else if (ts == 32) NT == 2 ? qtmat_kind<X, 2, 32, 1>(gm, zp, a, smem, grid, pdl, s, false)
                                : qtmat_kind<X, 1, 32, 1>(gm, zp, a, smem, grid, pdl, s, false);
@@ -2916,6 +2952,27 @@ extern "C" int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const v
     cudaStream_t s = (cudaStream_t)stream;
     if (xdt == ST_BF16) return gemm_t<__nv_bfloat16>(qm, T, (const __nv_bfloat16 *)X, ldx, Y, ldy, beta, s);
     return gemm_t<__half>(qm, T, (const __half *)X, ldx, Y, ldy, beta, s);
+}
+
+template <class X>
+static int gemm_swiglu_t(QLinearGpu *q, int T, const X *Xm, int ldx, X *H, int ldh, int ff, cudaStream_t s) {
+    if (q->kind != QK_INT4 || !q->qt || !qtmat_on() || T > 16) return 0;  // (before x_packed: it may gather)
+    const X *A;
+    int lda;
+    if (x_packed(q, T, Xm, ldx, s, &A, &lda) != 0) return -1;
+    const int tm = qtmat_gemm<X>(q, T, A, lda, NULL, 0, 0.0f, s, ff, H, ldh);
+    if (tm <= 0) return tm;
+    return launch_ok("qlinear_gpu_gemm_swiglu") != 0 ? -1 : 1;
+}
+
+extern "C" int qlinear_gpu_gemm_swiglu(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, void *H, int ldh,
+                                       int ff, void *stream) {
+    if (!q || T < 1 || !X || !H || ff < 1 || ldx < q->cols || ldh < ff || (xdt != ST_BF16 && xdt != ST_F16)) return -1;
+    if (q->rows != 2 * ff || ff % 16) return 0;
+    QLinearGpu *qm = (QLinearGpu *)q;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (xdt == ST_BF16) return gemm_swiglu_t<__nv_bfloat16>(qm, T, (const __nv_bfloat16 *)X, ldx, (__nv_bfloat16 *)H, ldh, ff, s);
+    return gemm_swiglu_t<__half>(qm, T, (const __half *)X, ldx, (__half *)H, ldh, ff, s);
 }
 
 // ---------------------------------------------------------------- the benchmark's bf16 baseline

@@ -10,7 +10,7 @@
 // defines: QLinearGpu, qlinear_gpu_new, qlinear_gpu_free, qlinear_gpu_bytes, qlinear_gpu_rows,
 //          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemv_fused, qlinear_gpu_gemv_chain, qlinear_gpu_gemv_chain_ok,
 //          QChainPhase,
-//          qlinear_gpu_gemm, qlinear_gpu_describe,
+//          qlinear_gpu_gemm, qlinear_gpu_gemm_swiglu, qlinear_gpu_describe,
 //          qlinear_gpu_set_gemm_path, QLINEAR_GEMM_AUTO, QLINEAR_GEMM_SIMT
 #pragma once
 #include <stddef.h>
@@ -77,6 +77,13 @@ int qlinear_gpu_gemv_chain_ok(const QChainPhase *ph, int n);
 int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy, float beta,
                      void *stream);
 
+// H (T, ldh) in xdt = silu(X gate^T) * (X up^T) for a stacked gate|up layer q (rows = 2 ff): the
+// GEMM with the SwiGLU in its epilogue, one kernel (k_qtmat: INT4 on sm_90a, 5..16 rows, x in one
+// column chunk). The gate and up sums are qlinear_gpu_gemm's, bit for bit; h is rounded once to
+// xdt. 1 done; 0 not this layer, shape or T (nothing launched: run qlinear_gpu_gemm and the SwiGLU);
+// -1 bad arguments or a launch error.
+int qlinear_gpu_gemm_swiglu(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, void *H, int ldh, int ff,
+                            void *stream);
 // Which kernel qlinear_gpu_gemm runs: AUTO (the default: the tensor-core GEMM for INT4 on sm_80+)
 // or SIMT (the fallback that INT8 and pre-sm_80 GPUs run), for the tests and the benchmark.
 // 0, or -1 (unknown path).

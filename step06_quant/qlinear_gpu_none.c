@@ -43,6 +43,11 @@ int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int
     fprintf(stderr, "qlinear_gpu_gemm: built without CUDA\n");
     return -1;
 }
+int qlinear_gpu_gemm_swiglu(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, void *H, int ldh, int ff,
+                            void *stream) {
+    (void)q, (void)xdt, (void)T, (void)X, (void)ldx, (void)H, (void)ldh, (void)ff, (void)stream;
+    return 0;
+}
 int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, unsigned int *bar, int pdl, void *stream) {
     (void)ph, (void)n, (void)eps, (void)bar, (void)pdl, (void)stream;
     return 0;

@@ -258,7 +258,7 @@ __device__ inline void argmax_blocks_finish(float best, int bi, const ArgmaxOut 
             *am.d_tok = bi;
             *am.d_pos = p + 1;
         } else {
-            *am.d_tok = bi == 0x7fffffff ? 0 : bi;  // the token only (step04's runner; all NaN: 0, as k_argmax_rows)
+            *am.d_tok = bi == 0x7fffffff ? 0 : bi;  // the token only (step04's runner; all NaN: 0, as k_pick_rows)
         }
         *am.count = 0;
     }

@@ -1,6 +1,6 @@
 // test_final_graphs_gpu.c — the engine's two GPU paths of a decode step against their references:
-//   - the device sampler (k_sample_rows, Gumbel-max) against sample_gumbel, the C reference, on
-//     the same logits;
+//   - the device sampler (k_pick_rows, Gumbel-max) against sample_gumbel, the C reference, on
+//     the same logits, and its argmax against argmax_f32 (ties and NaN included);
 //   - decode steps replayed from CUDA graphs (padded to a batch-size bucket) against the same
 //     steps launched eagerly, by vLLM's top-5 rule per sequence, while the batch shrinks through
 //     several buckets and both paged decode kernels (v1, and v2 for a context past 1024);
@@ -66,6 +66,44 @@ Test(final_graphs_gpu, device_sampler_matches_the_c_reference, .timeout = 120) {
         cr_expect_geq(exact, R - 1, "V=%d: %d of %d rows drew the C reference's token", V, exact, R);
         free(lg);
     }
+}
+
+// The greedy steps' argmax: the first index of the maximum of every row, as argmax_f32, whatever
+// slice of the row holds it (rows 1 .. 70 split into 1 .. 16 slices), with the maximum planted
+// twice (the first one must win), in the first and the last column (past the last multiple of 4
+// when V % 4 != 0), near a slice's edge beside a NaN (skipped, as argmax_f32 skips one that is not
+// in column 0), and in a row of NaN only (both give 0).
+Test(final_graphs_gpu, device_argmax_matches_the_c_reference, .timeout = 120) {
+    NEED_GPU();
+    const int vocabs[3] = {1000, 128256, 151937};
+    const int nrows[3] = {1, 16, 70};
+    for (int vi = 0; vi < 3; vi++)
+        for (int ri = 0; ri < 3; ri++) {
+            const int V = vocabs[vi], R = nrows[ri];
+            Rng g;
+            rng_seed(&g, 99 + 7 * vi + ri);
+            float *lg = malloc((size_t)R * V * 4);
+            int *dev = malloc((size_t)R * 4);
+            for (int r = 0; r < R; r++) {
+                float *row = lg + (size_t)r * V;
+                for (int i = 0; i < V; i++) row[i] = 6.0f * rng_uniform(&g) - 3.0f;
+                const int a = (int)(rng_uniform(&g) * V) % V, b = (int)(rng_uniform(&g) * V) % V;
+                switch (r % 5) {
+                case 0: row[a] = row[b] = 9.0f; break;                 // a tie: the lower index
+                case 1: row[V - 1] = 9.0f; break;                      // the last column (past V & ~3 when V % 4)
+                case 2: row[(V / 2 + 3) & ~3] = 9.0f, row[1 + a % (V - 1)] = NAN; break;  // near a slice edge, a NaN
+                case 3: row[b] = 9.0f, row[0] = 9.0f; break;           // the first column ties
+                default: break;                                        // random
+                }
+            }
+            if (R == 70) for (int i = 0; i < V; i++) lg[(size_t)69 * V + i] = NAN;  // all NaN
+            cr_assert_eq(argmax_rows_gpu_check(lg, R, V, dev), 0);
+            for (int r = 0; r < R; r++) {
+                const int want = argmax_f32(lg + (size_t)r * V, V);
+                cr_assert_eq(dev[r], want, "V=%d rows=%d row %d: device %d, C %d", V, R, r, dev[r], want);
+            }
+            free(lg), free(dev);
+        }
 }
 
 // ---------------------------------------------------------------- graphs vs eager

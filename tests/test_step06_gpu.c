@@ -24,6 +24,8 @@
 //   - qlinear_gpu_gemv_fused (the k_qtma rungs): the RMSNorm and SwiGLU folded in, against
 //     linear_q_cpu on the CPU-normalized x (tolerance of x in fp16), and refusing (0) what it cannot
 //     fold (act-order with the norm, ff not a multiple of 16);
+//   - qlinear_gpu_gemm_swiglu (the SwiGLU in k_qtmat's epilogue) against the GEMM's own sums put
+//     through silu(gate) * up on the CPU, and refusing (0) what it cannot fuse;
 //   - bad arguments refused (dtype, T < 0) and T = 0 a no-op.
 // Every test skips (and says why) without a CUDA device.
 #include <criterion/criterion.h>
@@ -506,6 +508,87 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         qlinear_gpu_free(q);
         qweight_free(&w);
     }
+}
+
+// qlinear_gpu_gemm_swiglu (k_qtmat with the SwiGLU in its epilogue, sm_90a) on stacked gate|up
+// INT4 layers: h equals silu(gate) * up computed on the CPU from qlinear_gpu_gemm's fp32 sums of the
+// same layer (the same kernel and order: any difference is silu's exp and h's one rounding, at
+// most one unit in the last place of X's type), padding columns of H untouched; groups of 32
+// asymmetric, 128, per channel and act-order (x gathered), an odd gate strip count, bf16 and fp16,
+// T = 5, 9, 16; T = 3 (16 tiles a stage) and ff not a multiple of 16 are refused (0).
+Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
+    NEED_GPU();
+    const int want = gi_.cc_major == 9;  // k_qtmat is sm_90a's
+    const QCase cases[] = {{QK_INT4, 2 * 48, 512, 128, 1, 0}, {QK_INT4, 2 * 160, 384, 32, 0, 0}, {QK_INT4, 2 * 64, 640, -1, 1, 0},
+                           {QK_INT4, 2 * 96, 512, 128, 1, 1}, {QK_INT4, 2 * 592, 4096, 128, 1, 0}};
+    static const int Ts[] = {5, 9, 16, 3};
+    Rng r;
+    rng_seed(&r, 615);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char what[160];
+        QWeight w;
+        QLinearGpu *q = case_layer(&r, &cases[ci], &w, what, sizeof what);
+        const int ff = cases[ci].rows / 2, cols = cases[ci].cols, ldh = ff + 5;
+        for (int ti = 0; ti < 4; ti++) {
+            const int T = Ts[ti], ldx = cols + (ti % 2 ? 3 : 8);  // an odd stride: x gathered first
+            const StDtype dt = (ti + (int)ci) % 2 ? ST_F16 : ST_BF16;
+            float *X = rng_new_uniform(&r, (size_t)T * ldx, -1, 1);
+            float *H0 = rng_new_uniform(&r, (size_t)T * ldh, -1, 1), *H = malloc((size_t)T * ldh * 4);
+            float *Y = malloc((size_t)T * 2 * ff * 4);
+            void *dX = pa_dev_alloc((size_t)T * ldx * 2), *dH = pa_dev_alloc((size_t)T * ldh * 2);
+            float *dY = pa_dev_alloc((size_t)T * 2 * ff * 4);
+            pa_upload_as(dt, dX, X, (size_t)T * ldx);
+            pa_upload_as(dt, dH, H0, (size_t)T * ldh);
+            pa_download_f32(dt, H0, dH, (size_t)T * ldh);  // H0 as stored (rounded to dt)
+            const int rc = qlinear_gpu_gemm_swiglu(q, dt, T, dX, ldx, dH, ldh, ff, NULL);
+            cr_assert_eq(pa_sync(), 0, "%s", what);
+            if (T <= 4 || !want) {
+                cr_expect_eq(rc, 0, "%s T %d: %d, want 0 (not fused here)", what, T, rc);
+            } else {
+                cr_assert_eq(rc, 1, "%s T %d %s: not fused (%d)", what, T, dt == ST_BF16 ? "bf16" : "fp16", rc);
+                cr_assert_eq(qlinear_gpu_gemm(q, dt, T, dX, ldx, dY, 2 * ff, 0.0f, NULL), 0, "%s", what);
+                cr_assert_eq(pa_sync(), 0, "%s", what);
+                pa_download(Y, dY, (size_t)T * 2 * ff * 4);
+                pa_download_f32(dt, H, dH, (size_t)T * ldh);
+                const double ulp = dt == ST_BF16 ? 0x1p-7 : 0x1p-10;
+                float *one = malloc(4);
+                int bad = 0, exact = 0, pad_ok = 1;
+                for (int t = 0; t < T; t++) {
+                    for (int j = 0; j < ff; j++) {
+                        const float g = Y[(size_t)t * 2 * ff + j], u = Y[(size_t)t * 2 * ff + ff + j];
+                        one[0] = g / (1.0f + expf(-g)) * u;
+                        matmul_round_to_dtype(dt == ST_BF16 ? MM_BF16 : MM_F16, one, 1);
+                        const float h = H[(size_t)t * ldh + j];
+                        exact += h == one[0];
+                        if (!(fabs((double)h - one[0]) <= ulp * fabs((double)one[0]) + 1e-30)) {
+                            if (bad++ < 3)
+                                cr_expect(0, "%s T %d (t %d, j %d): h %.8g, silu(%.8g) * %.8g = %.8g", what, T, t, j, h, g, u, one[0]);
+                        }
+                    }
+                    for (int j = ff; j < ldh; j++) pad_ok &= H[(size_t)t * ldh + j] == H0[(size_t)t * ldh + j];
+                }
+                free(one);
+                cr_expect_eq(bad, 0, "%s T %d: %d of %d outputs off by more than one unit", what, T, bad, T * ff);
+                cr_expect_geq(exact, T * ff * 9 / 10, "%s T %d: only %d of %d outputs exact", what, T, exact, T * ff);
+                cr_expect(pad_ok, "%s T %d: wrote past ff in an H row", what, T);
+            }
+            pa_dev_free(dX), pa_dev_free(dH), pa_dev_free(dY);
+            free(X), free(H0), free(H), free(Y);
+        }
+        qlinear_gpu_free(q);
+        qweight_free(&w);
+    }
+    // not a gate|up of 16-row strips: refused before anything runs
+    QWeight w;
+    char what[160];
+    const QCase odd = {QK_INT4, 2 * 40, 256, 128, 1, 0};
+    QLinearGpu *q = case_layer(&r, &odd, &w, what, sizeof what);
+    void *dX = pa_dev_alloc(16 * 256 * 2), *dH = pa_dev_alloc(16 * 40 * 2);
+    cr_expect_eq(qlinear_gpu_gemm_swiglu(q, ST_BF16, 16, dX, 256, dH, 40, 40, NULL), 0, "ff = 40 fused");
+    cr_expect_eq(qlinear_gpu_gemm_swiglu(q, ST_F32, 16, dX, 256, dH, 40, 40, NULL), -1, "fp32 X taken");
+    pa_dev_free(dX), pa_dev_free(dH);
+    qlinear_gpu_free(q);
+    qweight_free(&w);
 }
 
 Test(step06_gpu, bad_arguments_refused) {
