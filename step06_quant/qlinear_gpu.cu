@@ -100,6 +100,7 @@ struct QLinearGpu {
     size_t scr_bytes;
     void *part;      // k_qtmat's chunk sums
     size_t part_bytes;
+    int *qt_cnt;     // k_qtmat's chunks done per unit (np / 16 zeros; every launch leaves them 0), or NULL
     char base[64], desc[240];
 };
 
@@ -1664,6 +1665,8 @@ struct QTmatArgs {
     int pair;  // SW: gate|up stacked, the up strip of unit u is u + pair (units = pair)
     void *H;   // SW: H (T, ldh) in X's type = silu(gate) * up, in place of Y
     int ldh;
+    int *cnt;    // nc > 1 and non-NULL: each unit's last chunk block to finish adds the nc sums into
+    float *Yo;   // Yo (T, ldy) + beta Yo itself (no k_qtmat_sum); cnt[u] counts unit u's chunks done
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
 #define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
@@ -1873,6 +1876,28 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                     }
                 }
             }
+            if (nc > 1 && a.cnt) {  // the unit's last chunk to finish sums the chunks, as k_qtmat_sum
+                // the flag in this unit's half of red (read above, not written again before the
+                // next unit's barrier); no static shared memory: the dynamic part may be the whole 227 KB
+                volatile int *last = (volatile int *)(red + (size_t)(nu & 1) * W * SP * 256);
+                __threadfence();  // this thread's sums visible to the block that adds them
+                consumers_sync(nthr);
+                if (tid == 0) *last = atomicAdd(a.cnt + u, 1) == nc - 1;
+                consumers_sync(nthr);
+                if (*last) {
+                    __threadfence();
+                    for (int o = tid; o < SP * NTOK * 16; o += nthr) {
+                        const int r = o / (NTOK * 16), oo = o % (NTOK * 16), row = oo & 15, tok = oo >> 4;
+                        const int rg = (u * SP + r) * 16 + row;
+                        if (tok >= a.T || rg >= a.rows) continue;
+                        float v = 0.0f;
+                        for (int c = 0; c < nc; c++) v += __ldcg(a.Y + ((size_t)c * a.T + tok) * a.rows + rg);
+                        float *y = a.Yo + (size_t)tok * a.ldy + rg;
+                        *y = a.beta != 0.0f ? v + a.beta * *y : v;
+                    }
+                    if (tid == 0) a.cnt[u] = 0;
+                }
+            }
         }
     }
 #else
@@ -2062,6 +2087,14 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
     }
     qtma_prepare(q);
     qtmat_prepare(q);
+    if (q->qt && q->kind == QK_INT4 && q->np >= 16) {  // k_qtmat's unit counters (none: k_qtmat_sum adds)
+        if (cudaMalloc((void **)&q->qt_cnt, (size_t)(q->np / 16) * sizeof(int)) != cudaSuccess ||
+            cudaMemset(q->qt_cnt, 0, (size_t)(q->np / 16) * sizeof(int)) != cudaSuccess) {
+            cudaGetLastError();
+            cudaFree(q->qt_cnt);
+            q->qt_cnt = NULL;
+        }
+    }
     return q;
 }
 
@@ -2070,7 +2103,7 @@ extern "C" void qlinear_gpu_free(QLinearGpu *q) {
     cudaFree(q->qw), cudaFree(q->scales), cudaFree(q->zeros), cudaFree(q->perm);
     cudaFree(q->scales_t), cudaFree(q->zeros_t);
     cudaFree(q->q0), cudaFree(q->s0), cudaFree(q->z0), cudaFree(q->g0);
-    cudaFree(q->xg), cudaFree(q->scr), cudaFree(q->part);
+    cudaFree(q->xg), cudaFree(q->scr), cudaFree(q->part), cudaFree(q->qt_cnt);
     free(q);
 }
 extern "C" int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path) {
@@ -2638,6 +2671,15 @@ static int qtmat_sp() {
     }
     return g_qtmat_sp;
 }
+// Where x is cut into chunks: the chunks' sums added by the last chunk block of each unit inside
+// k_qtmat (1), or by k_qtmat_sum after it (0, the default until measured). QLINEAR_QTMAT_LASTSUM or
+// qlinear_gemm_set_qtmat_lastsum (anything else: the default).
+static int g_qtmat_lastsum = -1;
+extern "C" void qlinear_gemm_set_qtmat_lastsum(int on) { g_qtmat_lastsum = on == 0 || on == 1 ? on : -1; }
+static bool qtmat_lastsum() {
+    if (g_qtmat_lastsum < 0) g_qtmat_lastsum = env_int("QLINEAR_QTMAT_LASTSUM", 0, 1, 0);
+    return g_qtmat_lastsum == 1;
+}
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
     const QTmatArgs a = {};
@@ -2703,8 +2745,9 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     }
     const int units = ff > 0 ? ff / 16 : (strips + sp - 1) / sp, rounds = (units + per - 1) / per;
     const int gpc = (units + rounds - 1) / rounds, grid = gpc * nc;
+    const bool lastsum = nc > 1 && q->qt_cnt && qtmat_lastsum();  // (units <= strips: cnt has room)
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
-                   A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh};
+                   A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, lastsum ? q->qt_cnt : NULL, Y};
     const bool pdl = pdl_on(q);
     if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
                         : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);
@@ -2714,7 +2757,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
                                : qtmat_kind<X, 1, 32, 1>(gm, zp, a, smem, grid, pdl, s, false);
     else NT == 2 ? qtmat_kind<X, 2, 16, 1>(gm, zp, a, smem, grid, pdl, s, false)
                  : qtmat_kind<X, 1, 16, 1>(gm, zp, a, smem, grid, pdl, s, false);
-    if (nc > 1) {
+    if (nc > 1 && !lastsum) {
         const size_t n = (size_t)T * q->rows;
         k_qtmat_sum<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(P, nc, T, q->rows, Y, ldy, beta);
     }
