@@ -853,7 +853,7 @@ extern "C" int gpu_runner_read_kv(const GpuRunner *r, int layer, int row, float 
 // same first-maximum rule as sample_gumbel and argmax_f32 (the C references); all NaN: 0. Grid (S,
 // rows), PICK_THREADS threads: block s of a row scans its s-th slice of the columns (float4 loads
 // where the rows allow), the slices' bests go to pv/pi [row S + s], and the row's last block to
-// finish (cnt[row], reset by it) reduces them in slice order. One block a row read the 128256
+// finish (cnt[row], reset by it) reduces them (argmax_blocks_finish). One block a row read the 128256
 // logits of a Llama-3 row through one multiprocessor: 16 rows took 49.6 us on an H100, ~1% of a
 // decode step (step06 README "The small kernels of a 16-row step").
 #define PICK_THREADS 512
@@ -883,20 +883,10 @@ __global__ void __launch_bounds__(PICK_THREADS) k_pick_rows(const float *logits,
     } else {
         for (int i = c0 + (int)threadIdx.x; i < c1; i += PICK_THREADS) see(l[i], i);
     }
-    block_argmax(best, bidx);  // (decode_gpu.cuh) thread 0 holds the slice's first maximum
-    __shared__ int last;
-    if (threadIdx.x == 0) {
-        pv[(size_t)row * S + blockIdx.x] = best, pi[(size_t)row * S + blockIdx.x] = bidx;
-        __threadfence();
-        last = atomicAdd(cnt + row, 1) == S - 1;
-    }
-    __syncthreads();
-    if (!last || threadIdx.x != 0) return;
-    __threadfence();
-    best = -INFINITY, bidx = INT_MAX;
-    for (int j = 0; j < S; j++) argmax_pair(best, bidx, __ldcg(pv + (size_t)row * S + j), __ldcg(pi + (size_t)row * S + j));
-    out[row] = bidx == INT_MAX ? 0 : bidx;
-    cnt[row] = 0;
+    // the slice's best to pv/pi [row S + s]; the row's last block to finish picks among them (step07's
+    // many-block argmax end, one row of S blocks: out[row], cnt[row] left 0)
+    const ArgmaxOut am = {pv + (size_t)row * S, pi + (size_t)row * S, cnt + row, out + row, NULL, NULL};
+    argmax_blocks_finish(best, bidx, am);
 }
 // Slices a row for `rows` rows: about two blocks an SM in all, at most PICK_SPLIT.
 static int pick_split(int rows, int sms) {

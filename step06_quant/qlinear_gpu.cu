@@ -100,7 +100,6 @@ struct QLinearGpu {
     size_t scr_bytes;
     void *part;      // k_qtmat's chunk sums
     size_t part_bytes;
-    int *qt_cnt;     // k_qtmat's chunks done per unit (np / 16 zeros; every launch leaves them 0), or NULL
     char base[64], desc[240];
 };
 
@@ -2087,14 +2086,6 @@ extern "C" QLinearGpu *qlinear_gpu_new(const QWeight *w, char *err, int errlen) 
     }
     qtma_prepare(q);
     qtmat_prepare(q);
-    if (q->qt && q->kind == QK_INT4 && q->np >= 16) {  // k_qtmat's unit counters (none: k_qtmat_sum adds)
-        if (cudaMalloc((void **)&q->qt_cnt, (size_t)(q->np / 16) * sizeof(int)) != cudaSuccess ||
-            cudaMemset(q->qt_cnt, 0, (size_t)(q->np / 16) * sizeof(int)) != cudaSuccess) {
-            cudaGetLastError();
-            cudaFree(q->qt_cnt);
-            q->qt_cnt = NULL;
-        }
-    }
     return q;
 }
 
@@ -2103,7 +2094,7 @@ extern "C" void qlinear_gpu_free(QLinearGpu *q) {
     cudaFree(q->qw), cudaFree(q->scales), cudaFree(q->zeros), cudaFree(q->perm);
     cudaFree(q->scales_t), cudaFree(q->zeros_t);
     cudaFree(q->q0), cudaFree(q->s0), cudaFree(q->z0), cudaFree(q->g0);
-    cudaFree(q->xg), cudaFree(q->scr), cudaFree(q->part), cudaFree(q->qt_cnt);
+    cudaFree(q->xg), cudaFree(q->scr), cudaFree(q->part);
     free(q);
 }
 extern "C" int qlinear_gpu_set_gemm_path(QLinearGpu *q, int path) {
@@ -2695,13 +2686,13 @@ static void qtmat_prepare(const QLinearGpu *q) {
 }
 // k_qtmat over T <= 16 rows of A (lda % 8 == 0, 16-byte aligned, kp valid columns). 1 launched, 0
 // not this layer (not INT4 on sm_90a, or off: qlinear_gemm_set_qtmat), -1 out of scratch.
-// ff > 0 (SwiGLU: q gate|up stacked, rows = 2 ff, ff % 16 == 0): H (T, ldh) = silu(gate) * up
-// instead of Y, where x fits one chunk at 32 tiles a stage of two strips (else 0, nothing launched).
+// ff > 0 (SwiGLU; gemm_swiglu_t has checked q gate|up stacked, rows = 2 ff, ff % 16 == 0, and 32
+// tiles a stage): H (T, ldh) = silu(gate) * up instead of Y, where x fits one chunk at two strips a
+// unit (else 0, nothing launched).
 template <class X>
 static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s,
                       int ff = 0, X *H = NULL, int ldh = 0) {
     if (!qtmat_on() || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
-    if (ff > 0 && (q->rows != 2 * ff || ff % 16 || qtmat_ts(T) != 32)) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
     const int ts = qtmat_ts(T), strips = q->np / 16;
     // a stage of sp strips (ts / sp tiles of each), its ring, and the fixed shared memory (barriers,
@@ -2738,16 +2729,22 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
         if (most_of(f2) >= kct) sp = 2, fixed = f2, ns = ns2;
     }
     const size_t smem = fixed + (size_t)ntok * qtmat_xs(kct) * 4;
+    // nc > 1: the layer's part scratch holds a counter a strip (the chunks done of each unit: zeroed
+    // when the scratch is made, left 0 by every launch), then the chunk sums (nc, T, rows)
     float *P = Y;
+    int *cnt = NULL;
     if (nc > 1) {
-        P = (float *)grow(&q->part, &q->part_bytes, (size_t)nc * T * q->rows * sizeof(float), s);
-        if (!P) return -1;
+        const size_t cb = ((size_t)strips * sizeof(int) + 15) & ~(size_t)15;
+        const bool fresh = q->part_bytes < cb + (size_t)nc * T * q->rows * sizeof(float);
+        char *buf = (char *)grow(&q->part, &q->part_bytes, cb + (size_t)nc * T * q->rows * sizeof(float), s);
+        if (!buf || (fresh && cudaMemsetAsync(buf, 0, cb, s) != cudaSuccess)) return -1;
+        cnt = (int *)buf, P = (float *)(buf + cb);
     }
     const int units = ff > 0 ? ff / 16 : (strips + sp - 1) / sp, rounds = (units + per - 1) / per;
     const int gpc = (units + rounds - 1) / rounds, grid = gpc * nc;
-    const bool lastsum = nc > 1 && q->qt_cnt && qtmat_lastsum();  // (units <= strips: cnt has room)
+    const bool lastsum = nc > 1 && qtmat_lastsum();  // (units <= strips: cnt has room)
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
-                   A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, lastsum ? q->qt_cnt : NULL, Y};
+                   A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, lastsum ? cnt : NULL, Y};
     const bool pdl = pdl_on(q);
     if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
                         : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);
@@ -2999,7 +2996,9 @@ extern "C" int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const v
 
 template <class X>
 static int gemm_swiglu_t(QLinearGpu *q, int T, const X *Xm, int ldx, X *H, int ldh, int ff, cudaStream_t s) {
-    if (q->kind != QK_INT4 || !q->qt || !qtmat_on() || T > 16) return 0;  // (before x_packed: it may gather)
+    // what qtmat_gemm's SwiGLU instance needs (the caller checked rows = 2 ff, ff % 16 == 0), before
+    // x_packed, which may gather x for nothing
+    if (q->kind != QK_INT4 || !q->qt || !qtmat_on() || T > 16 || qtmat_ts(T) != 32) return 0;
     const X *A;
     int lda;
     if (x_packed(q, T, Xm, ldx, s, &A, &lda) != 0) return -1;
