@@ -4,7 +4,8 @@
 // defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
 //          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_grid,
 //          qlinear_gpu_gemv_version, qlinear_gemv_set_chain, qlinear_gemm_set_qtmat,
-//          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts, qlinear_gemm_set_qtmat_sp, qlinear_gemm_set_qtmat_lastsum
+//          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts, qlinear_gemm_set_qtmat_sp, qlinear_gemm_set_qtmat_lastsum,
+//          qlinear_gemm_set_qtmat_xorder
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +53,11 @@ void qlinear_gemm_set_qtmat_sp(int sp);
 // unit, inside k_qtmat (a launch fewer); 0 k_qtmat_sum after it; anything else the default (the
 // environment's QLINEAR_QTMAT_LASTSUM, else 0). The same sums in the same order either way.
 void qlinear_gemm_set_qtmat_lastsum(int on);
+// When k_qtmat's producer copies x (the chunk's columns of the T rows, a stage's worth on each of
+// its own barriers): after xpre stages of weights (at most a ring's worth), then one stage of x
+// before each stage of weights (xall 0) or all of x at once (xall 1). xpre < 0: the default (the
+// environment's QLINEAR_QTMAT_XPRE and QLINEAR_QTMAT_XALL, else 1 and 0). The same sums either way.
+void qlinear_gemm_set_qtmat_xorder(int xpre, int xall);
 // qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
 // time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's
 // QLINEAR_DEQ_T, else 512 rows for INT4 and 64 for INT8, where the tensor-core kernels fall behind).

@@ -1641,11 +1641,19 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
 // producer's bulk copies into a ring, the consumers' one uint4 of weights per lane per tile
 // dequantized once into the A fragment (16 rows) and multiplied by x as B, whose 8 columns are now
 // 8 tokens (NT = 2: two mmas per A fragment for tokens 0..7 and 8..15). What changes is x: 16
-// tokens of a 4096-column layer are 128 KB of fp16, of a 14336-column one 448 KB, more than a
-// block's shared memory, and every block reads all of it. So the columns are cut into nc chunks
-// that fit: block b works on chunk b % nc only (staged once, from the bf16/fp16 X in its rows),
-// over the strips b / nc, b / nc + grid / nc, ...; with nc > 1 each chunk's sums go to a scratch
-// (nc, T, rows) and a second kernel adds them in chunk order (deterministic, no atomics).
+// tokens of a 4096-column layer are 128 KB, of a 14336-column one 448 KB, more than a block's
+// shared memory, and every block reads all of it. So the columns are cut into nc chunks that fit:
+// block b works on chunk b % nc only, over the strips b / nc, b / nc + grid / nc, ...; with nc > 1
+// each chunk's sums go to a scratch (nc, T, rows) and a second kernel adds them in chunk order
+// (deterministic, no atomics).
+// x comes as it is (X's bf16 or fp16, columns in order) by the producer's bulk copies, one row a
+// token, a stage's columns at a time on their own barrier, right after the ring's first round of
+// weights: the first unit's stage st waits for its columns only, and the consumers spend no
+// instruction on x. The mma then runs in X's type (bf16: the weights' q - z are small integers,
+// exact in bf16 as in fp16), and ldmatrix gives the B fragments (8 tokens x 8 columns a matrix)
+// from rows 16 bytes (mod 128) apart. Before (to 2026-12-07) the consumers loaded x with plain
+// loads, converted it to fp16 in a permuted pair order and met at a barrier before the first tile:
+// Nsight Compute put 52% (o), 37% (q|k|v) and 23% (down) of the 16-row kernel's stall samples there.
 // SP = 2 (two strips a unit, 32 tiles a stage): a stage holds 16 tiles of each of two adjacent strips
 // at the same columns, so each x fragment a lane loads serves both strips' A fragments, and the
 // warps' partial sums meet (stored, a barrier, added) once per two strips: gate_up at 16 rows 39.8
@@ -1666,10 +1674,33 @@ struct QTmatArgs {
     int ldh;
     int *cnt;    // nc > 1 and non-NULL: each unit's last chunk block to finish adds the nc sums into
     float *Yo;   // Yo (T, ldy) + beta Yo itself (no k_qtmat_sum); cnt[u] counts unit u's chunks done
+    int xpre, xall;  // stages of weights before x's first; x a stage at a time (0) or all at once (1)
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
 #define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
-__host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so the 8 g rows fall on distinct banks
+#define QTT_XB 32  // the most stages a chunk of x has (a barrier each)
+__host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so 8 rows' 16-byte pieces fall on distinct banks
+__host__ __device__ constexpr int qtmat_hdr(int ns) { return ((2 * ns + QTT_XB) * 8 + 127) / 128 * 128; }  // the barriers' bytes
+
+#ifdef WGMMA_ARCH
+__device__ __forceinline__ uint32_t sub2(__half, uint32_t a, uint32_t b) {
+    return bits<uint32_t>(__hsub2(bits<__half2>(a), bits<__half2>(b)));
+}
+__device__ __forceinline__ uint32_t sub2(__nv_bfloat16, uint32_t a, uint32_t b) {
+    return bits<uint32_t>(__hsub2(bits<__nv_bfloat162>(a), bits<__nv_bfloat162>(b)));
+}
+// q - z of one k_qtmat weight word in X's type, as the A fragment's pairs: rows g (b[0]: columns
+// 2t, 2t + 1; b[1]: 2t + 8, 2t + 9) and g + 8 (b[2], b[3]). Every pair is taken at bits 0..3 (w,
+// w >> 4, w >> 8, w >> 12: bf16 has no room for 16 q), where magic + q is exact; zlo and zhi are
+// the pairs (magic + z) of rows g and g + 8.
+template <class X> __device__ __forceinline__ void dq4_nat(uint32_t wd, uint32_t zlo, uint32_t zhi, uint32_t (&b)[4]) {
+    constexpr uint32_t M = Q16<X>::MAGIC;
+    b[0] = sub2(X(), and_or(wd, 0x000F000Fu, M), zlo);
+    b[1] = sub2(X(), and_or(wd >> 4, 0x000F000Fu, M), zlo);
+    b[2] = sub2(X(), and_or(wd >> 8, 0x000F000Fu, M), zhi);
+    b[3] = sub2(X(), and_or(wd >> 12, 0x000F000Fu, M), zhi);
+}
+#endif
 
 // SW (SwiGLU, SP = 2, nc = 1): the layer is gate|up stacked and unit u is gate strip u with up
 // strip u + pair; the epilogue writes h = silu(gate) * up in X's type instead of the two strips'
@@ -1685,22 +1716,42 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
     extern __shared__ __align__(128) unsigned char sm[];
     const int ns = a.ns, nk = a.kp / 64, nc = a.nc, gpc = gridDim.x / nc;
     const int chunk = blockIdx.x % nc, kc0 = chunk * a.kct, kc1 = min(nk, kc0 + a.kct);
-    const int nst = (kc1 - kc0 + TSS - 1) / TSS, XS = qtmat_xs(a.kct);
-    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(sm);  // full[ns], then empty[ns]
-    unsigned char *ring = sm + (2 * ns * 8 + 127) / 128 * 128;
-    uint32_t *xs = (uint32_t *)(ring + (size_t)ns * SP * G::PART);  // [NTOK][XS] fp16 pairs of the chunk
-    float *red = (float *)(xs + (size_t)NTOK * XS);                // [2][W][SP][16 tokens][16 rows]
+    const int nst = (kc1 - kc0 + TSS - 1) / TSS, XP = qtmat_xs(a.kct) * 4;  // stages a unit; bytes a token row of x
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(sm);  // full[ns], empty[ns], then x's [QTT_XB]
+    const uint32_t xb0 = bar0 + 16 * ns;
+    unsigned char *ring = sm + qtmat_hdr(ns);
+    unsigned char *xs = ring + (size_t)ns * SP * G::PART;  // [NTOK][XP bytes]: the chunk's columns of x in X's type
+    float *red = (float *)(xs + (size_t)NTOK * XP);        // [2][W][SP][16 tokens][16 rows]
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
-    if (threadIdx.x == 0)  // as k_qtma's: empty counts every consumer thread (W x 32)
+    if (threadIdx.x == 0) {  // as k_qtma's: empty counts every consumer thread (W x 32); x's: the producer
         for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W * 32);
+        for (int i = 0; i < nst; i++) mbar_init(xb0 + 8 * i, 1);
+    }
     __syncthreads();
     pdl_trigger();
     if (warp == W) {  // the producer, as k_qtma's over this block's chunk
         if (lane != 0) return;
-        const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
+        const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring), xs0 = (uint32_t)__cvta_generic_to_shared(xs);
+        // x's T rows of the chunk, a stage's columns on each barrier, after pdl_wait (X is the
+        // previous kernel's): the first xpre stages of weights (constants) go first, then x's stage
+        // st before the weights of stage xpre + st (xall: all of x at once)
+        int xi = blockIdx.x / nc < a.units ? -1 : nst;  // the next stage of x (-1: before pdl_wait; a block without a unit waits for nothing)
+        auto x_upto = [&](int n) {
+            if (xi < 0) pdl_wait(), xi = 0;
+            for (; xi < min(n, nst); xi++) {
+                const int k0 = kc0 + xi * TSS, k1 = min(kc1, k0 + TSS);
+                const uint32_t bytes = (uint32_t)(k1 - k0) * 128, xb = xb0 + 8 * xi;
+                mbar_expect_tx(xb, bytes * (uint32_t)a.T);
+                for (int tok = 0; tok < a.T; tok++)
+                    bulk_g2s(xs0 + (uint32_t)(tok * XP + (k0 - kc0) * 128),
+                             (const X *)a.X + (size_t)tok * a.ldx + (size_t)k0 * 64, bytes, xb);
+            }
+        };
+        int issued = 0;
         RingPos rp;
         for (int u = blockIdx.x / nc; u < a.units; u += gpc)
-            for (int st = 0; st < nst; st++, rp.next(ns)) {
+            for (int st = 0; st < nst; st++, rp.next(ns), issued++) {
+                if (xi < nst && issued >= a.xpre) x_upto(a.xall ? nst : issued - a.xpre + 1);
                 const int slot = rp.slot;
                 const uint32_t full = bar0 + 8 * slot;
                 mbar_wait(bar0 + 8 * (ns + slot), rp.ph ^ 1u);
@@ -1720,41 +1771,18 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                     if (ZP) bulk_g2s(d + G::ZOFF, a.zeros + (sr * a.ng + g0) * 16, ngs * 16, full);
                 }
             }
+        x_upto(nst);
         return;
     }
     const int tid = threadIdx.x, nthr = W * 32;
-    pdl_wait();  // X (and Y) are the previous kernels'
-    {  // the chunk's x, NTOK token rows (zeros past T), in k_qtma's pair order: the 8 columns 8m .. 8m + 7
-        // of a tile (m = 0..7, one uint4 of X) are its pairs m, m + 8, m + 16, m + 24. A warp takes 4
-        // consecutive m of 8 tokens: lane (tk = lane / 4, mq = lane % 4) loads token 8h + tk's uint4
-        // m = 4 qd + mq and stores its 4 pairs. The token rows are XS = 4 (mod 32) words apart, so each
-        // store's 32 words fall on 32 distinct banks, and no element costs an integer division (the
-        // loop before divided each uint4's index by the chunk's width, and its stores hit 8 banks).
-        constexpr int XB = 8;
-        const int tk = lane >> 2, mq = lane & 3, nit = (kc1 - kc0) * 2 * NT;  // (m quad, token octet) pairs
-        for (int i0 = warp; i0 < nit; i0 += XB * W) {
-            uint4 v[XB];
+    pdl_wait();  // Y (beta Y) is the previous kernels' (x: the producer's copies, after its own wait)
+    // ldmatrix's rows: lane l gives token 8 n + l % 8's (past T the last token's: those products are
+    // never written) 16 bytes at columns 8 (l / 8) .. of each 32, so the four 8 x 8 matrices of a
+    // load are the B fragments (b0, b1) of two k16 steps
+    const unsigned char *xl[NT];
 #pragma unroll
-            for (int b = 0; b < XB; b++) {
-                const int it = i0 + b * W, tok = 8 * (it % NT) + tk, m = 4 * (it / NT) + mq;
-                v[b] = make_uint4(0u, 0u, 0u, 0u);
-                if (it < nit && tok < a.T)
-                    v[b] = __ldg((const uint4 *)((const X *)a.X + (size_t)tok * a.ldx + (size_t)kc0 * 64 + 8 * m));
-            }
-#pragma unroll
-            for (int b = 0; b < XB; b++) {
-                const int it = i0 + b * W, tok = 8 * (it % NT) + tk, m = 4 * (it / NT) + mq;
-                if (it >= nit) break;
-                uint32_t *row = xs + (size_t)tok * XS + (m >> 3) * 32 + (m & 7);
-                const uint32_t w4[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
-#pragma unroll
-                for (int p = 0; p < 4; p++) row[8 * p] = h2_of(X(), w4[p]);
-            }
-        }
-    }
-    consumers_sync(nthr);
-    const __half2 zsym_a = __float2half2_rn(1032.0f), zsym_b = __float2half2_rn(-72.0f);
-    const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+    for (int n = 0; n < NT; n++) xl[n] = xs + (size_t)min(8 * n + (lane & 7), a.T - 1) * XP + (lane >> 3) * 16;
+    const uint32_t zsym = x2_of(X(), Q16<X>::LO + 8.0f);  // magic + 8: the symmetric zero
     constexpr int NPG = GM == 2 ? 2 : 1;
     constexpr int N = TSS / W;  // k positions (one tile of each of the SP strips) a warp in a whole stage
     float acc[SP][NT][4];
@@ -1769,12 +1797,7 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
         for (int j = 0; j < NJ; j++) {
             const int kcl = kcl0 + W * j, kc = k0 + kcl, kx = kc - kc0;
 #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                const uint32_t *xr = xs + (size_t)(g + 8 * n) * XS + kx * 32 + t * 8;
-                const uint4 p0 = *(const uint4 *)xr, p1 = *(const uint4 *)(xr + 4);
-                pr[j][n][0] = p0.x, pr[j][n][1] = p0.y, pr[j][n][2] = p0.z, pr[j][n][3] = p0.w;
-                pr[j][n][4] = p1.x, pr[j][n][5] = p1.y, pr[j][n][6] = p1.z, pr[j][n][7] = p1.w;
-            }
+            for (int n = 0; n < NT; n++) ldmatrix_x4(pr[j][n], xl[n] + kx * 128), ldmatrix_x4(pr[j][n] + 4, xl[n] + kx * 128 + 64);
 #pragma unroll
             for (int p = 0; p < NPG; p++) gis[j][p] = GM == 0 ? 0 : group_of(kc * 64 + 32 * p, a.gs, a.glog, a.ng) - g0;
 #pragma unroll
@@ -1792,18 +1815,21 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
             for (int r = 0; r < SP; r++)
 #pragma unroll
                 for (int p = 0; p < NPG; p++) {
-                    __half2 za_lo = zsym_a, zb_lo = zsym_b, za_hi = zsym_a, zb_hi = zsym_b;
-                    if (ZP) strip_zeros4<G>(stg + r * G::PART, gis[j][p], g, za_lo, zb_lo, za_hi, zb_hi);
+                    uint32_t zlo = zsym, zhi = zsym;
+                    if (ZP) {
+                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
+                        zlo = x2_of(X(), Q16<X>::LO + (float)zs[g]), zhi = x2_of(X(), Q16<X>::LO + (float)zs[g + 8]);
+                    }
                     float c[NT][4];
 #pragma unroll
                     for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
 #pragma unroll
                     for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
                         uint32_t b[4];
-                        dq4_pairs(wa[j][r][i], za_lo, zb_lo, za_hi, zb_hi, sixteenth, b);
+                        dq4_nat<X>(wa[j][r][i], zlo, zhi, b);
                         const uint32_t A[4] = {b[0], b[2], b[1], b[3]};
 #pragma unroll
-                        for (int n = 0; n < NT; n++) mma16816(__half(), c[n], A, pr[j][n][2 * i], pr[j][n][2 * i + 1]);
+                        for (int n = 0; n < NT; n++) mma16816(X(), c[n], A, pr[j][n][2 * i], pr[j][n][2 * i + 1]);
                     }
 #pragma unroll
                     for (int n = 0; n < NT; n++)
@@ -1823,6 +1849,7 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
         for (int st = 0; st < nst; st++, rp.next(ns)) {
             const int slot = rp.slot;
             mbar_wait(bar0 + 8 * slot, rp.ph);
+            if (nu == 0) mbar_wait(xb0 + 8 * st, 0);  // the first unit: this stage's columns of x too
             const unsigned char *stg = ring + (size_t)slot * SP * G::PART;
             const int k0 = kc0 + st * TSS, k1 = min(kc1, k0 + TSS);
             const int g0 = GM == 0 ? 0 : group_of(k0 * 64, a.gs, a.glog, a.ng);
@@ -1878,13 +1905,20 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
             if (nc > 1 && a.cnt) {  // the unit's last chunk to finish sums the chunks, as k_qtmat_sum
                 // the flag in this unit's half of red (read above, not written again before the
                 // next unit's barrier); no static shared memory: the dynamic part may be the whole 227 KB
+                // The block's sums are ordered before thread 0's release fence by the barrier, and
+                // the last block's reads after its acquire fence by the second barrier. (Off by
+                // default: the whole block waits for the atomic's round trip once per unit, and down
+                // at 16 rows measured 34.3-34.8 us against 27.0-27.3 with k_qtmat_sum after it.)
                 volatile int *last = (volatile int *)(red + (size_t)(nu & 1) * W * SP * 256);
-                __threadfence();  // this thread's sums visible to the block that adds them
                 consumers_sync(nthr);
-                if (tid == 0) *last = atomicAdd(a.cnt + u, 1) == nc - 1;
+                if (tid == 0) {
+                    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+                    const bool l = atomicAdd(a.cnt + u, 1) == nc - 1;
+                    if (l) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+                    *last = l;
+                }
                 consumers_sync(nthr);
                 if (*last) {
-                    __threadfence();
                     for (int o = tid; o < SP * NTOK * 16; o += nthr) {
                         const int r = o / (NTOK * 16), oo = o % (NTOK * 16), row = oo & 15, tok = oo >> 4;
                         const int rg = (u * SP + r) * 16 + row;
@@ -2671,6 +2705,20 @@ static bool qtmat_lastsum() {
     if (g_qtmat_lastsum < 0) g_qtmat_lastsum = env_int("QLINEAR_QTMAT_LASTSUM", 0, 1, 0);
     return g_qtmat_lastsum == 1;
 }
+// When k_qtmat's producer copies x: after xpre stages of weights (more than the ring holds: a
+// ring's worth), then a stage of x before each stage of weights, or all of x at once (xall). The
+// default, 1 and 0, measured best at 16 rows on an H100: the four 8B layers 88.2 us against 90.3
+// (the ring first, then all of x), 89.6 (x first, a stage at a time) and 90.4 (2 stages first)
+// (results/h100_qtmat_xcopy_2026-12-07/qg_*.txt). QLINEAR_QTMAT_XPRE / _XALL or
+// qlinear_gemm_set_qtmat_xorder change it.
+static int g_qtmat_xpre = -2, g_qtmat_xall = 0;
+extern "C" void qlinear_gemm_set_qtmat_xorder(int xpre, int xall) {
+    g_qtmat_xpre = xpre < 0 ? -2 : xpre, g_qtmat_xall = xall ? 1 : 0;
+}
+static int qtmat_xpre(int ns) {
+    if (g_qtmat_xpre == -2) g_qtmat_xpre = env_int("QLINEAR_QTMAT_XPRE", 0, 1 << 20, 1), g_qtmat_xall = env_int("QLINEAR_QTMAT_XALL", 0, 1, 0);
+    return g_qtmat_xpre < ns ? g_qtmat_xpre : ns;
+}
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
     const QTmatArgs a = {};
@@ -2700,7 +2748,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     auto fixed_of = [&](int sp, int *ns) {
         const int stage = sp * qtma_part(4, ts / sp, gm, zp);
         *ns = ring_stages(QTT_RING, stage);
-        return (size_t)(2 * *ns * 8 + 127) / 128 * 128 + (size_t)*ns * stage + (size_t)2 * QTT_W * sp * 256 * 4;
+        return (size_t)qtmat_hdr(*ns) + (size_t)*ns * stage + (size_t)2 * QTT_W * sp * 256 * 4;
     };
     auto most_of = [&](size_t fixed) { return (((long)QTMA_SMEM_MAX - (long)fixed) / (ntok * 4) - 4) / 32; };
     int ns = 0;
@@ -2728,6 +2776,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
         const size_t f2 = fixed_of(2, &ns2);
         if (most_of(f2) >= kct) sp = 2, fixed = f2, ns = ns2;
     }
+    if ((kct + ts / sp - 1) / (ts / sp) > QTT_XB) return 0;  // more stages a chunk than x has barriers
     const size_t smem = fixed + (size_t)ntok * qtmat_xs(kct) * 4;
     // nc > 1: the layer's part scratch holds a counter a strip (the chunks done of each unit: zeroed
     // when the scratch is made, left 0 by every launch), then the chunk sums (nc, T, rows)
@@ -2744,7 +2793,8 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const int gpc = (units + rounds - 1) / rounds, grid = gpc * nc;
     const bool lastsum = nc > 1 && qtmat_lastsum();  // (units <= strips: cnt has room)
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
-                   A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, lastsum ? cnt : NULL, Y};
+                   A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, lastsum ? cnt : NULL, Y,
+                   qtmat_xpre(ns), g_qtmat_xall};
     const bool pdl = pdl_on(q);
     if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
                         : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);
