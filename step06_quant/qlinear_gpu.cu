@@ -2708,7 +2708,8 @@ static bool qtmat_lastsum() {
 // When k_qtmat's producer copies x: after xpre stages of weights (more than the ring holds: a
 // ring's worth), then a stage of x before each stage of weights, or all of x at once (xall). The
 // default, 1 and 0, measured best at 16 rows on an H100: the four 8B layers 88.2 us against 90.3
-// (the ring first, then all of x), 89.6 (x first, a stage at a time) and 90.4 (2 stages first)
+// (a ring of weights first, then all of x), 90.1 (x first, a stage at a time) and 90.3 (2 stages
+// of weights first)
 // (results/h100_qtmat_xcopy_2026-12-07/qg_*.txt). QLINEAR_QTMAT_XPRE / _XALL or
 // qlinear_gemm_set_qtmat_xorder change it.
 static int g_qtmat_xpre = -2, g_qtmat_xall = 0;
