@@ -1046,6 +1046,18 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
                  : "memory");
 }
 __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory"); }
+// The same copy landing in every block of the cluster named in mask (at dst and counted on bar in
+// each: the same shared-memory offsets there).
+__device__ __forceinline__ void bulk_g2s_mc(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint16_t mask) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "h"(mask)
+                 : "memory");
+}
+// Every thread of every block of the cluster (the blocks' barrier initializations visible to the
+// others' copies).
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 #endif
 
 __global__ void k_qtma_probe(int *out) {
@@ -1675,6 +1687,7 @@ struct QTmatArgs {
     int *cnt;    // nc > 1 and non-NULL: each unit's last chunk block to finish adds the nc sums into
     float *Yo;   // Yo (T, ldy) + beta Yo itself (no k_qtmat_sum); cnt[u] counts unit u's chunks done
     int xpre, xall;  // stages of weights before x's first; x a stage at a time (0) or all at once (1)
+    int cl;          // blocks a cluster (1, 2, 4): they share a chunk, and each copies T / cl of x's rows into all
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
 #define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
@@ -1714,8 +1727,11 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
     using G = QTmaGeom<4, TSS, GM, ZP, false>;  // one strip's part of a stage (a stage: SP parts)
     constexpr int W = QTT_W, NTOK = 8 * NT;
     extern __shared__ __align__(128) unsigned char sm[];
-    const int ns = a.ns, nk = a.kp / 64, nc = a.nc, gpc = gridDim.x / nc;
-    const int chunk = blockIdx.x % nc, kc0 = chunk * a.kct, kc1 = min(nk, kc0 + a.kct);
+    // block -> (chunk, first unit): the blocks of a cluster (cl of them, consecutive) share a chunk;
+    // gpc blocks a chunk take its units u0, u0 + gpc, ... (cl = 1: chunk b % nc, u0 = b / nc)
+    const int ns = a.ns, nk = a.kp / 64, nc = a.nc, gpc = gridDim.x / nc, cl = a.cl;
+    const int cid = blockIdx.x / cl, crank = blockIdx.x % cl, u0 = cid / nc * cl + crank;
+    const int chunk = cid % nc, kc0 = chunk * a.kct, kc1 = min(nk, kc0 + a.kct);
     const int nst = (kc1 - kc0 + TSS - 1) / TSS, XP = qtmat_xs(a.kct) * 4;  // stages a unit; bytes a token row of x
     const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(sm);  // full[ns], empty[ns], then x's [QTT_XB]
     const uint32_t xb0 = bar0 + 16 * ns;
@@ -1726,8 +1742,10 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
     if (threadIdx.x == 0) {  // as k_qtma's: empty counts every consumer thread (W x 32); x's: the producer
         for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W * 32);
         for (int i = 0; i < nst; i++) mbar_init(xb0 + 8 * i, 1);
+        if (cl > 1) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    if (cl > 1) cluster_sync_all();  // (every thread of the cluster's blocks is here: none has returned)
+    else __syncthreads();
     pdl_trigger();
     if (warp == W) {  // the producer, as k_qtma's over this block's chunk
         if (lane != 0) return;
@@ -1735,21 +1753,26 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
         // x's T rows of the chunk, a stage's columns on each barrier, after pdl_wait (X is the
         // previous kernel's): the first xpre stages of weights (constants) go first, then x's stage
         // st before the weights of stage xpre + st (xall: all of x at once)
-        int xi = blockIdx.x / nc < a.units ? -1 : nst;  // the next stage of x (-1: before pdl_wait; a block without a unit waits for nothing)
+        // In a cluster each block copies the rows tok = crank (mod cl) into every block of it, and
+        // every block, a unit or not, waits for all of its x (no block leaves while others copy into it).
+        int xi = u0 < a.units || cl > 1 ? -1 : nst;  // the next stage of x (-1: before pdl_wait; alone without a unit: none)
         auto x_upto = [&](int n) {
             if (xi < 0) pdl_wait(), xi = 0;
             for (; xi < min(n, nst); xi++) {
                 const int k0 = kc0 + xi * TSS, k1 = min(kc1, k0 + TSS);
                 const uint32_t bytes = (uint32_t)(k1 - k0) * 128, xb = xb0 + 8 * xi;
                 mbar_expect_tx(xb, bytes * (uint32_t)a.T);
-                for (int tok = 0; tok < a.T; tok++)
-                    bulk_g2s(xs0 + (uint32_t)(tok * XP + (k0 - kc0) * 128),
-                             (const X *)a.X + (size_t)tok * a.ldx + (size_t)k0 * 64, bytes, xb);
+                for (int tok = crank; tok < a.T; tok += cl) {
+                    const uint32_t d = xs0 + (uint32_t)(tok * XP + (k0 - kc0) * 128);
+                    const X *src = (const X *)a.X + (size_t)tok * a.ldx + (size_t)k0 * 64;
+                    if (cl > 1) bulk_g2s_mc(d, src, bytes, xb, (uint16_t)((1u << cl) - 1u));
+                    else bulk_g2s(d, src, bytes, xb);
+                }
             }
         };
         int issued = 0;
         RingPos rp;
-        for (int u = blockIdx.x / nc; u < a.units; u += gpc)
+        for (int u = u0; u < a.units; u += gpc)
             for (int st = 0; st < nst; st++, rp.next(ns), issued++) {
                 if (xi < nst && issued >= a.xpre) x_upto(a.xall ? nst : issued - a.xpre + 1);
                 const int slot = rp.slot;
@@ -1841,7 +1864,7 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
     };
     RingPos rp;
     int nu = 0;
-    for (int u = blockIdx.x / nc; u < a.units; u += gpc, nu++) {
+    for (int u = u0; u < a.units; u += gpc, nu++) {
 #pragma unroll
         for (int r = 0; r < SP; r++)
 #pragma unroll
@@ -1933,6 +1956,8 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
             }
         }
     }
+    if (nu == 0 && cl > 1)  // a block of a cluster without a unit: its x has landed before it leaves
+        for (int st = 0; st < nst; st++) mbar_wait(xb0 + 8 * st, 0);
 #else
     (void)a;
 #endif
@@ -2205,16 +2230,35 @@ static bool pdl_on(const QLinearGpu *q) {
     return g_pdl > 0 && q->major >= 9;
 }
 // A launch, optionally allowed to start before the previous kernel on the stream has finished
-// (it then waits in griddepcontrol.wait before touching that kernel's outputs).
+// (it then waits in griddepcontrol.wait before touching that kernel's outputs), and (cl > 1) in
+// clusters of cl blocks.
 template <class... P, class... A>
-static void launch_ex(void (*k)(P...), dim3 grid, int threads, size_t smem, cudaStream_t s, bool pdl, A... args) {
+static void launch_ex_cl(void (*k)(P...), dim3 grid, int threads, size_t smem, cudaStream_t s, bool pdl, int cl, A... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid, cfg.blockDim = dim3(threads), cfg.dynamicSmemBytes = smem, cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = pdl ? at : NULL, cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchAttribute at[2];
+    int n = 0;
+    if (pdl) at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization, at[n++].val.programmaticStreamSerializationAllowed = 1;
+    if (cl > 1) at[n].id = cudaLaunchAttributeClusterDimension, at[n].val.clusterDim.x = (unsigned)cl,
+                at[n].val.clusterDim.y = 1, at[n++].val.clusterDim.z = 1;  // (grid.x a multiple of cl)
+    cfg.attrs = n ? at : NULL, cfg.numAttrs = n;
     cudaLaunchKernelEx(&cfg, k, (P)args...);
+}
+// How many clusters of cl blocks (this shared memory each) the device holds at once: 0 on error.
+template <class... P> static int max_clusters(void (*k)(P...), int threads, size_t smem, int cl) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(cl), cfg.blockDim = dim3(threads), cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension, at[0].val.clusterDim.x = (unsigned)cl, at[0].val.clusterDim.y = 1,
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess) n = 0, cudaGetLastError();
+    return n;
+}
+template <class... P, class... A>
+static void launch_ex(void (*k)(P...), dim3 grid, int threads, size_t smem, cudaStream_t s, bool pdl, A... args) {
+    launch_ex_cl(k, grid, threads, smem, s, pdl, 1, args...);
 }
 // ---------------------------------------------------------------- k_qtma's launch
 // Whether this process's code has k_qtma's body (sm_90a) and the device is an sm_90: asked once.
@@ -2662,7 +2706,13 @@ static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t 
         cudaGetLastError();
         return;
     }
-    launch_ex(k, dim3(grid), (QTT_W + 1) * 32, smem, s, pdl, a);
+    if (a.cl > 1) {  // clusters only where all of the grid's fit at once (the copies wait on every block of one)
+        static size_t at_smem = 0;
+        static int at_cl = 0, most = 0;
+        if (at_smem != smem || at_cl != a.cl) at_smem = smem, at_cl = a.cl, most = max_clusters(k, (QTT_W + 1) * 32, smem, a.cl);
+        if ((long)most * a.cl < grid) a.cl = 1;
+    }
+    launch_ex_cl(k, dim3(grid), (QTT_W + 1) * 32, smem, s, pdl, a.cl, a);
 }
 template <class X, int NT, int TS, int SP, bool SW = false>
 static void qtmat_kind(int gm, bool zp, const QTmatArgs &a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
@@ -2719,6 +2769,20 @@ extern "C" void qlinear_gemm_set_qtmat_xorder(int xpre, int xall) {
 static int qtmat_xpre(int ns) {
     if (g_qtmat_xpre == -2) g_qtmat_xpre = env_int("QLINEAR_QTMAT_XPRE", 0, 1 << 20, 1), g_qtmat_xall = env_int("QLINEAR_QTMAT_XALL", 0, 1, 0);
     return g_qtmat_xpre < ns ? g_qtmat_xpre : ns;
+}
+// Blocks a cluster for k_qtmat (QLINEAR_QTMAT_CL or qlinear_gemm_set_qtmat_cl: 1, 2 or 4; default 1):
+// the blocks of a cluster share a chunk of x, and each copies every cl-th row of it into all of
+// them (a multicast bulk copy), so x leaves L2 once a cluster instead of once a block. Written
+// after Nsight Compute showed the blocks waiting for x (README "x by bulk copies"); compiled, not
+// yet run on a GPU, hence off.
+static int g_qtmat_cl = -1;
+extern "C" void qlinear_gemm_set_qtmat_cl(int cl) { g_qtmat_cl = cl == 1 || cl == 2 || cl == 4 ? cl : -1; }
+static int qtmat_cl() {
+    if (g_qtmat_cl < 0) {
+        const int v = env_int("QLINEAR_QTMAT_CL", 1, 4, 1);
+        g_qtmat_cl = v == 3 ? 1 : v;
+    }
+    return g_qtmat_cl;
 }
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
@@ -2790,12 +2854,14 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
         if (!buf || (fresh && cudaMemsetAsync(buf, 0, cb, s) != cudaSuccess)) return -1;
         cnt = (int *)buf, P = (float *)(buf + cb);
     }
-    const int units = ff > 0 ? ff / 16 : (strips + sp - 1) / sp, rounds = (units + per - 1) / per;
-    const int gpc = (units + rounds - 1) / rounds, grid = gpc * nc;
+    // clusters (qtmat_cl): a chunk's blocks a multiple of cl, consecutive blocks sharing a chunk
+    const int cl = per >= qtmat_cl() ? qtmat_cl() : 1, perc = per / cl * cl;
+    const int units = ff > 0 ? ff / 16 : (strips + sp - 1) / sp, rounds = (units + perc - 1) / perc;
+    const int gpc = ((units + rounds - 1) / rounds + cl - 1) / cl * cl, grid = gpc * nc;
     const bool lastsum = nc > 1 && qtmat_lastsum();  // (units <= strips: cnt has room)
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
                    A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, lastsum ? cnt : NULL, Y,
-                   qtmat_xpre(ns), g_qtmat_xall};
+                   qtmat_xpre(ns), g_qtmat_xall, cl};
     const bool pdl = pdl_on(q);
     if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
                         : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);

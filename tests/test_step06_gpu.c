@@ -486,7 +486,7 @@ Test(step06_gpu, llama_down_proj_shape) {
 // T <= 16 kernel on sm_90a; k_qgemm4 first) cuts the columns into chunks (9536 = 149 tiles of 64: chunks of 50, 50 and 49 tiles at 16
 // tokens, 2 chunks at 8), the chunks' sums added by a second kernel, or inside k_qtmat by each unit's
 // last chunk block to finish (qlinear_gemm_set_qtmat_lastsum), x copied in the three orders
-// (qlinear_gemm_set_qtmat_xorder); beta 0 and 1.
+// (qlinear_gemm_set_qtmat_xorder) and into clusters of blocks (qlinear_gemm_set_qtmat_cl); beta 0 and 1.
 Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
     NEED_GPU();
     const QCase cases[] = {{QK_INT4, 77, 9536, 32, 0, 0}, {QK_INT4, 300, 9536, -1, 1, 0}, {QK_INT4, 150, 9472, 128, 1, 1},
@@ -500,13 +500,15 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         QLinearGpu *q = case_layer(&r, &cases[ci], &w, what, sizeof what);
         // k_qgemm4, then k_qtmat with 16 and 32 tiles a stage, 32 of two strips, then those two with the
         // chunks' sums added inside k_qtmat by each unit's last chunk block, then x copied in the two
-        // other orders (all of it before any weights; a ring of weights first, then all of x)
-        for (int on = 0; on < 8; on++) {
+        // other orders (all of it before any weights; a ring of weights first, then all of x), then
+        // clusters of 2 and 4 blocks sharing x (some blocks without a unit, some without a row at T = 3)
+        for (int on = 0; on < 10; on++) {
             qlinear_gemm_set_qtmat(on > 0);
             qlinear_gemm_set_qtmat_ts(on == 1 || on == 4 ? 16 : 32);
             qlinear_gemm_set_qtmat_sp(on == 3 || on == 5 || on == 7 ? 2 : 1);
             qlinear_gemm_set_qtmat_lastsum(on == 4 || on == 5);
-            qlinear_gemm_set_qtmat_xorder(on == 6 ? 0 : on == 7 ? 64 : -1, on >= 6);
+            qlinear_gemm_set_qtmat_xorder(on == 6 ? 0 : on == 7 ? 64 : -1, on == 6 || on == 7);
+            qlinear_gemm_set_qtmat_cl(on == 8 ? 2 : on == 9 ? 4 : 1);
             if (on && gi_.cc_major == 9)
                 cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
                           qlinear_gpu_describe(q));
@@ -518,6 +520,7 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         qlinear_gemm_set_qtmat_sp(0);
         qlinear_gemm_set_qtmat_lastsum(-1);
         qlinear_gemm_set_qtmat_xorder(-1, 0);
+        qlinear_gemm_set_qtmat_cl(-1);
         qlinear_gemm_set_qtmat(0);
         qlinear_gpu_free(q);
         qweight_free(&w);
