@@ -1930,8 +1930,8 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                 // next unit's barrier); no static shared memory: the dynamic part may be the whole 227 KB
                 // The block's sums are ordered before thread 0's release fence by the barrier, and
                 // the last block's reads after its acquire fence by the second barrier. (Off by
-                // default: the whole block waits for the atomic's round trip once per unit, and down
-                // at 16 rows measured 34.3-34.8 us against 27.0-27.3 with k_qtmat_sum after it.)
+                // default: down at 16 rows measured 34.3-34.8 us against 27.0-27.3 with k_qtmat_sum
+                // after it; likely the whole block waiting for the atomic's round trip once per unit.)
                 volatile int *last = (volatile int *)(red + (size_t)(nu & 1) * W * SP * 256);
                 consumers_sync(nthr);
                 if (tid == 0) {
@@ -2759,8 +2759,7 @@ static bool qtmat_lastsum() {
 // ring's worth), then a stage of x before each stage of weights, or all of x at once (xall). The
 // default, 1 and 0, measured best at 16 rows on an H100: the four 8B layers 88.2 us against 90.3
 // (a ring of weights first, then all of x), 90.1 (x first, a stage at a time) and 90.3 (2 stages
-// of weights first)
-// (results/h100_qtmat_xcopy_2026-12-07/qg_*.txt). QLINEAR_QTMAT_XPRE / _XALL or
+// of weights first) (results/h100_qtmat_xcopy_2026-12-07/xorder/). QLINEAR_QTMAT_XPRE / _XALL or
 // qlinear_gemm_set_qtmat_xorder change it.
 static int g_qtmat_xpre = -2, g_qtmat_xall = 0;
 extern "C" void qlinear_gemm_set_qtmat_xorder(int xpre, int xall) {
