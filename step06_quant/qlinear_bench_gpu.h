@@ -4,7 +4,7 @@
 // defines: qbench_bf16_gemm_ms, qlinear_gemv_n_versions, qlinear_gemv_version_name, qlinear_gemv_set_version,
 //          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_grid,
 //          qlinear_gpu_gemv_version, qlinear_gemv_set_chain, qlinear_gemm_set_qtmat,
-//          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts, qlinear_gemm_set_qtmat_sp, qlinear_gemm_set_qtmat_lastsum,
+//          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts, qlinear_gemm_set_qtmat_sp,
 //          qlinear_gemm_set_qtmat_xorder, qlinear_gemm_set_qtmat_cl
 #pragma once
 #ifdef __cplusplus
@@ -49,10 +49,6 @@ void qlinear_gemm_set_qtmat_ts(int ts);
 // stage), 1, anything else the default (the environment's QLINEAR_QTMAT_SP, else 2 where that costs
 // the busiest block no more strips' time, 1 elsewhere).
 void qlinear_gemm_set_qtmat_sp(int sp);
-// Where k_qtmat cuts x into column chunks, who adds the chunks' sums: 1 the last chunk block of each
-// unit, inside k_qtmat (a launch fewer); 0 k_qtmat_sum after it; anything else the default (the
-// environment's QLINEAR_QTMAT_LASTSUM, else 0). The same sums in the same order either way.
-void qlinear_gemm_set_qtmat_lastsum(int on);
 // When k_qtmat's producer copies x (the chunk's columns of the T rows, a stage's worth on each of
 // its own barriers): after xpre stages of weights (at most a ring's worth), then one stage of x
 // before each stage of weights (xall 0) or all of x at once (xall 1). xpre < 0: the default (the

@@ -1684,8 +1684,6 @@ struct QTmatArgs {
     int pair;  // SW: gate|up stacked, the up strip of unit u is u + pair (units = pair)
     void *H;   // SW: H (T, ldh) in X's type = silu(gate) * up, in place of Y
     int ldh;
-    int *cnt;    // nc > 1 and non-NULL: each unit's last chunk block to finish adds the nc sums into
-    float *Yo;   // Yo (T, ldy) + beta Yo itself (no k_qtmat_sum); cnt[u] counts unit u's chunks done
     int xpre, xall;  // stages of weights before x's first; x a stage at a time (0) or all at once (1)
     int cl;          // blocks a cluster (1, 2, 4): they share a chunk, and each copies T / cl of x's rows into all
 };
@@ -1923,35 +1921,6 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                     } else {
                         a.Y[((size_t)chunk * a.T + tok) * a.rows + rg] = v;
                     }
-                }
-            }
-            if (nc > 1 && a.cnt) {  // the unit's last chunk to finish sums the chunks, as k_qtmat_sum
-                // the flag in this unit's half of red (read above, not written again before the
-                // next unit's barrier); no static shared memory: the dynamic part may be the whole 227 KB
-                // The block's sums are ordered before thread 0's release fence by the barrier, and
-                // the last block's reads after its acquire fence by the second barrier. (Off by
-                // default: down at 16 rows measured 34.3-34.8 us against 27.0-27.3 with k_qtmat_sum
-                // after it; likely the whole block waiting for the atomic's round trip once per unit.)
-                volatile int *last = (volatile int *)(red + (size_t)(nu & 1) * W * SP * 256);
-                consumers_sync(nthr);
-                if (tid == 0) {
-                    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-                    const bool l = atomicAdd(a.cnt + u, 1) == nc - 1;
-                    if (l) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-                    *last = l;
-                }
-                consumers_sync(nthr);
-                if (*last) {
-                    for (int o = tid; o < SP * NTOK * 16; o += nthr) {
-                        const int r = o / (NTOK * 16), oo = o % (NTOK * 16), row = oo & 15, tok = oo >> 4;
-                        const int rg = (u * SP + r) * 16 + row;
-                        if (tok >= a.T || rg >= a.rows) continue;
-                        float v = 0.0f;
-                        for (int c = 0; c < nc; c++) v += __ldcg(a.Y + ((size_t)c * a.T + tok) * a.rows + rg);
-                        float *y = a.Yo + (size_t)tok * a.ldy + rg;
-                        *y = a.beta != 0.0f ? v + a.beta * *y : v;
-                    }
-                    if (tid == 0) a.cnt[u] = 0;
                 }
             }
         }
@@ -2706,11 +2675,12 @@ static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t 
         cudaGetLastError();
         return;
     }
-    if (a.cl > 1) {  // clusters only where all of the grid's fit at once (the copies wait on every block of one)
-        static size_t at_smem = 0;
-        static int at_cl = 0, most = 0;
-        if (at_smem != smem || at_cl != a.cl) at_smem = smem, at_cl = a.cl, most = max_clusters(k, (QTT_W + 1) * 32, smem, a.cl);
-        if ((long)most * a.cl < grid) a.cl = 1;
+    if (a.cl > 1) {  // clusters only where all of the grid's fit at once (the copies wait on every block of one):
+        // asked once per instance and cluster size, at the most shared memory a block can take (so
+        // at least as many fit at the launch's own)
+        static int most[5] = {-1, -1, -1, -1, -1};
+        if (most[a.cl] < 0) most[a.cl] = max_clusters(k, (QTT_W + 1) * 32, QTMA_SMEM_MAX, a.cl);
+        if ((long)most[a.cl] * a.cl < grid) a.cl = 1;
     }
     launch_ex_cl(k, dim3(grid), (QTT_W + 1) * 32, smem, s, pdl, a.cl, a);
 }
@@ -2745,15 +2715,6 @@ static int qtmat_sp() {
         g_qtmat_sp = v == 1 || v == 2 ? v : 0;
     }
     return g_qtmat_sp;
-}
-// Where x is cut into chunks: the chunks' sums added by the last chunk block of each unit inside
-// k_qtmat (1), or by k_qtmat_sum after it (0, the default until measured). QLINEAR_QTMAT_LASTSUM or
-// qlinear_gemm_set_qtmat_lastsum (anything else: the default).
-static int g_qtmat_lastsum = -1;
-extern "C" void qlinear_gemm_set_qtmat_lastsum(int on) { g_qtmat_lastsum = on == 0 || on == 1 ? on : -1; }
-static bool qtmat_lastsum() {
-    if (g_qtmat_lastsum < 0) g_qtmat_lastsum = env_int("QLINEAR_QTMAT_LASTSUM", 0, 1, 0);
-    return g_qtmat_lastsum == 1;
 }
 // When k_qtmat's producer copies x: after xpre stages of weights (more than the ring holds: a
 // ring's worth), then a stage of x before each stage of weights, or all of x at once (xall). The
@@ -2842,25 +2803,19 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     }
     if ((kct + ts / sp - 1) / (ts / sp) > QTT_XB) return 0;  // more stages a chunk than x has barriers
     const size_t smem = fixed + (size_t)ntok * qtmat_xs(kct) * 4;
-    // nc > 1: the layer's part scratch holds a counter a strip (the chunks done of each unit: zeroed
-    // when the scratch is made, left 0 by every launch), then the chunk sums (nc, T, rows)
+    // nc > 1: the chunk sums (nc, T, rows) go to the layer's part scratch, k_qtmat_sum adds them
     float *P = Y;
-    int *cnt = NULL;
     if (nc > 1) {
-        const size_t cb = ((size_t)strips * sizeof(int) + 15) & ~(size_t)15;
-        const bool fresh = q->part_bytes < cb + (size_t)nc * T * q->rows * sizeof(float);
-        char *buf = (char *)grow(&q->part, &q->part_bytes, cb + (size_t)nc * T * q->rows * sizeof(float), s);
-        if (!buf || (fresh && cudaMemsetAsync(buf, 0, cb, s) != cudaSuccess)) return -1;
-        cnt = (int *)buf, P = (float *)(buf + cb);
+        P = (float *)grow(&q->part, &q->part_bytes, (size_t)nc * T * q->rows * sizeof(float), s);
+        if (!P) return -1;
     }
     // clusters (qtmat_cl): a chunk's blocks a multiple of cl, consecutive blocks sharing a chunk
     const int cl = per >= qtmat_cl() ? qtmat_cl() : 1, perc = per / cl * cl;
     const int units = ff > 0 ? ff / 16 : (strips + sp - 1) / sp, rounds = (units + perc - 1) / perc;
     const int gpc = ((units + rounds - 1) / rounds + cl - 1) / cl * cl, grid = gpc * nc;
-    const bool lastsum = nc > 1 && qtmat_lastsum();  // (units <= strips: cnt has room)
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
-                   A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, lastsum ? cnt : NULL, Y,
-                   qtmat_xpre(ns), g_qtmat_xall, cl};
+                   A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, qtmat_xpre(ns),
+                   g_qtmat_xall, cl};
     const bool pdl = pdl_on(q);
     if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
                         : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);
@@ -2870,7 +2825,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
                                : qtmat_kind<X, 1, 32, 1>(gm, zp, a, smem, grid, pdl, s, false);
     else NT == 2 ? qtmat_kind<X, 2, 16, 1>(gm, zp, a, smem, grid, pdl, s, false)
                  : qtmat_kind<X, 1, 16, 1>(gm, zp, a, smem, grid, pdl, s, false);
-    if (nc > 1 && !lastsum) {
+    if (nc > 1) {
         const size_t n = (size_t)T * q->rows;
         k_qtmat_sum<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(P, nc, T, q->rows, Y, ldy, beta);
     }

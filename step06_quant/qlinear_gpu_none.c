@@ -85,7 +85,6 @@ void qlinear_gemm_set_qtmat(int on) { (void)on; }
 void qlinear_gemm_set_deq_rows(int t) { (void)t; }
 void qlinear_gemm_set_qtmat_ts(int ts) { (void)ts; }
 void qlinear_gemm_set_qtmat_sp(int sp) { (void)sp; }
-void qlinear_gemm_set_qtmat_lastsum(int on) { (void)on; }
 void qlinear_gemm_set_qtmat_xorder(int xpre, int xall) { (void)xpre, (void)xall; }
 void qlinear_gemm_set_qtmat_cl(int cl) { (void)cl; }
 int qlinear_gpu_gemv_version(const struct QLinearGpu *q) {

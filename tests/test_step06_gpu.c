@@ -461,8 +461,7 @@ Test(step06_gpu, gemv_chain_equals_the_layers_one_by_one, .timeout = 300) {
 }
 
 // The Llama-3.1-8B down_proj shape (4096 x 14336, INT4 g128), the GEMM's main tile path at
-// T = 16 (x in column chunks: their sums by k_qtmat_sum, then inside k_qtmat), 9 and 64, and the GEMV,
-// both dtypes.
+// T = 16 and 9 (x in column chunks, their sums by k_qtmat_sum) and 64, and the GEMV, both dtypes.
 Test(step06_gpu, llama_down_proj_shape) {
     NEED_GPU();
     Rng r;
@@ -472,10 +471,8 @@ Test(step06_gpu, llama_down_proj_shape) {
     make_qweight(&r, &c, &w);
     QLinearGpu *q = make_layer(&w, "down_proj");
     check_gemm(&r, &w, q, ST_BF16, 16, 0.0f, c.cols, "down_proj int4");
-    qlinear_gemm_set_qtmat_lastsum(1);  // x in chunks, their sums added inside k_qtmat
-    check_gemm(&r, &w, q, ST_BF16, 16, 1.0f, c.cols, "down_proj int4 (sums in k_qtmat)");
-    check_gemm(&r, &w, q, ST_F16, 9, 0.0f, c.cols, "down_proj int4 (sums in k_qtmat)");
-    qlinear_gemm_set_qtmat_lastsum(-1);
+    check_gemm(&r, &w, q, ST_BF16, 16, 1.0f, c.cols, "down_proj int4");
+    check_gemm(&r, &w, q, ST_F16, 9, 0.0f, c.cols, "down_proj int4");
     check_gemm(&r, &w, q, ST_F16, 64, 1.0f, c.cols, "down_proj int4");
     check_gemv(&r, &w, q, "down_proj int4");
     qlinear_gpu_free(q);
@@ -484,8 +481,7 @@ Test(step06_gpu, llama_down_proj_shape) {
 
 // Layers so wide that 16 tokens of x do not fit one block's shared memory: k_qtmat (the optional
 // T <= 16 kernel on sm_90a; k_qgemm4 first) cuts the columns into chunks (9536 = 149 tiles of 64: chunks of 50, 50 and 49 tiles at 16
-// tokens, 2 chunks at 8), the chunks' sums added by a second kernel, or inside k_qtmat by each unit's
-// last chunk block to finish (qlinear_gemm_set_qtmat_lastsum), x copied in the three orders
+// tokens, 2 chunks at 8), each chunk's sums added by a second kernel; x copied in the three orders
 // (qlinear_gemm_set_qtmat_xorder) and into clusters of blocks (qlinear_gemm_set_qtmat_cl); beta 0 and 1.
 Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
     NEED_GPU();
@@ -498,17 +494,16 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         char what[160];
         QWeight w;
         QLinearGpu *q = case_layer(&r, &cases[ci], &w, what, sizeof what);
-        // k_qgemm4, then k_qtmat with 16 and 32 tiles a stage, 32 of two strips, then those two with the
-        // chunks' sums added inside k_qtmat by each unit's last chunk block, then x copied in the two
-        // other orders (all of it before any weights; a ring of weights first, then all of x), then
-        // clusters of 2 and 4 blocks sharing x (some blocks without a unit, some without a row at T = 3)
-        for (int on = 0; on < 10; on++) {
+        // k_qgemm4, then k_qtmat with 16 and 32 tiles a stage, 32 of two strips, then x copied in the
+        // two other orders (all of it before any weights; a ring of weights first, then all of x),
+        // then clusters of 2 and 4 blocks sharing x (some blocks without a unit, some without a row
+        // at T = 3)
+        for (int on = 0; on < 8; on++) {
             qlinear_gemm_set_qtmat(on > 0);
-            qlinear_gemm_set_qtmat_ts(on == 1 || on == 4 ? 16 : 32);
+            qlinear_gemm_set_qtmat_ts(on == 1 ? 16 : 32);
             qlinear_gemm_set_qtmat_sp(on == 3 || on == 5 || on == 7 ? 2 : 1);
-            qlinear_gemm_set_qtmat_lastsum(on == 4 || on == 5);
-            qlinear_gemm_set_qtmat_xorder(on == 6 ? 0 : on == 7 ? 64 : -1, on == 6 || on == 7);
-            qlinear_gemm_set_qtmat_cl(on == 8 ? 2 : on == 9 ? 4 : 1);
+            qlinear_gemm_set_qtmat_xorder(on == 4 ? 0 : on == 5 ? 64 : -1, on == 4 || on == 5);
+            qlinear_gemm_set_qtmat_cl(on == 6 ? 2 : on == 7 ? 4 : 1);
             if (on && gi_.cc_major == 9)
                 cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
                           qlinear_gpu_describe(q));
@@ -518,7 +513,6 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         }
         qlinear_gemm_set_qtmat_ts(0);
         qlinear_gemm_set_qtmat_sp(0);
-        qlinear_gemm_set_qtmat_lastsum(-1);
         qlinear_gemm_set_qtmat_xorder(-1, 0);
         qlinear_gemm_set_qtmat_cl(-1);
         qlinear_gemm_set_qtmat(0);
