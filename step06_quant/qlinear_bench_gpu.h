@@ -5,7 +5,7 @@
 //          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_grid,
 //          qlinear_gpu_gemv_version, qlinear_gemv_set_chain, qlinear_gemm_set_qtmat,
 //          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts, qlinear_gemm_set_qtmat_sp,
-//          qlinear_gemm_set_qtmat_xorder, qlinear_gemm_set_qtmat_cl
+//          qlinear_gemm_set_qtmat_xorder, qlinear_gemm_set_qtmat_cl, qlinear_gemm_set_qtmat_red
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -58,6 +58,10 @@ void qlinear_gemm_set_qtmat_xorder(int xpre, int xall);
 // every cl-th row of it into all of them); anything else the default (the environment's
 // QLINEAR_QTMAT_CL, else 1). Where the device cannot hold the grid's clusters at once: 1.
 void qlinear_gemm_set_qtmat_cl(int cl);
+// k_qtmat's column chunks (nc > 1) when beta = 1: 1 adds each chunk's sums into Y with atomic adds (no
+// k_qtmat_sum; the order of the additions, so Y's last bits, vary from run to run), 0 (the default)
+// sums them in chunk order in k_qtmat_sum; -1: QLINEAR_QTMAT_RED, else 0.
+void qlinear_gemm_set_qtmat_red(int on);
 // qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
 // time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's
 // QLINEAR_DEQ_T, else 512 rows for INT4 and 64 for INT8, where the tensor-core kernels fall behind).

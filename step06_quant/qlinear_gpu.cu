@@ -1686,6 +1686,7 @@ struct QTmatArgs {
     int ldh;
     int xpre, xall;  // stages of weights before x's first; x a stage at a time (0) or all at once (1)
     int cl;          // blocks a cluster (1, 2, 4): they share a chunk, and each copies T / cl of x's rows into all
+    int red;         // nc > 1, beta = 1: each chunk's sums added into Y (T, ldy) by atomic adds, no P, no k_qtmat_sum
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
 #define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
@@ -1918,6 +1919,8 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                     if (nc == 1) {
                         float *y = a.Y + (size_t)tok * a.ldy + rg;
                         *y = a.beta != 0.0f ? v + a.beta * *y : v;
+                    } else if (a.red) {
+                        atomicAdd(a.Y + (size_t)tok * a.ldy + rg, v);  // (result unused: a RED, no return trip)
                     } else {
                         a.Y[((size_t)chunk * a.T + tok) * a.rows + rg] = v;
                     }
@@ -2744,6 +2747,16 @@ static int qtmat_cl() {
     }
     return g_qtmat_cl;
 }
+// nc > 1 with beta = 1 (a residual added to, as the o and down projections' Y): 1 (QLINEAR_QTMAT_RED or
+// qlinear_gemm_set_qtmat_red) has every chunk add its sums into Y with atomic adds, which saves
+// k_qtmat_sum's launch and the scratch's write and read, but the order of the nc additions then varies
+// from run to run (the last bits of Y with it); 0, the default, keeps the sums deterministic.
+static int g_qtmat_red = -1;
+extern "C" void qlinear_gemm_set_qtmat_red(int on) { g_qtmat_red = on < 0 ? -1 : on ? 1 : 0; }
+static int qtmat_red() {
+    if (g_qtmat_red < 0) g_qtmat_red = env_int("QLINEAR_QTMAT_RED", 0, 1, 0);
+    return g_qtmat_red;
+}
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
     const QTmatArgs a = {};
@@ -2805,7 +2818,8 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const size_t smem = fixed + (size_t)ntok * qtmat_xs(kct) * 4;
     // nc > 1: the chunk sums (nc, T, rows) go to the layer's part scratch, k_qtmat_sum adds them
     float *P = Y;
-    if (nc > 1) {
+    const int red = nc > 1 && beta == 1.0f && qtmat_red();
+    if (nc > 1 && !red) {
         P = (float *)grow(&q->part, &q->part_bytes, (size_t)nc * T * q->rows * sizeof(float), s);
         if (!P) return -1;
     }
@@ -2815,7 +2829,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const int gpc = ((units + rounds - 1) / rounds + cl - 1) / cl * cl, grid = gpc * nc;
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
                    A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, qtmat_xpre(ns),
-                   g_qtmat_xall, cl};
+                   g_qtmat_xall, cl, red};
     const bool pdl = pdl_on(q);
     if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
                         : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);
@@ -2825,7 +2839,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
                                : qtmat_kind<X, 1, 32, 1>(gm, zp, a, smem, grid, pdl, s, false);
     else NT == 2 ? qtmat_kind<X, 2, 16, 1>(gm, zp, a, smem, grid, pdl, s, false)
                  : qtmat_kind<X, 1, 16, 1>(gm, zp, a, smem, grid, pdl, s, false);
-    if (nc > 1) {
+    if (nc > 1 && !red) {
         const size_t n = (size_t)T * q->rows;
         k_qtmat_sum<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(P, nc, T, q->rows, Y, ldy, beta);
     }

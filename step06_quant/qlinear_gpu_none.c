@@ -87,6 +87,7 @@ void qlinear_gemm_set_qtmat_ts(int ts) { (void)ts; }
 void qlinear_gemm_set_qtmat_sp(int sp) { (void)sp; }
 void qlinear_gemm_set_qtmat_xorder(int xpre, int xall) { (void)xpre, (void)xall; }
 void qlinear_gemm_set_qtmat_cl(int cl) { (void)cl; }
+void qlinear_gemm_set_qtmat_red(int on) { (void)on; }
 int qlinear_gpu_gemv_version(const struct QLinearGpu *q) {
     (void)q;
     return -1;

@@ -482,7 +482,8 @@ Test(step06_gpu, llama_down_proj_shape) {
 // Layers so wide that 16 tokens of x do not fit one block's shared memory: k_qtmat (the optional
 // T <= 16 kernel on sm_90a; k_qgemm4 first) cuts the columns into chunks (9536 = 149 tiles of 64: chunks of 50, 50 and 49 tiles at 16
 // tokens, 2 chunks at 8), each chunk's sums added by a second kernel; x copied in the three orders
-// (qlinear_gemm_set_qtmat_xorder) and into clusters of blocks (qlinear_gemm_set_qtmat_cl); beta 0 and 1.
+// (qlinear_gemm_set_qtmat_xorder) and into clusters of blocks (qlinear_gemm_set_qtmat_cl), the chunk
+// sums added by atomic adds (qlinear_gemm_set_qtmat_red: at beta 1; at beta 0 k_qtmat_sum still); beta 0 and 1.
 Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
     NEED_GPU();
     const QCase cases[] = {{QK_INT4, 77, 9536, 32, 0, 0}, {QK_INT4, 300, 9536, -1, 1, 0}, {QK_INT4, 150, 9472, 128, 1, 1},
@@ -497,13 +498,14 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         // k_qgemm4, then k_qtmat with 16 and 32 tiles a stage, 32 of two strips, then x copied in the
         // two other orders (all of it before any weights; a ring of weights first, then all of x),
         // then clusters of 2 and 4 blocks sharing x (some blocks without a unit, some without a row
-        // at T = 3)
-        for (int on = 0; on < 8; on++) {
+        // at T = 3), then the chunk sums by atomic adds
+        for (int on = 0; on < 9; on++) {
             qlinear_gemm_set_qtmat(on > 0);
             qlinear_gemm_set_qtmat_ts(on == 1 ? 16 : 32);
             qlinear_gemm_set_qtmat_sp(on == 3 || on == 5 || on == 7 ? 2 : 1);
             qlinear_gemm_set_qtmat_xorder(on == 4 ? 0 : on == 5 ? 64 : -1, on == 4 || on == 5);
             qlinear_gemm_set_qtmat_cl(on == 6 ? 2 : on == 7 ? 4 : 1);
+            qlinear_gemm_set_qtmat_red(on == 8);
             if (on && gi_.cc_major == 9)
                 cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
                           qlinear_gpu_describe(q));
@@ -515,6 +517,7 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         qlinear_gemm_set_qtmat_sp(0);
         qlinear_gemm_set_qtmat_xorder(-1, 0);
         qlinear_gemm_set_qtmat_cl(-1);
+        qlinear_gemm_set_qtmat_red(-1);
         qlinear_gemm_set_qtmat(0);
         qlinear_gpu_free(q);
         qweight_free(&w);
