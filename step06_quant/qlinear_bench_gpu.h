@@ -56,7 +56,7 @@ void qlinear_gemm_set_qtmat_sp(int sp);
 void qlinear_gemm_set_qtmat_xorder(int xpre, int xall);
 // k_qtmat's blocks a cluster: 1, 2 or 4 (the blocks of a cluster share a chunk of x and each copies
 // every cl-th row of it into all of them); anything else the default (the environment's
-// QLINEAR_QTMAT_CL, else 1). Where the device cannot hold the grid's clusters at once: 1.
+// QLINEAR_QTMAT_CL, else 2). Where the device cannot hold the grid's clusters at once: 1.
 void qlinear_gemm_set_qtmat_cl(int cl);
 // k_qtmat's column chunks (nc > 1) when beta = 1: 1 adds each chunk's sums into Y with atomic adds (no
 // k_qtmat_sum; the order of the additions, so Y's last bits, vary from run to run), 0 (the default)

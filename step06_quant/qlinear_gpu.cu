@@ -1661,7 +1661,8 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
 // x comes as it is (X's bf16 or fp16, columns in order) by the producer's bulk copies, one row a
 // token, a stage's columns at a time on their own barrier, right after the ring's first round of
 // weights: the first unit's stage st waits for its columns only, and the consumers spend no
-// instruction on x. The mma then runs in X's type (bf16: the weights' q - z are small integers,
+// instruction on x. Blocks go in clusters of two (qtmat_cl) that take the same chunk, each copying
+// every other token row into both with a multicast copy, so x leaves L2 once a pair. The mma then runs in X's type (bf16: the weights' q - z are small integers,
 // exact in bf16 as in fp16), and ldmatrix gives the B fragments (8 tokens x 8 columns a matrix)
 // from rows 16 bytes (mod 128) apart. Before (to 2026-12-07) the consumers loaded x with plain
 // loads, converted it to fp16 in a permuted pair order and met at a barrier before the first tile:
@@ -2733,16 +2734,18 @@ static int qtmat_xpre(int ns) {
     if (g_qtmat_xpre == -2) g_qtmat_xpre = env_int("QLINEAR_QTMAT_XPRE", 0, 1 << 20, 1), g_qtmat_xall = env_int("QLINEAR_QTMAT_XALL", 0, 1, 0);
     return g_qtmat_xpre < ns ? g_qtmat_xpre : ns;
 }
-// Blocks a cluster for k_qtmat (QLINEAR_QTMAT_CL or qlinear_gemm_set_qtmat_cl: 1, 2 or 4; default 1):
+// Blocks a cluster for k_qtmat (QLINEAR_QTMAT_CL or qlinear_gemm_set_qtmat_cl: 1, 2 or 4; default 2):
 // the blocks of a cluster share a chunk of x, and each copies every cl-th row of it into all of
 // them (a multicast bulk copy), so x leaves L2 once a cluster instead of once a block. Written
-// after Nsight Compute showed the blocks waiting for x (README "x by bulk copies"); compiled, not
-// yet run on a GPU, hence off.
+// after Nsight Compute showed the blocks waiting for x (README "x by bulk copies"). On an H100
+// (results/h100_qtmat_cl_2026-12-07/) 2 took the four 8B layers at 16 rows from 88.7 to 81.2 us
+// (at 8 rows 72.0 -> 68.1) and batch 16 in the engine from 4,217 to 4,489 tok/s; 4 ran as fast as
+// 1 (likely the fallback below: the device holding fewer clusters of 4 than the grid's).
 static int g_qtmat_cl = -1;
 extern "C" void qlinear_gemm_set_qtmat_cl(int cl) { g_qtmat_cl = cl == 1 || cl == 2 || cl == 4 ? cl : -1; }
 static int qtmat_cl() {
     if (g_qtmat_cl < 0) {
-        const int v = env_int("QLINEAR_QTMAT_CL", 1, 4, 1);
+        const int v = env_int("QLINEAR_QTMAT_CL", 1, 4, 2);
         g_qtmat_cl = v == 3 ? 1 : v;
     }
     return g_qtmat_cl;
