@@ -1662,9 +1662,9 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
 // token, a stage's columns at a time on their own barrier, right after the ring's first round of
 // weights: the first unit's stage st waits for its columns only, and the consumers spend no
 // instruction on x. Blocks go in clusters of two (qtmat_cl) that take the same chunk, each copying
-// every other token row into both with a multicast copy, so x leaves L2 once a pair. The mma then runs in X's type (bf16: the weights' q - z are small integers,
-// exact in bf16 as in fp16), and ldmatrix gives the B fragments (8 tokens x 8 columns a matrix)
-// from rows 16 bytes (mod 128) apart. Before (to 2026-12-07) the consumers loaded x with plain
+// every other token row into both with a multicast copy, so x leaves L2 once a pair. The mma then
+// runs in X's type (bf16: the weights' q - z are small integers, exact in bf16 as in fp16), and
+// ldmatrix gives the B fragments (8 tokens x 8 columns a matrix) from rows 16 bytes (mod 128) apart. Before (to 2026-12-07) the consumers loaded x with plain
 // loads, converted it to fp16 in a permuted pair order and met at a barrier before the first tile:
 // Nsight Compute put 52% (o), 37% (q|k|v) and 23% (down) of the 16-row kernel's stall samples there.
 // SP = 2 (two strips a unit, 32 tiles a stage): a stage holds 16 tiles of each of two adjacent strips
