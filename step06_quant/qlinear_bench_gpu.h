@@ -5,7 +5,8 @@
 //          qlinear_gemv_version_fp16, qlinear_gemv_set_pdl, qlinear_gemv_set_grid,
 //          qlinear_gpu_gemv_version, qlinear_gemv_set_chain, qlinear_gemm_set_qtmat,
 //          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts, qlinear_gemm_set_qtmat_sp,
-//          qlinear_gemm_set_qtmat_xorder, qlinear_gemm_set_qtmat_cl, qlinear_gemm_set_qtmat_red
+//          qlinear_gemm_set_qtmat_xorder, qlinear_gemm_set_qtmat_cl, qlinear_gemm_set_qtmat_red,
+//          qlinear_gemm_set_qtmat_ring, qlinear_gemm_set_qtmat_rb1
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -62,6 +63,12 @@ void qlinear_gemm_set_qtmat_cl(int cl);
 // k_qtmat_sum; the order of the additions, so Y's last bits, vary from run to run), 0 (the default)
 // sums them in chunk order in k_qtmat_sum; -1: QLINEAR_QTMAT_RED, else 0.
 void qlinear_gemm_set_qtmat_red(int on);
+// k_qtmat's ring of weights in bytes (its stages: bytes / stage, at least 2, as many as fit beside
+// x); <= 0: the default (the environment's QLINEAR_QTMAT_RING, else 64 KB).
+void qlinear_gemm_set_qtmat_ring(int bytes);
+// k_qtmat's partial sums of a unit in one buffer (1; a barrier more a unit) or two (0); -1: the
+// default (QLINEAR_QTMAT_RB1, else 0). The same sums either way.
+void qlinear_gemm_set_qtmat_rb1(int on);
 // qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
 // time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's
 // QLINEAR_DEQ_T, else 512 rows for INT4 and 64 for INT8, where the tensor-core kernels fall behind).

@@ -1688,6 +1688,7 @@ struct QTmatArgs {
     int xpre, xall;  // stages of weights before x's first; x a stage at a time (0) or all at once (1)
     int cl;          // blocks a cluster (1, 2, 4): they share a chunk, and each copies T / cl of x's rows into all
     int red;         // nc > 1, beta = 1: each chunk's sums added into Y (T, ldy) by atomic adds, no P, no k_qtmat_sum
+    int rb1;         // the warps' partial sums in one buffer (a barrier more a unit) instead of two
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
 #define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
@@ -1737,7 +1738,7 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
     const uint32_t xb0 = bar0 + 16 * ns;
     unsigned char *ring = sm + qtmat_hdr(ns);
     unsigned char *xs = ring + (size_t)ns * SP * G::PART;  // [NTOK][XP bytes]: the chunk's columns of x in X's type
-    float *red = (float *)(xs + (size_t)NTOK * XP);        // [2][W][SP][16 tokens][16 rows]
+    float *red = (float *)(xs + (size_t)NTOK * XP);        // [2 (rb1: 1)][W][SP][16 tokens][16 rows]
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
     if (threadIdx.x == 0) {  // as k_qtma's: empty counts every consumer thread (W x 32); x's: the producer
         for (int i = 0; i < ns; i++) mbar_init(bar0 + 8 * i, 1), mbar_init(bar0 + 8 * (ns + i), W * 32);
@@ -1886,7 +1887,8 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
             mbar_arrive(bar0 + 8 * (ns + slot));
         }
         // C's (row g / g + 8, token 2t, 2t + 1 (+ 8 n)) of every warp meet in red [strip][token][row]
-        float *rb = red + ((nu & 1) * W + warp) * SP * 256;
+        const int rbi = a.rb1 ? 0 : nu & 1;  // the buffer of this unit's sums
+        float *rb = red + (rbi * W + warp) * SP * 256;
 #pragma unroll
         for (int r = 0; r < SP; r++)
 #pragma unroll
@@ -1895,7 +1897,7 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                 for (int e = 0; e < 4; e++) rb[r * 256 + (2 * t + (e & 1) + 8 * n) * 16 + g + (e >> 1) * 8] = acc[r][n][e];
         consumers_sync(nthr);
         if constexpr (SW) {  // unit u: gate strip u (part 0), up strip u + pair (part 1)
-            const float *rs = red + (size_t)(nu & 1) * W * SP * 256;
+            const float *rs = red + (size_t)rbi * W * SP * 256;
             for (int o = tid; o < NTOK * 16; o += nthr) {
                 const int row = o & 15, tok = o >> 4;
                 float gv = 0.0f, uv = 0.0f;
@@ -1911,7 +1913,7 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
             for (int o = tid; o < SP * NTOK * 16; o += nthr) {
                 const int r = o / (NTOK * 16), oo = o % (NTOK * 16), row = oo & 15, tok = oo >> 4;
                 const int strip = u * SP + r, rg = strip * 16 + row;
-                const float *rs = red + (size_t)(nu & 1) * W * SP * 256 + r * 256 + oo;
+                const float *rs = red + (size_t)rbi * W * SP * 256 + r * 256 + oo;
                 float v = 0.0f;
 #pragma unroll
                 for (int w = 0; w < W; w++) v += rs[w * SP * 256];
@@ -1928,6 +1930,7 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                 }
             }
         }
+        if (a.rb1) consumers_sync(nthr);  // one buffer: every read of it before the next unit's writes
     }
     if (nu == 0 && cl > 1)  // a block of a cluster without a unit: its x has landed before it leaves
         for (int st = 0; st < nst; st++) mbar_wait(xb0 + 8 * st, 0);
@@ -2760,6 +2763,26 @@ static int qtmat_red() {
     if (g_qtmat_red < 0) g_qtmat_red = env_int("QLINEAR_QTMAT_RED", 0, 1, 0);
     return g_qtmat_red;
 }
+// k_qtmat's ring of weights in bytes (QLINEAR_QTMAT_RING or qlinear_gemm_set_qtmat_ring; default
+// QTT_RING): the stages it holds (at least 2), as many as fit beside the chunk of x, which is cut as
+// for the default ring. A block has one ring, so its bytes in flight are about the ring less the
+// stage being computed (the GEMV runs two blocks of a 56 KB ring an SM); where x leaves room (8 rows
+// and fewer, or x in more chunks) a larger ring may reach nearer the copy bandwidth. Not yet measured.
+static int g_qtmat_ring = -1;
+extern "C" void qlinear_gemm_set_qtmat_ring(int bytes) { g_qtmat_ring = bytes > 0 ? bytes : -1; }
+static int qtmat_ring() {
+    if (g_qtmat_ring < 0) g_qtmat_ring = env_int("QLINEAR_QTMAT_RING", 1, QTMA_SMEM_MAX, QTT_RING);
+    return g_qtmat_ring;
+}
+// The consumers' partial sums of a unit in one buffer (1: QLINEAR_QTMAT_RB1 or
+// qlinear_gemm_set_qtmat_rb1) instead of two (0, the default): 16 KB (SP = 2) more for x or the
+// ring, for a barrier more a unit. Not yet measured.
+static int g_qtmat_rb1 = -1;
+extern "C" void qlinear_gemm_set_qtmat_rb1(int on) { g_qtmat_rb1 = on < 0 ? -1 : on ? 1 : 0; }
+static int qtmat_rb1() {
+    if (g_qtmat_rb1 < 0) g_qtmat_rb1 = env_int("QLINEAR_QTMAT_RB1", 0, 1, 0);
+    return g_qtmat_rb1;
+}
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
     const QTmatArgs a = {};
@@ -2786,10 +2809,13 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const int ts = qtmat_ts(T), strips = q->np / 16;
     // a stage of sp strips (ts / sp tiles of each), its ring, and the fixed shared memory (barriers,
     // ring, the strips' partial sums); then the most tiles a chunk of x can hold
-    auto fixed_of = [&](int sp, int *ns) {
-        const int stage = sp * qtma_part(4, ts / sp, gm, zp);
-        *ns = ring_stages(QTT_RING, stage);
-        return (size_t)qtmat_hdr(*ns) + (size_t)*ns * stage + (size_t)2 * QTT_W * sp * 256 * 4;
+    const int rb1 = qtmat_rb1(), nrb = rb1 ? 1 : 2;  // buffers of the partial sums
+    auto fixed_ns = [&](int sp, int ns) {
+        return (size_t)qtmat_hdr(ns) + (size_t)ns * sp * qtma_part(4, ts / sp, gm, zp) + (size_t)nrb * QTT_W * sp * 256 * 4;
+    };
+    auto fixed_of = [&](int sp, int *ns) {  // (x's chunks are cut for the default ring)
+        *ns = ring_stages(QTT_RING, sp * qtma_part(4, ts / sp, gm, zp));
+        return fixed_ns(sp, *ns);
     };
     auto most_of = [&](size_t fixed) { return (((long)QTMA_SMEM_MAX - (long)fixed) / (ntok * 4) - 4) / 32; };
     int ns = 0;
@@ -2818,7 +2844,15 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
         if (most_of(f2) >= kct) sp = 2, fixed = f2, ns = ns2;
     }
     if ((kct + ts / sp - 1) / (ts / sp) > QTT_XB) return 0;  // more stages a chunk than x has barriers
-    const size_t smem = fixed + (size_t)ntok * qtmat_xs(kct) * 4;
+    const size_t xbytes = (size_t)ntok * qtmat_xs(kct) * 4;
+    if (qtmat_ring() != QTT_RING) {  // the ring's stages: ring / stage (at least 2), as many as fit beside x
+        const int want = ring_stages(qtmat_ring(), sp * qtma_part(4, ts / sp, gm, zp));
+        ns = 2;
+        while (ns < want && fixed_ns(sp, ns + 1) + xbytes <= (size_t)QTMA_SMEM_MAX) ns++;
+        fixed = fixed_ns(sp, ns);
+        if (fixed + xbytes > (size_t)QTMA_SMEM_MAX) return 0;
+    }
+    const size_t smem = fixed + xbytes;
     // nc > 1: the chunk sums (nc, T, rows) go to the layer's part scratch, k_qtmat_sum adds them
     float *P = Y;
     const int red = nc > 1 && beta == 1.0f && qtmat_red();
@@ -2832,7 +2866,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const int gpc = ((units + rounds - 1) / rounds + cl - 1) / cl * cl, grid = gpc * nc;
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
                    A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, qtmat_xpre(ns),
-                   g_qtmat_xall, cl, red};
+                   g_qtmat_xall, cl, red, rb1};
     const bool pdl = pdl_on(q);
     if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
                         : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);

@@ -483,7 +483,9 @@ Test(step06_gpu, llama_down_proj_shape) {
 // T <= 16 kernel on sm_90a; k_qgemm4 first) cuts the columns into chunks (9536 = 149 tiles of 64: chunks of 50, 50 and 49 tiles at 16
 // tokens, 2 chunks at 8), each chunk's sums added by a second kernel; x copied in the three orders
 // (qlinear_gemm_set_qtmat_xorder) and into clusters of blocks (qlinear_gemm_set_qtmat_cl), the chunk
-// sums added by atomic adds (qlinear_gemm_set_qtmat_red: at beta 1; at beta 0 k_qtmat_sum still); beta 0 and 1.
+// sums added by atomic adds (qlinear_gemm_set_qtmat_red: at beta 1; at beta 0 k_qtmat_sum still), a
+// larger ring with the partial sums in one buffer (qlinear_gemm_set_qtmat_ring, _rb1) and a ring of
+// two stages; beta 0 and 1.
 Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
     NEED_GPU();
     const QCase cases[] = {{QK_INT4, 77, 9536, 32, 0, 0}, {QK_INT4, 300, 9536, -1, 1, 0}, {QK_INT4, 150, 9472, 128, 1, 1},
@@ -498,14 +500,17 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         // k_qgemm4, then k_qtmat with 16 and 32 tiles a stage, 32 of two strips, then x copied in the
         // two other orders (all of it before any weights; a ring of weights first, then all of x),
         // then clusters of 2 and 4 blocks sharing x (some blocks without a unit, some without a row
-        // at T = 3), then the chunk sums by atomic adds
-        for (int on = 0; on < 9; on++) {
+        // at T = 3), then the chunk sums by atomic adds, then in pairs a ring of up to 160 KB (as many
+        // stages as fit beside x) with the partial sums in one buffer, then a ring of 2 stages
+        for (int on = 0; on < 11; on++) {
             qlinear_gemm_set_qtmat(on > 0);
             qlinear_gemm_set_qtmat_ts(on == 1 ? 16 : 32);
             qlinear_gemm_set_qtmat_sp(on == 3 || on == 5 || on == 7 ? 2 : 1);
             qlinear_gemm_set_qtmat_xorder(on == 4 ? 0 : on == 5 ? 64 : -1, on == 4 || on == 5);
-            qlinear_gemm_set_qtmat_cl(on == 6 ? 2 : on == 7 ? 4 : 1);
+            qlinear_gemm_set_qtmat_cl(on == 6 || on >= 9 ? 2 : on == 7 ? 4 : 1);
             qlinear_gemm_set_qtmat_red(on == 8);
+            qlinear_gemm_set_qtmat_ring(on == 9 ? 160 * 1024 : on == 10 ? 1024 : 0);
+            qlinear_gemm_set_qtmat_rb1(on == 9);
             if (on && gi_.cc_major == 9)
                 cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
                           qlinear_gpu_describe(q));
@@ -518,6 +523,8 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         qlinear_gemm_set_qtmat_xorder(-1, 0);
         qlinear_gemm_set_qtmat_cl(-1);
         qlinear_gemm_set_qtmat_red(-1);
+        qlinear_gemm_set_qtmat_ring(0);
+        qlinear_gemm_set_qtmat_rb1(-1);
         qlinear_gemm_set_qtmat(0);
         qlinear_gpu_free(q);
         qweight_free(&w);
@@ -529,7 +536,8 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
 // same layer (the same kernel and order: any difference is silu's exp and h's one rounding, at
 // most one unit in the last place of X's type), padding columns of H untouched; groups of 32
 // asymmetric, 128, per channel and act-order (x gathered), an odd gate strip count, bf16 and fp16,
-// T = 5, 9, 16; T = 3 (16 tiles a stage) and ff not a multiple of 16 are refused (0).
+// T = 5, 9, 16; T = 3 (16 tiles a stage) and ff not a multiple of 16 are refused (0). The odd cases
+// with a ring of up to 160 KB and the partial sums in one buffer (qlinear_gemm_set_qtmat_ring, _rb1).
 Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
     NEED_GPU();
     const int want = gi_.cc_major == 9;  // k_qtmat is sm_90a's
@@ -543,6 +551,8 @@ Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
         QWeight w;
         QLinearGpu *q = case_layer(&r, &cases[ci], &w, what, sizeof what);
         const int ff = cases[ci].rows / 2, cols = cases[ci].cols, ldh = ff + 5;
+        qlinear_gemm_set_qtmat_ring(ci % 2 ? 160 * 1024 : 0);
+        qlinear_gemm_set_qtmat_rb1(ci % 2 ? 1 : -1);
         for (int ti = 0; ti < 4; ti++) {
             const int T = Ts[ti], ldx = cols + (ti % 2 ? 3 : 8);  // an odd stride: x gathered first
             const StDtype dt = (ti + (int)ci) % 2 ? ST_F16 : ST_BF16;
@@ -589,6 +599,8 @@ Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
             pa_dev_free(dX), pa_dev_free(dH), pa_dev_free(dY);
             free(X), free(H0), free(H), free(Y);
         }
+        qlinear_gemm_set_qtmat_ring(0);
+        qlinear_gemm_set_qtmat_rb1(-1);
         qlinear_gpu_free(q);
         qweight_free(&w);
     }
