@@ -112,6 +112,11 @@ static int env_int(const char *name, int lo, int hi, int dflt) {
     const int v = atoi(e);
     return v >= lo && v <= hi ? v : dflt;
 }
+// A setting a setter may fix (*g >= 0) and the environment otherwise gives, read once.
+static int knob(int *g, const char *name, int lo, int hi, int dflt) {
+    if (*g < 0) *g = env_int(name, lo, hi, dflt);
+    return *g;
+}
 static int g_qtmat = -1, g_qtmat_nc = 0;
 static bool qtmat_on(void) {
     if (g_qtmat < 0) {
@@ -490,15 +495,22 @@ template <> struct Q16<__nv_bfloat16> {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 __device__ __forceinline__ uint32_t x2_of(__half, float v) { return bits<uint32_t>(__float2half2_rn(v)); }
 __device__ __forceinline__ uint32_t x2_of(__nv_bfloat16, float v) { return bits<uint32_t>(__float2bfloat162_rn(v)); }
+// a - b of two packed pairs of X.
+__device__ __forceinline__ uint32_t sub2(__half, uint32_t a, uint32_t b) {
+    return bits<uint32_t>(__hsub2(bits<__half2>(a), bits<__half2>(b)));
+}
+__device__ __forceinline__ uint32_t sub2(__nv_bfloat16, uint32_t a, uint32_t b) {
+    return bits<uint32_t>(__hsub2(bits<__nv_bfloat162>(a), bits<__nv_bfloat162>(b)));
+}
 // (pair - zo) * s and (pair / 16 - zh) * s, in the X type's packed arithmetic.
-__device__ __forceinline__ uint32_t dq_lo(__half, uint32_t p, uint32_t zo, uint32_t s) {
-    return bits<uint32_t>(__hmul2(__hsub2(bits<__half2>(p), bits<__half2>(zo)), bits<__half2>(s)));
+__device__ __forceinline__ uint32_t dq_lo(__half t, uint32_t p, uint32_t zo, uint32_t s) {
+    return bits<uint32_t>(__hmul2(bits<__half2>(sub2(t, p, zo)), bits<__half2>(s)));
 }
 __device__ __forceinline__ uint32_t dq_hi(__half, uint32_t p, uint32_t zh, uint32_t s) {
     return bits<uint32_t>(__hmul2(__hfma2(bits<__half2>(p), __float2half2_rn(1.0f / 16.0f), bits<__half2>(zh)), bits<__half2>(s)));
 }
-__device__ __forceinline__ uint32_t dq_lo(__nv_bfloat16, uint32_t p, uint32_t zo, uint32_t s) {
-    return bits<uint32_t>(__hmul2(__hsub2(bits<__nv_bfloat162>(p), bits<__nv_bfloat162>(zo)), bits<__nv_bfloat162>(s)));
+__device__ __forceinline__ uint32_t dq_lo(__nv_bfloat16 t, uint32_t p, uint32_t zo, uint32_t s) {
+    return bits<uint32_t>(__hmul2(bits<__nv_bfloat162>(sub2(t, p, zo)), bits<__nv_bfloat162>(s)));
 }
 // One word -> the B fragments of rows 0..7 (b0, b1) and 8..15 (b2, b3), scaled. fp16: the pairs
 // (w & 0x000F000F) and (w & 0x00F000F0), then of w >> 8 (a nibble at bits 4..7 is 16 q, still
@@ -1664,9 +1676,10 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
 // instruction on x. Blocks go in clusters of two (qtmat_cl) that take the same chunk, each copying
 // every other token row into both with a multicast copy, so x leaves L2 once a pair. The mma then
 // runs in X's type (bf16: the weights' q - z are small integers, exact in bf16 as in fp16), and
-// ldmatrix gives the B fragments (8 tokens x 8 columns a matrix) from rows 16 bytes (mod 128) apart. Before (to 2026-12-07) the consumers loaded x with plain
-// loads, converted it to fp16 in a permuted pair order and met at a barrier before the first tile:
-// Nsight Compute put 52% (o), 37% (q|k|v) and 23% (down) of the 16-row kernel's stall samples there.
+// ldmatrix gives the B fragments (8 tokens x 8 columns a matrix) from rows 16 bytes (mod 128) apart.
+// Before (to 2026-12-07) the consumers loaded x with plain loads, converted it to fp16 in a permuted
+// pair order and met at a barrier before the first tile: Nsight Compute put 52% (o), 37% (q|k|v) and
+// 23% (down) of the 16-row kernel's stall samples there.
 // SP = 2 (two strips a unit, 32 tiles a stage): a stage holds 16 tiles of each of two adjacent strips
 // at the same columns, so each x fragment a lane loads serves both strips' A fragments, and the
 // warps' partial sums meet (stored, a barrier, added) once per two strips: gate_up at 16 rows 39.8
@@ -1697,12 +1710,6 @@ __host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  //
 __host__ __device__ constexpr int qtmat_hdr(int ns) { return ((2 * ns + QTT_XB) * 8 + 127) / 128 * 128; }  // the barriers' bytes
 
 #ifdef WGMMA_ARCH
-__device__ __forceinline__ uint32_t sub2(__half, uint32_t a, uint32_t b) {
-    return bits<uint32_t>(__hsub2(bits<__half2>(a), bits<__half2>(b)));
-}
-__device__ __forceinline__ uint32_t sub2(__nv_bfloat16, uint32_t a, uint32_t b) {
-    return bits<uint32_t>(__hsub2(bits<__nv_bfloat162>(a), bits<__nv_bfloat162>(b)));
-}
 // q - z of one k_qtmat weight word in X's type, as the A fragment's pairs: rows g (b[0]: columns
 // 2t, 2t + 1; b[1]: 2t + 8, 2t + 9) and g + 8 (b[2], b[3]). Every pair is taken at bits 0..3 (w,
 // w >> 4, w >> 8, w >> 12: bf16 has no room for 16 q), where magic + q is exact; zlo and zhi are
@@ -2747,10 +2754,7 @@ static int qtmat_xpre(int ns) {
 static int g_qtmat_cl = -1;
 extern "C" void qlinear_gemm_set_qtmat_cl(int cl) { g_qtmat_cl = cl == 1 || cl == 2 || cl == 4 ? cl : -1; }
 static int qtmat_cl() {
-    if (g_qtmat_cl < 0) {
-        const int v = env_int("QLINEAR_QTMAT_CL", 1, 4, 2);
-        g_qtmat_cl = v == 3 ? 1 : v;
-    }
+    if (knob(&g_qtmat_cl, "QLINEAR_QTMAT_CL", 1, 4, 2) == 3) g_qtmat_cl = 1;
     return g_qtmat_cl;
 }
 // nc > 1 with beta = 1 (a residual added to, as the o and down projections' Y): 1 (QLINEAR_QTMAT_RED or
@@ -2759,10 +2763,7 @@ static int qtmat_cl() {
 // from run to run (the last bits of Y with it); 0, the default, keeps the sums deterministic.
 static int g_qtmat_red = -1;
 extern "C" void qlinear_gemm_set_qtmat_red(int on) { g_qtmat_red = on < 0 ? -1 : on ? 1 : 0; }
-static int qtmat_red() {
-    if (g_qtmat_red < 0) g_qtmat_red = env_int("QLINEAR_QTMAT_RED", 0, 1, 0);
-    return g_qtmat_red;
-}
+static int qtmat_red() { return knob(&g_qtmat_red, "QLINEAR_QTMAT_RED", 0, 1, 0); }
 // k_qtmat's ring of weights in bytes (QLINEAR_QTMAT_RING or qlinear_gemm_set_qtmat_ring; default
 // QTT_RING): the stages it holds (at least 2), as many as fit beside the chunk of x, which is cut as
 // for the default ring. A block has one ring, so its bytes in flight are about the ring less the
@@ -2770,19 +2771,13 @@ static int qtmat_red() {
 // and fewer, or x in more chunks) a larger ring may reach nearer the copy bandwidth. Not yet measured.
 static int g_qtmat_ring = -1;
 extern "C" void qlinear_gemm_set_qtmat_ring(int bytes) { g_qtmat_ring = bytes > 0 ? bytes : -1; }
-static int qtmat_ring() {
-    if (g_qtmat_ring < 0) g_qtmat_ring = env_int("QLINEAR_QTMAT_RING", 1, QTMA_SMEM_MAX, QTT_RING);
-    return g_qtmat_ring;
-}
+static int qtmat_ring() { return knob(&g_qtmat_ring, "QLINEAR_QTMAT_RING", 1, QTMA_SMEM_MAX, QTT_RING); }
 // The consumers' partial sums of a unit in one buffer (1: QLINEAR_QTMAT_RB1 or
 // qlinear_gemm_set_qtmat_rb1) instead of two (0, the default): 16 KB (SP = 2) more for x or the
 // ring, for a barrier more a unit. Not yet measured.
 static int g_qtmat_rb1 = -1;
 extern "C" void qlinear_gemm_set_qtmat_rb1(int on) { g_qtmat_rb1 = on < 0 ? -1 : on ? 1 : 0; }
-static int qtmat_rb1() {
-    if (g_qtmat_rb1 < 0) g_qtmat_rb1 = env_int("QLINEAR_QTMAT_RB1", 0, 1, 0);
-    return g_qtmat_rb1;
-}
+static int qtmat_rb1() { return knob(&g_qtmat_rb1, "QLINEAR_QTMAT_RB1", 0, 1, 0); }
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
     const QTmatArgs a = {};
@@ -2810,17 +2805,14 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     // a stage of sp strips (ts / sp tiles of each), its ring, and the fixed shared memory (barriers,
     // ring, the strips' partial sums); then the most tiles a chunk of x can hold
     const int rb1 = qtmat_rb1(), nrb = rb1 ? 1 : 2;  // buffers of the partial sums
+    auto stage_of = [&](int sp) { return sp * qtma_part(4, ts / sp, gm, zp); };
     auto fixed_ns = [&](int sp, int ns) {
-        return (size_t)qtmat_hdr(ns) + (size_t)ns * sp * qtma_part(4, ts / sp, gm, zp) + (size_t)nrb * QTT_W * sp * 256 * 4;
+        return (size_t)qtmat_hdr(ns) + (size_t)ns * stage_of(sp) + (size_t)nrb * QTT_W * sp * 256 * 4;
     };
-    auto fixed_of = [&](int sp, int *ns) {  // (x's chunks are cut for the default ring)
-        *ns = ring_stages(QTT_RING, sp * qtma_part(4, ts / sp, gm, zp));
-        return fixed_ns(sp, *ns);
-    };
+    // (x's chunks are cut for the default ring, QTT_RING)
+    auto fixed_of = [&](int sp) { return fixed_ns(sp, ring_stages(QTT_RING, stage_of(sp))); };
     auto most_of = [&](size_t fixed) { return (((long)QTMA_SMEM_MAX - (long)fixed) / (ntok * 4) - 4) / 32; };
-    int ns = 0;
-    size_t fixed = fixed_of(1, &ns);
-    const long most = most_of(fixed);
+    const long most = most_of(fixed_of(1));
     if (most < 1) return 0;
     // as many chunks as x needs (or QLINEAR_QTMAT_NC)
     int nc = (int)((nk + most - 1) / most);
@@ -2834,25 +2826,20 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const int per = q->sms / nc > 0 ? q->sms / nc : 1, r1 = (strips + per - 1) / per, r2 = ((strips + 1) / 2 + per - 1) / per;
     int sp = 1;
     if (ff > 0) {  // one chunk, two strips (a gate and an up strip) a unit, or not at all
-        int ns2 = 0;
-        const size_t f2 = fixed_of(2, &ns2);
-        if (nc != 1 || most_of(f2) < kct) return 0;
-        sp = 2, fixed = f2, ns = ns2;
+        if (nc != 1 || most_of(fixed_of(2)) < kct) return 0;
+        sp = 2;
     } else if (ts == 32 && qtmat_sp() != 1 && (qtmat_sp() == 2 || 2 * r2 <= r1)) {
-        int ns2 = 0;
-        const size_t f2 = fixed_of(2, &ns2);
-        if (most_of(f2) >= kct) sp = 2, fixed = f2, ns = ns2;
+        if (most_of(fixed_of(2)) >= kct) sp = 2;
     }
     if ((kct + ts / sp - 1) / (ts / sp) > QTT_XB) return 0;  // more stages a chunk than x has barriers
+    // the ring's stages: qtmat_ring() / stage (at least 2), as many as fit beside x (the default
+    // ring's always do: x was cut for it)
     const size_t xbytes = (size_t)ntok * qtmat_xs(kct) * 4;
-    if (qtmat_ring() != QTT_RING) {  // the ring's stages: ring / stage (at least 2), as many as fit beside x
-        const int want = ring_stages(qtmat_ring(), sp * qtma_part(4, ts / sp, gm, zp));
-        ns = 2;
-        while (ns < want && fixed_ns(sp, ns + 1) + xbytes <= (size_t)QTMA_SMEM_MAX) ns++;
-        fixed = fixed_ns(sp, ns);
-        if (fixed + xbytes > (size_t)QTMA_SMEM_MAX) return 0;
-    }
-    const size_t smem = fixed + xbytes;
+    const int want = ring_stages(qtmat_ring(), stage_of(sp));
+    int ns = 2;
+    while (ns < want && fixed_ns(sp, ns + 1) + xbytes <= (size_t)QTMA_SMEM_MAX) ns++;
+    const size_t smem = fixed_ns(sp, ns) + xbytes;
+    if (smem > (size_t)QTMA_SMEM_MAX) return 0;
     // nc > 1: the chunk sums (nc, T, rows) go to the layer's part scratch, k_qtmat_sum adds them
     float *P = Y;
     const int red = nc > 1 && beta == 1.0f && qtmat_red();
