@@ -3,7 +3,8 @@
 // bound by its weight bytes, and up to how many tokens does that hold?
 //
 //   build/bin/qgemm_bench [--T 1,16,64] [--shapes qkv,o,gate_up,down] [--group 128] [--asym]
-//                         [--act-order] [--reps 50] [--warmup 10] [--copy-gbps X] [--csv FILE]
+//                         [--act-order] [--formats bf16,int8,int4,int4_simt] [--reps 50]
+//                         [--warmup 10] [--copy-gbps X] [--csv FILE]
 //
 // For each shape (out x in) and T, one row per format:
 //   bf16       T = 1: step03's GEMV (v2_r1u8, what the decoder runs); T > 1: step02's gemm_xwt
@@ -47,17 +48,21 @@ typedef struct {
 } Shape;
 static const Shape SHAPES[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
 #define N_SHAPES 4
+static const char *const FORMATS[] = {"bf16", "int8", "int4", "int4_simt"};
+#define N_FORMATS 4
 #define BF16_GEMV_VERSION 1  // decode_gpu.cu's v2_r1u8, the decoder's default
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: qgemm_bench [--T LIST] [--shapes LIST] [--group G] [--asym] [--act-order] [--reps R]\n"
-            "                   [--warmup W] [--copy-gbps X] [--seed S] [--csv FILE]\n"
+            "usage: qgemm_bench [--T LIST] [--shapes LIST] [--group G] [--asym] [--act-order] [--formats LIST]\n"
+            "                   [--reps R] [--warmup W] [--copy-gbps X] [--seed S] [--csv FILE]\n"
             "  --T          token counts (default 1,16,64): 1 times the GEMV, more the GEMM\n"
             "  --shapes     of qkv (6144x4096), o (4096x4096), gate_up (28672x4096), down (4096x14336): default all\n"
             "  --group      INT4 columns per group (default 128; -1: per channel); INT8 is per channel\n"
             "  --asym       INT4 with zero points (default symmetric)\n"
             "  --act-order  a GPTQ act-order g_idx (the columns permuted at load, x gathered at run time)\n"
+            "  --formats    rows to time, of bf16, int8, int4, int4_simt (default all; without bf16 the\n"
+            "               x_bf16 column is empty)\n"
             "  --reps       timed samples, median reported (default 50), after --warmup (default 10)\n"
             "  --copy-gbps  the bandwidth ceiling (default: measured now, device copy, read + write counted)\n"
             "  --csv FILE   also write the table as CSV to FILE\n");
@@ -88,7 +93,7 @@ static void run_q(void *p) {
 
 int main(int argc, char **argv) {
     int nT = 3, *Ts = NULL, group = 128, asym = 0, act = 0, reps = 50, warmup = 10;
-    int use[N_SHAPES] = {1, 1, 1, 1};
+    int use[N_SHAPES] = {1, 1, 1, 1}, fmt[N_FORMATS] = {1, 1, 1, 1};
     uint64_t seed = 11;
     double copy_gbps = 0;
     const char *csv = NULL;
@@ -105,6 +110,16 @@ int main(int argc, char **argv) {
                 while (k < N_SHAPES && strcmp(tok, SHAPES[k].name)) k++;
                 if (k == N_SHAPES) arg_die("--shapes: '%s' is not one of qkv, o, gate_up, down", tok);
                 use[k] = 1;
+            }
+        } else if (!strcmp(a, "--formats") && more) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", argv[++i]);
+            memset(fmt, 0, sizeof fmt);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                int k = 0;
+                while (k < N_FORMATS && strcmp(tok, FORMATS[k])) k++;
+                if (k == N_FORMATS) arg_die("--formats: '%s' is not one of bf16, int8, int4, int4_simt", tok);
+                fmt[k] = 1;
             }
         } else if (!strcmp(a, "--group") && more) group = (int)arg_int(a, argv[++i], -1, 1 << 20);
         else if (!strcmp(a, "--asym")) asym = 1;
@@ -178,7 +193,7 @@ int main(int argc, char **argv) {
         float *ref = xmalloc((size_t)2 * rows * sizeof(float)), *out = xmalloc((size_t)maxT * rows * sizeof(float));
         float *x2 = xmalloc((size_t)2 * cols * sizeof(float));
         double bf16_us[64] = {0};
-        for (int ti = 0; ti < nT && ti < 64; ti++) {  // bf16 baseline first
+        for (int ti = 0; fmt[0] && ti < nT && ti < 64; ti++) {  // bf16 baseline first
             const int T = Ts[ti];
             const double wb = (double)rows * cols * 2, xb = T == 1 ? 4.0 * cols : 2.0 * T * cols;
             double ms;
@@ -201,6 +216,7 @@ int main(int argc, char **argv) {
             table_str(t, "kernel", T == 1 ? "step03 GEMV v2_r1u8" : "cuBLAS gemm_xwt (bf16, fp32 accumulate)");
         }
         for (int kind = 0; kind < 2; kind++) {
+            if (!(kind == 0 ? fmt[1] : fmt[2] || fmt[3])) continue;
             QWeight w;
             const int g = kind == 0 || group < 0 ? cols : group;
             make_qweight(&rng, kind == 0 ? QK_INT8 : QK_INT4, rows, cols, g, kind == 0 ? 1 : !asym, kind == 1 && act, &w);
@@ -220,6 +236,7 @@ int main(int argc, char **argv) {
                 // T = 1: every GEMV version; T > 1: the default GEMM and (INT4) the SIMT fallback
                 const int nvar = T == 1 ? qlinear_gemv_n_versions() : kind == 1 ? 2 : 1;
                 for (int path = 0; path < nvar; path++) {
+                    if (kind == 1 && !fmt[T > 1 && path ? 3 : 2]) continue;
                     if (T == 1) qlinear_gemv_set_version(path);
                     else
                         for (int i = 0; i < n; i++) qlinear_gpu_set_gemm_path(c.L[i], path ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO);
@@ -251,7 +268,7 @@ int main(int argc, char **argv) {
                     table_num(t, "gb_s", bytes / (ms * 1e-3) / 1e9);
                     table_num(t, "pct_copy", copy_gbps > 0 ? 100.0 * bytes / (ms * 1e-3) / 1e9 / copy_gbps : NAN);
                     table_num(t, "tflops", T > 1 ? 2.0 * T * rows * cols / (ms * 1e-3) / 1e12 : NAN);
-                    table_num(t, "x_bf16", ti < 64 ? bf16_us[ti] / (ms * 1e3) : NAN);
+                    table_num(t, "x_bf16", ti < 64 && bf16_us[ti] > 0 ? bf16_us[ti] / (ms * 1e3) : NAN);
                     table_num(t, "mbytes", bytes / 1e6);
                     table_num(t, "max_rel_err", e);
                     char kname[256];
