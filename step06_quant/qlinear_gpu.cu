@@ -1734,7 +1734,7 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
     constexpr int TSS = TS / SP;  // tiles of each of the unit's SP strips in a stage
     using G = QTmaGeom<4, TSS, GM, ZP, false>;  // one strip's part of a stage (a stage: SP parts)
     constexpr int NTOK = 8 * NT;
-    static_assert(TS / SP % W == 0 || TS / SP < W, "a stage's tiles spread evenly over the warps");
+    static_assert(TS / SP % W == 0, "a stage's tiles spread evenly over the warps");
     extern __shared__ __align__(128) unsigned char sm[];
     // block -> (chunk, first unit): the blocks of a cluster (cl of them, consecutive) share a chunk;
     // gpc blocks a chunk take its units u0, u0 + gpc, ... (cl = 1: chunk b % nc, u0 = b / nc)
