@@ -6,7 +6,7 @@
 //          qlinear_gpu_gemv_version, qlinear_gemv_set_chain, qlinear_gemm_set_qtmat,
 //          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts, qlinear_gemm_set_qtmat_sp,
 //          qlinear_gemm_set_qtmat_xorder, qlinear_gemm_set_qtmat_cl, qlinear_gemm_set_qtmat_red,
-//          qlinear_gemm_set_qtmat_ring, qlinear_gemm_set_qtmat_rb1, qlinear_gemm_set_qtmat_w
+//          qlinear_gemm_set_qtmat_ring, qlinear_gemm_set_qtmat_rb1
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -69,9 +69,6 @@ void qlinear_gemm_set_qtmat_ring(int bytes);
 // k_qtmat's partial sums of a unit in one buffer (1; a barrier more a unit) or two (0); -1: the
 // default (QLINEAR_QTMAT_RB1, else 0). The same sums either way.
 void qlinear_gemm_set_qtmat_rb1(int on);
-// k_qtmat's consumer warps at 9-16 rows for weights in groups of 128 columns: 8 or 16; anything
-// else: the default (QLINEAR_QTMAT_W, else 8). Other layers and fewer rows keep 8.
-void qlinear_gemm_set_qtmat_w(int w);
 // qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
 // time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's
 // QLINEAR_DEQ_T, else 512 rows for INT4 and 64 for INT8, where the tensor-core kernels fall behind).

@@ -1704,7 +1704,7 @@ struct QTmatArgs {
     int rb1;         // the warps' partial sums in one buffer (a barrier more a unit) instead of two
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
-#define QTT_W 8    // consumer warps (qtmat_w: 16 for 9-16 rows as an option, below)
+#define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
 #define QTT_XB 32  // the most stages a chunk of x has (a barrier each)
 __host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so 8 rows' 16-byte pieces fall on distinct banks
 __host__ __device__ constexpr int qtmat_hdr(int ns) { return ((2 * ns + QTT_XB) * 8 + 127) / 128 * 128; }  // the barriers' bytes
@@ -1727,14 +1727,13 @@ template <class X> __device__ __forceinline__ void dq4_nat(uint32_t wd, uint32_t
 // strip u + pair; the epilogue writes h = silu(gate) * up in X's type instead of the two strips'
 // fp32 sums (the same sums, in the same order, as the unfused GEMM's; the same formula as step07's
 // SwiGLU kernel), so the step has no SwiGLU launch and no (T, 2 ff) fp32 buffer to write and read.
-template <class X, int GM, bool ZP, int NT, int TS, int SP, bool SW, int W = QTT_W>
-__global__ void __launch_bounds__((W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
+template <class X, int GM, bool ZP, int NT, int TS, int SP, bool SW>
+__global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a) {
     static_assert(!SW || SP == 2, "SwiGLU pairs a gate and an up strip in one unit");
 #ifdef WGMMA_ARCH
     constexpr int TSS = TS / SP;  // tiles of each of the unit's SP strips in a stage
     using G = QTmaGeom<4, TSS, GM, ZP, false>;  // one strip's part of a stage (a stage: SP parts)
-    constexpr int NTOK = 8 * NT;
-    static_assert(TS / SP % W == 0, "a stage's tiles spread evenly over the warps");
+    constexpr int W = QTT_W, NTOK = 8 * NT;
     extern __shared__ __align__(128) unsigned char sm[];
     // block -> (chunk, first unit): the blocks of a cluster (cl of them, consecutive) share a chunk;
     // gpc blocks a chunk take its units u0, u0 + gpc, ... (cl = 1: chunk b % nc, u0 = b / nc)
@@ -2682,9 +2681,9 @@ static void *scratch(QLinearGpu *q, size_t bytes, cudaStream_t s) { return grow(
 
 // Launch k_qtmat, or (setup, at the layer's creation: not while a stream is being captured) allow
 // it its shared memory.
-template <class X, int GM, bool ZP, int NT, int TS, int SP, bool SW, int W = QTT_W>
+template <class X, int GM, bool ZP, int NT, int TS, int SP, bool SW>
 static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
-    auto k = k_qtmat<X, GM, ZP, NT, TS, SP, SW, W>;
+    auto k = k_qtmat<X, GM, ZP, NT, TS, SP, SW>;
     if (setup) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_SMEM_MAX);
         cudaGetLastError();
@@ -2694,21 +2693,16 @@ static void qtmat_go(QTmatArgs a, size_t smem, int grid, bool pdl, cudaStream_t 
         // asked once per instance and cluster size, at the most shared memory a block can take (so
         // at least as many fit at the launch's own)
         static int most[5] = {-1, -1, -1, -1, -1};
-        if (most[a.cl] < 0) most[a.cl] = max_clusters(k, (W + 1) * 32, QTMA_SMEM_MAX, a.cl);
+        if (most[a.cl] < 0) most[a.cl] = max_clusters(k, (QTT_W + 1) * 32, QTMA_SMEM_MAX, a.cl);
         if ((long)most[a.cl] * a.cl < grid) a.cl = 1;
     }
-    launch_ex_cl(k, dim3(grid), (W + 1) * 32, smem, s, pdl, a.cl, a);
+    launch_ex_cl(k, dim3(grid), (QTT_W + 1) * 32, smem, s, pdl, a.cl, a);
 }
 template <class X, int NT, int TS, int SP, bool SW = false>
 static void qtmat_kind(int gm, bool zp, const QTmatArgs &a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
     if (gm == 0) zp ? qtmat_go<X, 0, true, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 0, false, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup);
     else if (gm == 1) zp ? qtmat_go<X, 1, true, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup);
     else zp ? qtmat_go<X, 2, true, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 2, false, NT, TS, SP, SW>(a, smem, grid, pdl, s, setup);
-}
-// The 16-warp instances (qtmat_w): groups of 128 columns only (gm 1), 9-16 rows, 32 tiles a stage.
-template <class X, int SP, bool SW = false>
-static void qtmat_kind16(bool zp, const QTmatArgs &a, size_t smem, int grid, bool pdl, cudaStream_t s, bool setup) {
-    zp ? qtmat_go<X, 1, true, 2, 32, SP, SW, 16>(a, smem, grid, pdl, s, setup) : qtmat_go<X, 1, false, 2, 32, SP, SW, 16>(a, smem, grid, pdl, s, setup);
 }
 // k_qtmat's tiles a stage: 16 or 32 (each consumer warp then has 4 tiles of a stage in flight).
 // Unset (0), 16 up to 4 rows and 32 above: on an H100 (7ba5693) 32 was faster at 8 and 16 rows
@@ -2784,19 +2778,6 @@ static int qtmat_ring() { return knob(&g_qtmat_ring, "QLINEAR_QTMAT_RING", 1, QT
 static int g_qtmat_rb1 = -1;
 extern "C" void qlinear_gemm_set_qtmat_rb1(int on) { g_qtmat_rb1 = on < 0 ? -1 : on ? 1 : 0; }
 static int qtmat_rb1() { return knob(&g_qtmat_rb1, "QLINEAR_QTMAT_RB1", 0, 1, 0); }
-// k_qtmat's consumer warps at 9-16 rows (QLINEAR_QTMAT_W or qlinear_gemm_set_qtmat_w: 8, the
-// default, or 16), for weights in groups of 128 columns (gm 1) at 32 tiles a stage; elsewhere 8.
-// Nsight Compute on down at 16 rows (results/h100_qtmat_xcopy_2026-12-07/xcopy_ncu/) saw the 8
-// consumer warps of an SM issue on 29% of cycles, with no warp eligible on 67%: too few warps to
-// cover the weights', ldmatrix's and mma's latencies. 16 warps give each stage's tiles twice the
-// warps (one or two tiles each), with fewer registers a thread (at most 120 to fit 17 warps an SM)
-// and the partial sums of twice the warps to add at a unit's end. Not yet measured.
-static int g_qtmat_w = -1;
-extern "C" void qlinear_gemm_set_qtmat_w(int w) { g_qtmat_w = w == 8 || w == 16 ? w : -1; }
-static int qtmat_w() {
-    if (knob(&g_qtmat_w, "QLINEAR_QTMAT_W", 8, 16, QTT_W) != 16) g_qtmat_w = QTT_W;
-    return g_qtmat_w;
-}
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
     const QTmatArgs a = {};
@@ -2804,9 +2785,6 @@ template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: th
     qtmat_kind<X, 1, 32, 1>(gm, zp, a, 0, 0, false, NULL, true), qtmat_kind<X, 2, 32, 1>(gm, zp, a, 0, 0, false, NULL, true);
     qtmat_kind<X, 1, 32, 2>(gm, zp, a, 0, 0, false, NULL, true), qtmat_kind<X, 2, 32, 2>(gm, zp, a, 0, 0, false, NULL, true);
     qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, 0, 0, false, NULL, true), qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, 0, 0, false, NULL, true);
-    if (gm == 1)
-        qtmat_kind16<X, 1>(zp, a, 0, 0, false, NULL, true), qtmat_kind16<X, 2>(zp, a, 0, 0, false, NULL, true),
-            qtmat_kind16<X, 2, true>(zp, a, 0, 0, false, NULL, true);
 }
 static void qtmat_prepare(const QLinearGpu *q) {
     if (!q->qt || q->kind != QK_INT4) return;  // (per layer, as qtma_prepare: the current device's allowance)
@@ -2824,13 +2802,12 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     if (!qtmat_on() || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
     const int ts = qtmat_ts(T), strips = q->np / 16;
-    const int W = NT == 2 && ts == 32 && gm == 1 ? qtmat_w() : QTT_W;  // consumer warps
     // a stage of sp strips (ts / sp tiles of each), its ring, and the fixed shared memory (barriers,
     // ring, the strips' partial sums); then the most tiles a chunk of x can hold
     const int rb1 = qtmat_rb1(), nrb = rb1 ? 1 : 2;  // buffers of the partial sums
     auto stage_of = [&](int sp) { return sp * qtma_part(4, ts / sp, gm, zp); };
     auto fixed_ns = [&](int sp, int ns) {
-        return (size_t)qtmat_hdr(ns) + (size_t)ns * stage_of(sp) + (size_t)nrb * W * sp * 256 * 4;
+        return (size_t)qtmat_hdr(ns) + (size_t)ns * stage_of(sp) + (size_t)nrb * QTT_W * sp * 256 * 4;
     };
     // (x's chunks are cut for the default ring, QTT_RING)
     auto fixed_of = [&](int sp) { return fixed_ns(sp, ring_stages(QTT_RING, stage_of(sp))); };
@@ -2878,11 +2855,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
                    A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, qtmat_xpre(ns),
                    g_qtmat_xall, cl, red, rb1};
     const bool pdl = pdl_on(q);
-    if (W == 16) {  // (NT 2, 32 tiles a stage, gm 1)
-        if (ff > 0) qtmat_kind16<X, 2, true>(zp, a, smem, grid, pdl, s, false);
-        else if (sp == 2) qtmat_kind16<X, 2>(zp, a, smem, grid, pdl, s, false);
-        else qtmat_kind16<X, 1>(zp, a, smem, grid, pdl, s, false);
-    } else if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
+    if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
                         : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);
     else if (ts == 32 && sp == 2) NT == 2 ? qtmat_kind<X, 2, 32, 2>(gm, zp, a, smem, grid, pdl, s, false)
                                      : qtmat_kind<X, 1, 32, 2>(gm, zp, a, smem, grid, pdl, s, false);

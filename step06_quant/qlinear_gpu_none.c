@@ -90,7 +90,6 @@ void qlinear_gemm_set_qtmat_cl(int cl) { (void)cl; }
 void qlinear_gemm_set_qtmat_red(int on) { (void)on; }
 void qlinear_gemm_set_qtmat_ring(int bytes) { (void)bytes; }
 void qlinear_gemm_set_qtmat_rb1(int on) { (void)on; }
-void qlinear_gemm_set_qtmat_w(int w) { (void)w; }
 int qlinear_gpu_gemv_version(const struct QLinearGpu *q) {
     (void)q;
     return -1;

@@ -485,8 +485,7 @@ Test(step06_gpu, llama_down_proj_shape) {
 // (qlinear_gemm_set_qtmat_xorder) and into clusters of blocks (qlinear_gemm_set_qtmat_cl), the chunk
 // sums added by atomic adds (qlinear_gemm_set_qtmat_red: at beta 1; at beta 0 k_qtmat_sum still), a
 // larger ring with the partial sums in one buffer (qlinear_gemm_set_qtmat_ring, _rb1) and a ring of
-// two stages, 16 consumer warps (qlinear_gemm_set_qtmat_w: groups of 128 at 9 and 16 rows), alone and
-// with the larger ring in one buffer; beta 0 and 1.
+// two stages; beta 0 and 1.
 Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
     NEED_GPU();
     const QCase cases[] = {{QK_INT4, 77, 9536, 32, 0, 0}, {QK_INT4, 300, 9536, -1, 1, 0}, {QK_INT4, 150, 9472, 128, 1, 1},
@@ -502,18 +501,16 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         // two other orders (all of it before any weights; a ring of weights first, then all of x),
         // then clusters of 2 and 4 blocks sharing x (some blocks without a unit, some without a row
         // at T = 3), then the chunk sums by atomic adds, then in pairs a ring of up to 160 KB (as many
-        // stages as fit beside x) with the partial sums in one buffer, then a ring of 2 stages, then
-        // 16 consumer warps, alone and with the larger ring in one buffer
-        for (int on = 0; on < 13; on++) {
+        // stages as fit beside x) with the partial sums in one buffer, then a ring of 2 stages
+        for (int on = 0; on < 11; on++) {
             qlinear_gemm_set_qtmat(on > 0);
             qlinear_gemm_set_qtmat_ts(on == 1 ? 16 : 32);
             qlinear_gemm_set_qtmat_sp(on == 3 || on == 5 || on == 7 ? 2 : 1);
             qlinear_gemm_set_qtmat_xorder(on == 4 ? 0 : on == 5 ? 64 : -1, on == 4 || on == 5);
             qlinear_gemm_set_qtmat_cl(on == 6 || on >= 9 ? 2 : on == 7 ? 4 : 1);
             qlinear_gemm_set_qtmat_red(on == 8);
-            qlinear_gemm_set_qtmat_ring(on == 9 || on == 12 ? 160 * 1024 : on == 10 ? 1024 : 0);
-            qlinear_gemm_set_qtmat_rb1(on == 9 || on == 12);
-            qlinear_gemm_set_qtmat_w(on >= 11 ? 16 : -1);
+            qlinear_gemm_set_qtmat_ring(on == 9 ? 160 * 1024 : on == 10 ? 1024 : 0);
+            qlinear_gemm_set_qtmat_rb1(on == 9);
             if (on && gi_.cc_major == 9)
                 cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
                           qlinear_gpu_describe(q));
@@ -528,7 +525,6 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         qlinear_gemm_set_qtmat_red(-1);
         qlinear_gemm_set_qtmat_ring(0);
         qlinear_gemm_set_qtmat_rb1(-1);
-        qlinear_gemm_set_qtmat_w(-1);
         qlinear_gemm_set_qtmat(0);
         qlinear_gpu_free(q);
         qweight_free(&w);
@@ -541,14 +537,13 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
 // most one unit in the last place of X's type), padding columns of H untouched; groups of 32
 // asymmetric, 128, per channel and act-order (x gathered), an odd gate strip count, bf16 and fp16,
 // T = 5, 9, 16; T = 3 (16 tiles a stage) and ff not a multiple of 16 are refused (0). The odd cases
-// with a ring of up to 160 KB and the partial sums in one buffer (qlinear_gemm_set_qtmat_ring, _rb1);
-// T = 9 and 16 again with 16 consumer warps (qlinear_gemm_set_qtmat_w; groups of 128 only).
+// with a ring of up to 160 KB and the partial sums in one buffer (qlinear_gemm_set_qtmat_ring, _rb1).
 Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
     NEED_GPU();
     const int want = gi_.cc_major == 9;  // k_qtmat is sm_90a's
     const QCase cases[] = {{QK_INT4, 2 * 48, 512, 128, 1, 0}, {QK_INT4, 2 * 160, 384, 32, 0, 0}, {QK_INT4, 2 * 64, 640, -1, 1, 0},
                            {QK_INT4, 2 * 96, 512, 128, 1, 1}, {QK_INT4, 2 * 592, 4096, 128, 1, 0}};
-    static const int Ts[] = {5, 9, 16, 3, 9, 16};
+    static const int Ts[] = {5, 9, 16, 3};
     Rng r;
     rng_seed(&r, 615);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -558,8 +553,7 @@ Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
         const int ff = cases[ci].rows / 2, cols = cases[ci].cols, ldh = ff + 5;
         qlinear_gemm_set_qtmat_ring(ci % 2 ? 160 * 1024 : 0);
         qlinear_gemm_set_qtmat_rb1(ci % 2 ? 1 : -1);
-        for (int ti = 0; ti < 6; ti++) {
-            qlinear_gemm_set_qtmat_w(ti >= 4 ? 16 : -1);
+        for (int ti = 0; ti < 4; ti++) {
             const int T = Ts[ti], ldx = cols + (ti % 2 ? 3 : 8);  // an odd stride: x gathered first
             const StDtype dt = (ti + (int)ci) % 2 ? ST_F16 : ST_BF16;
             float *X = rng_new_uniform(&r, (size_t)T * ldx, -1, 1);
@@ -607,7 +601,6 @@ Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
         }
         qlinear_gemm_set_qtmat_ring(0);
         qlinear_gemm_set_qtmat_rb1(-1);
-        qlinear_gemm_set_qtmat_w(-1);
         qlinear_gpu_free(q);
         qweight_free(&w);
     }
