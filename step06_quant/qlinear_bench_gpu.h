@@ -64,10 +64,12 @@ void qlinear_gemm_set_qtmat_cl(int cl);
 // sums them in chunk order in k_qtmat_sum; -1: QLINEAR_QTMAT_RED, else 0.
 void qlinear_gemm_set_qtmat_red(int on);
 // k_qtmat's ring of weights in bytes (its stages: bytes / stage, at least 2, as many as fit beside
-// x); <= 0: the default (the environment's QLINEAR_QTMAT_RING, else 64 KB).
+// x); <= 0: the default (the environment's QLINEAR_QTMAT_RING, else 160 KB where x is cut into
+// chunks and the partial sums take one buffer, 64 KB otherwise).
 void qlinear_gemm_set_qtmat_ring(int bytes);
 // k_qtmat's partial sums of a unit in one buffer (1; a barrier more a unit) or two (0); -1: the
-// default (QLINEAR_QTMAT_RB1, else 0). The same sums either way.
+// default (QLINEAR_QTMAT_RB1, else one where x is cut into chunks, two elsewhere). The same sums
+// either way.
 void qlinear_gemm_set_qtmat_rb1(int on);
 // qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
 // time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's

@@ -2764,20 +2764,24 @@ static int qtmat_cl() {
 static int g_qtmat_red = -1;
 extern "C" void qlinear_gemm_set_qtmat_red(int on) { g_qtmat_red = on < 0 ? -1 : on ? 1 : 0; }
 static int qtmat_red() { return knob(&g_qtmat_red, "QLINEAR_QTMAT_RED", 0, 1, 0); }
-// k_qtmat's ring of weights in bytes (QLINEAR_QTMAT_RING or qlinear_gemm_set_qtmat_ring; default
-// QTT_RING): the stages it holds (at least 2), as many as fit beside the chunk of x, which is cut as
-// for the default ring. A block has one ring, so its bytes in flight are about the ring less the
-// stage being computed (the GEMV runs two blocks of a 56 KB ring an SM); where x leaves room (8 rows
-// and fewer, or x in more chunks) a larger ring may reach nearer the copy bandwidth. Not yet measured.
+// k_qtmat's ring of weights in bytes (QLINEAR_QTMAT_RING or qlinear_gemm_set_qtmat_ring; 0, unset:
+// QTT_RING, or QTT_RING_BIG where x is cut into chunks and the partial sums take one buffer): the
+// stages it holds (at least 2), as many as fit beside the chunk of x, which is cut as for the
+// default ring. A block has one ring, so its bytes in flight are about the ring less the stage
+// being computed (the GEMV runs two blocks of a 56 KB ring an SM).
+// The consumers' partial sums of a unit in one buffer (1: QLINEAR_QTMAT_RB1 or
+// qlinear_gemm_set_qtmat_rb1) or two (0), for a barrier more a unit; unset (2): one where x is cut
+// into chunks, two elsewhere. Measured on an H100 (README "A fourth stage where x is in chunks"): the
+// larger ring alone changes nothing at 16 rows (x leaves no room for another stage), with one
+// buffer it gives down (x in 3 chunks) a fourth stage, 26.2 -> 23.4-23.6 us, while the layers whose x
+// is whole lose up to 7% with one buffer (q|k|v 13.1 -> 13.9-14.0 us) and 2 and 8 rows 3-5% in all.
+#define QTT_RING_BIG (160 * 1024)
 static int g_qtmat_ring = -1;
 extern "C" void qlinear_gemm_set_qtmat_ring(int bytes) { g_qtmat_ring = bytes > 0 ? bytes : -1; }
-static int qtmat_ring() { return knob(&g_qtmat_ring, "QLINEAR_QTMAT_RING", 1, QTMA_SMEM_MAX, QTT_RING); }
-// The consumers' partial sums of a unit in one buffer (1: QLINEAR_QTMAT_RB1 or
-// qlinear_gemm_set_qtmat_rb1) instead of two (0, the default): 16 KB (SP = 2) more for x or the
-// ring, for a barrier more a unit. Not yet measured.
+static int qtmat_ring() { return knob(&g_qtmat_ring, "QLINEAR_QTMAT_RING", 1, QTMA_SMEM_MAX, 0); }
 static int g_qtmat_rb1 = -1;
 extern "C" void qlinear_gemm_set_qtmat_rb1(int on) { g_qtmat_rb1 = on < 0 ? -1 : on ? 1 : 0; }
-static int qtmat_rb1() { return knob(&g_qtmat_rb1, "QLINEAR_QTMAT_RB1", 0, 1, 0); }
+static int qtmat_rb1() { return knob(&g_qtmat_rb1, "QLINEAR_QTMAT_RB1", 0, 1, 2); }
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
     const QTmatArgs a = {};
@@ -2804,7 +2808,8 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const int ts = qtmat_ts(T), strips = q->np / 16;
     // a stage of sp strips (ts / sp tiles of each), its ring, and the fixed shared memory (barriers,
     // ring, the strips' partial sums); then the most tiles a chunk of x can hold
-    const int rb1 = qtmat_rb1(), nrb = rb1 ? 1 : 2;  // buffers of the partial sums
+    // buffers of the partial sums: qtmat_rb1's, or (auto) one where x is cut into chunks (below)
+    int rb1 = qtmat_rb1() == 1, nrb = rb1 ? 1 : 2;
     auto stage_of = [&](int sp) { return sp * qtma_part(4, ts / sp, gm, zp); };
     auto fixed_ns = [&](int sp, int ns) {
         return (size_t)qtmat_hdr(ns) + (size_t)ns * stage_of(sp) + (size_t)nrb * QTT_W * sp * 256 * 4;
@@ -2812,13 +2817,20 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     // (x's chunks are cut for the default ring, QTT_RING)
     auto fixed_of = [&](int sp) { return fixed_ns(sp, ring_stages(QTT_RING, stage_of(sp))); };
     auto most_of = [&](size_t fixed) { return (((long)QTMA_SMEM_MAX - (long)fixed) / (ntok * 4) - 4) / 32; };
-    const long most = most_of(fixed_of(1));
-    if (most < 1) return 0;
-    // as many chunks as x needs (or QLINEAR_QTMAT_NC)
-    int nc = (int)((nk + most - 1) / most);
-    if (g_qtmat_nc > nc) nc = g_qtmat_nc < nk ? g_qtmat_nc : nk;
-    const int kct = (nk + nc - 1) / nc;
-    nc = (nk + kct - 1) / kct;
+    // as many chunks as x needs (or QLINEAR_QTMAT_NC): nc chunks of kct tiles; 0 where none fits
+    int nc = 0, kct = 0;
+    auto cut = [&]() {
+        const long most = most_of(fixed_of(1));
+        if (most < 1) return 0;
+        nc = (int)((nk + most - 1) / most);
+        if (g_qtmat_nc > nc) nc = g_qtmat_nc < nk ? g_qtmat_nc : nk;
+        kct = (nk + nc - 1) / nc;
+        nc = (nk + kct - 1) / kct;
+        return 1;
+    };
+    if (!cut()) return 0;
+    const bool big = nc > 1 && qtmat_rb1() == 2;  // auto: x in chunks, so one buffer and a larger ring
+    if (big) rb1 = 1, nrb = 1, cut();
     // one block an SM: the units of each chunk spread evenly over sms / nc blocks. Two strips a unit
     // (32 tiles a stage, x's chunk still fitting) where that takes no more strips' time on the busiest
     // block: each x fragment then serves two tiles, and the partial sums meet (a barrier of the
@@ -2832,10 +2844,10 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
         if (most_of(fixed_of(2)) >= kct) sp = 2;
     }
     if ((kct + ts / sp - 1) / (ts / sp) > QTT_XB) return 0;  // more stages a chunk than x has barriers
-    // the ring's stages: qtmat_ring() / stage (at least 2), as many as fit beside x (the default
-    // ring's always do: x was cut for it)
+    // the ring's stages: qtmat_ring() / stage (at least 2; auto: QTT_RING, QTT_RING_BIG where x is in
+    // chunks), as many as fit beside x (the default ring's always do: x was cut for it)
     const size_t xbytes = (size_t)ntok * qtmat_xs(kct) * 4;
-    const int want = ring_stages(qtmat_ring(), stage_of(sp));
+    const int want = ring_stages(qtmat_ring() ? qtmat_ring() : nc > 1 && rb1 ? QTT_RING_BIG : QTT_RING, stage_of(sp));
     int ns = 2;
     while (ns < want && fixed_ns(sp, ns + 1) + xbytes <= (size_t)QTMA_SMEM_MAX) ns++;
     const size_t smem = fixed_ns(sp, ns) + xbytes;

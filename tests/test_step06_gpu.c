@@ -501,7 +501,9 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         // two other orders (all of it before any weights; a ring of weights first, then all of x),
         // then clusters of 2 and 4 blocks sharing x (some blocks without a unit, some without a row
         // at T = 3), then the chunk sums by atomic adds, then in pairs a ring of up to 160 KB (as many
-        // stages as fit beside x) with the partial sums in one buffer, then a ring of 2 stages
+        // stages as fit beside x) with the partial sums in one buffer (the default where x is in
+        // chunks; the others here fix two buffers and the 64 KB ring), then a ring of 2 stages with
+        // the buffers as the default has them
         for (int on = 0; on < 11; on++) {
             qlinear_gemm_set_qtmat(on > 0);
             qlinear_gemm_set_qtmat_ts(on == 1 ? 16 : 32);
@@ -510,7 +512,7 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
             qlinear_gemm_set_qtmat_cl(on == 6 || on >= 9 ? 2 : on == 7 ? 4 : 1);
             qlinear_gemm_set_qtmat_red(on == 8);
             qlinear_gemm_set_qtmat_ring(on == 9 ? 160 * 1024 : on == 10 ? 1024 : 0);
-            qlinear_gemm_set_qtmat_rb1(on == 9);
+            qlinear_gemm_set_qtmat_rb1(on == 9 ? 1 : on == 10 ? -1 : 0);
             if (on && gi_.cc_major == 9)
                 cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
                           qlinear_gpu_describe(q));
