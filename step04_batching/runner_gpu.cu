@@ -285,7 +285,7 @@ struct AttnCtx {
     FlashAttn fa;        // PREFILL_FLASH: the step's flash_attn call (q, kc, vc, out set per layer); fa.ntiles > 0: run
     int flash_id, flash_tile_m;  // the flash version picked for this model at creation, and its tile_m
     int decode_v2;       // paged: always paged_decode_v2 (batch-invariant mode), not paged_decode's rule
-    int b1_part;         // paged: > 0 paged_decode_v2 with partitions of this many keys (the lone decode row: LLM_B1_PART; several rows: LLM_BATCH_PART)
+    int b1_part;         // paged, the lone decode row: > 0 paged_decode_v2 with partitions of this many keys
 };
 
 struct LongItem {
@@ -449,7 +449,6 @@ struct GpuRunner {
     int b1_nsplit;    // its grid's key splits: ceil(max_len / ATTN_CHUNK)
     int *attn_count;  // (KV) its finished splits per kv head
     int b1_part;  // > 0 (LLM_B1_PART): the lone row's paged attention split into partitions of this many keys (v2)
-    int bpart;    // > 0 (LLM_BATCH_PART): the same for a step of several rows (paged_decode_choose otherwise)
     int bpdl;     // graph steps of several rows: PDL launches (LLM_BATCH_PDL, on by default on sm_90)
     int lpt;      // decode items longest first (LLM_ATTN_LPT, on by default)
     int upfront;  // gpu_runner_capture_graphs captures (LLM_GRAPHS_UPFRONT, on by default; off: buckets as they come)
@@ -641,8 +640,6 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
                                                                    : 3);
         const char *e3 = getenv("LLM_B1_PART");
         r->b1_part = e3 ? atoi(e3) : 0;
-        const char *ebp = getenv("LLM_BATCH_PART");
-        r->bpart = ebp ? atoi(ebp) : 0;
         const char *e5 = getenv("LLM_BATCH_PDL"), *e6 = getenv("LLM_ATTN_LPT"), *e7 = getenv("LLM_GRAPHS_UPFRONT");
         r->bpdl = !(e5 && strcmp(e5, "0") == 0) && gi.cc_major >= 9;
         r->lpt = !(e6 && strcmp(e6, "0") == 0);
@@ -1148,7 +1145,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
     const int gemv1 = r->use_gemv && !r->batch_inv && T == 1 && p->nlg == 0 && p->npad == 0;  // a lone decode: GEMV layers
     const int fused1 = gemv1 && r->fused1, pdl = fused1 && r->pdl;  // ... as step07's batch-1 chain
     const int bp = gi >= 0 && !gemv1 && r->bpdl;  // a graph step of several rows: PDL launches too
-    r->ac.b1_part = !paged ? 0 : fused1 ? r->b1_part : !gemv1 ? r->bpart : 0;
+    r->ac.b1_part = fused1 && paged ? r->b1_part : 0;
     const int gv = gi < 0 ? 0 : r->ac.b1_part > 0 ? 2 : paged_decode_choose(T, KV, p->maxlen, r->ac.num_sms);
     if (gv == 2) p->maxlen = r->max_len;
     // graphs, and the batch-1 chain also when eager (programmatic launches need a stream of their own)

@@ -50,6 +50,8 @@ static const Shape SHAPES[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up
 #define N_SHAPES 4
 static const char *const FORMATS[] = {"bf16", "int8", "int4", "int4_simt"};
 #define N_FORMATS 4
+static const char *shape_name(int k) { return SHAPES[k].name; }
+static const char *format_name(int k) { return FORMATS[k]; }
 #define BF16_GEMV_VERSION 1  // decode_gpu.cu's v2_r1u8, the decoder's default
 
 static void usage(FILE *f) {
@@ -66,6 +68,20 @@ static void usage(FILE *f) {
             "  --reps       timed samples, median reported (default 50), after --warmup (default 10)\n"
             "  --copy-gbps  the bandwidth ceiling (default: measured now, device copy, read + write counted)\n"
             "  --csv FILE   also write the table as CSV to FILE\n");
+}
+
+// on[k] = 1 for each of the n names (name(k)) that the comma-separated list s gives, 0 for the
+// rest; an unknown name ends the program with opt's error.
+static void arg_names(const char *opt, const char *s, const char *(*name)(int), int n, int *on) {
+    char buf[256], all[256] = "";
+    snprintf(buf, sizeof buf, "%s", s);
+    for (int k = 0; k < n; k++) on[k] = 0, snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", k ? ", " : "", name(k));
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int k = 0;
+        while (k < n && strcmp(tok, name(k))) k++;
+        if (k == n) arg_die("%s: '%s' is not one of %s", opt, tok, all);
+        on[k] = 1;
+    }
 }
 
 // A random QWeight (quant.h's qweight_random: every integer equally likely, scales in [0.5, 1.5) / 64).
@@ -101,27 +117,9 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         const int more = i + 1 < argc;
         if (!strcmp(a, "--T") && more) free(Ts), Ts = arg_int_list(a, argv[++i], 1, 4096, &nT);
-        else if (!strcmp(a, "--shapes") && more) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", argv[++i]);
-            memset(use, 0, sizeof use);
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                int k = 0;
-                while (k < N_SHAPES && strcmp(tok, SHAPES[k].name)) k++;
-                if (k == N_SHAPES) arg_die("--shapes: '%s' is not one of qkv, o, gate_up, down", tok);
-                use[k] = 1;
-            }
-        } else if (!strcmp(a, "--formats") && more) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", argv[++i]);
-            memset(fmt, 0, sizeof fmt);
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                int k = 0;
-                while (k < N_FORMATS && strcmp(tok, FORMATS[k])) k++;
-                if (k == N_FORMATS) arg_die("--formats: '%s' is not one of bf16, int8, int4, int4_simt", tok);
-                fmt[k] = 1;
-            }
-        } else if (!strcmp(a, "--group") && more) group = (int)arg_int(a, argv[++i], -1, 1 << 20);
+        else if (!strcmp(a, "--shapes") && more) arg_names(a, argv[++i], shape_name, N_SHAPES, use);
+        else if (!strcmp(a, "--formats") && more) arg_names(a, argv[++i], format_name, N_FORMATS, fmt);
+        else if (!strcmp(a, "--group") && more) group = (int)arg_int(a, argv[++i], -1, 1 << 20);
         else if (!strcmp(a, "--asym")) asym = 1;
         else if (!strcmp(a, "--act-order")) act = 1;
         else if (!strcmp(a, "--reps") && more) reps = (int)arg_int(a, argv[++i], 1, 100000);

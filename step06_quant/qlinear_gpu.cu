@@ -1704,7 +1704,7 @@ struct QTmatArgs {
     int rb1;         // the warps' partial sums in one buffer (a barrier more a unit) instead of two
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
-#define QTT_W 8    // consumer warps (16, one tile a stage each, measured no faster: gate_up T = 16 48.4 vs 47.8 us)
+#define QTT_W 8    // consumer warps (16 measured no faster twice: README "A fourth stage where x is in chunks")
 #define QTT_XB 32  // the most stages a chunk of x has (a barrier each)
 __host__ __device__ constexpr int qtmat_xs(int kct) { return kct * 32 + 4; }  // words a token row: +16 bytes, so 8 rows' 16-byte pieces fall on distinct banks
 __host__ __device__ constexpr int qtmat_hdr(int ns) { return ((2 * ns + QTT_XB) * 8 + 127) / 128 * 128; }  // the barriers' bytes
@@ -2808,8 +2808,9 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const int ts = qtmat_ts(T), strips = q->np / 16;
     // a stage of sp strips (ts / sp tiles of each), its ring, and the fixed shared memory (barriers,
     // ring, the strips' partial sums); then the most tiles a chunk of x can hold
-    // buffers of the partial sums: qtmat_rb1's, or (auto) one where x is cut into chunks (below)
-    int rb1 = qtmat_rb1() == 1, nrb = rb1 ? 1 : 2;
+    // buffers of the partial sums: qtmat_rb1's, or (auto, 2) one where x is cut into chunks (below)
+    const int rb1_set = qtmat_rb1();
+    int nrb = rb1_set == 1 ? 1 : 2;
     auto stage_of = [&](int sp) { return sp * qtma_part(4, ts / sp, gm, zp); };
     auto fixed_ns = [&](int sp, int ns) {
         return (size_t)qtmat_hdr(ns) + (size_t)ns * stage_of(sp) + (size_t)nrb * QTT_W * sp * 256 * 4;
@@ -2829,8 +2830,11 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
         return 1;
     };
     if (!cut()) return 0;
-    const bool big = nc > 1 && qtmat_rb1() == 2;  // auto: x in chunks, so one buffer and a larger ring
-    if (big) rb1 = 1, nrb = 1, cut();
+    if (rb1_set == 2 && nc > 1) {  // auto: x in chunks, so one buffer, and x cut again for its room
+        nrb = 1;
+        if (!cut()) return 0;
+    }
+    const int rb1 = nrb == 1;
     // one block an SM: the units of each chunk spread evenly over sms / nc blocks. Two strips a unit
     // (32 tiles a stage, x's chunk still fitting) where that takes no more strips' time on the busiest
     // block: each x fragment then serves two tiles, and the partial sums meet (a barrier of the
