@@ -1233,6 +1233,13 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
         CUDA_CHECK_LAST();
         launches += 2;
         const dim3 qkv_grid(T, (H + 2 * KV + 3) / 4), qkv_block(32, 4);
+        // For measuring only: LLM_STEP_SKIP=mask leaves kernels out of a step of 2..64 rows (1 the
+        // RMSNorms inside the layers, 2 q|k|v, 4 RoPE and the K/V write, 8 attention, 16 o, 32 gate|up
+        // with its SwiGLU, 64 down), so that the step's time without them says what each costs where
+        // it overlaps its neighbours. The step's output is then wrong. Read once.
+        static int skip_env = -1;
+        if (skip_env < 0) skip_env = getenv("LLM_STEP_SKIP") ? atoi(getenv("LLM_STEP_SKIP")) : 0;
+        const int skip = !fused1 && !gemv1 && T >= 2 && T <= 64 ? skip_env : 0;
         for (int l = 0; l < c->n_layers; l++) {
             const GpuLayer *L = &g->layers[l];
             void *kc = (char *)r->kc + (size_t)l * r->lstride, *vc = (char *)r->vc + (size_t)l * r->lstride;
@@ -1246,8 +1253,9 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 proj_gemv(dt, &L->qqkv, L->wqkv, r->xnf, L->bqkv, r->qkv, nqkv, d, 0, st);
                 launches += 2;
             } else {
-                DISPATCH(dt, A, pdl_launch(bp, k_rmsnorm<A>, dim3(T), dim3(256), 0, st, r->x, L->attn_norm, d, 1, (size_t)d, eps, (A *)r->xn));
-                rproj(r, st, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
+                if (!(skip & 1))
+                    DISPATCH(dt, A, pdl_launch(bp, k_rmsnorm<A>, dim3(T), dim3(256), 0, st, r->x, L->attn_norm, d, 1, (size_t)d, eps, (A *)r->xn));
+                if (!(skip & 2)) rproj(r, st, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
                 launches += 2;
             }
             bool fattn = false;  // the lone row's RoPE, K/V write and attention in one kernel (mode 3)
@@ -1260,13 +1268,15 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
             if (fattn) {
                 launches++;
             } else {
-                DISPATCH(dt, A,
-                         pdl_launch(pdl || bp, k_qkv_rows<A, A>, qkv_grid, qkv_block, 0, st, r->qkv,
-                                    gemv1 ? (const float *)NULL : L->bqkv, L->q_norm, L->k_norm, r->cos_t, r->sin_t,
-                                    dp + o_slot, H, KV, hd, eps, (A *)r->q16, (A *)kc, (A *)vc));
+                if (!(skip & 4))
+                    DISPATCH(dt, A,
+                             pdl_launch(pdl || bp, k_qkv_rows<A, A>, qkv_grid, qkv_block, 0, st, r->qkv,
+                                        gemv1 ? (const float *)NULL : L->bqkv, L->q_norm, L->k_norm, r->cos_t, r->sin_t,
+                                        dp + o_slot, H, KV, hd, eps, (A *)r->q16, (A *)kc, (A *)vc));
                 launches++;
-                launches += attn_layer(&r->ac, p, dp + o_sr, dp + o_sl, dp + o_sb, r->qkv, nqkv, r->q16, kc, vc,
-                                       gemv1 ? (void *)r->attf : r->att, gemv1, st, pdl || bp);
+                if (!(skip & 8))
+                    launches += attn_layer(&r->ac, p, dp + o_sr, dp + o_sl, dp + o_sb, r->qkv, nqkv, r->q16, kc, vc,
+                                           gemv1 ? (void *)r->attf : r->att, gemv1, st, pdl || bp);
             }
             if (fused1) {
                 launches += fused_proj(pdl, st, dt, &L->qo, L->wo, r->x, NULL, eps, r->attf, L->bo, r->x, d, qd, 1, 0,
@@ -1275,7 +1285,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 proj_gemv(dt, &L->qo, L->wo, r->attf, L->bo, r->x, d, qd, 1, st);  // x += att Wo^T + bo
                 launches++;
             } else {
-                rproj(r, st, dt, &L->qo, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
+                if (!(skip & 16)) rproj(r, st, dt, &L->qo, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
                 launches++;
                 if (L->bo) {
                     k_add_bias<<<grid_for((size_t)T * d, 256), 256, 0, st>>>(r->x, L->bo, T, d, d);
@@ -1298,10 +1308,11 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 proj_gemv(dt, &L->qdown, L->wdown, r->hf, NULL, r->x, d, ff, 1, st);
                 launches += 4;
             } else {
-                DISPATCH(dt, A, pdl_launch(bp, k_rmsnorm<A>, dim3(T), dim3(256), 0, st, r->x, L->mlp_norm, d, 1, (size_t)d, eps, (A *)r->xn));
+                if (!(skip & 1))
+                    DISPATCH(dt, A, pdl_launch(bp, k_rmsnorm<A>, dim3(T), dim3(256), 0, st, r->x, L->mlp_norm, d, 1, (size_t)d, eps, (A *)r->xn));
                 // INT4 gate|up of <= 16 rows: the SwiGLU in the GEMM's epilogue (step06's k_qtmat), else apart
-                int sw = 0;
-                if (r->gemm_swiglu && !r->batch_inv && L->qgu.n == 1 && (dt == ST_BF16 || dt == ST_F16)) {
+                int sw = skip & 32 ? 1 : 0;
+                if (!sw && r->gemm_swiglu && !r->batch_inv && L->qgu.n == 1 && (dt == ST_BF16 || dt == ST_F16)) {
                     sw = qlinear_gpu_gemm_swiglu(L->qgu.part[0], dt, T, r->xn, d, r->h, ff, ff, st);
                     if (sw < 0) die("qlinear_gpu_gemm_swiglu failed (T = %d)", T);
                 }
@@ -1309,7 +1320,7 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                     rproj(r, st, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
                     if (fused_swiglu_pdl(1, ST_F32, dt, r->gu, r->h, T, ff, st, bp) != 1) die("fused_swiglu: refused (see above)");
                 }
-                rproj(r, st, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
+                if (!(skip & 64)) rproj(r, st, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
                 launches += sw ? 3 : 4;
             }
         }
