@@ -78,7 +78,7 @@ __device__ inline void merge_warps(const float *red, int NW, int g, int hd, int 
                                    float *part_ml) {
     const float *ml = red + (size_t)NW * g * hd;
     const int t = threadIdx.x;
-    for (int o = t; o < g * hd; o += PA_THREADS) {
+    for (int o = t; o < g * hd; o += blockDim.x) {
         const int hh = o / hd, h = kvh * g + hh, e = o % hd;
         float M = -INFINITY;
         for (int wi = 0; wi < NW; wi++) M = fmaxf(M, ml[(wi * g + hh) * 2]);
@@ -256,8 +256,8 @@ __global__ void __launch_bounds__(PA_THREADS, MINB)
 //   O's alpha rescale needs the factor of heads 2 t4, 2 t4 + 1: two shuffles from lanes 8 t4, 8 t4 + 4.
 // Rows past the range load the range's last row (a valid address) and get p = 0. Registers at
 // hd 128: 32 K + 32 V words in flight, 32 O, 16 Q.
-template <class C, int HD, int TPI, int MINB = 1, bool PSPLIT = false>
-__global__ void __launch_bounds__(PA_THREADS, MINB)
+template <class C, int HD, int TPI, int MINB = 1, bool PSPLIT = false, int NWT = PA_THREADS / 32>
+__global__ void __launch_bounds__(NWT * 32, MINB)
     k_paged_decode_mma(const float *__restrict__ q, int ldq, const C *__restrict__ kc, const C *__restrict__ vc,
                        const int *__restrict__ bt, int bt_stride, int B, const int *rows, const int *seqs,
                        const int *lens, int H, int KV, float scale, int part, void *out, int ldo, int out_f32,
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(PA_THREADS, MINB)
 #ifdef PA_MMA_ARCH
     pdl_trigger();
     pdl_wait();
-    constexpr int NW = PA_THREADS / 32, KS = HD / 16, NKV = HD / 32, NVV = HD / 64, MT = HD / 16;
+    constexpr int NW = NWT, KS = HD / 16, NKV = HD / 32, NVV = HD / 64, MT = HD / 16;
     constexpr int TK = 16 * TPI;  // keys per warp iteration
     static_assert(HD % 64 == 0 && HD <= 256, "hd 64, 128 or 256");
     extern __shared__ float red[];
@@ -461,6 +461,12 @@ static void launch_decode_mma(int loop, dim3 grid, size_t smem, const PagedDecod
     if (loop == 5) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 2>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
     else if (loop == 6) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 4>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
     else if (loop == 7) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 1, true>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
+    else if (loop == 8 || loop == 9) {  // 8 or 16 warps: smem was sized for PA_THREADS / 32
+        const int nw = loop == 8 ? 8 : 16;
+        const size_t sm = smem / (PA_THREADS / 32) * nw;
+        if (loop == 8) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 1, false, 8>, grid, dim3(256), sm, (cudaStream_t)a->stream, PA_MMA_ARGS);
+        else pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 1, false, 16>, grid, dim3(512), sm, (cudaStream_t)a->stream, PA_MMA_ARGS);
+    }
     else pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
 #undef PA_MMA_ARGS
 }
@@ -528,11 +534,20 @@ static double v1_ctas_per_sm(void) {
 // v2 (64.9 / 74.1% of copy at contexts 4096 / 32768 against the first loop's 57.7 / 66.1% in the
 // same run, results/paged_attn_ladder_a4918b7_*_h200.csv); variant 3 is the first loop by name.
 // Variants 4 .. 7 on a shape the tensor-core loop does not take run the SIMT default.
+// Variants 8 and 9 (the tensor-core loop with 8 and 16 warps a CTA) take the loop 4 where their
+// warps' partial outputs would need more than 48 KB of shared memory. PAGED_DECODE_LOOP (a variant,
+// read once) replaces variant 0 for a run.
 static int decode_loop(const PagedDecode *a, int v2) {
-    const int simt = v2 ? 1 : 0;
-    if (a->variant == 0 && a->H / a->KV <= paged_decode_simt_max_g()) return simt;
-    if (a->variant == 0 || a->variant >= 4) return paged_decode_mma_ok(a->dt, a->hd) ? (a->variant ? a->variant : 4) : simt;
-    return a->variant == 3 ? 0 : a->variant;
+    static int env_loop = -1;
+    if (env_loop < 0) env_loop = (int)env_num("PAGED_DECODE_LOOP", 0, 0);
+    const int simt = v2 ? 1 : 0, variant = a->variant == 0 && env_loop <= 9 ? env_loop : a->variant;
+    if (variant == 0 && a->H / a->KV <= paged_decode_simt_max_g()) return simt;
+    if (variant == 0 || variant >= 4) {
+        if (!paged_decode_mma_ok(a->dt, a->hd)) return simt;
+        if (variant >= 8 && (size_t)(variant == 8 ? 8 : 16) * (a->H / a->KV) * (a->hd + 2) * sizeof(float) > 48 * 1024) return 4;
+        return variant ? variant : 4;
+    }
+    return variant == 3 ? 0 : variant;
 }
 
 static int check_args(const PagedDecode *a) {

@@ -72,7 +72,10 @@ typedef struct {
                                  // only): 1 at most 128 registers (4 CTAs per SM), 2 eight rows per lane per
                                  // iteration, 3 the first loop; tensor-core loops (else the SIMT default):
                                  // 4 one 16-key tile per warp iteration, 5 two, 6 at most 128 registers,
-                                 // 7 P rounded in two parts (paged_attn_bench's rungs)
+                                 // 7 P rounded in two parts (paged_attn_bench's rungs), 8 and 9 the
+                                 // loop 4 with 8 and 16 warps a CTA (4 where their partial outputs
+                                 // would need over 48 KB of shared memory); PAGED_DECODE_LOOP (read
+                                 // once) stands in for 0
     void *stream;                // cudaStream_t the kernels go on (NULL: the default stream)
     int pdl;                     // sm_90: launched with programmatic dependent launch (common/pdl.cuh): the
                                  // kernels may start while the previous kernel of the stream finishes, and

@@ -6,7 +6,7 @@
 //          qlinear_gpu_gemv_version, qlinear_gemv_set_chain, qlinear_gemm_set_qtmat,
 //          qlinear_gemm_set_deq_rows, qlinear_gemm_set_qtmat_ts, qlinear_gemm_set_qtmat_sp,
 //          qlinear_gemm_set_qtmat_xorder, qlinear_gemm_set_qtmat_cl, qlinear_gemm_set_qtmat_red,
-//          qlinear_gemm_set_qtmat_ring, qlinear_gemm_set_qtmat_rb1
+//          qlinear_gemm_set_qtmat_ring, qlinear_gemm_set_qtmat_rb1, qlinear_gemm_set_qtmat_adj
 #pragma once
 #ifdef __cplusplus
 extern "C" {
@@ -71,6 +71,9 @@ void qlinear_gemm_set_qtmat_ring(int bytes);
 // default (QLINEAR_QTMAT_RB1, else one where x is cut into chunks, two elsewhere). The same sums
 // either way.
 void qlinear_gemm_set_qtmat_rb1(int on);
+// Which tiles of a stage each of k_qtmat's consumer warps takes: 1 adjacent ones (a group's scale then
+// applied once to the products of its tiles), 0 W apart; -1: the default (QLINEAR_QTMAT_ADJ, else 1).
+void qlinear_gemm_set_qtmat_adj(int on);
 // qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
 // time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's
 // QLINEAR_DEQ_T, else 512 rows for INT4 and 64 for INT8, where the tensor-core kernels fall behind).

@@ -1702,6 +1702,7 @@ struct QTmatArgs {
     int cl;          // blocks a cluster (1, 2, 4): they share a chunk, and each copies T / cl of x's rows into all
     int red;         // nc > 1, beta = 1: each chunk's sums added into Y (T, ldy) by atomic adds, no P, no k_qtmat_sum
     int rb1;         // the warps' partial sums in one buffer (a barrier more a unit) instead of two
+    int adj;         // a warp's tiles of a stage adjacent (warp N + j) instead of W apart (warp + W j)
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
 #define QTT_W 8    // consumer warps (16 measured no faster twice: README "A fourth stage where x is in chunks")
@@ -1826,7 +1827,7 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
         int gis[NJ][NPG];
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
-            const int kcl = kcl0 + W * j, kc = k0 + kcl, kx = kc - kc0;
+            const int kcl = a.adj ? kcl0 * NJ + j : kcl0 + W * j, kc = k0 + kcl, kx = kc - kc0;
 #pragma unroll
             for (int n = 0; n < NT; n++) ldmatrix_x4(pr[j][n], xl[n] + kx * 128), ldmatrix_x4(pr[j][n] + 4, xl[n] + kx * 128 + 64);
 #pragma unroll
@@ -1840,35 +1841,68 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                     if (GM != 0) strip_scales<G>(part, gis[j][p], g, sl[j][r][p], sh[j][r][p]);
             }
         }
+        if constexpr (GM == 1) {  // one group a tile: the products of a run of tiles in one group
+            // (adjacent tiles of a group of 128 or more columns) summed before its scale is applied
 #pragma unroll
-        for (int j = 0; j < NJ; j++)
+            for (int r = 0; r < SP; r++) {
+                float c[NT][4];
 #pragma unroll
-            for (int r = 0; r < SP; r++)
+                for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
 #pragma unroll
-                for (int p = 0; p < NPG; p++) {
+                for (int j = 0; j < NJ; j++) {
                     uint32_t zlo = zsym, zhi = zsym;
                     if (ZP) {
-                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
+                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][0] * 16;
                         zlo = x2_of(X(), Q16<X>::LO + (float)zs[g]), zhi = x2_of(X(), Q16<X>::LO + (float)zs[g + 8]);
                     }
-                    float c[NT][4];
 #pragma unroll
-                    for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
-#pragma unroll
-                    for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
+                    for (int i = 0; i < 4; i++) {
                         uint32_t b[4];
                         dq4_nat<X>(wa[j][r][i], zlo, zhi, b);
                         const uint32_t A[4] = {b[0], b[2], b[1], b[3]};
 #pragma unroll
                         for (int n = 0; n < NT; n++) mma16816(X(), c[n], A, pr[j][n][2 * i], pr[j][n][2 * i + 1]);
                     }
+                    if (j == NJ - 1 || gis[j + 1][0] != gis[j][0]) {  // the run's last tile: scale and add
 #pragma unroll
-                    for (int n = 0; n < NT; n++)
+                        for (int n = 0; n < NT; n++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            acc[r][n][e] = GM == 0 ? acc[r][n][e] + c[n][e]
-                                                   : fmaf(e < 2 ? sl[j][r][p] : sh[j][r][p], c[n][e], acc[r][n][e]);
+                            for (int e = 0; e < 4; e++)
+                                acc[r][n][e] = fmaf(e < 2 ? sl[j][r][0] : sh[j][r][0], c[n][e], acc[r][n][e]), c[n][e] = 0.0f;
+                    }
                 }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int r = 0; r < SP; r++)
+#pragma unroll
+                    for (int p = 0; p < NPG; p++) {
+                        uint32_t zlo = zsym, zhi = zsym;
+                        if (ZP) {
+                            const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
+                            zlo = x2_of(X(), Q16<X>::LO + (float)zs[g]), zhi = x2_of(X(), Q16<X>::LO + (float)zs[g + 8]);
+                        }
+                        float c[NT][4];
+#pragma unroll
+                        for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+#pragma unroll
+                        for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
+                            uint32_t b[4];
+                            dq4_nat<X>(wa[j][r][i], zlo, zhi, b);
+                            const uint32_t A[4] = {b[0], b[2], b[1], b[3]};
+#pragma unroll
+                            for (int n = 0; n < NT; n++) mma16816(X(), c[n], A, pr[j][n][2 * i], pr[j][n][2 * i + 1]);
+                        }
+#pragma unroll
+                        for (int n = 0; n < NT; n++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                acc[r][n][e] = GM == 0 ? acc[r][n][e] + c[n][e]
+                                                       : fmaf(e < 2 ? sl[j][r][p] : sh[j][r][p], c[n][e], acc[r][n][e]);
+                    }
+        }
     };
     RingPos rp;
     int nu = 0;
@@ -2782,6 +2816,13 @@ static int qtmat_ring() { return knob(&g_qtmat_ring, "QLINEAR_QTMAT_RING", 1, QT
 static int g_qtmat_rb1 = -1;
 extern "C" void qlinear_gemm_set_qtmat_rb1(int on) { g_qtmat_rb1 = on < 0 ? -1 : on ? 1 : 0; }
 static int qtmat_rb1() { return knob(&g_qtmat_rb1, "QLINEAR_QTMAT_RB1", 0, 1, 2); }
+// Which tiles of a stage a consumer warp takes (QLINEAR_QTMAT_ADJ or qlinear_gemm_set_qtmat_adj):
+// 1 (the default), N adjacent ones (warp N .. warp N + N - 1), so that with groups of 128 columns
+// or more a warp's two tiles of a stage share a group and its scale is applied once to their summed
+// products (half the fp32 multiply-adds of the scales); 0, W apart (warp, warp + W, ...), as before.
+static int g_qtmat_adj = -1;
+extern "C" void qlinear_gemm_set_qtmat_adj(int on) { g_qtmat_adj = on < 0 ? -1 : on ? 1 : 0; }
+static int qtmat_adj() { return knob(&g_qtmat_adj, "QLINEAR_QTMAT_ADJ", 0, 1, 1); }
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
     const QTmatArgs a = {};
@@ -2869,7 +2910,7 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const int gpc = ((units + rounds - 1) / rounds + cl - 1) / cl * cl, grid = gpc * nc;
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
                    A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, qtmat_xpre(ns),
-                   g_qtmat_xall, cl, red, rb1};
+                   g_qtmat_xall, cl, red, rb1, qtmat_adj()};
     const bool pdl = pdl_on(q);
     if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
                         : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);

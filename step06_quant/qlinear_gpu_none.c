@@ -90,6 +90,7 @@ void qlinear_gemm_set_qtmat_cl(int cl) { (void)cl; }
 void qlinear_gemm_set_qtmat_red(int on) { (void)on; }
 void qlinear_gemm_set_qtmat_ring(int bytes) { (void)bytes; }
 void qlinear_gemm_set_qtmat_rb1(int on) { (void)on; }
+void qlinear_gemm_set_qtmat_adj(int on) { (void)on; }
 int qlinear_gpu_gemv_version(const struct QLinearGpu *q) {
     (void)q;
     return -1;

@@ -227,12 +227,16 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                                                        "v2 variant 6 (mma, lb4)",
                                                        "v2 variant 7 (mma, P split)",
                                                        "v1 variant 3 (the first loop)",
-                                                       "v1 variant 4 (mma)"};
+                                                       "v1 variant 4 (mma)",
+                                                       "v1 variant 8 (mma, 8 warps)",
+                                                       "v1 variant 9 (mma, 16 warps)",
+                                                       "v2 variant 8 (mma, 8 warps)",
+                                                       "v2 variant 9 (mma, 16 warps)"};
                 // v1, v2 and the rule with their default loops (the tensor-core loop where paged_decode_mma_ok),
-                // v2 with the loop variants 1 .. 7, v1 with variants 3 and 4
-                for (int ver = 1; ver <= 12; ver++) {
-                    const int variant = ver <= 3 ? 0 : ver <= 10 ? ver - 3 : ver - 8;
-                    const int out_f32 = dt == ST_F32 || ((ver == 2 || ver == 10) && s == 1);
+                // v2 with the loop variants 1 .. 7, v1 with variants 3 and 4, both with 8 and 9
+                for (int ver = 1; ver <= 16; ver++) {
+                    const int variant = ver <= 3 ? 0 : ver <= 10 ? ver - 3 : ver <= 12 ? ver - 8 : ver <= 14 ? ver - 5 : ver - 7;
+                    const int out_f32 = dt == ST_F32 || ((ver == 2 || ver == 10 || ver == 13 || ver == 16) && s == 1);
                     PagedDecode a = {dt, H, KV, hd, 1.0f / sqrtf((float)hd), dq, qd, dk, dv, dbt, p.stride, B,
                                      dit, dit + 16, dit + 32, n, maxlen, dout, qd, out_f32, po, pm, part_cap, 0,
                                      variant, NULL, 0};
@@ -243,7 +247,7 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                                          ((variant == 0 && H / KV > paged_decode_simt_max_g()) || (variant >= 4 && variant != 7));
                     for (size_t i = 0; i < (size_t)n * qd; i++) out[i] = NAN;
                     pa_upload_as(out_f32 ? ST_F32 : dt, dout, out, (size_t)n * qd);
-                    const int nl = ver == 1 || ver >= 11 ? paged_decode_v1(&a) : ver == 3 ? paged_decode(&a, nsms)
+                    const int nl = ver == 1 || (ver >= 11 && ver <= 14) ? paged_decode_v1(&a) : ver == 3 ? paged_decode(&a, nsms)
                                                                                        : paged_decode_v2(&a);
                     cr_assert(nl >= 1, "launch refused");
                     cr_assert_eq(pa_sync(), 0);
@@ -271,7 +275,7 @@ Test(step05_gpu, paged_decode_v1_v2_match_cpu_on_odd_shapes, .timeout = 300) {
                 free(q), free(ref), free(out);
                 pool_free(&p);
             }
-    fprintf(stderr, "[paged-decode] %d kernel runs (v1, v2, rule; v2 variants 1-7, v1 variants 3-4) x 6 shapes x 3 block "
+    fprintf(stderr, "[paged-decode] %d kernel runs (v1, v2, rule; v2 variants 1-9, v1 variants 3, 4, 8, 9) x 6 shapes x 3 block "
             "sizes x 3 dtypes match the CPU (tensor-core loop: %s)\n", runs, paged_decode_mma_ok(ST_BF16, 128) ? "on" : "off");
     fprintf(stderr, "[paged-decode] worst max_rel, bf16/fp16 caches: SIMT loops and variant 7 %.2e (half out) %.2e "
             "(fp32 out); tensor-core loops %.2e (half out) %.2e (fp32 out)\n", worst[0][0], worst[0][1], worst[1][0], worst[1][1]);

@@ -484,8 +484,8 @@ Test(step06_gpu, llama_down_proj_shape) {
 // tokens, 2 chunks at 8), each chunk's sums added by a second kernel; x copied in the three orders
 // (qlinear_gemm_set_qtmat_xorder) and into clusters of blocks (qlinear_gemm_set_qtmat_cl), the chunk
 // sums added by atomic adds (qlinear_gemm_set_qtmat_red: at beta 1; at beta 0 k_qtmat_sum still), a
-// larger ring with the partial sums in one buffer (qlinear_gemm_set_qtmat_ring, _rb1) and a ring of
-// two stages; beta 0 and 1.
+// larger ring with the partial sums in one buffer (qlinear_gemm_set_qtmat_ring, _rb1), a ring of
+// two stages, and each warp's tiles W apart (qlinear_gemm_set_qtmat_adj 0); beta 0 and 1.
 Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
     NEED_GPU();
     const QCase cases[] = {{QK_INT4, 77, 9536, 32, 0, 0}, {QK_INT4, 300, 9536, -1, 1, 0}, {QK_INT4, 150, 9472, 128, 1, 1},
@@ -503,8 +503,9 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         // at T = 3), then the chunk sums by atomic adds, then in pairs a ring of up to 160 KB (as many
         // stages as fit beside x) with the partial sums in one buffer (the default where x is in
         // chunks; the others here fix two buffers and the 64 KB ring), then a ring of 2 stages with
-        // the buffers as the default has them
-        for (int on = 0; on < 11; on++) {
+        // the buffers as the default has them, then the default with each warp's tiles of a stage W
+        // apart instead of adjacent
+        for (int on = 0; on < 12; on++) {
             qlinear_gemm_set_qtmat(on > 0);
             qlinear_gemm_set_qtmat_ts(on == 1 ? 16 : 32);
             qlinear_gemm_set_qtmat_sp(on == 3 || on == 5 || on == 7 ? 2 : 1);
@@ -512,7 +513,8 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
             qlinear_gemm_set_qtmat_cl(on == 6 || on >= 9 ? 2 : on == 7 ? 4 : 1);
             qlinear_gemm_set_qtmat_red(on == 8);
             qlinear_gemm_set_qtmat_ring(on == 9 ? 160 * 1024 : on == 10 ? 1024 : 0);
-            qlinear_gemm_set_qtmat_rb1(on == 9 ? 1 : on == 10 ? -1 : 0);
+            qlinear_gemm_set_qtmat_rb1(on == 9 ? 1 : on == 10 || on == 11 ? -1 : 0);
+            qlinear_gemm_set_qtmat_adj(on == 11 ? 0 : -1);
             if (on && gi_.cc_major == 9)
                 cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
                           qlinear_gpu_describe(q));
@@ -527,6 +529,7 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         qlinear_gemm_set_qtmat_red(-1);
         qlinear_gemm_set_qtmat_ring(0);
         qlinear_gemm_set_qtmat_rb1(-1);
+        qlinear_gemm_set_qtmat_adj(-1);
         qlinear_gemm_set_qtmat(0);
         qlinear_gpu_free(q);
         qweight_free(&w);
