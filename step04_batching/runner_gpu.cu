@@ -261,6 +261,22 @@ template <class A> __global__ void k_to_f32_rows(const A *in, float *out, size_t
         out[i] = tof(in[i]);
 }
 
+// Grid (T): row t of xn (ld, d columns) *= r_t = rsqrt(sum_p ss[t * nss + p] * inv_d + eps): the
+// folded RMSNorm finished by hand where the projection after it could not take its sums
+// (qlinear_gpu_gemm_norm refused; the rounding then happens twice).
+template <class A> __global__ void k_norm_fix(A *xn, int ld, int d, const float *ss, int nss, float inv_d, float eps) {
+    __shared__ float rt;
+    const int t = blockIdx.x;
+    if (threadIdx.x < 32) {
+        float v = 0.0f;
+        for (int p = threadIdx.x; p < nss; p += 32) v += ss[(size_t)t * nss + p];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) rt = rsqrtf(v * inv_d + eps);
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < d; c += blockDim.x) xn[(size_t)t * ld + c] = fromf<A>(tof(xn[(size_t)t * ld + c]) * rt);
+}
+
 // ---------------------------------------------------------------- attention of one layer
 
 // The device-side buffers and shape of the attention (the runner's, or the test entry point's).
@@ -453,6 +469,9 @@ struct GpuRunner {
     int lpt;      // decode items longest first (LLM_ATTN_LPT, on by default)
     int upfront;  // gpu_runner_capture_graphs captures (LLM_GRAPHS_UPFRONT, on by default; off: buckets as they come)
     int gemm_swiglu;  // a quantized gate|up's SwiGLU in its GEMM where it can (LLM_GEMM_SWIGLU, on by default)
+    int gemm_norm;    // a step of 2..16 rows: the RMSNorms folded into the INT4 projections around them
+                      // (qlinear_gpu_gemm_norm; LLM_GEMM_NORM, on by default)
+    float *ssn[2];    // (16, d / 16 + 1) each: the partial sums of squares they pass (after down, after o)
     int *sort_tmp;  // (3 T) the sort's scratch
     float *arg_v;
     int *arg_i, *arg_count;  // (1024, 1024, 1): the many-block argmax's partials and finished-block counter
@@ -644,8 +663,9 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
         r->bpdl = !(e5 && strcmp(e5, "0") == 0) && gi.cc_major >= 9;
         r->lpt = !(e6 && strcmp(e6, "0") == 0);
         r->upfront = !(e7 && strcmp(e7, "0") == 0);
-        const char *e8 = getenv("LLM_GEMM_SWIGLU");
+        const char *e8 = getenv("LLM_GEMM_SWIGLU"), *e9 = getenv("LLM_GEMM_NORM");
         r->gemm_swiglu = !(e8 && strcmp(e8, "0") == 0);
+        r->gemm_norm = !(e9 && strcmp(e9, "0") == 0);
     }
     r->prefill_ok = paged && paged_prefill_supported(dt, H, KV, hd);
     size_t f0, f1;
@@ -667,6 +687,7 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
     r->xg = (float *)dalloc_r((size_t)lcap * d * 4, NULL);
     r->logits = (float *)dalloc_r((size_t)lcap * c->vocab * 4, NULL);
     r->xnf = (float *)dalloc_r(d * 4, NULL);
+    for (int i = 0; i < 2; i++) r->ssn[i] = (float *)dalloc_r((size_t)16 * (d / 16 + 1) * 4, NULL);
     r->attf = (float *)dalloc_r(qd * 4, NULL);
     r->hf = (float *)dalloc_r(ff * 4, NULL);
     r->arg_v = (float *)dalloc_r(1024 * 4, NULL);
@@ -770,7 +791,7 @@ static void graphs_drop(GpuRunner *r) {
 extern "C" void gpu_runner_free(GpuRunner *r) {
     if (!r) return;
     CUDA_CHECK(cudaDeviceSynchronize());
-    void *ps[] = {r->kc, r->vc, r->x, r->xn, r->qkv, r->q16, r->att, r->gu, r->h, r->xg, r->logits, r->xnf, r->attf,
+    void *ps[] = {r->ssn[0], r->ssn[1], r->kc, r->vc, r->x, r->xn, r->qkv, r->q16, r->att, r->gu, r->h, r->xg, r->logits, r->xnf, r->attf,
                   r->hf, r->cos_t, r->sin_t, r->inv_freq, r->d_pack, r->d_argmax, r->ac.S, r->ac.part_o, r->ac.part_ml,
                   r->ac.gk, r->ac.gv, r->arg_v, r->arg_i, r->arg_count, r->attn_count, r->pick_v, r->pick_i, r->pick_cnt};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) CUDA_CHECK(cudaFree(ps[i]));
@@ -1240,6 +1261,19 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
         static int skip_env = -1;
         if (skip_env < 0) skip_env = getenv("LLM_STEP_SKIP") ? atoi(getenv("LLM_STEP_SKIP")) : 0;
         const int skip = !fused1 && !gemv1 && T >= 2 && T <= 64 ? skip_env : 0;
+        // 2..16 rows, INT4 projections (qlinear_gpu_gemm_norm): o and down also write what the next
+        // RMSNorm needs but the rows' RMS (xn = x * its weight, partial sums of squares in ssn[]), and
+        // gate|up and the next q|k|v scale their sums by 1 / RMS: no RMSNorm launch between them.
+        // pend: the partial sums per row that xn's pending norm left in ssn[pside] (0: none)
+        const bool fnorm = r->gemm_norm && !fused1 && !gemv1 && !r->batch_inv && T >= 2 && T <= 16 &&
+                           (dt == ST_BF16 || dt == ST_F16) && !skip;
+        int pend = 0, pside = 0;
+        auto norm_in = [&](QGemmNorm *nm) { nm->ss_in = r->ssn[pside], nm->nss_in = pend, nm->cols = d, nm->eps = eps; };
+        auto norm_fix = [&]() {  // the consumer refused: finish the norm in xn itself
+            DISPATCH(dt, A, k_norm_fix<A><<<T, 256, 0, st>>>((A *)r->xn, d, d, r->ssn[pside], pend, 1.0f / d, eps));
+            CUDA_CHECK_LAST();
+            launches++;
+        };
         for (int l = 0; l < c->n_layers; l++) {
             const GpuLayer *L = &g->layers[l];
             void *kc = (char *)r->kc + (size_t)l * r->lstride, *vc = (char *)r->vc + (size_t)l * r->lstride;
@@ -1253,10 +1287,20 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 proj_gemv(dt, &L->qqkv, L->wqkv, r->xnf, L->bqkv, r->qkv, nqkv, d, 0, st);
                 launches += 2;
             } else {
-                if (!(skip & 1))
+                int done = 0;
+                if (pend) {  // the norm folded into the last down and this q|k|v
+                    QGemmNorm nm = {};
+                    norm_in(&nm);
+                    if (L->qqkv.n == 1)
+                        done = qlinear_gpu_gemm_norm(L->qqkv.part[0], dt, T, r->xn, d, r->qkv, nqkv, 0.0f, &nm, st);
+                    if (done < 0) die("qlinear_gpu_gemm_norm failed (q|k|v, T = %d)", T);
+                    if (!done) norm_fix();
+                } else if (!(skip & 1)) {
                     DISPATCH(dt, A, pdl_launch(bp, k_rmsnorm<A>, dim3(T), dim3(256), 0, st, r->x, L->attn_norm, d, 1, (size_t)d, eps, (A *)r->xn));
-                if (!(skip & 2)) rproj(r, st, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
-                launches += 2;
+                    launches++;
+                }
+                if (!done && !(skip & 2)) rproj(r, st, dt, &L->qqkv, T, nqkv, d, r->xn, d, L->wqkv, r->qkv, nqkv, 0.0f);
+                launches++, pend = 0;
             }
             bool fattn = false;  // the lone row's RoPE, K/V write and attention in one kernel (mode 3)
             if (fused1 && r->b1_attn && r->ac.part_cap >= (size_t)H * r->b1_nsplit * hd)
@@ -1285,7 +1329,15 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 proj_gemv(dt, &L->qo, L->wo, r->attf, L->bo, r->x, d, qd, 1, st);  // x += att Wo^T + bo
                 launches++;
             } else {
-                if (!(skip & 16)) rproj(r, st, dt, &L->qo, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
+                int done = 0;
+                if (fnorm && L->qo.n == 1 && !L->bo) {  // x += att Wo^T, and the MLP's norm begun
+                    QGemmNorm nm = {};
+                    nm.nw = L->mlp_norm, nm.xn = r->xn, nm.ldxn = d, nm.ss_out = r->ssn[1];
+                    done = qlinear_gpu_gemm_norm(L->qo.part[0], dt, T, r->att, qd, r->x, d, 1.0f, &nm, st);
+                    if (done < 0) die("qlinear_gpu_gemm_norm failed (o, T = %d)", T);
+                    if (done) pend = nm.nss_out, pside = 1;
+                }
+                if (!done && !(skip & 16)) rproj(r, st, dt, &L->qo, T, d, qd, r->att, qd, L->wo, r->x, d, 1.0f);  // x += att Wo^T
                 launches++;
                 if (L->bo) {
                     k_add_bias<<<grid_for((size_t)T * d, 256), 256, 0, st>>>(r->x, L->bo, T, d, d);
@@ -1308,20 +1360,39 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
                 proj_gemv(dt, &L->qdown, L->wdown, r->hf, NULL, r->x, d, ff, 1, st);
                 launches += 4;
             } else {
-                if (!(skip & 1))
+                if (!pend && !(skip & 1)) {
                     DISPATCH(dt, A, pdl_launch(bp, k_rmsnorm<A>, dim3(T), dim3(256), 0, st, r->x, L->mlp_norm, d, 1, (size_t)d, eps, (A *)r->xn));
+                    launches++;
+                }
                 // INT4 gate|up of <= 16 rows: the SwiGLU in the GEMM's epilogue (step06's k_qtmat), else apart
+                // (and the norm folded into o finished here, or in xn by hand)
                 int sw = skip & 32 ? 1 : 0;
                 if (!sw && r->gemm_swiglu && !r->batch_inv && L->qgu.n == 1 && (dt == ST_BF16 || dt == ST_F16)) {
-                    sw = qlinear_gpu_gemm_swiglu(L->qgu.part[0], dt, T, r->xn, d, r->h, ff, ff, st);
+                    if (pend) {
+                        QGemmNorm nm = {};
+                        norm_in(&nm);
+                        sw = qlinear_gpu_gemm_swiglu_norm(L->qgu.part[0], dt, T, r->xn, d, r->h, ff, ff, &nm, st);
+                    } else {
+                        sw = qlinear_gpu_gemm_swiglu(L->qgu.part[0], dt, T, r->xn, d, r->h, ff, ff, st);
+                    }
                     if (sw < 0) die("qlinear_gpu_gemm_swiglu failed (T = %d)", T);
                 }
+                if (pend && !sw) norm_fix();
+                pend = 0;
                 if (!sw) {
                     rproj(r, st, dt, &L->qgu, T, 2 * ff, d, r->xn, d, L->wgu, r->gu, 2 * ff, 0.0f);
                     if (fused_swiglu_pdl(1, ST_F32, dt, r->gu, r->h, T, ff, st, bp) != 1) die("fused_swiglu: refused (see above)");
                 }
-                if (!(skip & 64)) rproj(r, st, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
-                launches += sw ? 3 : 4;
+                int done = 0;
+                if (fnorm && l + 1 < c->n_layers && L->qdown.n == 1) {  // x += h Wd^T, the next attention's norm begun
+                    QGemmNorm nm = {};
+                    nm.nw = g->layers[l + 1].attn_norm, nm.xn = r->xn, nm.ldxn = d, nm.ss_out = r->ssn[0];
+                    done = qlinear_gpu_gemm_norm(L->qdown.part[0], dt, T, r->h, ff, r->x, d, 1.0f, &nm, st);
+                    if (done < 0) die("qlinear_gpu_gemm_norm failed (down, T = %d)", T);
+                    if (done) pend = nm.nss_out, pside = 0;
+                }
+                if (!done && !(skip & 64)) rproj(r, st, dt, &L->qdown, T, d, ff, r->h, ff, L->wdown, r->x, d, 1.0f);
+                launches += sw ? 2 : 3;
             }
         }
         // ---- logits only for the rows that sample, lcap rows per lm_head GEMM

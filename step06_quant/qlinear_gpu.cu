@@ -1703,6 +1703,16 @@ struct QTmatArgs {
     int red;         // nc > 1, beta = 1: each chunk's sums added into Y (T, ldy) by atomic adds, no P, no k_qtmat_sum
     int rb1;         // the warps' partial sums in one buffer (a barrier more a unit) instead of two
     int adj;         // a warp's tiles of a stage adjacent (warp N + j) instead of W apart (warp + W j)
+    // the RMSNorm folded in (qlinear_gpu_gemm_norm; nc == 1): out, where nw: besides Y, xn (T, ldxn)
+    // in X's type = y * nw[row] and sso[t * nsso + strip] = the strip's sum of y^2 for token t;
+    // in, where ssi: the sums scaled by r_t = rsqrt(sum_p ssi[t * nssi + p] * inv_d + eps) first
+    const float *nw;
+    void *xn;
+    int ldxn, nsso;
+    float *sso;
+    const float *ssi;
+    int nssi;
+    float inv_d, eps;
 };
 #define QTT_TS 16  // tiles a stage up to 4 rows (qtmat_ts: 32 above; QLINEAR_QTMAT_TS or qlinear_gemm_set_qtmat_ts fix it)
 #define QTT_W 8    // consumer warps (16 measured no faster twice: README "A fourth stage where x is in chunks")
@@ -1937,6 +1947,20 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
 #pragma unroll
                 for (int e = 0; e < 4; e++) rb[r * 256 + (2 * t + (e & 1) + 8 * n) * 16 + g + (e >> 1) * 8] = acc[r][n][e];
         consumers_sync(nthr);
+        float *rtk = red + (size_t)(a.rb1 ? 1 : 2) * W * SP * 256;  // [16] norm in: r_t (after the buffers)
+        if (a.ssi && nu == 0) {  // the first unit: r_t of every token, a warp a token, partials in order
+            for (int tk = warp; tk < a.T; tk += W) {
+                float ss = 0.0f;
+                for (int p0 = 0; p0 < a.nssi; p0 += 32) {
+                    float v = p0 + lane < a.nssi ? a.ssi[(size_t)tk * a.nssi + p0 + lane] : 0.0f;
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                    ss += v;
+                }
+                if (lane == 0) rtk[tk] = rsqrtf(ss * a.inv_d + a.eps);
+            }
+            consumers_sync(nthr);
+        }
         if constexpr (SW) {  // unit u: gate strip u (part 0), up strip u + pair (part 1)
             const float *rs = red + (size_t)rbi * W * SP * 256;
             for (int o = tid; o < NTOK * 16; o += nthr) {
@@ -1948,26 +1972,35 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                     gv *= __half2float(a.scales[(size_t)u * 16 + qt_spos(row)]);
                     uv *= __half2float(a.scales[(size_t)(u + a.pair) * 16 + qt_spos(row)]);
                 }
+                if (a.ssi && tok < a.T) gv *= rtk[tok], uv *= rtk[tok];
                 if (tok < a.T) ((X *)a.H)[(size_t)tok * a.ldh + u * 16 + row] = X(gv / (1.0f + __expf(-gv)) * uv);
             }
         } else {
-            for (int o = tid; o < SP * NTOK * 16; o += nthr) {
+            for (int o = tid; o < SP * NTOK * 16; o += nthr) {  // (a warp's 32 o: two tokens of one strip)
                 const int r = o / (NTOK * 16), oo = o % (NTOK * 16), row = oo & 15, tok = oo >> 4;
                 const int strip = u * SP + r, rg = strip * 16 + row;
-                const float *rs = red + (size_t)rbi * W * SP * 256 + r * 256 + oo;
-                float v = 0.0f;
+                const float *rp = red + (size_t)rbi * W * SP * 256 + r * 256 + oo;
+                float v = 0.0f, sq = 0.0f;
 #pragma unroll
-                for (int w = 0; w < W; w++) v += rs[w * SP * 256];
+                for (int w = 0; w < W; w++) v += rp[w * SP * 256];
                 if (tok < a.T && rg < a.rows) {  // (rows <= np: a strip past the last writes nothing)
                     if (GM == 0) v *= __half2float(a.scales[(size_t)strip * 16 + qt_spos(row)]);  // ng = 1
+                    if (a.ssi) v *= rtk[tok];
                     if (nc == 1) {
                         float *y = a.Y + (size_t)tok * a.ldy + rg;
-                        *y = a.beta != 0.0f ? v + a.beta * *y : v;
+                        const float yv = a.beta != 0.0f ? v + a.beta * *y : v;
+                        *y = yv;
+                        if (a.nw) ((X *)a.xn)[(size_t)tok * a.ldxn + rg] = X(yv * a.nw[rg]), sq = yv * yv;
                     } else if (a.red) {
                         atomicAdd(a.Y + (size_t)tok * a.ldy + rg, v);  // (result unused: a RED, no return trip)
                     } else {
                         a.Y[((size_t)chunk * a.T + tok) * a.rows + rg] = v;
                     }
+                }
+                if (a.nw) {  // norm out: the strip's sum of y^2 for this token (its 16 rows: 16 lanes)
+#pragma unroll
+                    for (int m = 8; m > 0; m >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, m);
+                    if (row == 0 && tok < a.T && strip < a.nsso) a.sso[(size_t)tok * a.nsso + strip] = sq;
                 }
             }
         }
@@ -1987,6 +2020,34 @@ __global__ void k_qtmat_sum(const float *__restrict__ P, int nc, int T, int rows
         for (int c = 0; c < nc; c++) v += P[c * n + i];
         float *y = Y + (i / rows) * ldy + i % rows;
         *y = beta != 0.0f ? v + beta * *y : v;
+    }
+}
+
+// k_qtmat_sum with the RMSNorm's first half folded in (qlinear_gpu_gemm_norm): grid (nsso, T),
+// block (b, t) sums columns 256 b .. of token t, writes Y, xn (T, ldxn) = y * nw in X, and the block's
+// sum of y^2 to sso[t * nsso + b] (no atomics: the reader adds them in order).
+template <class X>
+__global__ void __launch_bounds__(256) k_qtmat_sum_norm(const float *__restrict__ P, int nc, int T, int rows, float *Y,
+                                                        int ldy, float beta, const float *__restrict__ nw, X *xn,
+                                                        int ldxn, float *sso, int nsso) {
+    __shared__ float wsum[8];
+    const int t = blockIdx.y, c = blockIdx.x * 256 + threadIdx.x;
+    float sq = 0.0f;
+    if (c < rows) {
+        float v = 0.0f;
+        for (int k = 0; k < nc; k++) v += P[((size_t)k * T + t) * rows + c];
+        float *y = Y + (size_t)t * ldy + c;
+        const float yv = beta != 0.0f ? v + beta * *y : v;
+        *y = yv, xn[(size_t)t * ldxn + c] = X(yv * nw[c]), sq = yv * yv;
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, m);
+    if ((threadIdx.x & 31) == 0) wsum[threadIdx.x >> 5] = sq;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int w = 0; w < 8; w++) s += wsum[w];
+        sso[(size_t)t * nsso + blockIdx.x] = s;
     }
 }
 
@@ -2841,9 +2902,13 @@ static void qtmat_prepare(const QLinearGpu *q) {
 // ff > 0 (SwiGLU; gemm_swiglu_t has checked q gate|up stacked, rows = 2 ff, ff % 16 == 0, and 32
 // tiles a stage): H (T, ldh) = silu(gate) * up instead of Y, where x fits one chunk at two strips a
 // unit (else 0, nothing launched).
+// nm (qlinear_gpu_gemm_norm): the RMSNorm folded in. Its input side (ss_in) needs x in one chunk
+// (else 0); its output side writes xn and the partial sums of squares in k_qtmat's epilogue (one
+// chunk: a partial a strip) or in k_qtmat_sum_norm (chunks: a partial a 256 columns), and sets
+// nm->nss_out.
 template <class X>
 static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int ldy, float beta, cudaStream_t s,
-                      int ff = 0, X *H = NULL, int ldh = 0) {
+                      int ff = 0, X *H = NULL, int ldh = 0, QGemmNorm *nm = NULL) {
     if (!qtmat_on() || !q->qt || q->kind != QK_INT4 || T < 1 || T > 16) return 0;
     const int NT = T > 8 ? 2 : 1, ntok = 8 * NT, nk = q->kp / 64, zp = q->zeros != NULL, gm = q->tc_gm;
     const int ts = qtmat_ts(T), strips = q->np / 16;
@@ -2876,6 +2941,8 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
         if (!cut()) return 0;
     }
     const int rb1 = nrb == 1;
+    if (nm && nm->ss_in && nc != 1) return 0;  // r_t is applied in k_qtmat's epilogue: one chunk only
+    const size_t extra = nm && nm->ss_in ? 16 * sizeof(float) : 0;  // r_t of the 16 tokens
     // one block an SM: the units of each chunk spread evenly over sms / nc blocks. Two strips a unit
     // (32 tiles a stage, x's chunk still fitting) where that takes no more strips' time on the busiest
     // block: each x fragment then serves two tiles, and the partial sums meet (a barrier of the
@@ -2894,12 +2961,13 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const size_t xbytes = (size_t)ntok * qtmat_xs(kct) * 4;
     const int want = ring_stages(qtmat_ring() ? qtmat_ring() : nc > 1 && rb1 ? QTT_RING_BIG : QTT_RING, stage_of(sp));
     int ns = 2;
-    while (ns < want && fixed_ns(sp, ns + 1) + xbytes <= (size_t)QTMA_SMEM_MAX) ns++;
-    const size_t smem = fixed_ns(sp, ns) + xbytes;
+    while (ns < want && fixed_ns(sp, ns + 1) + xbytes + extra <= (size_t)QTMA_SMEM_MAX) ns++;
+    const size_t smem = fixed_ns(sp, ns) + xbytes + extra;
     if (smem > (size_t)QTMA_SMEM_MAX) return 0;
     // nc > 1: the chunk sums (nc, T, rows) go to the layer's part scratch, k_qtmat_sum adds them
     float *P = Y;
-    const int red = nc > 1 && beta == 1.0f && qtmat_red();
+    const int nout = nm && nm->nw;  // the norm's output side
+    const int red = nc > 1 && beta == 1.0f && qtmat_red() && !nout;
     if (nc > 1 && !red) {
         P = (float *)grow(&q->part, &q->part_bytes, (size_t)nc * T * q->rows * sizeof(float), s);
         if (!P) return -1;
@@ -2910,7 +2978,9 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
     const int gpc = ((units + rounds - 1) / rounds + cl - 1) / cl * cl, grid = gpc * nc;
     QTmatArgs a = {(const uint4 *)q->qw, q->scales_t, q->zeros_t, q->np, q->kp, q->gs, q->glog, q->ng, q->rows,
                    A, lda, T, P, ldy, beta, units, nc, kct, ns, ff / 16, H, ldh, qtmat_xpre(ns),
-                   g_qtmat_xall, cl, red, rb1, qtmat_adj()};
+                   g_qtmat_xall, cl, red, rb1, qtmat_adj(), NULL, NULL, 0, 0, NULL, NULL, 0, 0.0f, 0.0f};
+    if (nout && nc == 1) a.nw = nm->nw, a.xn = nm->xn, a.ldxn = nm->ldxn, a.sso = nm->ss_out, a.nsso = strips;
+    if (nm && nm->ss_in) a.ssi = nm->ss_in, a.nssi = nm->nss_in, a.inv_d = 1.0f / (float)nm->cols, a.eps = nm->eps;
     const bool pdl = pdl_on(q);
     if (ff > 0) NT == 2 ? qtmat_kind<X, 2, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false)
                         : qtmat_kind<X, 1, 32, 2, true>(gm, zp, a, smem, grid, pdl, s, false);
@@ -2920,9 +2990,16 @@ static int qtmat_gemm(QLinearGpu *q, int T, const X *A, int lda, float *Y, int l
                                : qtmat_kind<X, 1, 32, 1>(gm, zp, a, smem, grid, pdl, s, false);
     else NT == 2 ? qtmat_kind<X, 2, 16, 1>(gm, zp, a, smem, grid, pdl, s, false)
                  : qtmat_kind<X, 1, 16, 1>(gm, zp, a, smem, grid, pdl, s, false);
-    if (nc > 1 && !red) {
+    if (nc > 1 && !red && nout) {
+        const int nb = (q->rows + 255) / 256;
+        k_qtmat_sum_norm<X><<<dim3(nb, T), 256, 0, s>>>(P, nc, T, q->rows, Y, ldy, beta, nm->nw, (X *)nm->xn, nm->ldxn,
+                                                        nm->ss_out, nb);
+        nm->nss_out = nb;
+    } else if (nc > 1 && !red) {
         const size_t n = (size_t)T * q->rows;
         k_qtmat_sum<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, s>>>(P, nc, T, q->rows, Y, ldy, beta);
+    } else if (nout) {
+        nm->nss_out = strips;
     }
     return 1;
 }
@@ -3160,15 +3237,41 @@ extern "C" int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const v
     return gemm_t<__half>(qm, T, (const __half *)X, ldx, Y, ldy, beta, s);
 }
 
+// The RMSNorm folded into qlinear_gpu_gemm (k_qtmat only: INT4 on sm_90a, 1..16 rows).
 template <class X>
-static int gemm_swiglu_t(QLinearGpu *q, int T, const X *Xm, int ldx, X *H, int ldh, int ff, cudaStream_t s) {
+static int gemm_norm_t(QLinearGpu *q, int T, const X *Xm, int ldx, float *Y, int ldy, float beta, QGemmNorm *nm,
+                       cudaStream_t s) {
+    if (q->kind != QK_INT4 || !q->qt || !q->fast || !q->mma || !qtmat_on() || T > 16) return 0;
+    const X *A;
+    int lda;
+    if (x_packed(q, T, Xm, ldx, s, &A, &lda) != 0) return -1;
+    const int tm = qtmat_gemm<X>(q, T, A, lda, Y, ldy, beta, s, 0, NULL, 0, nm);
+    if (tm <= 0) return tm;
+    return launch_ok("qlinear_gpu_gemm_norm") != 0 ? -1 : 1;
+}
+
+extern "C" int qlinear_gpu_gemm_norm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy,
+                                     float beta, QGemmNorm *nm, void *stream) {
+    if (!q || !nm || T < 1 || !X || !Y || ldx < q->cols || ldy < q->rows || (xdt != ST_BF16 && xdt != ST_F16)) return -1;
+    if ((!nm->nw && !nm->ss_in) || (nm->nw && (!nm->xn || !nm->ss_out || nm->ldxn < q->rows)) ||
+        (nm->ss_in && (nm->nss_in < 1 || nm->cols < 1)))
+        return -1;
+    QLinearGpu *qm = (QLinearGpu *)q;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (xdt == ST_BF16) return gemm_norm_t<__nv_bfloat16>(qm, T, (const __nv_bfloat16 *)X, ldx, Y, ldy, beta, nm, s);
+    return gemm_norm_t<__half>(qm, T, (const __half *)X, ldx, Y, ldy, beta, nm, s);
+}
+
+template <class X>
+static int gemm_swiglu_t(QLinearGpu *q, int T, const X *Xm, int ldx, X *H, int ldh, int ff, cudaStream_t s,
+                         const QGemmNorm *nm = NULL) {
     // what qtmat_gemm's SwiGLU instance needs (the caller checked rows = 2 ff, ff % 16 == 0), before
     // x_packed, which may gather x for nothing
     if (q->kind != QK_INT4 || !q->qt || !qtmat_on() || T > 16 || qtmat_ts(T) != 32) return 0;
     const X *A;
     int lda;
     if (x_packed(q, T, Xm, ldx, s, &A, &lda) != 0) return -1;
-    const int tm = qtmat_gemm<X>(q, T, A, lda, NULL, 0, 0.0f, s, ff, H, ldh);
+    const int tm = qtmat_gemm<X>(q, T, A, lda, NULL, 0, 0.0f, s, ff, H, ldh, (QGemmNorm *)nm);
     if (tm <= 0) return tm;
     return launch_ok("qlinear_gpu_gemm_swiglu") != 0 ? -1 : 1;
 }
@@ -3181,6 +3284,19 @@ extern "C" int qlinear_gpu_gemm_swiglu(const QLinearGpu *q, StDtype xdt, int T, 
     cudaStream_t s = (cudaStream_t)stream;
     if (xdt == ST_BF16) return gemm_swiglu_t<__nv_bfloat16>(qm, T, (const __nv_bfloat16 *)X, ldx, (__nv_bfloat16 *)H, ldh, ff, s);
     return gemm_swiglu_t<__half>(qm, T, (const __half *)X, ldx, (__half *)H, ldh, ff, s);
+}
+
+extern "C" int qlinear_gpu_gemm_swiglu_norm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, void *H,
+                                            int ldh, int ff, const QGemmNorm *nm, void *stream) {
+    if (!q || !nm || nm->nw || !nm->ss_in || nm->nss_in < 1 || nm->cols < 1 || T < 1 || !X || !H || ff < 1 ||
+        ldx < q->cols || ldh < ff || (xdt != ST_BF16 && xdt != ST_F16))
+        return -1;
+    if (q->rows != 2 * ff || ff % 16) return 0;
+    QLinearGpu *qm = (QLinearGpu *)q;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (xdt == ST_BF16)
+        return gemm_swiglu_t<__nv_bfloat16>(qm, T, (const __nv_bfloat16 *)X, ldx, (__nv_bfloat16 *)H, ldh, ff, s, nm);
+    return gemm_swiglu_t<__half>(qm, T, (const __half *)X, ldx, (__half *)H, ldh, ff, s, nm);
 }
 
 // ---------------------------------------------------------------- the benchmark's bf16 baseline

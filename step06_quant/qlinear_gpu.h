@@ -10,7 +10,8 @@
 // defines: QLinearGpu, qlinear_gpu_new, qlinear_gpu_free, qlinear_gpu_bytes, qlinear_gpu_rows,
 //          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemv_fused, qlinear_gpu_gemv_chain, qlinear_gpu_gemv_chain_ok,
 //          QChainPhase,
-//          qlinear_gpu_gemm, qlinear_gpu_gemm_swiglu, qlinear_gpu_describe,
+//          qlinear_gpu_gemm, qlinear_gpu_gemm_swiglu, qlinear_gpu_gemm_norm, qlinear_gpu_gemm_swiglu_norm,
+//          QGemmNorm, qlinear_gpu_describe,
 //          qlinear_gpu_set_gemm_path, QLINEAR_GEMM_AUTO, QLINEAR_GEMM_SIMT
 #pragma once
 #include <stddef.h>
@@ -84,6 +85,33 @@ int qlinear_gpu_gemm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int
 // -1 bad arguments or a launch error.
 int qlinear_gpu_gemm_swiglu(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, void *H, int ldh, int ff,
                             void *stream);
+// The RMSNorm between two projections folded into them (batch 1..16: INT4 through k_qtmat, sm_90a).
+// A projection that adds into the residual stream (Y = X W^T + beta Y, as o and down do) also
+// writes what the next RMSNorm needs apart from the row's RMS: xn (T, ldxn) in xdt = Y * nw (the
+// norm's weight) and partial sums of Y's squares, ss_out[t * nss_out + p] for p < nss_out, each a
+// strip of 16 outputs or a block of 256 (no atomics: the same sums in the same order every run).
+// The next projection reads xn as its X with ss_in / nss_in set to them: its sums are scaled by
+// r_t = 1 / sqrt(sum_p ss_in[t * nss_in + p] / cols + eps) before beta Y is added (the norm's
+// output is r_t * xn: the same product, rounded to xdt before r_t is applied instead of after).
+typedef struct {
+    const float *nw;  // output side: the next RMSNorm's weight (rows floats), or NULL
+    void *xn;         // output side: (T, ldxn) in xdt
+    int ldxn;
+    float *ss_out;    // output side: at least T * ((rows + 15) / 16) floats
+    int nss_out;      // output side: set by the call
+    const float *ss_in;  // input side: partials as an output side wrote them, or NULL
+    int nss_in;          // input side: their count per token
+    int cols;            // input side: the norm's width (the mean of the squares divides by it)
+    float eps;           // input side: the norm's epsilon
+} QGemmNorm;
+// qlinear_gpu_gemm with either or both sides of QGemmNorm. 1 done; 0 not this layer, T or shape
+// (nothing launched but perhaps a gather of X: run qlinear_gpu_gemm and the RMSNorm instead; the
+// input side needs x in one column chunk); -1 bad arguments or a launch error.
+int qlinear_gpu_gemm_norm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy,
+                          float beta, QGemmNorm *nm, void *stream);
+// qlinear_gpu_gemm_swiglu with QGemmNorm's input side (nm->nw must be NULL); the same returns.
+int qlinear_gpu_gemm_swiglu_norm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, void *H, int ldh,
+                                 int ff, const QGemmNorm *nm, void *stream);
 // Which kernel qlinear_gpu_gemm runs: AUTO (the default: the tensor-core GEMM for INT4 on sm_80+)
 // or SIMT (the fallback that INT8 and pre-sm_80 GPUs run), for the tests and the benchmark.
 // 0, or -1 (unknown path).

@@ -48,6 +48,16 @@ int qlinear_gpu_gemm_swiglu(const QLinearGpu *q, StDtype xdt, int T, const void 
     (void)q, (void)xdt, (void)T, (void)X, (void)ldx, (void)H, (void)ldh, (void)ff, (void)stream;
     return 0;
 }
+int qlinear_gpu_gemm_norm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy,
+                          float beta, QGemmNorm *nm, void *stream) {
+    (void)q, (void)xdt, (void)T, (void)X, (void)ldx, (void)Y, (void)ldy, (void)beta, (void)nm, (void)stream;
+    return 0;
+}
+int qlinear_gpu_gemm_swiglu_norm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, void *H, int ldh,
+                                 int ff, const QGemmNorm *nm, void *stream) {
+    (void)q, (void)xdt, (void)T, (void)X, (void)ldx, (void)H, (void)ldh, (void)ff, (void)nm, (void)stream;
+    return 0;
+}
 int qlinear_gpu_gemv_chain(const QChainPhase *ph, int n, float eps, unsigned int *bar, int pdl, void *stream) {
     (void)ph, (void)n, (void)eps, (void)bar, (void)pdl, (void)stream;
     return 0;

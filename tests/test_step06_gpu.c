@@ -26,6 +26,8 @@
 //     fold (act-order with the norm, ff not a multiple of 16);
 //   - qlinear_gpu_gemm_swiglu (the SwiGLU in k_qtmat's epilogue) against the GEMM's own sums put
 //     through silu(gate) * up on the CPU, and refusing (0) what it cannot fuse;
+//   - qlinear_gpu_gemm_norm / _swiglu_norm (the RMSNorm folded into the layers around it) against
+//     qlinear_gpu_gemm's own sums, the norm's parts computed on the CPU;
 //   - bad arguments refused (dtype, T < 0) and T = 0 a no-op.
 // Every test skips (and says why) without a CUDA device.
 #include <criterion/criterion.h>
@@ -620,6 +622,147 @@ Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
     pa_dev_free(dX), pa_dev_free(dH);
     qlinear_gpu_free(q);
     qweight_free(&w);
+}
+
+// qlinear_gpu_gemm_norm / qlinear_gpu_gemm_swiglu_norm, the RMSNorm folded into the INT4 layers
+// around it. The output side (a layer adding into a residual Y): Y bit for bit qlinear_gpu_gemm's,
+// xn exactly Y * nw rounded to X's type, the partial sums of squares adding up to each row's sum of
+// Y^2; one chunk of x (a partial a strip, an odd strip count) and x in column chunks (9,536 columns:
+// k_qtmat_sum_norm, a partial a 256 columns, a last block short). The input side, reading that xn
+// (528 columns: gathered to 576 first; per channel, groups of 64 and 128): a layer's sums are
+// qlinear_gpu_gemm's on xn times r_t = 1 / sqrt(mean of squares + eps), and a gate|up's h is
+// silu(r g) * (r u) of its sums within one unit of X's type; refused (0) where x is in chunks and
+// at 2 rows for the SwiGLU (16 tiles a stage); bad arguments refused (-1). bf16 and fp16, T = 2, 9, 16.
+Test(step06_gpu, gemm_norm_matches_the_gemm_and_the_rmsnorm, .timeout = 300) {
+    NEED_GPU();
+    const int want = gi_.cc_major == 9;  // k_qtmat is sm_90a's
+    // A: d outputs (the producer); B and C (a gate|up of 2 ff rows): d inputs
+    const struct {
+        QCase a, b, c;
+    } shapes[] = {{{QK_INT4, 528, 768, 128, 1, 0}, {QK_INT4, 336, 528, -1, 0, 0}, {QK_INT4, 2 * 96, 528, -1, 1, 0}},
+                  {{QK_INT4, 1088, 9536, 32, 0, 0}, {QK_INT4, 200, 1088, 64, 1, 0}, {QK_INT4, 2 * 64, 1088, 64, 0, 0}}};
+    static const int Ts[] = {2, 9, 16};
+    const float eps = 1e-5f;
+    Rng r;
+    rng_seed(&r, 616);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        char wa[160], wb[160], wc[160];
+        QWeight w[3];
+        QLinearGpu *qa = case_layer(&r, &shapes[si].a, &w[0], wa, sizeof wa);
+        QLinearGpu *qb = case_layer(&r, &shapes[si].b, &w[1], wb, sizeof wb);
+        QLinearGpu *qc = case_layer(&r, &shapes[si].c, &w[2], wc, sizeof wc);
+        const int d = shapes[si].a.rows, cols = shapes[si].a.cols, rb = shapes[si].b.rows, ff = shapes[si].c.rows / 2;
+        const int ldxn = d + 8, nss_cap = d / 16 + 1;
+        float *nw = rng_new_uniform(&r, (size_t)d, 0.5f, 1.5f);
+        float *dnw = pa_dev_alloc((size_t)d * 4);
+        pa_upload(dnw, nw, (size_t)d * 4);
+        for (int ti = 0; ti < 3; ti++) {
+            const int T = Ts[ti];
+            const StDtype dt = (ti + (int)si) % 2 ? ST_F16 : ST_BF16;
+            const char *dn = dt == ST_BF16 ? "bf16" : "fp16";
+            float *X = rng_new_uniform(&r, (size_t)T * cols, -1, 1), *Y0 = rng_new_uniform(&r, (size_t)T * d, -1, 1);
+            float *Y = malloc((size_t)T * d * 4), *Yr = malloc((size_t)T * d * 4), *XN = malloc((size_t)T * ldxn * 4);
+            float *SS = malloc((size_t)T * nss_cap * 4), *Z = malloc((size_t)T * rb * 4), *Zr = malloc((size_t)T * rb * 4);
+            float *H = malloc((size_t)T * ff * 4), *G = malloc((size_t)T * 2 * ff * 4);
+            void *dX = pa_dev_alloc((size_t)T * cols * 2), *dXN = pa_dev_alloc((size_t)T * ldxn * 2), *dH = pa_dev_alloc((size_t)T * ff * 2);
+            float *dY = pa_dev_alloc((size_t)T * d * 4), *dYr = pa_dev_alloc((size_t)T * d * 4), *dSS = pa_dev_alloc((size_t)T * nss_cap * 4);
+            float *dZ = pa_dev_alloc((size_t)T * rb * 4), *dZr = pa_dev_alloc((size_t)T * rb * 4), *dG = pa_dev_alloc((size_t)T * 2 * ff * 4);
+            pa_upload_as(dt, dX, X, (size_t)T * cols);
+            pa_upload(dY, Y0, (size_t)T * d * 4), pa_upload(dYr, Y0, (size_t)T * d * 4);
+            QGemmNorm out = {dnw, dXN, ldxn, dSS, 0, NULL, 0, 0, 0.0f};
+            const int rc = qlinear_gpu_gemm_norm(qa, dt, T, dX, cols, dY, d, 1.0f, &out, NULL);
+            cr_assert_eq(pa_sync(), 0, "%s", wa);
+            if (!want) {
+                cr_expect_eq(rc, 0, "%s T %d: %d, want 0 (no k_qtmat here)", wa, T, rc);
+            } else {
+                cr_assert_eq(rc, 1, "%s T %d %s: output side not taken (%d)", wa, T, dn, rc);
+                const int nss = out.nss_out;
+                cr_assert(nss == (d + 15) / 16 || nss == (d + 255) / 256, "%s T %d: %d partials", wa, T, nss);
+                cr_assert_eq(qlinear_gpu_gemm(qa, dt, T, dX, cols, dYr, d, 1.0f, NULL), 0, "%s", wa);
+                cr_assert_eq(pa_sync(), 0, "%s", wa);
+                pa_download(Y, dY, (size_t)T * d * 4), pa_download(Yr, dYr, (size_t)T * d * 4);
+                pa_download_f32(dt, XN, dXN, (size_t)T * ldxn), pa_download(SS, dSS, (size_t)T * nss * 4);
+                int ydiff = 0, xbad = 0, sbad = 0;
+                for (int t = 0; t < T; t++) {
+                    double sq = 0, got = 0;
+                    for (int c = 0; c < d; c++) {
+                        const float y = Y[(size_t)t * d + c];
+                        float e = y * nw[c];
+                        matmul_round_to_dtype(dt == ST_BF16 ? MM_BF16 : MM_F16, &e, 1);
+                        ydiff += y != Yr[(size_t)t * d + c], xbad += XN[(size_t)t * ldxn + c] != e, sq += (double)y * y;
+                    }
+                    for (int p = 0; p < nss; p++) got += SS[(size_t)t * nss + p];
+                    sbad += !(fabs(got - sq) <= 1e-5 * sq);
+                }
+                cr_expect_eq(ydiff, 0, "%s T %d %s: %d of Y's %d values differ from qlinear_gpu_gemm's", wa, T, dn, ydiff, T * d);
+                cr_expect_eq(xbad, 0, "%s T %d %s: %d values of xn are not Y * nw rounded", wa, T, dn, xbad);
+                cr_expect_eq(sbad, 0, "%s T %d %s: %d rows' partial sums of squares do not add up", wa, T, dn, sbad);
+                // the input side: B's sums on xn scaled by r_t, C's SwiGLU of the scaled sums
+                QGemmNorm in = {NULL, NULL, 0, NULL, 0, dSS, nss, d, eps};
+                cr_assert_eq(qlinear_gpu_gemm_norm(qb, dt, T, dXN, ldxn, dZ, rb, 0.0f, &in, NULL), 1, "%s T %d: input side", wb, T);
+                cr_assert_eq(qlinear_gpu_gemm(qb, dt, T, dXN, ldxn, dZr, rb, 0.0f, NULL), 0, "%s", wb);
+                const int rcc = qlinear_gpu_gemm_swiglu_norm(qc, dt, T, dXN, ldxn, dH, ff, ff, &in, NULL);
+                cr_assert_eq(qlinear_gpu_gemm(qc, dt, T, dXN, ldxn, dG, 2 * ff, 0.0f, NULL), 0, "%s", wc);
+                cr_assert_eq(pa_sync(), 0, "%s", wb);
+                pa_download(Z, dZ, (size_t)T * rb * 4), pa_download(Zr, dZr, (size_t)T * rb * 4);
+                pa_download(G, dG, (size_t)T * 2 * ff * 4);
+                int zbad = 0, hbad = 0;
+                for (int t = 0; t < T; t++) {
+                    double sq = 0, zmax = 0;
+                    for (int p = 0; p < nss; p++) sq += SS[(size_t)t * nss + p];
+                    const double rt = 1.0 / sqrt(sq / d + eps);
+                    for (int j = 0; j < rb; j++) zmax = fmax(zmax, fabs(rt * Zr[(size_t)t * rb + j]));
+                    for (int j = 0; j < rb; j++) zbad += !(fabs(Z[(size_t)t * rb + j] - rt * Zr[(size_t)t * rb + j]) <= 1e-5 * zmax + 1e-30);
+                }
+                if (T <= 4) {
+                    cr_expect_eq(rcc, 0, "%s T %d: SwiGLU with the norm taken (%d), want 0", wc, T, rcc);
+                } else {
+                    cr_expect_eq(rcc, 1, "%s T %d: SwiGLU with the norm not taken (%d)", wc, T, rcc);
+                    pa_download_f32(dt, H, dH, (size_t)T * ff);
+                    const double ulp = dt == ST_BF16 ? 0x1p-7 : 0x1p-10;
+                    for (int t = 0; t < T; t++) {
+                        double sq = 0;
+                        for (int p = 0; p < nss; p++) sq += SS[(size_t)t * nss + p];
+                        const float rt = (float)(1.0 / sqrt(sq / d + eps));
+                        for (int j = 0; j < ff; j++) {
+                            const float g = rt * G[(size_t)t * 2 * ff + j], u = rt * G[(size_t)t * 2 * ff + ff + j];
+                            float e = g / (1.0f + expf(-g)) * u;
+                            matmul_round_to_dtype(dt == ST_BF16 ? MM_BF16 : MM_F16, &e, 1);
+                            hbad += !(fabs((double)H[(size_t)t * ff + j] - e) <= 2 * ulp * fabs((double)e) + 1e-6);
+                        }
+                    }
+                }
+                cr_expect_eq(zbad, 0, "%s T %d %s: %d sums not r_t times qlinear_gpu_gemm's", wb, T, dn, zbad);
+                cr_expect_eq(hbad, 0, "%s T %d %s: %d of h off silu(r g) * (r u)", wc, T, dn, hbad);
+                // the input side where x is in column chunks (A's 9,536 columns at 16 rows): refused
+                if (cols > 8192 && T == 16) {
+                    QGemmNorm in2 = {NULL, NULL, 0, NULL, 0, dSS, nss, cols, eps};
+                    cr_expect_eq(qlinear_gpu_gemm_norm(qa, dt, T, dX, cols, dY, d, 0.0f, &in2, NULL), 0,
+                                 "%s: input side taken with x in chunks", wa);
+                }
+            }
+            void *ps[] = {dX, dXN, dH, dY, dYr, dSS, dZ, dZr, dG};
+            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) pa_dev_free(ps[i]);
+            free(X), free(Y0), free(Y), free(Yr), free(XN), free(SS), free(Z), free(Zr), free(H), free(G);
+        }
+        // bad arguments
+        void *dX = pa_dev_alloc((size_t)2 * cols * 2), *dXN = pa_dev_alloc((size_t)2 * ldxn * 2);
+        float *dY = pa_dev_alloc((size_t)2 * d * 4), *dSS = pa_dev_alloc((size_t)2 * nss_cap * 4);
+        QGemmNorm none = {0}, noxn = {dnw, NULL, ldxn, dSS, 0, NULL, 0, 0, 0.0f}, nocnt = {NULL, NULL, 0, NULL, 0, dSS, 0, d, eps};
+        QGemmNorm both = {dnw, dXN, ldxn, dSS, 0, dSS, 1, d, eps};
+        cr_expect_eq(qlinear_gpu_gemm_norm(qa, ST_BF16, 2, dX, cols, dY, d, 1.0f, NULL, NULL), -1, "no QGemmNorm");
+        cr_expect_eq(qlinear_gpu_gemm_norm(qa, ST_BF16, 2, dX, cols, dY, d, 1.0f, &none, NULL), -1, "neither side");
+        cr_expect_eq(qlinear_gpu_gemm_norm(qa, ST_BF16, 2, dX, cols, dY, d, 1.0f, &noxn, NULL), -1, "output side without xn");
+        cr_expect_eq(qlinear_gpu_gemm_norm(qa, ST_BF16, 2, dX, cols, dY, d, 1.0f, &nocnt, NULL), -1, "input side without partials");
+        cr_expect_eq(qlinear_gpu_gemm_norm(qa, ST_F32, 2, dX, cols, dY, d, 1.0f, &none, NULL), -1, "fp32 X");
+        cr_expect_eq(qlinear_gpu_gemm_swiglu_norm(qc, ST_BF16, 9, dXN, ldxn, dY, ff, ff, &both, NULL), -1, "SwiGLU with an output side");
+        cr_expect_eq(qlinear_gpu_gemm_norm(qa, ST_BF16, 17, dX, cols, dY, d, 1.0f, &both, NULL) < 1, 1, "17 rows taken");
+        cr_expect_eq(pa_sync(), 0);
+        pa_dev_free(dX), pa_dev_free(dXN), pa_dev_free(dY), pa_dev_free(dSS), pa_dev_free(dnw);
+        free(nw);
+        qlinear_gpu_free(qa), qlinear_gpu_free(qb), qlinear_gpu_free(qc);
+        for (int i = 0; i < 3; i++) qweight_free(&w[i]);
+    }
 }
 
 Test(step06_gpu, bad_arguments_refused) {
