@@ -470,7 +470,7 @@ struct GpuRunner {
     int upfront;  // gpu_runner_capture_graphs captures (LLM_GRAPHS_UPFRONT, on by default; off: buckets as they come)
     int gemm_swiglu;  // a quantized gate|up's SwiGLU in its GEMM where it can (LLM_GEMM_SWIGLU, on by default)
     int gemm_norm;    // a step of 2..16 rows: the RMSNorms folded into the INT4 projections around them
-                      // (qlinear_gpu_gemm_norm; LLM_GEMM_NORM, on by default)
+                      // (qlinear_gpu_gemm_norm; LLM_GEMM_NORM=1, off by default until measured on a GPU)
     float *ssn[2];    // (16, d / 16 + 1) each: the partial sums of squares they pass (after down, after o)
     int *sort_tmp;  // (3 T) the sort's scratch
     float *arg_v;
@@ -665,7 +665,7 @@ static GpuRunner *runner_create(const char *who, GpuModel *g, int n_slots, int m
         r->upfront = !(e7 && strcmp(e7, "0") == 0);
         const char *e8 = getenv("LLM_GEMM_SWIGLU"), *e9 = getenv("LLM_GEMM_NORM");
         r->gemm_swiglu = !(e8 && strcmp(e8, "0") == 0);
-        r->gemm_norm = !(e9 && strcmp(e9, "0") == 0);
+        r->gemm_norm = e9 && strcmp(e9, "1") == 0;
     }
     r->prefill_ok = paged && paged_prefill_supported(dt, H, KV, hd);
     size_t f0, f1;

@@ -72,7 +72,7 @@ void qlinear_gemm_set_qtmat_ring(int bytes);
 // either way.
 void qlinear_gemm_set_qtmat_rb1(int on);
 // Which tiles of a stage each of k_qtmat's consumer warps takes: 1 adjacent ones (a group's scale then
-// applied once to the products of its tiles), 0 W apart; -1: the default (QLINEAR_QTMAT_ADJ, else 1).
+// applied once to the products of its tiles), 0 W apart; -1: the default (QLINEAR_QTMAT_ADJ, else 0).
 void qlinear_gemm_set_qtmat_adj(int on);
 // qlinear_gpu_gemm from how many rows T on expands the weights to X's type (a chunk of rows at a
 // time) and multiplies with cuBLAS: t >= 1 that many, 0 never, < 0 the default (the environment's

@@ -2878,12 +2878,12 @@ static int g_qtmat_rb1 = -1;
 extern "C" void qlinear_gemm_set_qtmat_rb1(int on) { g_qtmat_rb1 = on < 0 ? -1 : on ? 1 : 0; }
 static int qtmat_rb1() { return knob(&g_qtmat_rb1, "QLINEAR_QTMAT_RB1", 0, 1, 2); }
 // Which tiles of a stage a consumer warp takes (QLINEAR_QTMAT_ADJ or qlinear_gemm_set_qtmat_adj):
-// 1 (the default), N adjacent ones (warp N .. warp N + N - 1), so that with groups of 128 columns
-// or more a warp's two tiles of a stage share a group and its scale is applied once to their summed
-// products (half the fp32 multiply-adds of the scales); 0, W apart (warp, warp + W, ...), as before.
+// 1, N adjacent ones (warp N .. warp N + N - 1), so that with groups of 128 columns or more a warp's
+// tiles of a group are summed before its scale is applied once (half the fp32 multiply-adds of the
+// scales); 0 (the default until it is measured on a GPU), W apart (warp, warp + W, ...).
 static int g_qtmat_adj = -1;
 extern "C" void qlinear_gemm_set_qtmat_adj(int on) { g_qtmat_adj = on < 0 ? -1 : on ? 1 : 0; }
-static int qtmat_adj() { return knob(&g_qtmat_adj, "QLINEAR_QTMAT_ADJ", 0, 1, 1); }
+static int qtmat_adj() { return knob(&g_qtmat_adj, "QLINEAR_QTMAT_ADJ", 0, 1, 0); }
 // At the layer's creation: every k_qtmat instance this INT4 layer can launch gets its shared memory.
 template <class X> static void qtmat_prepare_x(int gm, bool zp) {  // (setup: the arguments are not read)
     const QTmatArgs a = {};

@@ -214,15 +214,20 @@ static void qb_make(QBatch *q, int ns, const int *n, const int *p0, int *const *
 }
 
 // step04: steps of 32 rows (two prompts: the GEMM), 2 rows (two decodes: the GEMM) and 1 row (a
-// lone decode: the GEMV), GPU runner against the CPU runner on the same quantized weights.
+// lone decode: the GEMV), GPU runner against the CPU runner on the same quantized weights; the GPU
+// runner as it is, then with the RMSNorms folded into the projections at 2..16 rows (LLM_GEMM_NORM=1,
+// read when the runner is made).
 Test(step06_egpu, batched_runner_matches_the_cpu_quantized_runner, .timeout = 300) {
     NEED_GPU();
-    for (int ci = 0; ci < N_CASES; ci++) {
+    for (int run = 0; run < 2 * N_CASES; run++) {
+        const int ci = run / 2, fold = run % 2;
         QModels m;
         qmodels_load(&CASES[ci], &m);
         const int V = m.w.cfg.vocab, max_len = 48;
         char err[512];
+        setenv("LLM_GEMM_NORM", fold ? "1" : "0", 1);
         GpuRunner *g = gpu_runner_new(m.gm, 2, max_len, 64, err, sizeof err);
+        unsetenv("LLM_GEMM_NORM");
         cr_assert(g, "%s", err);
         Runner *c = runner_new_cpu(&m.cm, 2, max_len, 64, err, sizeof err);
         cr_assert(c, "%s", err);
@@ -245,14 +250,14 @@ Test(step06_egpu, batched_runner_matches_the_cpu_quantized_runner, .timeout = 30
             for (int i = 0; i < ns[s]; i++) {
                 const double e = compare_f32(lg + (size_t)i * V, lc + (size_t)i * V, (size_t)V).max_rel;
                 worst = e > worst ? e : worst;
-                cr_expect(e <= TOL_BF16, "%s: step %d (%d rows) sequence %d: logits max_rel %.3e", m.what, s,
-                          q.b.n_tokens, i, e);
+                cr_expect(e <= TOL_BF16, "%s%s: step %d (%d rows) sequence %d: logits max_rel %.3e", m.what,
+                          fold ? " (norms folded)" : "", s, q.b.n_tokens, i, e);
                 p0[i] += nn[s][i];
                 toks[i][p0[i]] = argmax_f32(lc + (size_t)i * V, V);  // both continue with the CPU's token
             }
         }
-        fprintf(stderr, "[step06-egpu runner] %s: 5 steps (32, 2, 2, 1, 1 rows), worst logits max_rel %.2e\n", m.what,
-                worst);
+        fprintf(stderr, "[step06-egpu runner] %s%s: 5 steps (32, 2, 2, 1, 1 rows), worst logits max_rel %.2e\n", m.what,
+                fold ? " (norms folded)" : "", worst);
         free(lg), free(lc);
         runner_free(c);
         gpu_runner_free(g);

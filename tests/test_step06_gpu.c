@@ -241,10 +241,11 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
         QLinearGpu *q = case_layer(&r, c, &w, what, sizeof what);
         // the default kernel, the SIMT fallback forced, k_qtmat on (16 tiles a stage), dequantize + cuBLAS
         // from one row on, k_qtmat with 32 tiles a stage of one strip, then of two strips (an odd strip
-        // count's last unit holds one)
+        // count's last unit holds one), these two with each warp's tiles of a stage adjacent
         for (int path = 0; path < 6; path++) {
             cr_assert_eq(qlinear_gpu_set_gemm_path(q, path == 1 ? QLINEAR_GEMM_SIMT : QLINEAR_GEMM_AUTO), 0);
             qlinear_gemm_set_qtmat(path == 2 || path >= 4);
+            qlinear_gemm_set_qtmat_adj(path >= 4 ? 1 : -1);
             qlinear_gemm_set_qtmat_ts(path >= 4 ? 32 : 16);
             qlinear_gemm_set_qtmat_sp(path == 5 ? 2 : 1);
             qlinear_gemm_set_deq_rows(path == 3 ? 1 : path == 2 || path >= 4 ? 0 : -1);
@@ -265,6 +266,7 @@ Test(step06_gpu, gemm_matches_cpu_reference, .timeout = 600) {
         qlinear_gemm_set_qtmat(0);
         qlinear_gemm_set_qtmat_ts(0);
         qlinear_gemm_set_qtmat_sp(0);
+        qlinear_gemm_set_qtmat_adj(-1);
         qlinear_gemm_set_deq_rows(-1);
         qlinear_gpu_free(q);
         qweight_free(&w);
@@ -487,7 +489,7 @@ Test(step06_gpu, llama_down_proj_shape) {
 // (qlinear_gemm_set_qtmat_xorder) and into clusters of blocks (qlinear_gemm_set_qtmat_cl), the chunk
 // sums added by atomic adds (qlinear_gemm_set_qtmat_red: at beta 1; at beta 0 k_qtmat_sum still), a
 // larger ring with the partial sums in one buffer (qlinear_gemm_set_qtmat_ring, _rb1), a ring of
-// two stages, and each warp's tiles W apart (qlinear_gemm_set_qtmat_adj 0); beta 0 and 1.
+// two stages, and each warp's tiles adjacent (qlinear_gemm_set_qtmat_adj 1); beta 0 and 1.
 Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
     NEED_GPU();
     const QCase cases[] = {{QK_INT4, 77, 9536, 32, 0, 0}, {QK_INT4, 300, 9536, -1, 1, 0}, {QK_INT4, 150, 9472, 128, 1, 1},
@@ -505,8 +507,8 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
         // at T = 3), then the chunk sums by atomic adds, then in pairs a ring of up to 160 KB (as many
         // stages as fit beside x) with the partial sums in one buffer (the default where x is in
         // chunks; the others here fix two buffers and the 64 KB ring), then a ring of 2 stages with
-        // the buffers as the default has them, then the default with each warp's tiles of a stage W
-        // apart instead of adjacent
+        // the buffers as the default has them, then the default with each warp's tiles of a stage
+        // adjacent instead of W apart
         for (int on = 0; on < 12; on++) {
             qlinear_gemm_set_qtmat(on > 0);
             qlinear_gemm_set_qtmat_ts(on == 1 ? 16 : 32);
@@ -516,7 +518,7 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
             qlinear_gemm_set_qtmat_red(on == 8);
             qlinear_gemm_set_qtmat_ring(on == 9 ? 160 * 1024 : on == 10 ? 1024 : 0);
             qlinear_gemm_set_qtmat_rb1(on == 9 ? 1 : on == 10 || on == 11 ? -1 : 0);
-            qlinear_gemm_set_qtmat_adj(on == 11 ? 0 : -1);
+            qlinear_gemm_set_qtmat_adj(on == 11 ? 1 : -1);
             if (on && gi_.cc_major == 9)
                 cr_expect(strstr(qlinear_gpu_describe(q), "k_qtmat") != NULL, "%s on sm_90: not k_qtmat (%s)", what,
                           qlinear_gpu_describe(q));
@@ -544,7 +546,8 @@ Test(step06_gpu, gemm_wide_layers_column_chunks, .timeout = 300) {
 // most one unit in the last place of X's type), padding columns of H untouched; groups of 32
 // asymmetric, 128, per channel and act-order (x gathered), an odd gate strip count, bf16 and fp16,
 // T = 5, 9, 16; T = 3 (16 tiles a stage) and ff not a multiple of 16 are refused (0). The odd cases
-// with a ring of up to 160 KB and the partial sums in one buffer (qlinear_gemm_set_qtmat_ring, _rb1).
+// with a ring of up to 160 KB and the partial sums in one buffer (qlinear_gemm_set_qtmat_ring, _rb1),
+// the even ones with each warp's tiles of a stage adjacent (qlinear_gemm_set_qtmat_adj).
 Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
     NEED_GPU();
     const int want = gi_.cc_major == 9;  // k_qtmat is sm_90a's
@@ -560,6 +563,7 @@ Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
         const int ff = cases[ci].rows / 2, cols = cases[ci].cols, ldh = ff + 5;
         qlinear_gemm_set_qtmat_ring(ci % 2 ? 160 * 1024 : 0);
         qlinear_gemm_set_qtmat_rb1(ci % 2 ? 1 : -1);
+        qlinear_gemm_set_qtmat_adj(ci % 2 ? -1 : 1);
         for (int ti = 0; ti < 4; ti++) {
             const int T = Ts[ti], ldx = cols + (ti % 2 ? 3 : 8);  // an odd stride: x gathered first
             const StDtype dt = (ti + (int)ci) % 2 ? ST_F16 : ST_BF16;
@@ -608,6 +612,7 @@ Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
         }
         qlinear_gemm_set_qtmat_ring(0);
         qlinear_gemm_set_qtmat_rb1(-1);
+        qlinear_gemm_set_qtmat_adj(-1);
         qlinear_gpu_free(q);
         qweight_free(&w);
     }
