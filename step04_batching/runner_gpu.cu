@@ -261,22 +261,6 @@ template <class A> __global__ void k_to_f32_rows(const A *in, float *out, size_t
         out[i] = tof(in[i]);
 }
 
-// Grid (T): row t of xn (ld, d columns) *= r_t = rsqrt(sum_p ss[t * nss + p] * inv_d + eps): the
-// folded RMSNorm finished by hand where the projection after it could not take its sums
-// (qlinear_gpu_gemm_norm refused; the rounding then happens twice).
-template <class A> __global__ void k_norm_fix(A *xn, int ld, int d, const float *ss, int nss, float inv_d, float eps) {
-    __shared__ float rt;
-    const int t = blockIdx.x;
-    if (threadIdx.x < 32) {
-        float v = 0.0f;
-        for (int p = threadIdx.x; p < nss; p += 32) v += ss[(size_t)t * nss + p];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (threadIdx.x == 0) rt = rsqrtf(v * inv_d + eps);
-    }
-    __syncthreads();
-    for (int c = threadIdx.x; c < d; c += blockDim.x) xn[(size_t)t * ld + c] = fromf<A>(tof(xn[(size_t)t * ld + c]) * rt);
-}
-
 // ---------------------------------------------------------------- attention of one layer
 
 // The device-side buffers and shape of the attention (the runner's, or the test entry point's).
@@ -1270,8 +1254,9 @@ static int forward(GpuRunner *r, const Batch *b0, float *logits, int *out, const
         int pend = 0, pside = 0;
         auto norm_in = [&](QGemmNorm *nm) { nm->ss_in = r->ssn[pside], nm->nss_in = pend, nm->cols = d, nm->eps = eps; };
         auto norm_fix = [&]() {  // the consumer refused: finish the norm in xn itself
-            DISPATCH(dt, A, k_norm_fix<A><<<T, 256, 0, st>>>((A *)r->xn, d, d, r->ssn[pside], pend, 1.0f / d, eps));
-            CUDA_CHECK_LAST();
+            QGemmNorm nm = {};
+            norm_in(&nm);
+            if (qlinear_gpu_norm_finish(dt, T, r->xn, d, &nm, st) != 0) die("qlinear_gpu_norm_finish failed (T = %d)", T);
             launches++;
         };
         for (int l = 0; l < c->n_layers; l++) {

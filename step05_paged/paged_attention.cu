@@ -452,6 +452,10 @@ static void launch_decode_g(int lpr, int loop, dim3 grid, size_t smem, const Pag
 #undef PA_CASE
 #undef PA_ARGS
 }
+// A decode CTA of nw warps: its warps' partial outputs and (m, l) in dynamic shared memory.
+static size_t decode_smem(int nw, const PagedDecode *a) {
+    return (size_t)nw * (a->H / a->KV) * (a->hd + 2) * sizeof(float);
+}
 template <class C, int HD>
 static void launch_decode_mma(int loop, dim3 grid, size_t smem, const PagedDecode *a, const int *rows, const int *seqs,
                               const int *lens, int part, float *po, float *pm) {
@@ -461,12 +465,8 @@ static void launch_decode_mma(int loop, dim3 grid, size_t smem, const PagedDecod
     if (loop == 5) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 2>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
     else if (loop == 6) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 4>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
     else if (loop == 7) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 1, true>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
-    else if (loop == 8 || loop == 9) {  // 8 or 16 warps: smem was sized for PA_THREADS / 32
-        const int nw = loop == 8 ? 8 : 16;
-        const size_t sm = smem / (PA_THREADS / 32) * nw;
-        if (loop == 8) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 1, false, 8>, grid, dim3(256), sm, (cudaStream_t)a->stream, PA_MMA_ARGS);
-        else pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 1, false, 16>, grid, dim3(512), sm, (cudaStream_t)a->stream, PA_MMA_ARGS);
-    }
+    else if (loop == 8) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 1, false, 8>, grid, dim3(256), decode_smem(8, a), (cudaStream_t)a->stream, PA_MMA_ARGS);
+    else if (loop == 9) pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1, 1, false, 16>, grid, dim3(512), decode_smem(16, a), (cudaStream_t)a->stream, PA_MMA_ARGS);
     else pdl_launch(a->pdl, k_paged_decode_mma<C, HD, 1>, grid, dim3(PA_THREADS), smem, (cudaStream_t)a->stream, PA_MMA_ARGS);
 #undef PA_MMA_ARGS
 }
@@ -544,7 +544,7 @@ static int decode_loop(const PagedDecode *a, int v2) {
     if (variant == 0 && a->H / a->KV <= paged_decode_simt_max_g()) return simt;
     if (variant == 0 || variant >= 4) {
         if (!paged_decode_mma_ok(a->dt, a->hd)) return simt;
-        if (variant >= 8 && (size_t)(variant == 8 ? 8 : 16) * (a->H / a->KV) * (a->hd + 2) * sizeof(float) > 48 * 1024) return 4;
+        if (variant >= 8 && decode_smem(variant == 8 ? 8 : 16, a) > 48 * 1024) return 4;
         return variant ? variant : 4;
     }
     return variant == 3 ? 0 : variant;
@@ -562,7 +562,7 @@ static int check_args(const PagedDecode *a) {
 extern "C" int paged_decode_v1(const PagedDecode *a) {
     if (check_args(a)) return -1;
     const int lpr = lanes_per_row(a->dt, a->hd);
-    const size_t smem = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * (a->hd + 2) * sizeof(float);
+    const size_t smem = decode_smem(PA_THREADS / 32, a);
     int launches = 0;
     for (int w0 = 0; w0 < a->n; w0 += 65535) {
         const int n = a->n - w0 < 65535 ? a->n - w0 : 65535;
@@ -586,7 +586,7 @@ extern "C" int paged_decode_v2(const PagedDecode *a) {
     }
     size_t grp = a->part_cap / per_item;
     if (grp > 65535) grp = 65535;
-    const size_t smem = (size_t)(PA_THREADS / 32) * (a->H / a->KV) * (a->hd + 2) * sizeof(float);
+    const size_t smem = decode_smem(PA_THREADS / 32, a);
     int launches = 0;
     for (int w0 = 0; w0 < a->n; w0 += (int)grp) {
         const int n = a->n - w0 < (int)grp ? a->n - w0 : (int)grp;

@@ -1684,6 +1684,17 @@ __global__ void __launch_bounds__((QTC_W + 1) * 32, 2) k_qtmc(const QtcArgs a) {
 // at the same columns, so each x fragment a lane loads serves both strips' A fragments, and the
 // warps' partial sums meet (stored, a barrier, added) once per two strips: gate_up at 16 rows 39.8
 // -> 34.7 us on an H100 (README "Two strips a unit").
+// The folded RMSNorm's r_t = 1 / sqrt(sum_p ss[p] * inv_d + eps) from one token's nss partial sums of
+// squares (QGemmNorm), by one warp and in one order wherever it is needed (k_qtmat's epilogue,
+// k_norm_finish): each lane sums every 32nd partial, then a butterfly; every lane gets r_t.
+__device__ __forceinline__ float norm_rt(const float *ss, int nss, float inv_d, float eps, int lane) {
+    float v = 0.0f;
+    for (int p = lane; p < nss; p += 32) v += ss[p];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return rsqrtf(v * inv_d + eps);
+}
+
 struct QTmatArgs {
     const uint4 *qw;
     const __half *scales;  // strip-major, as k_qtma's
@@ -1851,67 +1862,41 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
                     if (GM != 0) strip_scales<G>(part, gis[j][p], g, sl[j][r][p], sh[j][r][p]);
             }
         }
-        if constexpr (GM == 1) {  // one group a tile: the products of a run of tiles in one group
-            // (adjacent tiles of a group of 128 or more columns) summed before its scale is applied
+        // Each (tile, group) product goes through c into acc (scaled unless one group: GM 0). With one
+        // group a tile (GM 1) a run of tiles of one group (a warp's adjacent tiles, a.adj, of a group
+        // of 128 or more columns) is summed in c first and scaled once.
 #pragma unroll
-            for (int r = 0; r < SP; r++) {
-                float c[NT][4];
+        for (int r = 0; r < SP; r++) {
+            float c[NT][4];
 #pragma unroll
-                for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+            for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
 #pragma unroll
-                for (int j = 0; j < NJ; j++) {
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int p = 0; p < NPG; p++) {
                     uint32_t zlo = zsym, zhi = zsym;
                     if (ZP) {
-                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][0] * 16;
+                        const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
                         zlo = x2_of(X(), Q16<X>::LO + (float)zs[g]), zhi = x2_of(X(), Q16<X>::LO + (float)zs[g + 8]);
                     }
 #pragma unroll
-                    for (int i = 0; i < 4; i++) {
+                    for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
                         uint32_t b[4];
                         dq4_nat<X>(wa[j][r][i], zlo, zhi, b);
                         const uint32_t A[4] = {b[0], b[2], b[1], b[3]};
 #pragma unroll
                         for (int n = 0; n < NT; n++) mma16816(X(), c[n], A, pr[j][n][2 * i], pr[j][n][2 * i + 1]);
                     }
-                    if (j == NJ - 1 || gis[j + 1][0] != gis[j][0]) {  // the run's last tile: scale and add
-#pragma unroll
-                        for (int n = 0; n < NT; n++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                acc[r][n][e] = fmaf(e < 2 ? sl[j][r][0] : sh[j][r][0], c[n][e], acc[r][n][e]), c[n][e] = 0.0f;
-                    }
-                }
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < NJ; j++)
-#pragma unroll
-                for (int r = 0; r < SP; r++)
-#pragma unroll
-                    for (int p = 0; p < NPG; p++) {
-                        uint32_t zlo = zsym, zhi = zsym;
-                        if (ZP) {
-                            const uint8_t *zs = stg + r * G::PART + G::ZOFF + gis[j][p] * 16;
-                            zlo = x2_of(X(), Q16<X>::LO + (float)zs[g]), zhi = x2_of(X(), Q16<X>::LO + (float)zs[g + 8]);
-                        }
-                        float c[NT][4];
-#pragma unroll
-                        for (int n = 0; n < NT; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
-#pragma unroll
-                        for (int i = (GM == 2 ? 2 * p : 0); i < (GM == 2 ? 2 * p + 2 : 4); i++) {
-                            uint32_t b[4];
-                            dq4_nat<X>(wa[j][r][i], zlo, zhi, b);
-                            const uint32_t A[4] = {b[0], b[2], b[1], b[3]};
-#pragma unroll
-                            for (int n = 0; n < NT; n++) mma16816(X(), c[n], A, pr[j][n][2 * i], pr[j][n][2 * i + 1]);
-                        }
+                    if (GM != 1 || j == NJ - 1 || gis[j + 1][0] != gis[j][0]) {  // the run's last tile
 #pragma unroll
                         for (int n = 0; n < NT; n++)
 #pragma unroll
                             for (int e = 0; e < 4; e++)
                                 acc[r][n][e] = GM == 0 ? acc[r][n][e] + c[n][e]
-                                                       : fmaf(e < 2 ? sl[j][r][p] : sh[j][r][p], c[n][e], acc[r][n][e]);
+                                                       : fmaf(e < 2 ? sl[j][r][p] : sh[j][r][p], c[n][e], acc[r][n][e]),
+                                c[n][e] = 0.0f;
                     }
+                }
         }
     };
     RingPos rp;
@@ -1950,14 +1935,8 @@ __global__ void __launch_bounds__((QTT_W + 1) * 32, 1) k_qtmat(const QTmatArgs a
         float *rtk = red + (size_t)(a.rb1 ? 1 : 2) * W * SP * 256;  // [16] norm in: r_t (after the buffers)
         if (a.ssi && nu == 0) {  // the first unit: r_t of every token, a warp a token, partials in order
             for (int tk = warp; tk < a.T; tk += W) {
-                float ss = 0.0f;
-                for (int p0 = 0; p0 < a.nssi; p0 += 32) {
-                    float v = p0 + lane < a.nssi ? a.ssi[(size_t)tk * a.nssi + p0 + lane] : 0.0f;
-#pragma unroll
-                    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                    ss += v;
-                }
-                if (lane == 0) rtk[tk] = rsqrtf(ss * a.inv_d + a.eps);
+                const float rt = norm_rt(a.ssi + (size_t)tk * a.nssi, a.nssi, a.inv_d, a.eps, lane);
+                if (lane == 0) rtk[tk] = rt;
             }
             consumers_sync(nthr);
         }
@@ -2049,6 +2028,21 @@ __global__ void __launch_bounds__(256) k_qtmat_sum_norm(const float *__restrict_
         for (int w = 0; w < 8; w++) s += wsum[w];
         sso[(size_t)t * nsso + blockIdx.x] = s;
     }
+}
+
+// Grid (T): row t of xn (ld, cols) *= r_t (norm_rt of its partials): the folded RMSNorm finished in
+// xn itself, for a consumer that cannot take the partials (qlinear_gpu_norm_finish).
+template <class X>
+__global__ void k_norm_finish(X *xn, int ld, int cols, const float *__restrict__ ss, int nss, float inv_d, float eps) {
+    __shared__ float rt;
+    const int t = blockIdx.x;
+    if (threadIdx.x < 32) {
+        const float v = norm_rt(ss + (size_t)t * nss, nss, inv_d, eps, threadIdx.x);
+        if (threadIdx.x == 0) rt = v;
+    }
+    __syncthreads();
+    X *row = xn + (size_t)t * ld;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] = X((float)row[c] * rt);
 }
 
 // Y (T rows of `rows`, ldy) *= beta (= 0 when beta == 0: Y may hold anything).
@@ -3260,6 +3254,20 @@ extern "C" int qlinear_gpu_gemm_norm(const QLinearGpu *q, StDtype xdt, int T, co
     cudaStream_t s = (cudaStream_t)stream;
     if (xdt == ST_BF16) return gemm_norm_t<__nv_bfloat16>(qm, T, (const __nv_bfloat16 *)X, ldx, Y, ldy, beta, nm, s);
     return gemm_norm_t<__half>(qm, T, (const __half *)X, ldx, Y, ldy, beta, nm, s);
+}
+
+extern "C" int qlinear_gpu_norm_finish(StDtype xdt, int T, void *xn, int ldxn, const QGemmNorm *nm, void *stream) {
+    if (!nm || !nm->ss_in || nm->nss_in < 1 || nm->cols < 1 || T < 0 || (T > 0 && !xn) || ldxn < nm->cols ||
+        (xdt != ST_BF16 && xdt != ST_F16))
+        return -1;
+    if (T == 0) return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    const float inv_d = 1.0f / (float)nm->cols;
+    if (xdt == ST_BF16)
+        k_norm_finish<__nv_bfloat16><<<T, 256, 0, s>>>((__nv_bfloat16 *)xn, ldxn, nm->cols, nm->ss_in, nm->nss_in, inv_d, nm->eps);
+    else
+        k_norm_finish<__half><<<T, 256, 0, s>>>((__half *)xn, ldxn, nm->cols, nm->ss_in, nm->nss_in, inv_d, nm->eps);
+    return launch_ok("qlinear_gpu_norm_finish");
 }
 
 template <class X>

@@ -11,7 +11,7 @@
 //          qlinear_gpu_cols, qlinear_gpu_gemv, qlinear_gpu_gemv_fused, qlinear_gpu_gemv_chain, qlinear_gpu_gemv_chain_ok,
 //          QChainPhase,
 //          qlinear_gpu_gemm, qlinear_gpu_gemm_swiglu, qlinear_gpu_gemm_norm, qlinear_gpu_gemm_swiglu_norm,
-//          QGemmNorm, qlinear_gpu_describe,
+//          qlinear_gpu_norm_finish, QGemmNorm, qlinear_gpu_describe,
 //          qlinear_gpu_set_gemm_path, QLINEAR_GEMM_AUTO, QLINEAR_GEMM_SIMT
 #pragma once
 #include <stddef.h>
@@ -109,6 +109,9 @@ typedef struct {
 // input side needs x in one column chunk); -1 bad arguments or a launch error.
 int qlinear_gpu_gemm_norm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, float *Y, int ldy,
                           float beta, QGemmNorm *nm, void *stream);
+// The input side finished in xn itself, for a consumer the call above refused (0): row t of xn
+// (T, ldxn; nm->cols columns, xdt) *= r_t from nm->ss_in / nss_in / cols / eps. 0, or -1.
+int qlinear_gpu_norm_finish(StDtype xdt, int T, void *xn, int ldxn, const QGemmNorm *nm, void *stream);
 // qlinear_gpu_gemm_swiglu with QGemmNorm's input side (nm->nw must be NULL); the same returns.
 int qlinear_gpu_gemm_swiglu_norm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, void *H, int ldh,
                                  int ff, const QGemmNorm *nm, void *stream);

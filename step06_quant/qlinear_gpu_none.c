@@ -53,6 +53,11 @@ int qlinear_gpu_gemm_norm(const QLinearGpu *q, StDtype xdt, int T, const void *X
     (void)q, (void)xdt, (void)T, (void)X, (void)ldx, (void)Y, (void)ldy, (void)beta, (void)nm, (void)stream;
     return 0;
 }
+int qlinear_gpu_norm_finish(StDtype xdt, int T, void *xn, int ldxn, const QGemmNorm *nm, void *stream) {
+    (void)xdt, (void)T, (void)xn, (void)ldxn, (void)nm, (void)stream;
+    fprintf(stderr, "qlinear_gpu_norm_finish: built without CUDA\n");
+    return -1;
+}
 int qlinear_gpu_gemm_swiglu_norm(const QLinearGpu *q, StDtype xdt, int T, const void *X, int ldx, void *H, int ldh,
                                  int ff, const QGemmNorm *nm, void *stream) {
     (void)q, (void)xdt, (void)T, (void)X, (void)ldx, (void)H, (void)ldh, (void)ff, (void)nm, (void)stream;

@@ -636,8 +636,9 @@ Test(step06_gpu, gemm_swiglu_matches_the_gemm_then_swiglu, .timeout = 300) {
 // k_qtmat_sum_norm, a partial a 256 columns, a last block short). The input side, reading that xn
 // (528 columns: gathered to 576 first; per channel, groups of 64 and 128): a layer's sums are
 // qlinear_gpu_gemm's on xn times r_t = 1 / sqrt(mean of squares + eps), and a gate|up's h is
-// silu(r g) * (r u) of its sums within one unit of X's type; refused (0) where x is in chunks and
-// at 2 rows for the SwiGLU (16 tiles a stage); bad arguments refused (-1). bf16 and fp16, T = 2, 9, 16.
+// silu(r g) * (r u) of its sums within one unit of X's type, and qlinear_gpu_norm_finish gives xn *
+// r_t within one unit; refused (0) where x is in chunks and at 2 rows for the SwiGLU (16 tiles a
+// stage); bad arguments refused (-1). bf16 and fp16, T = 2, 9, 16.
 Test(step06_gpu, gemm_norm_matches_the_gemm_and_the_rmsnorm, .timeout = 300) {
     NEED_GPU();
     const int want = gi_.cc_major == 9;  // k_qtmat is sm_90a's
@@ -737,6 +738,26 @@ Test(step06_gpu, gemm_norm_matches_the_gemm_and_the_rmsnorm, .timeout = 300) {
                         }
                     }
                 }
+                // finished by hand, for a consumer that refuses: xn * r_t in place
+                void *dXF = pa_dev_alloc((size_t)T * ldxn * 2);
+                float *XF = malloc((size_t)T * ldxn * 4);
+                pa_upload_as(dt, dXF, XN, (size_t)T * ldxn);
+                cr_assert_eq(qlinear_gpu_norm_finish(dt, T, dXF, ldxn, &in, NULL), 0, "%s T %d: norm_finish", wa, T);
+                cr_assert_eq(pa_sync(), 0, "%s", wa);
+                pa_download_f32(dt, XF, dXF, (size_t)T * ldxn);
+                int fbad = 0;
+                const double fulp = dt == ST_BF16 ? 0x1p-7 : 0x1p-10;
+                for (int t = 0; t < T; t++) {
+                    double sq = 0;
+                    for (int p = 0; p < nss; p++) sq += SS[(size_t)t * nss + p];
+                    const double rt = 1.0 / sqrt(sq / d + eps);
+                    for (int c = 0; c < d; c++) {
+                        const double e = rt * XN[(size_t)t * ldxn + c];
+                        fbad += !(fabs(XF[(size_t)t * ldxn + c] - e) <= fulp * fabs(e) + 1e-30);
+                    }
+                }
+                cr_expect_eq(fbad, 0, "%s T %d %s: %d values of xn finished by hand off xn * r_t", wa, T, dn, fbad);
+                pa_dev_free(dXF), free(XF);
                 cr_expect_eq(zbad, 0, "%s T %d %s: %d sums not r_t times qlinear_gpu_gemm's", wb, T, dn, zbad);
                 cr_expect_eq(hbad, 0, "%s T %d %s: %d of h off silu(r g) * (r u)", wc, T, dn, hbad);
                 // the input side where x is in column chunks (A's 9,536 columns at 16 rows): refused
@@ -761,6 +782,9 @@ Test(step06_gpu, gemm_norm_matches_the_gemm_and_the_rmsnorm, .timeout = 300) {
         cr_expect_eq(qlinear_gpu_gemm_norm(qa, ST_BF16, 2, dX, cols, dY, d, 1.0f, &nocnt, NULL), -1, "input side without partials");
         cr_expect_eq(qlinear_gpu_gemm_norm(qa, ST_F32, 2, dX, cols, dY, d, 1.0f, &none, NULL), -1, "fp32 X");
         cr_expect_eq(qlinear_gpu_gemm_swiglu_norm(qc, ST_BF16, 9, dXN, ldxn, dY, ff, ff, &both, NULL), -1, "SwiGLU with an output side");
+        cr_expect_eq(qlinear_gpu_norm_finish(ST_BF16, 2, dXN, ldxn, NULL, NULL), -1, "norm_finish without QGemmNorm");
+        cr_expect_eq(qlinear_gpu_norm_finish(ST_BF16, 2, dXN, ldxn, &nocnt, NULL), -1, "norm_finish without partials");
+        cr_expect_eq(qlinear_gpu_norm_finish(ST_F32, 2, dXN, ldxn, &both, NULL), -1, "norm_finish on fp32");
         cr_expect_eq(qlinear_gpu_gemm_norm(qa, ST_BF16, 17, dX, cols, dY, d, 1.0f, &both, NULL) < 1, 1, "17 rows taken");
         cr_expect_eq(pa_sync(), 0);
         pa_dev_free(dX), pa_dev_free(dXN), pa_dev_free(dY), pa_dev_free(dSS), pa_dev_free(dnw);
