@@ -266,6 +266,43 @@ Test(step06_egpu, batched_runner_matches_the_cpu_quantized_runner, .timeout = 30
 }
 
 // Quantized weights take fewer device bytes than the dense model, and q|k|v stack when they can.
+// The measuring knob LLM_STEP_SKIP (step04's runner, read once a process): with mask 1 the RMSNorms
+// inside the layers are left out of steps of 2..64 rows, so a 32-row prompt step's logits must part
+// from the CPU runner's (if the knob did nothing they would match, as the test above checks).
+Test(step06_egpu, step_skip_knob_leaves_the_norms_out, .timeout = 120) {
+    NEED_GPU();
+    QModels m;
+    qmodels_load(&CASES[0], &m);
+    const int V = m.w.cfg.vocab, max_len = 48;
+    char err[512];
+    setenv("LLM_STEP_SKIP", "1", 1);
+    GpuRunner *g = gpu_runner_new(m.gm, 2, max_len, 64, err, sizeof err);
+    cr_assert(g, "%s", err);
+    Runner *c = runner_new_cpu(&m.cm, 2, max_len, 64, err, sizeof err);
+    cr_assert(c, "%s", err);
+    int ta[max_len], tb[max_len];
+    Rng r;
+    rng_seed(&r, 97);
+    for (int i = 0; i < max_len; i++) ta[i] = (int)(rng_u32(&r) % (uint32_t)V), tb[i] = (int)(rng_u32(&r) % (uint32_t)V);
+    int *toks[2] = {ta, tb}, p0[2] = {0, 0};
+    const int nn[2] = {23, 9};
+    QBatch q;
+    qb_make(&q, 2, nn, p0, toks, max_len);
+    float *lg = malloc((size_t)2 * V * 4), *lc = malloc((size_t)2 * V * 4);
+    cr_assert_eq(gpu_runner_forward(g, &q.b, lg, NULL), 0, "%s", m.what);
+    cr_assert_eq(runner_forward(c, &q.b, lc, NULL), 0, "%s", m.what);
+    for (int i = 0; i < 2; i++) {
+        const ErrStats e = compare_f32(lg + (size_t)i * V, lc + (size_t)i * V, (size_t)V);  // (stale xn: maybe NaN)
+        cr_expect(e.n_bad > 0 || e.max_rel > TOL_BF16,
+                  "%s: sequence %d's logits match the CPU's (max_rel %.3e) with the norms left out", m.what, i, e.max_rel);
+    }
+    unsetenv("LLM_STEP_SKIP");
+    free(lg), free(lc);
+    runner_free(c);
+    gpu_runner_free(g);
+    qmodels_free(&m);
+}
+
 Test(step06_egpu, weight_bytes_and_description, .timeout = 120) {
     NEED_GPU();
     char err[512];
